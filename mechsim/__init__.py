@@ -1,0 +1,38 @@
+"""mechsim: a hardware-aware performance model for transformer training and inference.
+
+The public facade. Heavy submodules load lazily so `mechsim --help` stays fast.
+"""
+
+from __future__ import annotations
+
+__version__ = "0.1.0"
+
+_LAZY = {
+    "estimate": ("mechsim.sim.estimate", "estimate"),
+    "estimate_op": ("mechsim.sim.estimate", "estimate_op"),
+    "sensitivity": ("mechsim.sim.whatif", "sensitivity"),
+    "get_gpu": ("mechsim.hwdb", "get_gpu"),
+    "get_system": ("mechsim.hwdb", "get_system"),
+    "list_gpus": ("mechsim.hwdb", "list_gpus"),
+    "preset": ("mechsim.model", "preset"),
+    "list_presets": ("mechsim.model", "list_presets"),
+    "from_hf_config": ("mechsim.model", "from_hf_config"),
+    "TrainingWorkload": ("mechsim.model", "TrainingWorkload"),
+    "InferenceWorkload": ("mechsim.model", "InferenceWorkload"),
+    "TransformerConfig": ("mechsim.model", "TransformerConfig"),
+    "get_stack": ("mechsim.sim.stacks", "get_stack"),
+    "list_stacks": ("mechsim.sim.stacks", "list_stacks"),
+}
+
+__all__ = sorted(_LAZY) + ["__version__"]
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        import importlib
+
+        mod, attr = _LAZY[name]
+        value = getattr(importlib.import_module(mod), attr)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'mechsim' has no attribute {name!r}")

@@ -1,0 +1,71 @@
+"""The Op record: one kernel-sized piece of work, hardware-agnostic.
+
+A workload becomes a flat tuple of Ops. Each Op counts what ONE instance does
+(FLOPs, bytes read from / written to device memory) and how many times it runs
+per step (``count``), so an 80-layer model is ~60 records, not 5,000.
+
+Shape conventions by kind (all ints; the simulator reads them for efficiency):
+  matmul     (M, N, K, batch)      C[M,N] = A[M,K] @ B[K,N], ``batch`` independent GEMMs
+  attention  (B, Hq, Hkv, Sq, Skv, Dqk, Dv, causal)   causal is 0/1; Dv may differ (MLA)
+  others     (numel,)              elements touched by the kernel (for transfer-size effects)
+  collective (bytes,)              message bytes per GPU (scale-out issue fills these)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+OpKind = Literal[
+    "matmul",       # dense GEMM on tensor cores (or fp32 SIMT when dtype is fp32)
+    "attention",    # fused (flash) attention kernel or decode attention over a KV cache
+    "elementwise",  # pointwise: activations, residual adds, RoPE pieces, scaling
+    "norm",         # RMSNorm / LayerNorm (a reduction + pointwise)
+    "softmax",      # softmax / log-softmax / cross-entropy over a row
+    "cast",         # dtype conversion (autocast weight casts, fp32 logits)
+    "embedding",    # gather of embedding rows (fwd) / scatter-add (bwd)
+    "optimizer",    # parameter update (AdamW etc.)
+    "collective",   # NCCL collective (scale-out)
+    "memcpy",       # device copies, zero-fill of grads, etc.
+]
+Phase = Literal["fwd", "bwd", "optimizer"]
+DType = Literal["fp64", "fp32", "tf32", "bf16", "fp16", "fp8", "fp4", "int8", "int4"]
+
+# Bytes per element of each dtype. int4/fp4 are half a byte.
+DTYPE_BYTES: dict[str, float] = {
+    "fp64": 8.0, "fp32": 4.0, "tf32": 4.0, "bf16": 2.0, "fp16": 2.0,
+    "fp8": 1.0, "int8": 1.0, "fp4": 0.5, "int4": 0.5,
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Op:
+    """One kernel (or one fused chain of kernels) of a workload.
+
+    flops, bytes_read and bytes_written are for ONE instance; ``count`` is how
+    many instances run per step (layers x micro-batches x ...). ``kernels`` is the
+    number of GPU kernel launches one instance makes (an unfused RMSNorm in eager
+    PyTorch is several); launch overhead is charged per kernel.
+    ``dtype`` is the compute dtype: it picks the peak FLOP/s the op runs at.
+    """
+
+    name: str
+    kind: OpKind
+    phase: Phase
+    flops: float
+    bytes_read: float
+    bytes_written: float
+    dtype: DType = "bf16"
+    shape: tuple[int, ...] = ()
+    count: int = 1
+    kernels: int = 1
+
+    @property
+    def bytes_total(self) -> float:
+        return self.bytes_read + self.bytes_written
+
+    @property
+    def arithmetic_intensity(self) -> float:
+        """FLOP per byte of device-memory traffic (inf for zero-byte ops)."""
+        b = self.bytes_read + self.bytes_written
+        return self.flops / b if b > 0 else float("inf")
