@@ -1,0 +1,234 @@
+"""Transformer architecture configs and their exact parameter counts.
+
+Everything here is shape arithmetic. Parameter counts follow the HF-transformers
+module layout of each family (the checkpoints' tensors), so published totals can
+be matched to the parameter:
+
+  attention (GQA)  Wq d x H*Dh, Wk/Wv d x Hkv*Dh, Wo H*Dh x d  (+ biases, + q/k norms)
+  attention (MLA)  q_a d x q_lora, q_a_norm, q_b q_lora x H*(nope+rope),
+                   kv_a d x (kv_lora+rope), kv_a_norm, kv_b kv_lora x H*(nope+v), Wo H*v x d
+  MLP              gated (swiglu): 3 * d * F; plain (gelu, relu2): 2 * d * F (+ biases)
+  MoE layer        router E x d (+ E correction bias), E routed + S shared gated experts
+  norms            rmsnorm: d; layernorm: 2d (weight + bias)
+  embeddings       V x d (+ V x d lm_head unless tied) (+ max_seq x d learned positions)
+"""
+
+from __future__ import annotations
+
+from functools import cached_property
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, PositiveInt, model_validator
+
+_FROZEN = ConfigDict(frozen=True, extra="forbid")
+
+
+class MoEConfig(BaseModel):
+    """Mixture-of-experts FFN. Layer i is MoE iff i >= first_k_dense_layers and
+    i % moe_layer_freq == 0 (HF DeepSeek convention); other layers use the dense ffn."""
+
+    model_config = _FROZEN
+    n_experts: PositiveInt
+    top_k: PositiveInt
+    expert_ffn: PositiveInt
+    n_shared_experts: int = Field(0, ge=0)
+    shared_ffn: PositiveInt | None = None       # per shared expert; None -> expert_ffn
+    first_k_dense_layers: int = Field(0, ge=0)
+    moe_layer_freq: PositiveInt = 1
+    router_bias: bool = False                   # DeepSeek-V3 e_score_correction_bias (E params)
+
+    @model_validator(mode="after")
+    def _check(self) -> "MoEConfig":
+        if self.top_k > self.n_experts:
+            raise ValueError(f"top_k ({self.top_k}) must be <= n_experts ({self.n_experts})")
+        return self
+
+    @property
+    def shared_ffn_total(self) -> int:
+        """Hidden size of all shared experts together (they run as one dense MLP)."""
+        return self.n_shared_experts * (self.shared_ffn or self.expert_ffn)
+
+
+class MLAConfig(BaseModel):
+    """Multi-head latent attention (DeepSeek-V2/V3). q_lora_rank None: plain q projection."""
+
+    model_config = _FROZEN
+    q_lora_rank: PositiveInt | None = None
+    kv_lora_rank: PositiveInt
+    qk_nope_head_dim: PositiveInt
+    qk_rope_head_dim: PositiveInt
+    v_head_dim: PositiveInt
+
+    @property
+    def qk_head_dim(self) -> int:
+        return self.qk_nope_head_dim + self.qk_rope_head_dim
+
+
+class TransformerConfig(BaseModel):
+    """A decoder-only transformer. Validation errors name the offending field."""
+
+    model_config = _FROZEN
+    name: str = "custom"
+    n_layers: PositiveInt
+    d_model: PositiveInt
+    n_heads: PositiveInt
+    n_kv_heads: PositiveInt | None = None       # None -> n_heads (MHA)
+    head_dim: PositiveInt | None = None         # None -> d_model // n_heads
+    ffn: PositiveInt                            # dense FFN hidden size
+    vocab: PositiveInt
+    norm: Literal["rmsnorm", "layernorm"] = "rmsnorm"
+    mlp: Literal["swiglu", "gelu", "relu2"] = "swiglu"
+    tie_embeddings: bool = False
+    qkv_bias: bool = False                      # Qwen2-style bias on q/k/v only
+    linear_bias: bool = False                   # GPT-style bias on every linear of a layer
+    qk_norm: bool = False                       # Qwen3: RMSNorm over head_dim on q and k
+    pos_embedding: Literal["rope", "learned"] = "rope"
+    max_seq: PositiveInt = 4096
+    rope_theta: float = Field(10000.0, gt=0)
+    norm_eps: float = Field(1e-5, gt=0)
+    moe: MoEConfig | None = None
+    mla: MLAConfig | None = None
+    mtp_depth: int = Field(0, ge=0)             # DeepSeek multi-token prediction modules
+
+    @model_validator(mode="before")
+    @classmethod
+    def _defaults(cls, data):
+        if isinstance(data, dict):
+            data = dict(data)
+            heads = data.get("n_heads")
+            if data.get("n_kv_heads") is None and heads is not None:
+                data["n_kv_heads"] = heads
+            if data.get("head_dim") is None and isinstance(heads, int) and heads > 0:
+                data["head_dim"] = max(1, int(data.get("d_model", 0)) // heads)
+        return data
+
+    @model_validator(mode="after")
+    def _check(self) -> "TransformerConfig":
+        if self.n_heads % self.n_kv_heads:
+            raise ValueError(f"n_heads ({self.n_heads}) must be divisible by n_kv_heads ({self.n_kv_heads})")
+        if self.moe and self.moe.first_k_dense_layers > self.n_layers:
+            raise ValueError("moe.first_k_dense_layers exceeds n_layers")
+        if self.pos_embedding == "rope" and self.rope_dim % 2:
+            raise ValueError(f"head_dim ({self.head_dim}) must be even for rope")
+        return self
+
+    # ---- layer layout -------------------------------------------------------
+    @property
+    def rope_dim(self) -> int:
+        return self.mla.qk_rope_head_dim if self.mla else self.head_dim
+
+    def is_moe_layer(self, i: int) -> bool:
+        m = self.moe
+        return bool(m) and i >= m.first_k_dense_layers and i % m.moe_layer_freq == 0
+
+    @cached_property
+    def n_moe_layers(self) -> int:
+        return sum(self.is_moe_layer(i) for i in range(self.n_layers))
+
+    @property
+    def n_dense_layers(self) -> int:
+        return self.n_layers - self.n_moe_layers
+
+    # ---- parameter counts ---------------------------------------------------
+    def norm_params(self, width: int | None = None) -> int:
+        w = self.d_model if width is None else width
+        return w * (2 if self.norm == "layernorm" else 1)
+
+    def attn_matmul_params(self) -> int:
+        """Weights of the attention projections of one layer (no biases, no norms)."""
+        d, h, kv, hd, m = self.d_model, self.n_heads, self.n_kv_heads, self.head_dim, self.mla
+        if m is None:
+            return d * hd * (2 * h + 2 * kv)
+        q = d * h * m.qk_head_dim if m.q_lora_rank is None else m.q_lora_rank * (d + h * m.qk_head_dim)
+        kv_p = d * (m.kv_lora_rank + m.qk_rope_head_dim) + m.kv_lora_rank * h * (m.qk_nope_head_dim + m.v_head_dim)
+        return q + kv_p + h * m.v_head_dim * d
+
+    def attn_params(self) -> int:
+        """All attention parameters of one layer: projections, biases, inner norms."""
+        p, h, kv, hd, m = self.attn_matmul_params(), self.n_heads, self.n_kv_heads, self.head_dim, self.mla
+        if self.linear_bias and m is None:
+            p += hd * (h + 2 * kv) + self.d_model
+        elif self.qkv_bias and m is None:
+            p += hd * (h + 2 * kv)
+        if self.qk_norm:
+            p += 2 * self.norm_params(hd)
+        if m is not None:
+            p += self.norm_params(m.kv_lora_rank) + (self.norm_params(m.q_lora_rank) if m.q_lora_rank else 0)
+        return p
+
+    @property
+    def gated(self) -> bool:
+        return self.mlp == "swiglu"
+
+    def mlp_matmul_params(self, ffn: int) -> int:
+        return (3 if self.gated else 2) * self.d_model * ffn
+
+    def mlp_params(self, ffn: int) -> int:
+        bias = (ffn * (2 if self.gated else 1) + self.d_model) if self.linear_bias else 0
+        return self.mlp_matmul_params(ffn) + bias
+
+    def moe_params(self, active: bool = False) -> int:
+        """One MoE FFN: router (+bias), routed experts (all, or top_k if active), shared."""
+        m = self.moe
+        n = m.top_k if active else m.n_experts
+        router = m.n_experts * self.d_model + (m.n_experts if m.router_bias else 0)
+        shared = self.mlp_params(m.shared_ffn_total) if m.n_shared_experts else 0
+        return router + n * self.mlp_params(m.expert_ffn) + shared
+
+    def layer_params(self, i: int, active: bool = False) -> int:
+        ffn = self.moe_params(active) if self.is_moe_layer(i) else self.mlp_params(self.ffn)
+        return self.attn_params() + ffn + 2 * self.norm_params()
+
+    def embedding_param_count(self) -> int:
+        """Input embedding (+ learned positions) + untied lm_head."""
+        emb = self.vocab * self.d_model * (1 if self.tie_embeddings else 2)
+        pos = self.max_seq * self.d_model if self.pos_embedding == "learned" else 0
+        return emb + pos
+
+    def _total(self, active: bool) -> int:
+        dense = self.attn_params() + self.mlp_params(self.ffn) + 2 * self.norm_params()
+        body = self.n_dense_layers * dense
+        if self.n_moe_layers:
+            body += self.n_moe_layers * self.layer_params(self._first_moe(), active)
+        return body + self.embedding_param_count() + self.norm_params()
+
+    def _first_moe(self) -> int:
+        return next(i for i in range(self.n_layers) if self.is_moe_layer(i))
+
+    def param_count(self) -> int:
+        """Total parameters of the main model, exact (MTP modules excluded: mtp_param_count)."""
+        return self._total(active=False)
+
+    def active_param_count(self) -> int:
+        """Parameters touched per token: MoE layers count top_k routed + shared experts
+        + the router; embeddings included (as in the published "37B activated")."""
+        return self._total(active=True)
+
+    def mtp_param_count(self) -> int:
+        """DeepSeek-V3 MTP modules (embedding and output head shared with the main model):
+        per module 2 input norms (enorm, hnorm), eh_proj 2d x d, one MoE-or-dense block, final norm."""
+        if not self.mtp_depth:
+            return 0
+        block = self.layer_params(self.n_layers - 1)
+        return self.mtp_depth * (3 * self.norm_params() + 2 * self.d_model ** 2 + block)
+
+    def matmul_params_per_token(self) -> int:
+        """Weights a token multiplies in the transformer body (attention + active FFN +
+        router), excluding embeddings and lm_head: the N of 6*N*tokens for the body."""
+        total = 0
+        for i in range(self.n_layers):
+            if self.is_moe_layer(i):
+                m = self.moe
+                ffn = m.n_experts * self.d_model + m.top_k * self.mlp_matmul_params(m.expert_ffn)
+                ffn += self.mlp_matmul_params(m.shared_ffn_total) if m.n_shared_experts else 0
+            else:
+                ffn = self.mlp_matmul_params(self.ffn)
+            total += self.attn_matmul_params() + ffn
+        return total
+
+    def kv_bytes_per_token(self, dtype_bytes: float) -> float:
+        """KV-cache bytes stored per token over all layers.
+        GQA: 2 * L * Hkv * Dh * b.  MLA: L * (kv_lora_rank + qk_rope_head_dim) * b."""
+        if self.mla:
+            return self.n_layers * (self.mla.kv_lora_rank + self.mla.qk_rope_head_dim) * dtype_bytes
+        return 2 * self.n_layers * self.n_kv_heads * self.head_dim * dtype_bytes
