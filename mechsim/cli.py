@@ -1,0 +1,168 @@
+"""mechsim command line: estimate, hw, models, stacks, op, validate.
+
+Imports are lazy per command so a fresh `mechsim ...` process starts fast.
+Every user error is printed as one line `error: ...` with exit code 2, never a
+traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+
+def _add_workload_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--model", default="llama3-8b", help="preset name or path to a HF config.json")
+    p.add_argument("--hw", default="h100_sxm", help="GPU or system name (see `mechsim hw list`)")
+    p.add_argument("--mode", choices=("train", "prefill", "decode"), default="train")
+    p.add_argument("--stack", default=None, help="software stack (see `mechsim stacks`)")
+    p.add_argument("--mbs", type=int, default=1, help="micro-batch size (train)")
+    p.add_argument("--seq", type=int, default=4096, help="sequence length (train)")
+    p.add_argument("--grad-accum", type=int, default=1)
+    p.add_argument("--precision", default="amp_bf16", help="amp_bf16 | bf16 | fp8 | fp32 (train)")
+    p.add_argument("--recompute", default="none", help="none | selective | full (train)")
+    p.add_argument("--batch", type=int, default=1, help="sequences per step (prefill/decode)")
+    p.add_argument("--prompt", type=int, default=2048, help="prompt length (prefill)")
+    p.add_argument("--context", type=int, default=2048, help="cached tokens (decode)")
+    p.add_argument("--weight-dtype", default="bf16")
+    p.add_argument("--kv-dtype", default="bf16")
+    p.add_argument("--override", action="append", default=[], metavar="KEY=CHANGE",
+                   help="what-if, e.g. hbm_bandwidth=+20%%, sustained_clock=0.9 (repeatable)")
+
+
+def _parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="mechsim", description="Hardware-aware performance model for transformers.")
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    est = sub.add_parser("estimate", help="estimate one training or inference step")
+    _add_workload_args(est)
+    est.add_argument("--json", action="store_true", help="print the result as JSON")
+    est.add_argument("--top", type=int, default=12, help="ops shown in the table")
+    est.add_argument("--sensitivity", action="store_true", help="also print step-time elasticities")
+    hw = sub.add_parser("hw", help="the hardware database")
+    hws = hw.add_subparsers(dest="hwcmd", required=True)
+    hws.add_parser("list", help="list GPUs, systems and NICs")
+    show = hws.add_parser("show", help="every spec of one GPU/system/NIC with its source")
+    show.add_argument("name")
+    hws.add_parser("table", help="the README spec table (markdown)")
+    sub.add_parser("models", help="list model presets")
+    sub.add_parser("stacks", help="list software stacks")
+    op = sub.add_parser("op", help="time one op (gemm) on a GPU")
+    op.add_argument("kind", choices=("gemm", "attention", "memory"))
+    op.add_argument("--hw", default="h100_sxm")
+    op.add_argument("--m", type=int, default=4096)
+    op.add_argument("--n", type=int, default=4096)
+    op.add_argument("--k", type=int, default=4096)
+    op.add_argument("--dtype", default="bf16")
+    op.add_argument("--bytes", type=float, default=1e9, help="memory kernel: bytes read (and written)")
+    op.add_argument("--seq", type=int, default=4096, help="attention sequence length")
+    op.add_argument("--heads", type=int, default=32)
+    op.add_argument("--kv-heads", type=int, default=8)
+    op.add_argument("--head-dim", type=int, default=128)
+    op.add_argument("--batch", type=int, default=1)
+    op.add_argument("--bwd", action="store_true")
+    return ap
+
+
+def _parse_overrides(items: list[str]) -> dict[str, str]:
+    out = {}
+    for it in items:
+        if "=" not in it:
+            raise ValueError(f"--override {it!r}: expected KEY=CHANGE, e.g. hbm_bandwidth=+20%")
+        k, v = it.split("=", 1)
+        out[k.strip()] = v.strip()
+    return out
+
+
+def build_workload(a: argparse.Namespace):
+    from .model import InferenceWorkload, TrainingWorkload, from_hf_config, preset
+    m = from_hf_config(a.model) if a.model.endswith(".json") else preset(a.model)
+    if a.mode == "train":
+        return TrainingWorkload(model=m, mbs=a.mbs, seq=a.seq, grad_accum=a.grad_accum, precision=a.precision,
+                                recompute=a.recompute, stack=a.stack or "eager")
+    return InferenceWorkload(model=m, batch=a.batch, phase=a.mode, prompt_len=a.prompt, context_len=a.context,
+                             weight_dtype=a.weight_dtype, kv_dtype=a.kv_dtype, stack=a.stack or "serving")
+
+
+def cmd_estimate(a: argparse.Namespace) -> int:
+    from .cli_format import estimate_json, estimate_table
+    from .sim.estimate import estimate
+    w = build_workload(a)
+    est = estimate(w, a.hw, a.stack, _parse_overrides(a.override))
+    if a.json:
+        print(estimate_json(est))
+        return 0
+    print(estimate_table(est, a.top))
+    if a.sensitivity:
+        from .sim.whatif import sensitivity
+        print("\nelasticity of step time (d ln T / d ln x):")
+        for k, v in sensitivity(w, a.hw, a.stack).items():
+            print(f"  {k:<18} {v:+.3f}")
+    return 0
+
+
+def cmd_hw(a: argparse.Namespace) -> int:
+    from . import hwdb
+    if a.hwcmd == "list":
+        from .cli_format import hw_list
+        print(hw_list())
+    elif a.hwcmd == "show":
+        print(hwdb.describe(a.name))
+    else:
+        print(hwdb.spec_table_markdown())
+    return 0
+
+
+def cmd_models(a: argparse.Namespace) -> int:
+    from .model import list_presets, preset
+    for name in list_presets():
+        c = preset(name)
+        print(f"{name:<16} {c.param_count() / 1e9:8.2f} B params  {c.active_param_count() / 1e9:8.2f} B active")
+    return 0
+
+
+def cmd_stacks(a: argparse.Namespace) -> int:
+    from .sim.stacks import get_stack, list_stacks
+    for k in list_stacks():
+        s = get_stack(k)
+        print(f"{k:<13} graphs={str(s.graphs):<5} attention={s.attention:<6} fused={','.join(sorted(s.fused)) or '-'}")
+        print(f"{'':13} {s.name}")
+    return 0
+
+
+def cmd_op(a: argparse.Namespace) -> int:
+    from .cli_format import op_line
+    from .model.microops import attention, gemm, memory_kernel
+    from .sim.estimate import estimate_op
+    if a.kind == "gemm":
+        op = gemm(a.m, a.n, a.k, a.dtype, a.batch)
+    elif a.kind == "attention":
+        op = attention(a.batch, a.heads, a.kv_heads, a.seq, a.seq, a.head_dim, True, "bwd" if a.bwd else "fwd")
+    else:
+        op = memory_kernel(a.bytes, a.bytes)
+    print(op_line(estimate_op(op, a.hw)))
+    return 0
+
+
+COMMANDS = {"estimate": cmd_estimate, "hw": cmd_hw, "models": cmd_models, "stacks": cmd_stacks, "op": cmd_op}
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        return COMMANDS[args.cmd](args)
+    except (ValueError, KeyError, TypeError, FileNotFoundError) as e:
+        print(f"error: {_one_line(e)}", file=sys.stderr)
+        return 2
+
+
+def _one_line(e: Exception) -> str:
+    msg = str(e)
+    if type(e).__name__ == "ValidationError":  # pydantic: name the fields
+        errs = e.errors()  # type: ignore[attr-defined]
+        msg = "; ".join(f"{'.'.join(map(str, x['loc'])) or 'input'}: {x['msg']}" for x in errs)
+    return msg.replace("\n", " ")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
+

@@ -1,0 +1,169 @@
+"""estimate(): a workload on a GPU with a software stack -> a frozen Estimate.
+
+    step_time = tandem_queue(host launch times, GPU kernel times)      (launch.py)
+    kernel    = max(flops / achieved FLOP/s, bytes / achieved B/s) + fixed   (kernels.py)
+
+Everything is SI inside. The op list of a (workload, stack) pair is built once
+and cached; the per-GPU timing is a handful of numpy expressions.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from typing import Any, Mapping
+
+import numpy as np
+
+from .. import hwdb
+from ..model import build_ops
+from ..model.ops import Op
+from .calibration import Efficiency, efficiency_for
+from .kernels import HwRates, KernelTimes, check_rates, kernel_times
+from .launch import LaunchTimes, launch_times
+from .memory import memory_estimate
+from .optable import DTYPES, KINDS, PHASES, OpTable, build_table
+from .results import CATEGORIES, Estimate, OpEstimate
+from .stacks import Stack, get_stack
+from .whatif import apply_overrides
+from . import errorband
+
+
+def resolve_gpu(hw: Any) -> "hwdb.GPU":
+    """A GPU object from a name/alias, a GPU, or a system (its GPU)."""
+    if isinstance(hw, str):
+        try:
+            return hwdb.get_gpu(hw)
+        except hwdb.UnknownHardwareError:
+            try:
+                return hwdb.get_system(hw).gpu
+            except hwdb.UnknownHardwareError:
+                raise hwdb.get_gpu(hw) from None  # re-raise the GPU error (lists close GPU names)
+    if hasattr(hw, "peak_flops"):
+        return hw
+    if hasattr(hw, "gpu"):
+        return hw.gpu
+    raise TypeError(f"hw must be a GPU name, GPU or System, not {type(hw).__name__}")
+
+
+def _peak_or_nan(gpu, dtype: str) -> float:
+    try:
+        return float(gpu.peak_flops("fp64_tc" if dtype == "fp64" else dtype))
+    except (ValueError, KeyError):
+        return math.nan
+
+
+@functools.lru_cache(maxsize=256)
+def hw_rates(gpu, clock_fraction: float = 1.0) -> HwRates:
+    """Peak rates of ``gpu`` per op dtype (nan where the GPU has no such unit)."""
+    peaks = np.array([_peak_or_nan(gpu, d) for d in DTYPES])
+    return HwRates(gpu.key, peaks, float(gpu.peak_flops("fp32")), float(gpu.hbm_bandwidth),
+                   int(gpu.sm_count), clock_fraction)
+
+
+@functools.lru_cache(maxsize=256)
+def op_table(workload, fused: frozenset[str]) -> OpTable:
+    return build_table(tuple(build_ops(workload, fused=fused)))
+
+
+def efficiency(gpu) -> Efficiency:
+    return efficiency_for(gpu.key, gpu.arch)
+
+
+def _category(op: Op, compute: float, memory: float) -> str:
+    if op.kind == "matmul":
+        return "matmul_compute" if compute >= memory else "matmul_memory"
+    if op.kind == "attention":
+        return "attention"
+    if op.kind == "collective":
+        return "communication"
+    return "memory_bound"
+
+
+def _bound(compute: float, memory: float, fixed: float) -> str:
+    if fixed > max(compute, memory):
+        return "latency"
+    return "compute" if compute >= memory else "memory"
+
+
+def op_estimates(t: OpTable, k: KernelTimes, lt: LaunchTimes) -> tuple[OpEstimate, ...]:
+    """Per-op records (totals over each op's count)."""
+    out = []
+    for i, op in enumerate(t.ops):
+        c, m, f, n = k.compute_s[i], k.memory_s[i], lt.gpu_s[i] - max(k.compute_s[i], k.memory_s[i]), t.count[i]
+        out.append(OpEstimate(
+            op.name, op.kind, op.phase, op.count, op.kernels, op.flops * n, t.bytes[i] * n,
+            lt.gpu_s[i] * n, c * n, m * n, f * n, _bound(c, m, f), float(k.efficiency[i]),
+            op.arithmetic_intensity, _category(op, c, m)))
+    return tuple(out)
+
+
+def _sums(t: OpTable, per_op_total: np.ndarray, ops: tuple[OpEstimate, ...], idle: float):
+    by_cat = dict.fromkeys(CATEGORIES, 0.0)
+    for o in ops:
+        by_cat[o.category] += o.time_s
+    by_cat["launch_overhead"] = idle
+    by_phase = {p: float(per_op_total[t.phase == i].sum()) for i, p in enumerate(PHASES)}
+    return by_cat, by_phase
+
+
+def describe_workload(w) -> tuple[str, str, int]:
+    """(summary, mode, tokens per step) of a workload."""
+    name = getattr(w.model, "name", str(w.model))
+    if hasattr(w, "mbs"):
+        return f"train {name} mbs={w.mbs} seq={w.seq} ga={w.grad_accum} {w.precision}", "train", \
+            w.mbs * w.seq * w.grad_accum
+    tokens = w.batch * (w.prompt_len if w.phase == "prefill" else 1)
+    ctx = w.prompt_len if w.phase == "prefill" else w.context_len
+    return f"{w.phase} {name} batch={w.batch} len={ctx}", w.phase, tokens
+
+
+def estimate(workload, hw: Any = "h100_sxm", stack: str | Stack | None = None,
+             overrides: Mapping[str, Any] | None = None) -> Estimate:
+    """Estimate one step of ``workload`` on one GPU.
+
+    hw: GPU/system name or object. stack: software stack key (default: the
+    workload's). overrides: what-if changes to the hardware, e.g.
+    {"hbm_bandwidth": "+20%", "flops_bf16": 1.2e15, "sustained_clock": 0.9}.
+    """
+    gpu, clock = apply_overrides(resolve_gpu(hw), overrides or {})
+    st = get_stack(stack if stack is not None else workload.stack)
+    t = op_table(workload, st.fused)
+    rates = hw_rates(gpu, clock)
+    check_rates(t, rates)
+    k = kernel_times(t, rates, efficiency(gpu), st.attention)
+    lt = launch_times(t, k.gpu_s, st)
+    ops = op_estimates(t, k, lt)
+    by_cat, by_phase = _sums(t, lt.gpu_s * t.count, ops, lt.idle_s)
+    summary, mode, tokens = describe_workload(workload)
+    from ..model import hardware_flops_per_step, model_flops_per_step
+    return Estimate(
+        summary, mode, gpu.key, st.key, lt.step_s, lt.gpu_busy_s, lt.idle_s, tokens,
+        float(model_flops_per_step(workload)), float(hardware_flops_per_step(workload)),
+        float(gpu.peak_flops("bf16")) * clock, by_cat, by_phase,
+        memory_estimate(workload, gpu), ops, errorband.band_for(mode, gpu.key, st.key))
+
+
+__all__ = ["estimate", "estimate_op", "resolve_gpu", "hw_rates", "op_table", "KINDS"]
+
+
+def estimate_op(op: Op, hw: Any = "h100_sxm", stack: str | Stack = "eager",
+                overrides: Mapping[str, Any] | None = None) -> OpEstimate:
+    """Time, binding side and efficiency of one op instance on one GPU.
+
+    GPU time only (as a back-to-back or graphed microbenchmark measures it): no
+    host launch cost. The unit that validation compares with microbenchmarks.
+    """
+    gpu, clock = apply_overrides(resolve_gpu(hw), overrides or {})
+    st = get_stack(stack)
+    t = build_table((op if op.count == 1 else _one(op),))
+    rates = hw_rates(gpu, clock)
+    check_rates(t, rates)
+    k = kernel_times(t, rates, efficiency(gpu), st.attention)
+    lt = LaunchTimes(np.zeros(1), k.gpu_s, float(k.gpu_s[0]), float(k.gpu_s[0]), 0.0)
+    return op_estimates(t, k, lt)[0]
+
+
+def _one(op: Op) -> Op:
+    import dataclasses
+    return dataclasses.replace(op, count=1)

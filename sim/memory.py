@@ -1,0 +1,44 @@
+"""Peak device memory of one GPU for a workload (bytes).
+
+Training (one micro-batch in flight, no sharding):
+    peak = weights + grads + optimizer states + saved activations
+           + the largest transient at the peak moment (the loss: bf16 logits,
+             their fp32 copy and the fp32 logits gradient)
+Inference:
+    peak = weights + KV cache + the largest transient activation (+ logits)
+The byte counts are shape arithmetic from mechsim.model; this module only
+composes them and compares with the GPU's HBM capacity. A workload that does
+not fit is reported with its breakdown, never an exception.
+"""
+
+from __future__ import annotations
+
+from .. import model as M
+from .results import MemoryEstimate
+
+
+def training_components(w) -> dict[str, float]:
+    return {
+        "weights": float(M.weight_bytes(w)),
+        "gradients": float(M.grad_bytes(w)),
+        "optimizer_states": float(M.optimizer_state_bytes(w)),
+        "activations": float(M.activation_bytes_saved(w)),
+        "loss_transient": float(M.logits_bytes(w)),
+    }
+
+
+def inference_components(w) -> dict[str, float]:
+    return {
+        "weights": float(M.weight_bytes(w)),
+        "kv_cache": float(M.kv_cache_bytes(w)),
+        "activations": float(M.activation_bytes_saved(w)),
+        "logits": float(M.logits_bytes(w)),
+    }
+
+
+def memory_estimate(w, gpu) -> MemoryEstimate:
+    """Components, total and whether it fits in ``gpu.hbm_capacity``."""
+    comps = training_components(w) if hasattr(w, "mbs") else inference_components(w)
+    total = sum(comps.values())
+    cap = float(gpu.hbm_capacity)
+    return MemoryEstimate(comps, cap, total, total <= cap)

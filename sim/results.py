@@ -1,0 +1,119 @@
+"""Frozen result records of an estimate (all SI: seconds, bytes, FLOP, FLOP/s)."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any
+
+CATEGORIES = ("matmul_compute", "matmul_memory", "attention", "memory_bound",
+              "communication", "launch_overhead")
+
+
+@dataclass(frozen=True, slots=True)
+class OpEstimate:
+    """One op of the step: totals over its ``count`` instances.
+
+    time_s = count * (max(compute, memory) + fixed (+ graph gaps)). ``bound`` says
+    which term set the time: compute, memory, or latency (fixed costs dominate).
+    """
+
+    name: str
+    kind: str
+    phase: str
+    count: int
+    kernels: int
+    flops: float
+    bytes: float
+    time_s: float
+    compute_s: float
+    memory_s: float
+    fixed_s: float
+    bound: str
+    efficiency: float
+    intensity: float
+    category: str
+
+    @property
+    def achieved_flops_per_s(self) -> float:
+        return self.flops / self.time_s if self.time_s > 0 else 0.0
+
+    @property
+    def achieved_bytes_per_s(self) -> float:
+        return self.bytes / self.time_s if self.time_s > 0 else 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryEstimate:
+    """Peak device memory of one GPU, by component (bytes)."""
+
+    components: dict[str, float]
+    capacity: float
+    total: float
+    fits: bool
+
+    @property
+    def headroom(self) -> float:
+        return self.capacity - self.total
+
+
+@dataclass(frozen=True, slots=True)
+class ErrorBand:
+    """Held-out error of this kind of estimate on the closest validated hardware."""
+
+    status: str                  # "validated" or "unvalidated"
+    mape: float | None = None    # mean absolute percentage error, fraction (0.05 = 5 %)
+    max_error: float | None = None
+    kind: str = ""
+    reference_gpu: str = ""
+    note: str = ""
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """A step-time estimate for one workload on one GPU with one software stack.
+
+    total (= step_time_s) = sum of op times + launch_overhead (GPU idle waiting
+    for the host). mfu = model_flops / (step_time_s * dense bf16 peak); hfu uses
+    the FLOPs actually executed (recompute included).
+    """
+
+    workload: str
+    mode: str
+    gpu: str
+    stack: str
+    step_time_s: float
+    gpu_busy_s: float
+    launch_overhead_s: float
+    tokens: int
+    model_flops: float
+    hardware_flops: float
+    peak_flops: float
+    by_category: dict[str, float]
+    by_phase: dict[str, float]
+    memory: MemoryEstimate
+    ops: tuple[OpEstimate, ...] = field(repr=False)
+    error_band: ErrorBand = ErrorBand("unvalidated")
+    assumptions: tuple[tuple[str, str], ...] = field(default=(), repr=False)
+
+    @property
+    def total(self) -> float:
+        return self.step_time_s
+
+    @property
+    def tokens_per_s(self) -> float:
+        return self.tokens / self.step_time_s
+
+    @property
+    def mfu(self) -> float:
+        return self.model_flops / (self.step_time_s * self.peak_flops)
+
+    @property
+    def hfu(self) -> float:
+        return self.hardware_flops / (self.step_time_s * self.peak_flops)
+
+    def to_dict(self) -> dict[str, Any]:
+        d = dataclasses.asdict(self)
+        d.update(total_s=self.total, tokens_per_s=self.tokens_per_s, mfu=self.mfu, hfu=self.hfu)
+        d["memory"]["headroom"] = self.memory.headroom
+        return d

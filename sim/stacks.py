@@ -1,0 +1,71 @@
+"""Software stacks as data: which op chains fuse, what a kernel launch costs.
+
+The same workload runs very differently in eager PyTorch, under torch.compile,
+in Megatron-Core/TransformerEngine or in a CUDA-graph serving engine. A Stack is
+a small frozen record loaded from sim/data/stacks.toml; a workload names its
+stack and the what-if API can swap it (``dataclasses.replace`` or another name).
+"""
+
+from __future__ import annotations
+
+import difflib
+import functools
+from dataclasses import dataclass
+
+from .calibration import DATA, Param, _param
+from ._toml import load_toml
+
+STACKS_FILE = DATA / "stacks.toml"
+
+
+@dataclass(frozen=True)
+class Stack:
+    """How a software stack turns ops into kernels.
+
+    launch_host_s: CPU time to issue one kernel (forward, Python-side);
+    launch_host_bwd_s: the same for kernels the autograd engine issues;
+    launch_graph_s: GPU-side gap per kernel when replayed from a CUDA graph.
+    """
+
+    key: str
+    name: str
+    fused: frozenset[str]
+    graphs: bool
+    attention: str
+    launch_host_s: float
+    launch_host_bwd_s: float
+    launch_graph_s: float
+    provenance: tuple[tuple[str, Param], ...] = ()
+
+
+def _stack(key: str, rec: dict) -> Stack:
+    where = STACKS_FILE
+    params = {k: _param(rec[k], f"{key}.{k}", where)
+              for k in ("launch_host_s", "launch_host_bwd_s", "launch_graph_s")}
+    return Stack(
+        key=key, name=rec["name"], fused=frozenset(rec["fused"]), graphs=bool(rec["graphs"]),
+        attention=rec["attention"], provenance=tuple(params.items()),
+        **{k: float(p.value) for k, p in params.items()},
+    )
+
+
+@functools.cache
+def _all_stacks() -> dict[str, Stack]:
+    return {k: _stack(k, v) for k, v in load_toml(STACKS_FILE).items()}
+
+
+def list_stacks() -> list[str]:
+    return sorted(_all_stacks())
+
+
+def get_stack(key: str | Stack) -> Stack:
+    """Look a stack up by key; an unknown key lists the close matches."""
+    if isinstance(key, Stack):
+        return key
+    stacks = _all_stacks()
+    norm = key.strip().lower().replace("-", "_").replace(" ", "_")
+    if norm in stacks:
+        return stacks[norm]
+    close = difflib.get_close_matches(norm, stacks, n=3, cutoff=0.4)
+    hint = f" Did you mean {', '.join(close)}?" if close else ""
+    raise ValueError(f"unknown software stack {key!r}.{hint} Known stacks: {', '.join(sorted(stacks))}")

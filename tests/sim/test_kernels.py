@@ -1,0 +1,57 @@
+"""Closed-form checks of the kernel timing model (sim/kernels.py)."""
+
+import numpy as np
+import pytest
+
+from mechsim.model.microops import gemm, memory_kernel
+from mechsim.sim.calibration import efficiency_for
+from mechsim.sim.kernels import gemm_efficiency
+from mechsim.sim.optable import DTYPES, build_table
+
+EFF = efficiency_for("h100_sxm", "hopper")
+BF16 = DTYPES.index("bf16")
+
+
+def _eff(m, n, k, b=1, sms=132):
+    return float(gemm_efficiency(np.array([[m, n, k, b]], float), np.array([BF16]), sms, EFF)[0])
+
+
+def test_large_gemm_reaches_peak_fraction_times_k_depth():
+    k = 8192
+    expected = EFF.get("gemm.peak_fraction_bf16") * k / (k + EFF.get("gemm.k_overhead"))
+    # 8448 = 132 * 64 rows of 128-row tiles: exactly whole waves for some tile
+    assert _eff(128 * 132, 256 * 8, k) == pytest.approx(expected, rel=1e-9)
+
+
+def test_one_extra_tile_costs_a_wave():
+    """133 tiles of 128x256 on 132 SMs need 2 waves unless a smaller tile wins."""
+    full = _eff(128 * 132, 256, 4096)
+    plus = _eff(128 * 133, 256, 4096)
+    assert plus < full
+
+
+def test_efficiency_never_exceeds_peak_fraction():
+    rng = np.random.default_rng(0)
+    shapes = rng.integers(1, 20000, size=(200, 3))
+    mnkb = np.hstack([shapes, np.ones((200, 1))]).astype(float)
+    e = gemm_efficiency(mnkb, np.full(200, BF16), 132, EFF)
+    assert (e <= EFF.get("gemm.peak_fraction_bf16") + 1e-12).all() and (e > 0).all()
+
+
+def test_gemm_op_flops_and_bytes_closed_form():
+    op = gemm(4096, 8192, 1024, "bf16")
+    assert op.flops == 2 * 4096 * 8192 * 1024
+    assert op.bytes_read == (4096 * 1024 + 1024 * 8192) * 2
+    assert op.bytes_written == 4096 * 8192 * 2
+
+
+def test_table_rejects_unknown_dtype():
+    import dataclasses
+    bad = dataclasses.replace(gemm(8, 8, 8), dtype="bf17")
+    with pytest.raises(ValueError, match="bf17"):
+        build_table((bad,))
+
+
+def test_memory_kernel_rejects_zero_bytes():
+    with pytest.raises(ValueError, match="bytes_read"):
+        memory_kernel(0, 0)
