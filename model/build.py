@@ -1,0 +1,48 @@
+"""build_ops: a workload -> tuple of Op records, for a given set of fused op groups.
+
+FUSION_GROUPS (the simulator's stack data picks a subset; not listed = eager form):
+  norm           RMSNorm/LayerNorm chain + autocast casts of its output -> 1 kernel
+  residual_norm  residual add folded into the following norm (implies a fused norm there)
+  rope           rotary chain on q and k (+ MLA cat) -> 1 kernel
+  act            SwiGLU silu*mul (GeLU, relu^2) -> 1 kernel each way
+  cross_entropy  logits .float() + log_softmax + nll -> 1 kernel each way, no fp32 logits copy
+  optimizer      multi-tensor fused optimizer (torch fused=True) instead of per-tensor loop
+  cast           weight/grad dtype casts as one multi-tensor kernel instead of one per tensor
+  concat_proj    q/k/v (MLA: q_down/kv_down) and gate/up as one concatenated GEMM each
+  grouped_gemm   MoE experts as one grouped GEMM instead of a per-expert loop
+  moe_permute    MoE top-k, token permute and unpermute as single kernels
+llama_ref.py (the "eager" stack) uses AdamW(fused=True): its stack lists "optimizer".
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+from .ops import Op
+from .ops_infer import inference_ops
+from .ops_train import training_ops
+from .workload import InferenceWorkload, TrainingWorkload
+
+FUSION_GROUPS: frozenset[str] = frozenset({
+    "norm", "residual_norm", "rope", "act", "cross_entropy", "optimizer", "cast",
+    "concat_proj", "grouped_gemm", "moe_permute",
+})
+
+
+def build_ops(w: TrainingWorkload | InferenceWorkload, fused=frozenset()) -> tuple[Op, ...]:
+    """The op list of one step of ``w`` with the groups in ``fused`` fused (default: eager).
+    Unknown group names raise ValueError. Results are cached (workloads are frozen)."""
+    fused = frozenset(fused)
+    bad = fused - FUSION_GROUPS
+    if bad:
+        raise ValueError(f"fused: unknown fusion group(s) {sorted(bad)}; known: {sorted(FUSION_GROUPS)}")
+    return _build(w, fused)
+
+
+@lru_cache(maxsize=256)
+def _build(w, fused: frozenset) -> tuple[Op, ...]:
+    if isinstance(w, TrainingWorkload):
+        return training_ops(w, fused)
+    if isinstance(w, InferenceWorkload):
+        return inference_ops(w, fused)
+    raise TypeError(f"w: expected TrainingWorkload or InferenceWorkload, got {type(w).__name__}")

@@ -1,0 +1,191 @@
+"""Elementwise chains (norm, RoPE, activation, residual, loss) in eager or fused form.
+
+Eager: the kernels llama_ref.py launches (HF-style modules), each reading its inputs
+and writing its (materialized) output; one Op per chain with kernels = len(list).
+Fused (group in ``Ctx.fused``): one kernel reading only the chain's external
+inputs and writing its external outputs. FLOPs count ~1 per element per pointwise
+op (these kernels are memory-bound; the FLOPs are indicative only).
+Notation: e = elements of the chain's main tensor, R = rows, a = act bytes,
+r = residual bytes, g = bytes of the grad the chain receives.
+"""
+
+from __future__ import annotations
+
+from .ops import Op
+from .ops_common import Ctx, Kern, Pair, chain
+
+
+def _norm_fwd_eager(c: Ctx, R: int, W: int, r: float, consumers: int) -> list[Kern]:
+    """HF RMSNorm: [to fp32], pow, mean, +eps, rsqrt, mul, [to dtype], *weight, then (autocast)
+    one bf16 cast per consuming linear. LayerNorm: one native kernel (+ casts)."""
+    e, pw = R * W, c.pw
+    if c.cfg.norm == "layernorm":
+        ks: list[Kern] = [(5 * e, r * e + 2 * pw * W, r * e + 8 * R)]
+    else:
+        ks = [(0, r * e, 4 * e)] if r != 4 else []
+        ks += [(e, 4 * e, 4 * e), (e, 4 * e, 4 * R), (R, 4 * R, 4 * R), (R, 4 * R, 4 * R),
+               (e, 4 * e + 4 * R, 4 * e)]
+        ks += [(0, 4 * e, r * e)] if r != 4 else []
+        out = max(r, pw)
+        ks.append((e, r * e + pw * W, out * e))
+    if c.autocast:
+        ks += [(0, 4 * e, 2 * e)] * consumers
+    return ks
+
+
+def _norm_bwd_eager(c: Ctx, R: int, W: int, r: float, consumers: int) -> list[Kern]:
+    """Autograd of the eager chain: consumer grads cast to fp32 (autocast) and summed, *weight
+    backward (grad_h, grad_w = rowsum(g*h)), mul backward (g*rstd, rowsum(g*x)), rsqrt, mean
+    and pow backward, sum of the two paths, [cast back], + the residual-stream grad."""
+    e, pw, k = R * W, c.pw, max(consumers, 1)
+    g = 4.0 if c.autocast else r
+    ks: list[Kern] = [(0, 2 * e, 4 * e)] * consumers if c.autocast else []
+    ks += [(e, 2 * g * e, g * e)] * (k - 1)
+    if c.cfg.norm == "layernorm":
+        ks += [(8 * e, g * e + r * e + 8 * R + pw * W, r * e), (2 * e, g * e + r * e + 8 * R, 2 * pw * W)]
+    else:
+        ks += [(e, g * e + pw * W, g * e), (e, g * e + r * e, g * e), (e, g * e, pw * W)]
+        ks += [(0, r * e, 4 * e)] if g != 4 else []
+        ks += [(e, 4 * e + 4 * R, 4 * e), (e, 8 * e, 4 * e), (e, 4 * e, 4 * R), (R, 8 * R, 4 * R),
+               (e, 4 * R, 4 * e), (e, 4 * e, 4 * e), (e, 8 * e, 4 * e), (e, 8 * e, 4 * e)]
+        ks += [(0, 4 * e, r * e)] if r != 4 else []
+    ks.append((e, 2 * r * e, r * e))   # grad of the residual stream: norm path + skip path
+    return ks
+
+
+def norm(c: Ctx, name: str, R: int, W: int, n: int, consumers: int, resid_in: bool = False,
+         stream: bool = True) -> Pair:
+    """RMSNorm/LayerNorm over R rows of width W, ``consumers`` linears reading its output.
+
+    Fused fwd: reads x (r*e) + weight [+ the branch output a*e when ``resid_in``: the
+    residual add folded in ("residual_norm")], writes the GEMM-input tensor (gin*e)
+    [+ the new residual r*e] + rstd (4R, training). Fused bwd: reads the consumers' grads,
+    x, rstd, weight and the residual-stream grad; writes dx. ``stream`` False: an inner norm
+    (MLA latent, q/k norm) whose input is an activation, with no residual-stream grad.
+    """
+    r = c.resid if stream else c.act
+    e, cnt = R * W, n * c.mb
+    if c.f("norm") or (resid_in and c.f("residual_norm")):
+        extra_r, extra_w = (c.act * e, r * e) if resid_in else (0.0, 0.0)
+        rstd = 4.0 * R if c.train else 0.0
+        fwd_k = [(4 * e, r * e + c.pw * W + extra_r, c.gin * e + extra_w + rstd)]
+        bwd_k = [(8 * e, max(consumers, 1) * c.act * e + r * e + 4 * R + c.pw * W + (r * e if stream else 0),
+                  r * e + 4 * W)]
+    else:
+        fwd_k, bwd_k = _norm_fwd_eager(c, R, W, r, consumers), _norm_bwd_eager(c, R, W, r, consumers)
+        if not stream:
+            bwd_k = bwd_k[:-1]
+    fwd = chain(name, "norm", "fwd", fwd_k, cnt, e)
+    return Pair(fwd, chain(name, "norm", "bwd", bwd_k, cnt, e) if c.train else [])
+
+
+def _rope_eager(c: Ctx, n: float, t: float) -> tuple[list[Kern], list[Kern]]:
+    """One tensor of n elements: x*cos, neg(x2), cat, rot*sin, add [+ autocast cast for SDPA].
+    Under autocast the fp32 cos/sin tables (llama_ref) promote the products to fp32."""
+    a, tb = c.act, (4.0 if c.autocast else c.act)
+    o = 4.0 if c.autocast else a
+    fwd: list[Kern] = [(n, a * n + tb * t, o * n), (n / 2, a * n / 2, a * n / 2), (0, a * n, a * n),
+                       (n, a * n + tb * t, o * n), (n, 2 * o * n, o * n)]
+    bwd: list[Kern] = [(n, o * n + tb * t, o * n), (n / 2, a * n / 2, a * n / 2), (0, a * n, a * n),
+                       (n, o * n + tb * t, o * n), (n, 2 * a * n, a * n)]
+    if c.autocast:
+        fwd.append((0, 4 * n, 2 * n))
+        bwd = [(0, 2 * n, 4 * n)] + bwd + [(0, 4 * n, 2 * n)] * 2
+    return fwd, bwd
+
+
+def rope(c: Ctx, name: str, nq: float, nk: float, table: float, n: int, cat: float = 0.0) -> Pair:
+    """Rotary embedding on nq query and nk key elements (per instance), cos/sin tables of
+    ``table`` elements each. ``cat``: elements of MLA's cat(nope, rope) outputs (eager: one
+    copy kernel each for q and k). Fused: one kernel reading q, k, tables, writing q, k."""
+    a, cnt = c.act, n * c.mb
+    if c.f("rope"):
+        fwd_k = [(3 * (nq + nk), a * (nq + nk + cat) + 2 * a * table, a * (nq + nk + cat))]
+        bwd_k = [(3 * (nq + nk), a * (nq + nk + cat) + 2 * a * table, a * (nq + nk + cat))]
+    else:
+        (fq, bq), (fk, bk) = _rope_eager(c, nq, table), _rope_eager(c, nk, table)
+        cats: list[Kern] = [(0, a * cat / 2, a * cat / 2)] * 2 if cat else []
+        fwd_k, bwd_k = fq + fk + cats, bq + bk
+    fwd = chain(name, "elementwise", "fwd", fwd_k, cnt, nq + nk)
+    return Pair(fwd, chain(name, "elementwise", "bwd", bwd_k, cnt, nq + nk) if c.train else [])
+
+
+def act(c: Ctx, name: str, e: float, n: int) -> Pair:
+    """MLP activation on e = rows*ffn elements. swiglu eager: silu, mul (bwd: 2 mul + silu_backward
+    [+ cat of the gate/up grads when gate_up is one GEMM]); gelu: 1 kernel each way;
+    relu2: relu, square. Fused: reads gate(,up), writes the product (bwd: d gate, d up)."""
+    a, kind, cnt = c.act, c.cfg.mlp, n * c.mb
+    gated = kind == "swiglu"
+    if c.f("act"):
+        fwd_k = [(5 * e, (2 if gated else 1) * a * e, a * e)]
+        bwd_k = [(8 * e, (3 if gated else 2) * a * e, (2 if gated else 1) * a * e)]
+    elif gated:
+        fwd_k = [(4 * e, a * e, a * e), (e, 2 * a * e, a * e)]
+        bwd_k = [(e, 2 * a * e, a * e), (e, 2 * a * e, a * e), (4 * e, 2 * a * e, a * e)]
+        bwd_k += [(0, 2 * a * e, 2 * a * e)] if c.f("concat_proj") else []
+    elif kind == "gelu":
+        fwd_k, bwd_k = [(8 * e, a * e, a * e)], [(8 * e, 2 * a * e, a * e)]
+    else:
+        fwd_k = [(e, a * e, a * e), (e, a * e, a * e)]
+        bwd_k = [(e, a * e, a * e), (e, 2 * a * e, a * e), (e, 2 * a * e, a * e)]
+    fwd = chain(name, "elementwise", "fwd", fwd_k, cnt, e)
+    return Pair(fwd, chain(name, "elementwise", "bwd", bwd_k, cnt, e) if c.train else [])
+
+
+def residual(c: Ctx, name: str, e: float, n: int) -> Pair:
+    """x = x + branch: reads the stream (r) and the branch output (a), writes r; emitted only
+    when "residual_norm" is not fused (then the add lives inside the next norm).
+    Backward: the skip path passes the grad through; under autocast the bf16 branch gets a
+    cast copy (1 kernel); otherwise nothing runs."""
+    if c.f("residual_norm"):
+        return Pair([], [])
+    r, a, cnt = c.resid, c.act, n * c.mb
+    fwd = chain(name, "elementwise", "fwd", [(e, (r + a) * e, r * e)], cnt, e)
+    bwd_k = [(0, r * e, a * e)] if (c.train and r != a) else []
+    return Pair(fwd, chain(name, "elementwise", "bwd", bwd_k, cnt, e))
+
+
+def cross_entropy(c: Ctx, T: int, V: int) -> Pair:
+    """Loss over T rows of V logits (act dtype).
+
+    Eager (llama_ref loss_fn): ``loss/logits_cast`` .float() copy (a -> 4 B, skipped when the
+    logits are fp32) and ``loss/cross_entropy`` = log_softmax (reads/writes fp32 TxV) +
+    nll gather. Backward: nll grad (zero-fill TxV fp32 + scatter), log_softmax backward
+    (reads grad and output, writes TxV fp32), and the cast back to a (logits_cast bwd).
+    Fused: one kernel reading the a-byte logits (writes per-row lse and loss), and one
+    backward kernel writing the a-byte grad of the logits.
+    """
+    e, a, cnt = T * V, c.act, c.mb
+    if c.f("cross_entropy"):
+        fwd = chain("loss/cross_entropy", "softmax", "fwd", [(5 * e, a * e + 8 * T, 8 * T)], cnt, e)
+        bwd = chain("loss/cross_entropy", "softmax", "bwd", [(3 * e, a * e + 16 * T, a * e)], cnt, e)
+        return Pair(fwd, bwd)
+    cast_f = chain("loss/logits_cast", "cast", "fwd", [(0, a * e, 4 * e)] if a != 4 else [], cnt, e)
+    ce_f = chain("loss/cross_entropy", "softmax", "fwd", [(4 * e, 4 * e, 4 * e), (T, 12 * T, 4)], cnt, e)
+    ce_b = chain("loss/cross_entropy", "softmax", "bwd",
+                 [(0, 0, 4 * e), (T, 12 * T, 4 * T), (2 * e, 8 * e, 4 * e)], cnt, e)
+    cast_b = chain("loss/logits_cast", "cast", "bwd", [(0, 4 * e, a * e)] if a != 4 else [], cnt, e)
+    return Pair(cast_f + ce_f, ce_b + cast_b)
+
+
+def embedding(c: Ctx, T: int) -> Pair:
+    """Token gather: reads int64 ids + T rows of the table (pw B), writes T x d at the stream
+    dtype (fp32 under autocast: embeddings are not autocast). Learned positions add a
+    gather + add kernel. Backward (embedding_dense_backward, sort-based: ~6 kernels,
+    assumed): reads the stream grad + ids, zero-fills the V x d grad and scatters rows."""
+    cfg, r, cnt = c.cfg, c.resid, c.mb
+    d, V = cfg.d_model, cfg.vocab
+    ks: list[Kern] = [(0, 8 * T + c.pw * T * d, r * T * d)]
+    if cfg.pos_embedding == "learned":
+        ks.append((T * d, r * T * d + c.pw * c.S * d, r * T * d))
+    fwd = chain("embed/fwd", "embedding", "fwd", ks, cnt, T * d)
+    if not c.train:
+        return Pair(fwd, [])
+    gb = 4.0 if (c.autocast or c.main_grad or c.pw == 4) else c.pw
+    bk: list[Kern] = [(0, 8 * T, 8 * T)] * 4 + [(0, 0, gb * V * d), (T * d, r * T * d + 8 * T, gb * T * d)]
+    return Pair(fwd, chain("embed/bwd", "embedding", "bwd", bk, cnt, T * d))
+
+
+def sample(c: Ctx, rows: int, V: int) -> list[Op]:
+    """Greedy sampling of the next token (argmax over V logits per row): one reduction."""
+    return chain("sample/argmax", "softmax", "fwd", [(rows * V, c.act * rows * V, 8 * rows)], 1, rows * V)

@@ -1,0 +1,87 @@
+"""FLOP totals: op-list sums, the "model FLOPs" used for MFU, hardware FLOPs for HFU.
+
+model_flops_per_step (training), the Megatron-Bridge / NeMo >= 24.07 convention
+(nemo/.../flops_formulas.py ``llama3``: 12 + 12*g/a + 18*F/h + 12*S/h*0.5 + 6*V/(L*h),
+times tokens*L*h^2), generalised to GQA/MLA/MoE:
+
+    6 * N_body * tokens  +  6 * d * V * tokens  +  3 * L * H * (Dqk + Dv) * S * tokens
+
+N_body = matmul weights a token multiplies in the layers (attention projections, the
+active FFN: dense, or top_k routed + shared experts + router); 6*d*V is the lm_head
+(counted even when tied); the attention term is 6*L*S*(H*D) per token for Dqk = Dv = D,
+i.e. 2 (fwd) x 2 (QK^T and PV) x 3 (fwd+bwd) with causal halving (S/2 keys per query
+on average). No recompute credit. PaLM's 6N + 12*L*H*D*S per token is the same without
+causal halving.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from .build import build_ops
+from .ops import Op
+from .ops_common import causal_pairs
+from .workload import InferenceWorkload, TrainingWorkload
+
+TENSOR_KINDS = ("matmul", "attention")
+
+
+def count_flops(ops: Iterable[Op], kinds: Iterable[str] | None = None, phase: str | None = None) -> float:
+    """Sum of flops * count over ``ops`` (optionally only some kinds / one phase)."""
+    ks = None if kinds is None else set(kinds)
+    return sum(o.flops * o.count for o in ops if (ks is None or o.kind in ks) and (phase is None or o.phase == phase))
+
+
+def count_bytes(ops: Iterable[Op], kinds: Iterable[str] | None = None, phase: str | None = None) -> float:
+    """Sum of (bytes_read + bytes_written) * count."""
+    ks = None if kinds is None else set(kinds)
+    return sum((o.bytes_read + o.bytes_written) * o.count for o in ops
+               if (ks is None or o.kind in ks) and (phase is None or o.phase == phase))
+
+
+def count_kernels(ops: Iterable[Op]) -> int:
+    """Kernel launches per step: sum of kernels * count."""
+    return sum(o.kernels * o.count for o in ops)
+
+
+def totals_by(ops: Iterable[Op], key: str = "kind") -> dict[str, float]:
+    """flops*count grouped by an Op attribute ("kind", "phase", "name")."""
+    out: dict[str, float] = {}
+    for o in ops:
+        k = getattr(o, key)
+        out[k] = out.get(k, 0.0) + o.flops * o.count
+    return out
+
+
+def _attn_dims(w) -> tuple[int, int]:
+    cfg = w.model
+    if cfg.mla:
+        return cfg.mla.qk_head_dim, cfg.mla.v_head_dim
+    return cfg.head_dim, cfg.head_dim
+
+
+def model_flops_per_step(w: TrainingWorkload | InferenceWorkload) -> float:
+    """Useful FLOPs of one step (see module docstring for training).
+
+    Inference: 2*N_body*tokens + 2*d*V*logit_rows + attention forward with exact causal
+    pairs (prefill) or B*context keys (decode): 2*L*B*H*pairs*(Dqk+Dv)."""
+    cfg, (dqk, dv) = w.model, _attn_dims(w)
+    L, H, d, V = cfg.n_layers, cfg.n_heads, cfg.d_model, cfg.vocab
+    nb = cfg.matmul_params_per_token()
+    if isinstance(w, TrainingWorkload):
+        t = w.tokens
+        return 6.0 * (nb + d * V) * t + 3.0 * L * H * (dqk + dv) * w.seq * t
+    if w.phase == "prefill":
+        rows = w.tokens if w.prefill_logits == "all" else w.batch
+        pairs = causal_pairs(w.prompt_len, w.prompt_len)
+    else:
+        rows, pairs = w.batch, float(w.context_len)
+    return 2.0 * nb * w.tokens + 2.0 * d * V * rows + 2.0 * L * w.batch * H * pairs * (dqk + dv)
+
+
+def hardware_flops_per_step(w: TrainingWorkload | InferenceWorkload, fused=frozenset(),
+                            kinds: Iterable[str] | None = TENSOR_KINDS) -> float:
+    """FLOPs the GPU executes: sum of op flops*count, recompute included (for HFU).
+    Default: tensor-core work only (matmul + attention, FA backward at 2.5x forward);
+    kinds=None adds the (indicative) elementwise FLOPs."""
+    return count_flops(build_ops(w, fused), kinds)

@@ -1,0 +1,94 @@
+"""Build a TransformerConfig from a local Hugging Face ``config.json`` (no network).
+
+Supported model_type: llama, mistral, mixtral, qwen2, qwen3, qwen3_moe, deepseek_v3.
+A missing required key or an unknown model_type raises ValueError naming the file
+and the key.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from .config import MLAConfig, MoEConfig, TransformerConfig
+
+SUPPORTED = ("llama", "mistral", "mixtral", "qwen2", "qwen3", "qwen3_moe", "deepseek_v3")
+
+
+class _Keys:
+    """Typed access to the json dict that names the file and key on failure."""
+
+    def __init__(self, data: dict[str, Any], path: Path):
+        self.data, self.path = data, path
+
+    def req(self, key: str):
+        if self.data.get(key) is None:
+            raise ValueError(f"{self.path}: required key {key!r} missing from HF config")
+        return self.data[key]
+
+    def opt(self, key: str, default):
+        v = self.data.get(key)
+        return default if v is None else v
+
+
+def _base(k: _Keys, name: str) -> dict[str, Any]:
+    heads = k.req("num_attention_heads")
+    return dict(
+        name=name, n_layers=k.req("num_hidden_layers"), d_model=k.req("hidden_size"), n_heads=heads,
+        n_kv_heads=k.opt("num_key_value_heads", heads), head_dim=k.opt("head_dim", None),
+        ffn=k.req("intermediate_size"), vocab=k.req("vocab_size"),
+        tie_embeddings=bool(k.opt("tie_word_embeddings", False)),
+        max_seq=k.req("max_position_embeddings"), rope_theta=float(k.opt("rope_theta", 10000.0)),
+        norm_eps=float(k.opt("rms_norm_eps", 1e-6)), qkv_bias=bool(k.opt("attention_bias", False)),
+    )
+
+
+def _mixtral(k: _Keys) -> dict[str, Any]:
+    return dict(moe=MoEConfig(n_experts=k.req("num_local_experts"), top_k=k.req("num_experts_per_tok"),
+                              expert_ffn=k.req("intermediate_size")))
+
+
+def _qwen3_moe(k: _Keys) -> dict[str, Any]:
+    if k.opt("mlp_only_layers", []):
+        raise ValueError(f"{k.path}: key 'mlp_only_layers' (non-empty) is not supported")
+    return dict(qk_norm=True, moe=MoEConfig(
+        n_experts=k.req("num_experts"), top_k=k.req("num_experts_per_tok"),
+        expert_ffn=k.req("moe_intermediate_size"), moe_layer_freq=k.opt("decoder_sparse_step", 1)))
+
+
+def _deepseek_v3(k: _Keys) -> dict[str, Any]:
+    mla = MLAConfig(q_lora_rank=k.opt("q_lora_rank", None), kv_lora_rank=k.req("kv_lora_rank"),
+                    qk_nope_head_dim=k.req("qk_nope_head_dim"), qk_rope_head_dim=k.req("qk_rope_head_dim"),
+                    v_head_dim=k.req("v_head_dim"))
+    moe = MoEConfig(n_experts=k.req("n_routed_experts"), top_k=k.req("num_experts_per_tok"),
+                    expert_ffn=k.req("moe_intermediate_size"), n_shared_experts=k.opt("n_shared_experts", 0),
+                    first_k_dense_layers=k.opt("first_k_dense_replace", 0),
+                    moe_layer_freq=k.opt("moe_layer_freq", 1), router_bias=k.opt("topk_method", "") == "noaux_tc")
+    return dict(mla=mla, moe=moe, head_dim=mla.v_head_dim, mtp_depth=k.opt("num_nextn_predict_layers", 0),
+                qkv_bias=False)
+
+
+_EXTRA = {
+    "llama": lambda k: {}, "mistral": lambda k: {}, "mixtral": _mixtral,
+    "qwen2": lambda k: {"qkv_bias": True}, "qwen3": lambda k: {"qk_norm": True},
+    "qwen3_moe": _qwen3_moe, "deepseek_v3": _deepseek_v3,
+}
+
+
+def from_hf_config(path: str | Path, name: str | None = None) -> TransformerConfig:
+    """TransformerConfig from a local HF config.json (file path or its directory)."""
+    p = Path(path)
+    if p.is_dir():
+        p = p / "config.json"
+    try:
+        data = json.loads(p.read_text())
+    except (OSError, json.JSONDecodeError) as e:
+        raise ValueError(f"{p}: cannot read HF config ({e})") from e
+    k = _Keys(data, p)
+    mtype = k.req("model_type")
+    if mtype not in _EXTRA:
+        raise ValueError(f"{p}: model_type {mtype!r} is not supported (supported: {', '.join(SUPPORTED)})")
+    fields = _base(k, name or data.get("_name_or_path") or p.parent.name or mtype)
+    fields.update(_EXTRA[mtype](k))
+    return TransformerConfig(**fields)

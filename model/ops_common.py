@@ -1,0 +1,157 @@
+"""Shared pieces of op building: the step context, GEMM and attention ops.
+
+FLOP conventions (one instance):
+  matmul      2*M*N*K*batch.  Backward: dgrad dX[M,K] = dY[M,N] W^T (2MNK) and
+              wgrad dW[K,N] = X^T dY (2MNK), each its own op with its own shape.
+  attention   forward 2*B*Hq*pairs*(Dqk + Dv): QK^T (2*Dqk) + PV (2*Dv) per (query, key)
+              pair; pairs = Sq*Skv, or for causal (queries aligned to the end of the keys)
+              Sq*Skv - Sq*(Sq-1)/2 -- the work a flash kernel does, ~half of S^2 when Sq == Skv.
+              Backward = 2.5 x forward (FA2 convention: 5 GEMM-like products vs 2).
+Bytes: every kernel reads its inputs once and writes its outputs once at their dtypes.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from .config import TransformerConfig
+from .ops import DTYPE_BYTES, Op
+
+Kern = tuple  # (flops, bytes read, bytes written[, kernels]): totals of `kernels` (default 1) launches
+
+
+def times(k: Kern, n: int) -> Kern:
+    """``n`` launches of kernel ``k`` as one Kern (keeps per-expert/per-tensor loops O(1))."""
+    return (k[0] * n, k[1] * n, k[2] * n, n)
+
+
+@dataclass(frozen=True, slots=True)
+class Ctx:
+    """What every op builder needs to know about the step.
+
+    B, S: sequences and new tokens per sequence; Skv: keys attended (S for training);
+    act/resid: bytes of linear outputs / residual stream; gemm: GEMM compute dtype;
+    gin: bytes of GEMM activation operands; wb: bytes of layer weights as GEMMs read them;
+    pw: bytes of stored norm/embedding weights; mb: micro-batches per step (count multiplier);
+    autocast: torch.autocast over fp32 params (casts at every linear input);
+    main_grad: wgrad accumulates into an fp32 buffer inside the GEMM.
+    """
+
+    cfg: TransformerConfig
+    B: int
+    S: int
+    Skv: int
+    act: float
+    resid: float
+    gemm: str
+    gin: float
+    wb: float
+    pw: float
+    mb: int
+    train: bool
+    autocast: bool = False
+    main_grad: bool = False
+    grad_out: float = 2.0       # bytes of a wgrad GEMM output (when not main_grad)
+    kvb: float = 2.0            # KV-cache bytes per element (inference)
+    fused: frozenset = field(default_factory=frozenset)
+
+    @property
+    def T(self) -> int:
+        return self.B * self.S
+
+    def f(self, group: str) -> bool:
+        return group in self.fused
+
+
+@dataclass(slots=True)
+class Pair:
+    """Forward ops of a piece of the layer and the backward ops autograd runs for it."""
+
+    fwd: list[Op]
+    bwd: list[Op]
+
+
+def chain(name: str, kind: str, phase: str, ks: list[Kern], count: int, numel: int,
+          dtype: str = "fp32") -> list[Op]:
+    """One Op aggregating the kernels ``ks`` (kernels = their launch count); [] when none."""
+    if not ks or count <= 0:
+        return []
+    launches = sum(k[3] if len(k) > 3 else 1 for k in ks)
+    return [Op(name, kind, phase, sum(k[0] for k in ks), sum(k[1] for k in ks), sum(k[2] for k in ks),
+               dtype, (int(numel),), count, launches)]
+
+
+def mm(c: Ctx, name: str, phase: str, M: float, N: int, K: int, count: int, batch: int = 1,
+       a_bytes: float = 0.0, b_bytes: float = 0.0, out_bytes: float = 0.0, kernels: int = 1) -> Op:
+    """One GEMM C[M,N] = A[M,K] B[K,N] (x batch): flops 2*M*N*K*batch; bytes given by caller."""
+    shape = (max(1, round(M)), N, K, batch)
+    return Op(name, "matmul", phase, 2.0 * M * N * K * batch, a_bytes + b_bytes, out_bytes,
+              c.gemm, shape, count, kernels)
+
+
+def linear(c: Ctx, name: str, M: float, N: int, K: int, n: int, batch: int = 1,
+           kernels: int = 1, w_read: float | None = None, bias: bool = False) -> Pair:
+    """Y[M,N] = X[M,K] W[K,N] per expert (batch experts), run ``n`` times per micro-batch.
+
+    fwd   reads X (gin) + W (wb, or ``w_read`` bytes: experts actually touched), writes Y (act).
+    dgrad dX[M,K] = dY W^T: reads dY (gin) + W, writes dX (act).
+    wgrad dW[K,N] = X^T dY: reads X + dY; writes dW (grad_out), or with main_grad reads and
+          writes the fp32 accumulator (4+4 B/param). A bias adds a column-sum of dY (1 kernel).
+    """
+    cnt, w = n * c.mb, (K * N * batch * c.wb if w_read is None else w_read)
+    x_b, y_b = M * K * batch * c.gin, M * N * batch * c.gin
+    fwd = [mm(c, name, "fwd", M, N, K, cnt, batch, x_b, w, M * N * batch * c.act, kernels)]
+    if not c.train:
+        return Pair(fwd, [])
+    dgrad = mm(c, name + "/dgrad", "bwd", M, K, N, cnt, batch, y_b, w, M * K * batch * c.act, kernels)
+    wbytes = K * N * batch * (4.0 if c.main_grad else c.grad_out)
+    wgrad = mm(c, name + "/wgrad", "bwd", K, N, M, cnt, batch, x_b + y_b + (wbytes if c.main_grad else 0),
+               0.0, wbytes, kernels)
+    if bias:
+        wgrad = _with_bias_grad(wgrad, M * N * batch * c.act, N * batch * 4.0)
+    return Pair(fwd, [dgrad, wgrad])
+
+
+def _with_bias_grad(op: Op, read: float, write: float) -> Op:
+    return Op(op.name, op.kind, op.phase, op.flops, op.bytes_read + read, op.bytes_written + write,
+              op.dtype, op.shape, op.count, op.kernels + 1)
+
+
+def causal_pairs(Sq: int, Skv: int) -> float:
+    """(query, key) pairs a causal flash kernel computes with queries aligned to the end."""
+    return Sq * Skv - Sq * (Sq - 1) / 2.0
+
+
+def attention(c: Ctx, name: str, Hq: int, Hkv: int, dqk: int, dv: int, n: int, causal: bool,
+              kv_read: float | None = None) -> Pair:
+    """Flash attention over (B, Hq, Sq=S, Skv) with GQA (Hkv KV heads).
+
+    flops fwd = 2*B*Hq*pairs*(dqk+dv); bwd = 2.5x. Bytes fwd: q (B*Sq*Hq*dqk), K and V read
+    ONCE PER KV HEAD (B*Skv*Hkv*(dqk+dv), at KV-cache dtype for inference; ``kv_read``
+    overrides, e.g. MLA's shared latent), o written (+ fp32 logsumexp B*Hq*Sq when training).
+    Bwd reads q, k, v, o, dO, lse and writes dq, dk, dv.
+    """
+    B, Sq, Skv = c.B, c.S, c.Skv
+    pairs = causal_pairs(Sq, Skv) if causal else float(Sq * Skv)
+    flops = 2.0 * B * Hq * pairs * (dqk + dv)
+    q, o = B * Sq * Hq * dqk * c.act, B * Sq * Hq * dv * c.act
+    kv = B * Skv * Hkv * (dqk + dv) * (c.act if c.train else c.kvb) if kv_read is None else kv_read
+    lse = B * Hq * Sq * 4.0 if c.train else 0.0
+    shape = (B, Hq, Hkv, Sq, Skv, dqk, dv, int(causal))
+    cnt, dt = n * c.mb, ("fp32" if c.act == 4 else "bf16")
+    fwd = [Op(name, "attention", "fwd", flops, q + kv, o + lse, dt, shape, cnt, 1)]
+    if not c.train:
+        return Pair(fwd, [])
+    bwd = Op(name, "attention", "bwd", 2.5 * flops, q + kv + 2 * o + lse, q + kv, dt, shape, cnt, 1)
+    return Pair(fwd, [bwd])
+
+
+def recompute(ops: list[Op]) -> list[Op]:
+    """Forward ops re-run inside backward (activation checkpointing): phase bwd, '/recompute'."""
+    return [Op(o.name + "/recompute", o.kind, "bwd", o.flops, o.bytes_read, o.bytes_written,
+               o.dtype, o.shape, o.count, o.kernels) for o in ops]
+
+
+def dbytes(dtype: str) -> float:
+    return DTYPE_BYTES[dtype]

@@ -1,0 +1,186 @@
+"""One transformer layer as op Pairs: attention (GQA/MHA or MLA), dense MLP or MoE.
+
+Every builder returns Pairs in forward order; the caller lays out backward in reverse.
+GQA linears in llama_ref are separate q/k/v (and gate/up) GEMMs: unless the
+"concat_proj" group is fused they are emitted as ``q_proj`` (count n) + ``kv_proj``
+(count 2n) and ``gate_up`` with count 2n and N = ffn; fused, one ``qkv_proj`` /
+``gate_up`` GEMM with the concatenated N.
+
+MLA (DeepSeek): training and prefill use the non-absorbed form (kv_up materializes
+per-head K/V, flash attention with Dqk = nope + rope, Dv = v). Decode uses the
+absorbed form (as DeepSeek's inference code and vLLM do): q_nope @ W_uk per head
+(``q_absorb``, batch = H) makes latent queries, attention runs MQA-like over the
+latent cache (Hkv = 1, Dqk = kv_lora + rope, Dv = kv_lora, the cache read once), then
+``v_absorb`` (latent @ W_uv per head) and o_proj. Non-absorbed decode would instead
+up-project the whole cache every step (2*Skv*kv_lora*H*(nope+v) FLOPs per sequence).
+"""
+
+from __future__ import annotations
+
+from .chains import act, norm, residual, rope
+from .ops_common import Ctx, Pair, attention, chain, linear, times
+
+
+def kv_append(c: Ctx, elems: float, n: int, kernels: int) -> Pair:
+    """Write the new tokens' K/V (``elems`` per instance) into the cache: reads act, writes kvb."""
+    ops = chain("layer/attn/kv_append", "memcpy", "fwd", [(0, c.act * elems, c.kvb * elems, kernels)],
+                n * c.mb, elems)
+    return Pair(ops, [])
+
+
+def gqa_attention(c: Ctx, n: int) -> list[Pair]:
+    """norm_attn, q/k/v projections, [q/k norm], rope, [kv_append], flash core, o_proj."""
+    cfg, T = c.cfg, c.T
+    d, H, Hkv, D = cfg.d_model, cfg.n_heads, cfg.n_kv_heads, cfg.head_dim
+    bias, cat = cfg.linear_bias or cfg.qkv_bias, c.f("concat_proj")
+    out = [norm(c, "layer/norm_attn", T, d, n, 1 if cat else 3, resid_in=True)]
+    if cat:
+        out.append(linear(c, "layer/attn/qkv_proj", T, (H + 2 * Hkv) * D, d, n, bias=bias))
+    else:
+        out += [linear(c, "layer/attn/q_proj", T, H * D, d, n, bias=bias),
+                linear(c, "layer/attn/kv_proj", T, Hkv * D, d, 2 * n, bias=bias)]
+    if cfg.qk_norm:
+        out.append(norm(c, "layer/attn/qk_norm", T * (H + Hkv), D, n, 0, stream=False))
+    if cfg.pos_embedding == "rope":
+        out.append(rope(c, "layer/attn/rope", T * H * D, T * Hkv * D, c.S * D, n))
+    if not c.train:
+        out.append(kv_append(c, 2 * T * Hkv * D, n, 2))
+    out.append(attention(c, "layer/attn/core", H, Hkv, D, D, n, causal=c.S > 1))
+    out.append(linear(c, "layer/attn/o_proj", T, d, H * D, n, bias=cfg.linear_bias))
+    return out
+
+
+def mla_attention(c: Ctx, n: int) -> list[Pair]:
+    """DeepSeek MLA (see module docstring for absorbed vs non-absorbed)."""
+    cfg, T, m = c.cfg, c.T, c.cfg.mla
+    d, H, ql, kl, rd = cfg.d_model, cfg.n_heads, m.q_lora_rank, m.kv_lora_rank, m.qk_rope_head_dim
+    dqk, absorbed = m.qk_head_dim, (not c.train and c.S == 1)
+    out = [norm(c, "layer/norm_attn", T, d, n, 1 if c.f("concat_proj") else 2, resid_in=True)]
+    if ql and c.f("concat_proj"):
+        out.append(linear(c, "layer/attn/qkv_down", T, ql + kl + rd, d, n))
+    else:
+        out.append(linear(c, "layer/attn/q_down" if ql else "layer/attn/q_proj", T, ql or H * dqk, d, n))
+        out.append(linear(c, "layer/attn/kv_down", T, kl + rd, d, n))
+    if ql:
+        out += [norm(c, "layer/attn/q_norm", T, ql, n, 1, stream=False),
+                linear(c, "layer/attn/q_up", T, H * dqk, ql, n)]
+    out.append(norm(c, "layer/attn/kv_norm", T, kl, n, 0 if absorbed else 1, stream=False))
+    if absorbed:
+        out += [kv_append(c, T * (kl + rd), n, 1),
+                linear(c, "layer/attn/q_absorb", c.B, kl, m.qk_nope_head_dim, n, batch=H),
+                rope(c, "layer/attn/rope", T * H * rd, T * rd, c.S * rd, n),
+                attention(c, "layer/attn/core", H, 1, kl + rd, kl, n, False, c.B * c.Skv * (kl + rd) * c.kvb),
+                linear(c, "layer/attn/v_absorb", c.B, m.v_head_dim, kl, n, batch=H)]
+    else:
+        out.append(linear(c, "layer/attn/kv_up", T, H * (m.qk_nope_head_dim + m.v_head_dim), kl, n))
+        out.append(rope(c, "layer/attn/rope", T * H * rd, T * rd, c.S * rd, n, cat=2 * T * H * dqk))
+        if not c.train:
+            out.append(kv_append(c, T * (kl + rd), n, 1))
+        out.append(attention(c, "layer/attn/core", H, H, dqk, m.v_head_dim, n, causal=c.S > 1))
+    out.append(linear(c, "layer/attn/o_proj", T, d, H * m.v_head_dim, n))
+    return out
+
+
+def mlp(c: Ctx, prefix: str, M: float, F: int, n: int, batch: int = 1, kernels: int = 1) -> list[Pair]:
+    """Gated (gate_up, act, down) or plain (up, act, down) MLP on M rows (per expert when batch>1).
+    FLOPs: gated 6*M*d*F per batch entry forward (3 matrices), plain 4*M*d*F."""
+    cfg = c.cfg
+    d, bias = cfg.d_model, cfg.linear_bias
+    if cfg.gated and c.f("concat_proj"):
+        up = linear(c, prefix + "/gate_up", M, 2 * F, d, n, batch, kernels, bias=bias)
+    elif cfg.gated:
+        up = linear(c, prefix + "/gate_up", M, F, d, 2 * n, batch, kernels, bias=bias)
+    else:
+        up = linear(c, prefix + "/up", M, F, d, n, batch, kernels, bias=bias)
+    return [up, act(c, prefix + "/act", M * F * batch, n),
+            linear(c, prefix + "/down", M, d, F, n, batch, kernels, bias=bias)]
+
+
+def moe(c: Ctx, n: int) -> list[Pair]:
+    """Router GEMM, top-k, permute, routed experts, unpermute (+ shared experts).
+
+    Uniform routing: the T*top_k token copies spread over ``hit`` experts, where
+    hit = E*(1-(1-k/E)^T) is the expected number of distinct experts a step touches
+    (-> E in training, < E in small-batch decode: only those experts' weights are read).
+    Expert GEMMs: M = T*k/hit rows each, batch = hit; FLOPs exactly 2*T*k*N*K.
+    Grouped GEMM ("grouped_gemm" fused): 1 kernel; else the HF per-expert loop: hit kernels.
+    """
+    m, T = c.cfg.moe, c.T
+    E, k, d = m.n_experts, m.top_k, c.cfg.d_model
+    hit = max(1, round(E * (1.0 - (1.0 - k / E) ** T)))
+    gk = 1 if c.f("grouped_gemm") else hit
+    out = [linear(c, "layer/moe/router", T, E, d, n), _topk(c, T, E, k, n), _permute(c, T, d, k, hit, n)]
+    out += mlp(c, "layer/moe/experts", T * k / hit, m.expert_ffn, n, batch=hit, kernels=gk)
+    out.append(_unpermute(c, T, d, k, hit, n))
+    if m.n_shared_experts:
+        out += mlp(c, "layer/moe/shared", T, m.shared_ffn_total, n)
+    return out
+
+
+def _topk(c: Ctx, T: int, E: int, k: int, n: int) -> Pair:
+    """Router probabilities + top-k. Eager: softmax (fp32), topk, sum, div (+6 kernels for
+    DeepSeek's sigmoid + bias + group-limited top-k); fused: one kernel."""
+    a, cnt = c.act, n * c.mb
+    if c.f("moe_permute"):
+        fk, bk = [(5 * T * E, a * T * E, 12 * T * k)], [(3 * T * E, 12 * T * k + 4 * T * E, a * T * E)]
+    else:
+        extra = [(T * E, 4 * T * E, 4 * T * E)] * (6 if c.cfg.moe.router_bias else 0)
+        fk = [(4 * T * E, a * T * E, 4 * T * E), (T * E, 4 * T * E, 12 * T * k), (T * k, 4 * T * k, 4 * T),
+              (T * k, 4 * T * k + 4 * T, 4 * T * k)] + extra
+        bk = [(T * k, 8 * T * k, 4 * T * E), (2 * T * E, 8 * T * E, 4 * T * E), (0, 4 * T * E, a * T * E)]
+    return Pair(chain("layer/moe/topk", "softmax", "fwd", fk, cnt, T * E),
+                chain("layer/moe/topk", "softmax", "bwd", bk, cnt, T * E) if c.train else [])
+
+
+def _permute(c: Ctx, T: int, d: int, k: int, hit: int, n: int) -> Pair:
+    """Gather each token's hidden state to its k experts. Eager (HF loop): one_hot, permute,
+    then per expert where + index-select; bwd per-expert index_add + zero-fill."""
+    a, e, cnt = c.act, T * d, n * c.mb
+    if c.f("moe_permute"):
+        fk, bk = [(0, a * e + 8 * T * k, a * k * e)], [(k * e, a * k * e, a * e)]
+    else:
+        fk = [(0, 8 * T * k, 8 * T * k)] * 2 + [times((0, 8 * T * k / hit, 8 * T * k / hit), hit),
+                                                 times((0, a * k * e / hit, a * k * e / hit), hit)]
+        bk = [(0, 0, a * e), times((k * e / hit, 2 * a * k * e / hit, a * k * e / hit), hit)]
+    return Pair(chain("layer/moe/permute", "memcpy", "fwd", fk, cnt, k * e),
+                chain("layer/moe/permute", "memcpy", "bwd", bk, cnt, k * e) if c.train else [])
+
+
+def _unpermute(c: Ctx, T: int, d: int, k: int, hit: int, n: int) -> Pair:
+    """Weight each expert output by its routing probability and sum the k copies per token.
+    Eager: zero-fill + per expert (mul, index_add_); bwd per expert gather, mul, prob grad."""
+    a, e, cnt = c.act, T * d, n * c.mb
+    if c.f("moe_permute"):
+        fk = [(2 * k * e, a * k * e + 4 * T * k, a * e)]
+        bk = [(3 * k * e, a * e + a * k * e + 4 * T * k, a * k * e + 4 * T * k)]
+    else:
+        per = k * e / hit
+        fk = [(0, 0, a * e), times((per, a * per + 4 * T * k / hit, a * per), hit),
+              times((per, 2 * a * per, a * per), hit)]
+        bk = [times(x, hit) for x in ((0, a * per, a * per), (per, a * per, a * per), (per, 2 * a * per, a * per),
+                                       (per, a * per, 4 * T * k / hit))]
+    return Pair(chain("layer/moe/unpermute", "memcpy", "fwd", fk, cnt, k * e),
+                chain("layer/moe/unpermute", "memcpy", "bwd", bk, cnt, k * e) if c.train else [])
+
+
+def layer_pairs(c: Ctx) -> list[Pair]:
+    """All layers: attention ops (count L), norm_mlp (L), dense MLP (L_dense), MoE (L_moe),
+    residual adds (2L). With "residual_norm" fused the adds live in the next norm: layer 0's
+    norm_attn stands in for head/norm so the total count of folded adds stays 2L."""
+    cfg, L = c.cfg, c.cfg.n_layers
+    attn = mla_attention(c, L) if cfg.mla else gqa_attention(c, L)
+    out = attn + [norm(c, "layer/norm_mlp", c.T, cfg.d_model, L, _mlp_consumers(c), resid_in=True)]
+    if cfg.n_dense_layers:
+        out += mlp(c, "layer/mlp", c.T, cfg.ffn, cfg.n_dense_layers)
+    if cfg.n_moe_layers:
+        out += moe(c, cfg.n_moe_layers)
+    out.append(residual(c, "layer/residual", c.T * cfg.d_model, 2 * L))
+    return out
+
+
+def _mlp_consumers(c: Ctx) -> int:
+    """Linears reading norm_mlp's output (autocast casts it once per consumer)."""
+    cfg, one = c.cfg, c.f("concat_proj") or not c.cfg.gated
+    if cfg.moe and cfg.n_moe_layers >= cfg.n_dense_layers:
+        return 2 + (0 if not cfg.moe.n_shared_experts else (1 if one else 2))
+    return 1 if one else 2

@@ -1,0 +1,151 @@
+"""A training step (grad_accum micro-batches + one optimizer step) as a flat op list.
+
+Order: per-step weight casts, forward (embed, layers, head, loss), backward in
+reverse (with recompute ops first when enabled), gradient casts/accumulation,
+optimizer. Counts: layer ops n_layers x grad_accum, head/loss ops grad_accum.
+"""
+
+from __future__ import annotations
+
+import math
+
+from .chains import cross_entropy, embedding, norm
+from .config import TransformerConfig
+from .ops import DTYPE_BYTES, Op
+from .ops_common import Ctx, Pair, chain, linear, recompute, times
+from .ops_layer import layer_pairs
+from .workload import TrainingWorkload, train_dtypes
+
+
+def linear_weight_params(cfg: TransformerConfig, layers_only: bool = False) -> int:
+    """Elements of every linear weight matrix (all experts; + lm_head unless layers_only)."""
+    body = 0
+    for i in range(cfg.n_layers):
+        if cfg.is_moe_layer(i):
+            m = cfg.moe
+            ffn = m.n_experts * (cfg.d_model + cfg.mlp_matmul_params(m.expert_ffn))
+            ffn += cfg.mlp_matmul_params(m.shared_ffn_total) if m.n_shared_experts else 0
+        else:
+            ffn = cfg.mlp_matmul_params(cfg.ffn)
+        body += cfg.attn_matmul_params() + ffn
+    return body if layers_only else body + cfg.vocab * cfg.d_model
+
+
+def linear_weight_tensors(cfg: TransformerConfig) -> int:
+    """Number of linear weight tensors (one cast kernel each in eager autocast)."""
+    attn = (5 if cfg.mla.q_lora_rank else 4) if cfg.mla else 4
+    mlp = 3 if cfg.gated else 2
+    moe = 0
+    if cfg.moe:
+        moe = 1 + cfg.moe.n_experts * mlp + (mlp if cfg.moe.n_shared_experts else 0)
+    return cfg.n_layers * attn + cfg.n_dense_layers * mlp + cfg.n_moe_layers * moe + 1
+
+
+def param_tensors(cfg: TransformerConfig) -> int:
+    """All parameter tensors (linear weights, norm weights/biases, embeddings)."""
+    norms = cfg.n_layers * (2 + 2 * cfg.qk_norm + (2 if cfg.mla else 0)) + 1
+    return linear_weight_tensors(cfg) + norms * (2 if cfg.norm == "layernorm" else 1) + 1
+
+
+def _ctx(w: TrainingWorkload, fused: frozenset) -> Ctx:
+    dt = train_dtypes(w.precision)
+    gb = DTYPE_BYTES[dt.gemm]
+    return Ctx(cfg=w.model, B=w.mbs, S=w.seq, Skv=w.seq, act=dt.act, resid=dt.resid, gemm=dt.gemm,
+               gin=gb, wb=gb, pw=dt.param, mb=w.grad_accum, train=True, autocast=dt.autocast,
+               main_grad=dt.main_grad, grad_out=dt.act, fused=fused)
+
+
+def _fp8_casts(c: Ctx, layer_fwd: list[Op]) -> Pair:
+    """TransformerEngine fp8: every layer GEMM input cast to fp8 (+ transposed copy for wgrad),
+    every output grad likewise in backward: reads 2 B, writes 2 x 1 B per element."""
+    L, mms = c.cfg.n_layers, [o for o in layer_fwd if o.kind == "matmul"]
+    ins = sum(o.shape[0] * o.shape[2] * o.shape[3] * o.count for o in mms) / (L * c.mb)
+    outs = sum(o.shape[0] * o.shape[1] * o.shape[3] * o.count for o in mms) / (L * c.mb)
+    cnt = L * c.mb
+    fwd = chain("layer/cast_fp8", "cast", "fwd", [(ins, 2 * ins, 2 * ins, len(mms))], cnt, ins)
+    bwd = chain("layer/cast_fp8", "cast", "bwd", [(outs, 2 * outs, 2 * outs, len(mms))], cnt, outs)
+    return Pair(fwd, bwd)
+
+
+def _weight_casts(w: TrainingWorkload, c: Ctx) -> tuple[list[Op], list[Op]]:
+    """amp_bf16: autocast casts each fp32 linear weight to bf16 once per forward (4 -> 2 B/param;
+    the cache serves backward), and each bf16 wgrad back to fp32 (2 -> 4 B/param).
+    fp8: bf16 -> fp8 + transposed fp8 once per step (TE caches across micro-batches).
+    Eager: one kernel per weight tensor; "cast" fused: one multi-tensor kernel."""
+    cfg, dt = w.model, train_dtypes(w.precision)
+    if dt.weight_cast is None:
+        return [], []
+    P, nt = linear_weight_params(cfg), linear_weight_tensors(cfg)
+    k = 1 if c.f("cast") else nt
+    (r, wr), cnt = dt.weight_cast, (w.grad_accum if dt.autocast else 1)
+    pre = chain("cast/weights", "cast", "fwd", [(0, r * P, wr * P, k)], cnt, P)
+    post = chain("cast/grads", "cast", "bwd", [(0, 2 * P, 4 * P, k)], w.grad_accum, P) if dt.autocast else []
+    return pre, post
+
+
+def _grad_buffers(w: TrainingWorkload) -> tuple[list[Op], list[Op]]:
+    """main_grad stacks zero their fp32 grad buffer once per step; .grad stacks (amp, fp32)
+    use set_to_none (free) and AccumulateGrad adds micro-batches 2..n (R 8, W 4 B/param)."""
+    cfg, dt = w.model, train_dtypes(w.precision)
+    P = cfg.param_count()
+    if dt.main_grad:
+        return chain("grad/zero", "memcpy", "fwd", [(0, 0, 4.0 * P)], 1, P), []
+    nt = param_tensors(cfg)
+    return [], chain("grad/accumulate", "elementwise", "bwd", [(P, 8.0 * P, 4.0 * P, nt)], w.grad_accum - 1, P)
+
+
+def optimizer_ops(w: TrainingWorkload, fused: frozenset) -> list[Op]:
+    """AdamW: reads param, grad, exp_avg, exp_avg_sq (fp32) and writes param, exp_avg,
+    exp_avg_sq: 16 + 12 = 28 B/param; bf16/fp8 (fp32 master in the optimizer) also write the
+    bf16 param copy: 30 B/param. ~12 FLOP/param. SGD with momentum: R p, g, buf; W p, buf
+    (20 B/param, 3 FLOP). Fused (torch fused=True): multi_tensor_apply launches
+    max(ceil(tensors/36), ceil(P/(320*65536))); eager single-tensor AdamW: 8 kernels per tensor
+    (mul_, lerp_, mul_, addcmul_, sqrt, div, add_, addcdiv_: R 48, W 32 B/param)."""
+    cfg, dt = w.model, train_dtypes(w.precision)
+    P, nt = cfg.param_count(), param_tensors(cfg)
+    extra_w = 2.0 if dt.master else 0.0
+    adam = w.optimizer == "adamw"
+    flops, r, wr = (12.0, 16.0, 12.0 + extra_w) if adam else (3.0, 12.0, 8.0 + extra_w)
+    if "optimizer" in fused:
+        k = max(math.ceil(nt / 36), math.ceil(P / (320 * 65536)))
+        ks = [(flops * P, r * P, wr * P, k)]
+    else:
+        per = 8 if adam else 3
+        r2, w2 = (48.0, 32.0 + extra_w) if adam else (20.0, 12.0 + extra_w)
+        ks = [(flops * P, r2 * P, w2 * P, nt * per)]
+    return chain(f"optimizer/{w.optimizer}", "optimizer", "optimizer", ks, 1, P)
+
+
+def training_ops(w: TrainingWorkload, fused: frozenset) -> tuple[Op, ...]:
+    """Every op of one optimizer step (see module docstring)."""
+    c, cfg = _ctx(w, fused), w.model
+    T = c.T
+    layers = layer_pairs(c)
+    if w.precision == "fp8":
+        layers.append(_fp8_casts(c, [o for p in layers for o in p.fwd]))
+    head = [norm(c, "head/norm", T, cfg.d_model, 1, 1), linear(c, "head/logits", T, cfg.vocab, cfg.d_model, 1),
+            cross_entropy(c, T, cfg.vocab)]
+    pairs = [embedding(c, T)] + layers + head
+    cast_pre, cast_post = _weight_casts(w, c)
+    zero, accum = _grad_buffers(w)
+    fwd = [o for p in pairs for o in p.fwd]
+    bwd = [o for p in reversed(head) for o in p.bwd] + _recompute(w, c, layers)
+    bwd += [o for p in reversed(layers) for o in p.bwd] + pairs[0].bwd
+    return tuple(zero + cast_pre + fwd + bwd + cast_post + accum + optimizer_ops(w, fused))
+
+
+def _recompute(w: TrainingWorkload, c: Ctx, layers: list[Pair]) -> list[Op]:
+    """full: every layer forward op again (phase bwd, '/recompute'), plus under autocast the
+    layer weights re-cast (the recompute runs in a fresh autocast context);
+    selective: only the attention core (Megatron selective recompute)."""
+    fwd = [o for p in layers for o in p.fwd]
+    if w.recompute == "selective":
+        return recompute([o for o in fwd if o.name == "layer/attn/core"])
+    if w.recompute == "none":
+        return []
+    ops = recompute(fwd)
+    if c.autocast:
+        P, nt = linear_weight_params(w.model, layers_only=True), linear_weight_tensors(w.model) - 1
+        k = 1 if c.f("cast") else nt
+        ops = chain("cast/weights/recompute", "cast", "bwd", [(0, 4 * P, 2 * P, k)], w.grad_accum, P) + ops
+    return ops

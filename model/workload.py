@@ -1,0 +1,137 @@
+"""Workloads: a model plus what is done with it (a training step or an inference step).
+
+Both are frozen pydantic models; ``model`` accepts a preset name or a
+TransformerConfig and is stored as a TransformerConfig. Invalid values raise a
+ValidationError naming the field.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, PositiveInt, field_validator, model_validator
+
+from .config import TransformerConfig
+from .presets import preset
+
+Precision = Literal["amp_bf16", "bf16", "fp8", "fp32"]
+ActDType = Literal["bf16", "fp16", "fp32"]
+WeightDType = Literal["fp32", "bf16", "fp16", "fp8", "int8", "fp4", "int4"]
+
+
+def _resolve(v):
+    return preset(v) if isinstance(v, str) else v
+
+
+class TrainingWorkload(BaseModel):
+    """One optimizer step of ``grad_accum`` micro-batches of ``mbs`` x ``seq`` tokens on one replica.
+
+    precision:
+      amp_bf16  torch.autocast(bf16) over fp32 params (llama_ref.py): weights re-cast per forward,
+                fp32 residual stream, fp32 .grad, fused AdamW on fp32 params.
+      bf16      Megatron-style: bf16 params + fp32 master copy in the optimizer, wgrad GEMMs
+                accumulate into an fp32 main_grad (gradient-accumulation fusion).
+      fp8       TransformerEngine: as bf16, but GEMM operands cast to fp8 (+transpose) with amax.
+      fp32      everything fp32 (GEMMs on the fp32 pipe, no casts).
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    model: TransformerConfig
+    mbs: PositiveInt = 1
+    seq: PositiveInt = 2048
+    precision: Precision = "amp_bf16"
+    optimizer: Literal["adamw", "sgd"] = "adamw"
+    recompute: Literal["none", "selective", "full"] = "none"
+    grad_accum: PositiveInt = 1
+    stack: str = "eager"
+
+    _model = field_validator("model", mode="before")(classmethod(lambda cls, v: _resolve(v)))
+
+    @model_validator(mode="after")
+    def _check_seq(self) -> "TrainingWorkload":
+        if self.seq > self.model.max_seq:
+            raise ValueError(f"seq ({self.seq}) exceeds model max_seq ({self.model.max_seq}) of {self.model.name}")
+        return self
+
+    @property
+    def tokens_per_microbatch(self) -> int:
+        return self.mbs * self.seq
+
+    @property
+    def tokens(self) -> int:
+        """Tokens per optimizer step (all micro-batches)."""
+        return self.mbs * self.seq * self.grad_accum
+
+
+class InferenceWorkload(BaseModel):
+    """One forward step of a serving engine over ``batch`` sequences.
+
+    prefill: prompt_len new tokens per sequence, no prior cache, causal attention, KV written.
+    decode:  1 new token per sequence attending over context_len cached tokens (context_len
+             counts every token in the cache after the new one is appended).
+    weight_dtype applies to the transformer-layer linears; embeddings, norms and lm_head
+    stay in act_dtype. GEMMs compute in fp8/fp4 when weights are fp8/fp4 (W8A8/W4A4),
+    else in act_dtype (weight-only quantization dequantizes on the fly).
+    prefill_logits: "last" (serving engines: lm_head on the last token only) or "all"
+    (llama_ref.py's forward computes logits for every position).
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    model: TransformerConfig
+    batch: PositiveInt = 1
+    phase: Literal["prefill", "decode"] = "decode"
+    prompt_len: PositiveInt = 2048
+    context_len: PositiveInt = 2048
+    weight_dtype: WeightDType = "bf16"
+    kv_dtype: WeightDType = "bf16"
+    act_dtype: ActDType = "bf16"
+    stack: str = "serving"
+    prefill_logits: Literal["last", "all"] = "last"
+
+    _model = field_validator("model", mode="before")(classmethod(lambda cls, v: _resolve(v)))
+
+    @model_validator(mode="after")
+    def _check_len(self) -> "InferenceWorkload":
+        for f in ("prompt_len", "context_len"):
+            if getattr(self, f) > self.model.max_seq:
+                raise ValueError(f"{f} ({getattr(self, f)}) exceeds model max_seq ({self.model.max_seq})")
+        return self
+
+    @property
+    def tokens(self) -> int:
+        """New tokens processed this step."""
+        return self.batch * (self.prompt_len if self.phase == "prefill" else 1)
+
+
+@dataclass(frozen=True, slots=True)
+class Dtypes:
+    """Byte widths and dtype names one step uses (see TrainingWorkload docstring).
+
+    param/grad/master: stored parameter, gradient accumulator, optimizer master copy (0: none);
+    act: linear outputs and attention tensors; resid: residual stream and norm math input;
+    gemm: GEMM operand dtype; weight_cast: (read, write) bytes/param of the per-forward
+    weight cast (None: no cast); main_grad: wgrad accumulates into fp32 inside the GEMM.
+    """
+
+    param: float
+    grad: float
+    master: float
+    act: float
+    resid: float
+    gemm: str
+    weight_cast: tuple[float, float] | None
+    main_grad: bool
+    autocast: bool
+
+
+_TRAIN = {
+    "amp_bf16": Dtypes(4, 4, 0, 2, 4, "bf16", (4, 2), False, True),
+    "bf16": Dtypes(2, 4, 4, 2, 2, "bf16", None, True, False),
+    "fp8": Dtypes(2, 4, 4, 2, 2, "fp8", (2, 2), True, False),
+    "fp32": Dtypes(4, 4, 0, 4, 4, "fp32", None, False, False),
+}
+
+
+def train_dtypes(precision: str) -> Dtypes:
+    return _TRAIN[precision]
