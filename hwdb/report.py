@@ -24,7 +24,10 @@ _UNVERIFIED = ("assumed",)
 
 
 def _fmt(x: float) -> str:
-    return f"{x:,.4g}" if abs(x) < 1e5 else f"{x:,.0f}"
+    """Thousands separators, no exponent for the magnitudes we hold, at most 6 significant digits."""
+    if float(x).is_integer() and abs(x) < 1e15:
+        return f"{int(x):,}"
+    return f"{x:,.6g}"
 
 
 def _cell(gpu: GPU, key: str, unit: str) -> str:
