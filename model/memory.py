@@ -1,0 +1,152 @@
+"""Memory-relevant sizes (pure shape arithmetic, bytes, one model replica, no sharding).
+
+activation_bytes_saved: what autograd keeps per micro-batch for backward in the
+reference implementation (llama_ref.py, flash SDPA, no dropout). Per layer, with
+T = mbs*seq tokens, a = act bytes, r = residual bytes, k = linears reading a norm:
+  norm (eager, autocast)   x (4Td) + rstd (4T) + x*rstd (4Td) + k bf16 casts (2Td each,
+                           saved by the linears)
+  norm (eager, bf16/fp8)   x.to(fp32) (4Td) + rstd (4T) + h bf16 (2Td) + output (aTd)
+  norm (eager, fp32)       x (4Td) + rstd (4T) + x*rstd (4Td) + output (4Td)
+  norm (fused)             x (rTd) + rstd (4T) + the GEMM input (gin*Td, once)
+  attention (flash)        q, k, v (post-RoPE), o (a bytes) + logsumexp (4*B*H*S);
+                           RoPE saves only the shared cos/sin tables
+  swiglu                   eager: gate, up, silu(gate), product (4*a*TF); fused: 3*a*TF
+  gelu / relu2             input + output (2*a*TF) (relu2 eager: + relu output)
+  MoE                      probs (4TE), permuted tokens (a*T*k*d), expert MLP as above on
+                           T*k rows, expert outputs for unpermute (a*T*k*d), + shared MLP
+  MLA                      latent inputs (q_lora, kv_lora+rope rows) + norms, then q, k, v, o
+recompute "full": only each layer's input (r*T*d) is kept; "selective": Megatron's core
+attention recompute -- with flash attention it only drops the logsumexp.
+Cross-check (tests): GPT-3 with fused norm/act, bf16, no dropout gives 32*s*b*h bytes
+per layer = Korthikanti et al. 2022 eq. (1) 34*s*b*h without its two s*b*h dropout masks
+and with flash attention (no 5*a*s^2*b term).
+"""
+
+from __future__ import annotations
+
+from .config import TransformerConfig
+from .ops import DTYPE_BYTES
+from .ops_train import linear_weight_params
+from .workload import InferenceWorkload, TrainingWorkload, train_dtypes
+
+
+def weight_bytes(w: TrainingWorkload | InferenceWorkload) -> float:
+    """Stored parameters. Training: P x param bytes (fp32 for amp/fp32, bf16 for bf16/fp8; the fp32
+    master copy counts in optimizer_state_bytes). Inference: layer linears at weight_dtype,
+    embeddings, lm_head and norms at act_dtype."""
+    cfg = w.model
+    P = cfg.param_count()
+    if isinstance(w, TrainingWorkload):
+        return P * train_dtypes(w.precision).param
+    lin = linear_weight_params(cfg, layers_only=True)
+    return lin * DTYPE_BYTES[w.weight_dtype] + (P - lin) * DTYPE_BYTES[w.act_dtype]
+
+
+def weight_cast_cache_bytes(w: TrainingWorkload) -> float:
+    """Transient low-precision weight copies: autocast's bf16 cache of every linear weight
+    (2 B/param, alive for the whole forward+backward), TE fp8 weight + transpose (2 B/param)."""
+    dt = train_dtypes(w.precision)
+    return 0.0 if dt.weight_cast is None else linear_weight_params(w.model) * dt.weight_cast[1]
+
+
+def grad_bytes(w: TrainingWorkload) -> float:
+    """Gradient accumulators: fp32 .grad (amp, fp32) or fp32 main_grad (bf16, fp8): 4 B/param."""
+    return w.model.param_count() * train_dtypes(w.precision).grad
+
+
+def optimizer_state_bytes(w: TrainingWorkload) -> float:
+    """AdamW exp_avg + exp_avg_sq (fp32, 8 B/param) or SGD momentum (4 B/param), plus the fp32
+    master weights (4 B/param) for bf16/fp8 precision."""
+    dt = train_dtypes(w.precision)
+    per = 8.0 if w.optimizer == "adamw" else 4.0
+    return w.model.param_count() * (per + dt.master)
+
+
+def _norm_saved(w: TrainingWorkload, T: int, W: int, consumers: int, fused: bool) -> float:
+    dt = train_dtypes(w.precision)
+    e, gin = T * W, DTYPE_BYTES[dt.gemm]
+    if fused:
+        return dt.resid * e + 4 * T + gin * e
+    if dt.autocast:
+        return 8 * e + 4 * T + 2 * e * consumers
+    if dt.resid != 4:
+        return 4 * e + 4 * T + 2 * e + dt.act * e
+    return 12 * e + 4 * T
+
+
+def _mlp_saved(cfg: TransformerConfig, rows: float, F: int, a: float, fused_act: bool) -> float:
+    if cfg.gated:
+        return (3 if fused_act else 4) * a * rows * F
+    return (2 if (fused_act or cfg.mlp == "gelu") else 3) * a * rows * F
+
+
+def _attn_saved(w: TrainingWorkload, T: int, fused: frozenset) -> float:
+    cfg, a = w.model, train_dtypes(w.precision).act
+    H, lse = cfg.n_heads, 4.0 * w.mbs * cfg.n_heads * w.seq
+    if w.recompute == "selective":
+        lse = 0.0
+    if cfg.mla:
+        m = cfg.mla
+        lat = sum(_norm_saved(w, T, x, 1, "norm" in fused) for x in (m.q_lora_rank or 0, m.kv_lora_rank) if x)
+        qkvo = T * H * (2 * m.qk_head_dim + 2 * m.v_head_dim) * a
+        return lat + qkvo + a * T * (m.kv_lora_rank + m.qk_rope_head_dim) + lse
+    D, kv = cfg.head_dim, cfg.n_kv_heads
+    qkn = _norm_saved(w, T * (H + kv), D, 0, "norm" in fused) if cfg.qk_norm else 0.0
+    return T * D * (2 * H + 2 * kv) * a + lse + qkn
+
+
+def _ffn_saved(w: TrainingWorkload, T: int, fused: frozenset) -> tuple[float, float]:
+    """(dense layer MLP bytes, MoE layer FFN bytes)."""
+    cfg, a, fa = w.model, train_dtypes(w.precision).act, "act" in fused
+    dense = _mlp_saved(cfg, T, cfg.ffn, a, fa)
+    if not cfg.moe:
+        return dense, 0.0
+    m, d = cfg.moe, cfg.d_model
+    moe = 4 * T * m.n_experts + 2 * a * T * m.top_k * d + _mlp_saved(cfg, T * m.top_k, m.expert_ffn, a, fa)
+    moe += _mlp_saved(cfg, T, m.shared_ffn_total, a, fa) if m.n_shared_experts else 0.0
+    return dense, moe
+
+
+def activation_bytes_per_layer(w: TrainingWorkload, fused=frozenset(), moe_layer: bool = False) -> float:
+    """Bytes one layer saves for backward per micro-batch (module docstring)."""
+    cfg, T = w.model, w.tokens_per_microbatch
+    if w.recompute == "full":
+        return train_dtypes(w.precision).resid * T * cfg.d_model
+    fn = "norm" in fused
+    cat = "concat_proj" in fused
+    k_attn = 1 if cat else (2 if cfg.mla else 3)
+    k_mlp = 1 if (cat or not cfg.gated) else 2
+    norms = _norm_saved(w, T, cfg.d_model, k_attn, fn) + _norm_saved(w, T, cfg.d_model, k_mlp, fn)
+    dense, moe = _ffn_saved(w, T, fused)
+    return norms + _attn_saved(w, T, fused) + (moe if moe_layer else dense)
+
+
+def activation_bytes_saved(w: TrainingWorkload, fused=frozenset()) -> float:
+    """All layers + head norm for one micro-batch (logits: see logits_bytes)."""
+    cfg = w.model
+    per_dense = activation_bytes_per_layer(w, fused) if cfg.n_dense_layers else 0.0
+    per_moe = activation_bytes_per_layer(w, fused, moe_layer=True) if cfg.n_moe_layers else 0.0
+    head = _norm_saved(w, w.tokens_per_microbatch, cfg.d_model, 1, "norm" in fused)
+    return cfg.n_dense_layers * per_dense + cfg.n_moe_layers * per_moe + head
+
+
+def logits_bytes(w: TrainingWorkload | InferenceWorkload, fused=frozenset()) -> float:
+    """Peak bytes of logits-related tensors. Training eager: a-byte logits (held by the
+    caller) + fp32 copy + fp32 log_softmax output (saved) = (a + 8)*T*V, or (a + 4)*T*V when
+    the logits are already fp32; fused cross-entropy: logits + their grad, 2a*T*V.
+    Inference: rows x V at act_dtype (rows = batch, or all prompt tokens with "all")."""
+    cfg = w.model
+    if isinstance(w, InferenceWorkload):
+        rows = w.tokens if (w.phase == "prefill" and w.prefill_logits == "all") else w.batch
+        return rows * cfg.vocab * DTYPE_BYTES[w.act_dtype]
+    a, e = train_dtypes(w.precision).act, w.tokens_per_microbatch * cfg.vocab
+    if "cross_entropy" in fused:
+        return 2 * a * e
+    return (a + 4 + (4 if a != 4 else 0)) * e
+
+
+def kv_cache_bytes(w: InferenceWorkload) -> float:
+    """KV cache held after the step: batch x tokens cached x kv_bytes_per_token(kv_dtype)
+    (tokens = prompt_len after prefill, context_len in decode)."""
+    tokens = w.prompt_len if w.phase == "prefill" else w.context_len
+    return w.batch * tokens * w.model.kv_bytes_per_token(DTYPE_BYTES[w.kv_dtype])

@@ -1,0 +1,53 @@
+"""Memory helpers: closed forms and the Korthikanti et al. 2022 cross-check."""
+import pytest
+
+from mechsim.model import (InferenceWorkload, TrainingWorkload, activation_bytes_per_layer,
+                           activation_bytes_saved, grad_bytes, kv_cache_bytes, logits_bytes,
+                           optimizer_state_bytes, weight_bytes, weight_cast_cache_bytes)
+
+
+def test_korthikanti_gpt3_per_layer():
+    # Korthikanti et al. 2022 eq. (1): 34*s*b*h + 5*a*s^2*b bytes per layer (16-bit, dropout).
+    # Flash attention removes the s^2 terms; no dropout removes 2*s*b*h of masks -> 32*s*b*h.
+    s, b, h = 2048, 2, 12288
+    w = TrainingWorkload(model="gpt3-175b", mbs=b, seq=s, precision="bf16")
+    assert activation_bytes_per_layer(w, {"norm", "act"}) == pytest.approx(32 * s * b * h, rel=0.002)
+
+
+def test_recompute_ordering():
+    w = TrainingWorkload(model="llama3-8b", mbs=1, seq=4096)
+    none, sel, full = (activation_bytes_saved(w.model_copy(update={"recompute": r}))
+                       for r in ("none", "selective", "full"))
+    assert full < sel < none
+    # full: each layer keeps only its fp32 input (amp residual stream); the head norm (not
+    # checkpointed) keeps x, x*rstd (fp32), rstd and the bf16 cast for lm_head
+    T, d = 4096, 4096
+    assert full == 32 * 4 * T * d + (4 + 4 + 2) * T * d + 4 * T
+
+
+def test_fused_saves_less():
+    w = TrainingWorkload(model="llama3-8b", mbs=1, seq=4096)
+    assert activation_bytes_saved(w, {"norm", "act"}) < activation_bytes_saved(w)
+
+
+def test_state_bytes():
+    w = TrainingWorkload(model="llama3-8b")
+    P = w.model.param_count()
+    assert weight_bytes(w) == 4 * P and grad_bytes(w) == 4 * P and optimizer_state_bytes(w) == 8 * P
+    wb = TrainingWorkload(model="llama3-8b", precision="bf16")
+    assert weight_bytes(wb) == 2 * P and optimizer_state_bytes(wb) == 12 * P
+    assert weight_cast_cache_bytes(w) > 0 and weight_cast_cache_bytes(wb) == 0
+    assert optimizer_state_bytes(TrainingWorkload(model="llama3-8b", optimizer="sgd")) == 4 * P
+
+
+def test_logits_bytes():
+    w = TrainingWorkload(model="llama3-8b", mbs=1, seq=4096)
+    assert logits_bytes(w) == 4096 * 128256 * (2 + 4 + 4)
+    assert logits_bytes(w, {"cross_entropy"}) == 4096 * 128256 * 4
+
+
+def test_kv_cache_and_inference_weights():
+    i = InferenceWorkload(model="llama3-70b", batch=8, phase="decode", context_len=4096)
+    assert kv_cache_bytes(i) == 8 * 4096 * 327_680
+    q = InferenceWorkload(model="llama3-70b", weight_dtype="int4")
+    assert weight_bytes(q) < 0.3 * weight_bytes(i)
