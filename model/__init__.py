@@ -14,11 +14,12 @@ __all__ = [
 from .flops import (count_bytes, count_flops, count_kernels, hardware_flops_per_step,  # noqa: E402
                     model_flops_per_step, totals_by)
 from .memory import (activation_bytes_per_layer, activation_bytes_saved, grad_bytes,  # noqa: E402
+                     inference_activation_bytes,
                      kv_cache_bytes, logits_bytes, optimizer_state_bytes, weight_bytes,
                      weight_cast_cache_bytes)
 
 __all__ += [
     "activation_bytes_per_layer", "activation_bytes_saved", "count_bytes", "count_flops", "count_kernels",
-    "grad_bytes", "hardware_flops_per_step", "kv_cache_bytes", "logits_bytes", "model_flops_per_step",
+    "grad_bytes", "hardware_flops_per_step", "inference_activation_bytes", "kv_cache_bytes", "logits_bytes", "model_flops_per_step",
     "optimizer_state_bytes", "totals_by", "weight_bytes", "weight_cast_cache_bytes",
 ]

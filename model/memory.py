@@ -121,8 +121,28 @@ def activation_bytes_per_layer(w: TrainingWorkload, fused=frozenset(), moe_layer
     return norms + _attn_saved(w, T, fused) + (moe if moe_layer else dense)
 
 
-def activation_bytes_saved(w: TrainingWorkload, fused=frozenset()) -> float:
-    """All layers + head norm for one micro-batch (logits: see logits_bytes)."""
+def inference_activation_bytes(w: InferenceWorkload) -> float:
+    """Peak live activations of an inference step (nothing is kept across layers):
+    residual + norm output (2*T*d) plus the larger of attention's q, k, v, o and the
+    MLP's gate, up and product (3*T*F; MoE: T*top_k rows of expert_ffn, + permuted
+    copies 2*T*top_k*d), at act_dtype, T = new tokens."""
+    cfg, T, a = w.model, w.tokens, DTYPE_BYTES[w.act_dtype]
+    if cfg.mla:
+        attn = T * cfg.n_heads * (2 * cfg.mla.qk_head_dim + 2 * cfg.mla.v_head_dim)
+    else:
+        attn = T * cfg.head_dim * (2 * cfg.n_heads + 2 * cfg.n_kv_heads)
+    ffn = 3 * T * cfg.ffn if cfg.n_dense_layers else 0
+    if cfg.moe:
+        m = cfg.moe
+        ffn = max(ffn, 3 * T * m.top_k * m.expert_ffn + 2 * T * m.top_k * cfg.d_model)
+    return a * (2 * T * cfg.d_model + max(attn, ffn))
+
+
+def activation_bytes_saved(w: TrainingWorkload | InferenceWorkload, fused=frozenset()) -> float:
+    """Training: all layers + head norm for one micro-batch (logits: see logits_bytes).
+    Inference: the peak transient working set (inference_activation_bytes)."""
+    if isinstance(w, InferenceWorkload):
+        return inference_activation_bytes(w)
     cfg = w.model
     per_dense = activation_bytes_per_layer(w, fused) if cfg.n_dense_layers else 0.0
     per_moe = activation_bytes_per_layer(w, fused, moe_layer=True) if cfg.n_moe_layers else 0.0

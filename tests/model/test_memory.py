@@ -51,3 +51,11 @@ def test_kv_cache_and_inference_weights():
     assert kv_cache_bytes(i) == 8 * 4096 * 327_680
     q = InferenceWorkload(model="llama3-70b", weight_dtype="int4")
     assert weight_bytes(q) < 0.3 * weight_bytes(i)
+
+
+def test_inference_activations_transient():
+    pre = InferenceWorkload(model="llama3-8b", batch=2, phase="prefill", prompt_len=1024)
+    dec = InferenceWorkload(model="llama3-8b", batch=2, phase="decode", context_len=1024)
+    T = 2 * 1024
+    assert activation_bytes_saved(pre) == 2 * (2 * T * 4096 + 3 * T * 14336)
+    assert activation_bytes_saved(dec) * 1024 == activation_bytes_saved(pre)
