@@ -139,14 +139,20 @@ class Llama(nn.Module):
         self.rope_cos: torch.Tensor | None = None
         self.rope_sin: torch.Tensor | None = None
 
-    def _rope(self, device):
-        if self.rope_cos is None or self.rope_cos.device != torch.device(device):
-            self.rope_cos, self.rope_sin = rope_tables(self.cfg, self.cfg.max_seq, device)
+    def _rope(self, device, dtype=torch.float32):
+        """cos/sin tables cached in the residual stream's dtype, as HF's rotary embedding
+        returns them (cos.to(x.dtype)): fp32 under amp training (x is fp32, so q*cos runs
+        in fp32 as before), bf16 for a bf16 inference model. fp32 tables there promoted
+        q and k to fp32 and SDPA then failed on mixed q/k/v dtypes."""
+        c = self.rope_cos
+        if c is None or c.device != torch.device(device) or c.dtype != dtype:
+            cos, sin = rope_tables(self.cfg, self.cfg.max_seq, device)
+            self.rope_cos, self.rope_sin = cos.to(dtype), sin.to(dtype)
         return self.rope_cos, self.rope_sin
 
     def forward(self, idx, kv_caches=None, pos: int = 0):
-        cos, sin = self._rope(idx.device)
         x = self.embed_tokens(idx)
+        cos, sin = self._rope(idx.device, x.dtype)
         for i, layer in enumerate(self.layers):
             x = layer(x, cos, sin, None if kv_caches is None else kv_caches[i], pos)
         return self.lm_head(self.norm(x))

@@ -1,0 +1,138 @@
+"""GEMM cases (kind "gemm"): C[M,N] = A[M,K] @ W[N,K]^T, the layout of F.linear.
+
+A is row-major [M,K]; B is passed as W.t() of a contiguous [N,K] weight (column-major
+[K,N]) for every dtype, which is what nn.Linear does and what torch._scaled_mm needs.
+dtypes: bf16, fp16, tf32 (fp32 with allow_tf32=True), fp32 (allow_tf32=False),
+fp8_e4m3 (torch._scaled_mm, per-tensor fp32 scales, bf16 output). flops = 2*M*N*K.
+
+Estimated durations on an H200 (alloc + randn + 3 warm-up + estimate + capture + reps;
+~0.2 s per small case, ~12x the call time for big ones):
+  quick: 28 cases, ~8 s
+  full: ~150 cases, ~55 s (the fp32 16384^3 is left out: 0.2 s/call)
+"""
+
+from __future__ import annotations
+
+import torch
+
+from common import DTYPES, ELT_BYTES, Case, Ctx, Group, dedupe, fp32_matmul_mode, randn, result
+from timing import measure, rotation_count
+
+# (N, K) of Llama 3 layers: fused qkv, o, fused gate_up, down, lm_head (logits).
+LLAMA_NK = {
+    "8b": {"qkv": (6144, 4096), "o": (4096, 4096), "gate_up": (28672, 4096),
+           "down": (4096, 14336), "logits": (128256, 4096)},
+    "70b": {"qkv": (10240, 8192), "o": (8192, 8192), "gate_up": (57344, 8192),
+            "down": (8192, 28672), "logits": (128256, 8192)},
+}
+PEAK = {"bf16": 7e14, "fp16": 7e14, "fp8_e4m3": 1.3e15, "tf32": 3.5e14, "fp32": 5e13}
+DECODE_M = [1, 2, 4, 8, 16, 32, 64, 128, 256, 512]
+
+
+def gemm_bytes(dtype: str, m: int, n: int, k: int) -> int:
+    out = 2 if dtype in ("bf16", "fp16", "fp8_e4m3") else 4
+    return (m * k + n * k) * ELT_BYTES[dtype] + m * n * out
+
+
+def _est(dtype: str, m: int, n: int, k: int) -> float:
+    t = max(2 * m * n * k / PEAK[dtype], gemm_bytes(dtype, m, n, k) / 3.5e12)
+    return 0.2 + 12 * t
+
+
+def _operands(ctx: Ctx, dtype: str, m: int, n: int, k: int, n_rot: int):
+    sets = []
+    for _ in range(n_rot):
+        a = randn((m, k), dtype, ctx.device)
+        w = randn((n, k), dtype, ctx.device, scale=0.05)
+        sets.append((a, w.t()))
+    return sets
+
+
+def _call(dtype: str, sets, device: str):
+    n_rot = len(sets)
+    if dtype != "fp8_e4m3":
+        return lambda i: torch.matmul(*sets[i % n_rot])
+    one = torch.tensor(1.0, dtype=torch.float32, device=device)
+
+    def call(i):
+        a, b = sets[i % n_rot]
+        return torch._scaled_mm(a, b, scale_a=one, scale_b=one, out_dtype=torch.bfloat16)
+    return call
+
+
+def run_gemm(ctx: Ctx, dtype: str, m: int, n: int, k: int) -> dict:
+    set_bytes = (m * k + n * k) * ELT_BYTES[dtype]
+    n_rot = rotation_count(set_bytes, ctx.l2_bytes)
+    sets = _operands(ctx, dtype, m, n, k, n_rot)
+    with fp32_matmul_mode(dtype == "tf32"):
+        timing, extra = measure(_call(dtype, sets, ctx.device), ctx.device, n_rot=n_rot, l2=ctx.l2_bytes)
+    extra["tflops"] = 2 * m * n * k / timing["median_s"] / 1e12
+    return result(timing, extra)
+
+
+def gemm_case(dtype: str, m: int, n: int, k: int, tag: str) -> Case:
+    params = {"dtype": dtype, "m": m, "n": n, "k": k, "flops": 2 * m * n * k,
+              "bytes_min": gemm_bytes(dtype, m, n, k), "layout": "A row-major, B = W[N,K].t() (F.linear)",
+              "torch_dtype": str(DTYPES[dtype]), "tf32": dtype == "tf32", "tags": [tag],
+              "impl": "torch._scaled_mm(per-tensor scales, out bf16)" if dtype == "fp8_e4m3" else "torch.matmul"}
+    return Case(f"gemm/{dtype}/m{m}_n{n}_k{k}", "gemm", params,
+                lambda ctx: run_gemm(ctx, dtype, m, n, k), _est(dtype, m, n, k))
+
+
+def _layer_cases(dtypes, ms, model: str, layers=None, tag: str = "train") -> list[Case]:
+    nk = LLAMA_NK[model]
+    return [gemm_case(dt, m, *nk[ly], f"{tag}/{model}/{ly}")
+            for dt in dtypes for m in ms for ly in (layers or nk)]
+
+
+def _bwd_cases(model: str, tokens: int) -> list[Case]:
+    """Backward GEMMs of a linear: dgrad [T,N]x[N,K] (depth N) and wgrad [N,T]x[T,K] (depth T)."""
+    out = []
+    for ly, (n, k) in LLAMA_NK[model].items():
+        out.append(gemm_case("bf16", tokens, k, n, f"bwd_dgrad/{model}/{ly}"))
+        out.append(gemm_case("bf16", n, k, tokens, f"bwd_wgrad/{model}/{ly}"))
+    return out
+
+
+def _square(dtypes, sizes) -> list[Case]:
+    return [gemm_case(dt, s, s, s, "square") for dt in dtypes for s in sizes]
+
+
+def _align(ms, ks) -> list[Case]:
+    return [gemm_case("bf16", m, n, k, f"align/n{n}") for m in ms for k in ks for n in (50257, 50304)]
+
+
+def _smoke() -> list[Case]:
+    cases = _square(["bf16", "fp16", "tf32", "fp32", "fp8_e4m3"], [64])
+    return cases + [gemm_case("bf16", 1, 128, 64, "decode"), gemm_case("bf16", 32, 257, 64, "align/n257")]
+
+
+def _quick() -> list[Case]:
+    return (_square(["bf16"], [1024, 4096, 8192]) + _square(["fp16", "tf32", "fp32"], [4096])
+            + _square(["fp8_e4m3"], [4096, 8192])
+            + _layer_cases(["bf16"], [8192], "8b")
+            + _layer_cases(["fp8_e4m3"], [8192], "8b", ["qkv", "gate_up"])
+            + _layer_cases(["bf16"], [8192], "70b", ["gate_up"])
+            + _layer_cases(["bf16"], [1, 16, 128], "8b", ["qkv", "gate_up", "down"], "decode")
+            + _layer_cases(["bf16"], [1], "70b", ["gate_up"], "decode")
+            + _align([8192], [768]))
+
+
+def _full() -> list[Case]:
+    return (_square(["bf16", "fp16", "fp8_e4m3"], [512, 1024, 2048, 4096, 8192, 16384])
+            + _square(["tf32"], [512, 1024, 2048, 4096, 8192]) + _square(["fp32"], [512, 1024, 2048, 4096, 8192])
+            + _layer_cases(["bf16"], [4096, 8192, 16384], "8b") + _layer_cases(["bf16"], [4096, 8192, 16384], "70b")
+            + _layer_cases(["fp8_e4m3", "fp16"], [8192], "8b") + _layer_cases(["fp8_e4m3"], [8192], "70b")
+            + _bwd_cases("8b", 8192)
+            + _layer_cases(["bf16"], DECODE_M, "8b", tag="decode")
+            + _layer_cases(["bf16"], [1, 8, 32, 128], "70b", ["qkv", "gate_up", "down"], "decode")
+            + _layer_cases(["fp8_e4m3"], [1, 16, 64], "8b", ["qkv", "gate_up", "down"], "decode")
+            + _align([8192], [768, 4096]))
+
+
+def groups(suite: str) -> list[Group]:
+    cases = dedupe({"smoke": _smoke, "quick": _quick, "full": _full}[suite]())
+    by_tag: dict[str, list[Case]] = {}
+    for c in cases:
+        by_tag.setdefault("gemm/" + c.params["tags"][0].split("/")[0], []).append(c)
+    return [Group(name, cs) for name, cs in by_tag.items()]

@@ -1,0 +1,146 @@
+"""Prefill and decode with llama_ref in bf16 weights (kinds "prefill", "decode").
+
+Model: model.to(bf16) semantics (built directly in bf16 on the GPU), torch.inference_mode,
+default SDPA backend (cuDNN on Hopper + CUDA 13), logits for every position (HF style).
+Static KV cache: per layer (k, v) of [B, Hkv, Smax, hd] bf16, filled with random values.
+- prefill: forward(idx[B,S], caches, pos=0), eager, events around each call;
+- decode: forward(idx[B,1], caches, pos=ctx) at a fixed position; "eager" times
+  back-to-back eager steps (host launch cost included, as eager serving pays it);
+  "graph" captures the step in a CUDA graph. llama_ref slices kc[:, :, :pos+1] with a
+  Python int, so a graph is captured per context length (one per case).
+The cache is allocated once per (model, batch) for the longest context of the group.
+
+Estimated durations on an H200 (8B bf16 weights 16 GB; decode 8B ~4-25 ms/step):
+  quick: 1B prefill 1 + 8B prefill 1 + 8B decode 2 (eager, graph) + 1B decode 2 = 6 cases, ~20 s
+  full: 10 prefill + 20 decode = 30 cases, ~60 s
+"""
+
+from __future__ import annotations
+
+import torch
+
+from common import Case, Ctx, Group, free_memory, result
+from models import build_model, kernel_summary, model_params, ref_config
+from timing import measure
+
+_STATE: dict = {}  # the model (and decode caches) shared by consecutive cases; see teardowns
+MAX_SEQ = {"tiny": 64, "1b": 8320, "8b": 8320}  # rope tables; >= longest context + 1
+
+
+def _model(ctx: Ctx, name: str):
+    key = (name, ctx.device)
+    if _STATE.get("key") != key:
+        _STATE.clear()
+        free_memory()
+        cfg = ref_config(name, MAX_SEQ[name])
+        _STATE.update(key=key, cfg=cfg, model=build_model(cfg, ctx.device, torch.bfloat16).eval())
+    return _STATE["cfg"], _STATE["model"]
+
+
+def release_caches() -> None:
+    _STATE.pop("caches", None)
+    _STATE.pop("cache_key", None)
+    free_memory()
+
+
+def release_all() -> None:
+    _STATE.clear()
+    free_memory()
+
+
+def kv_caches(cfg, b: int, smax: int, device: str) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    shape = (b, cfg.n_kv_heads, smax, cfg.head_dim)
+    return [(torch.randn(shape, dtype=torch.bfloat16, device=device),
+             torch.randn(shape, dtype=torch.bfloat16, device=device)) for _ in range(cfg.n_layers)]
+
+
+def _tokens(cfg, b: int, s: int, device: str) -> torch.Tensor:
+    return torch.randint(0, cfg.vocab, (b, s), device=device)
+
+
+def run_prefill(ctx: Ctx, p: dict) -> dict:
+    cfg, model = _model(ctx, p["model"])
+    with torch.inference_mode():
+        caches = kv_caches(cfg, p["batch"], p["prompt"], ctx.device)
+        idx = _tokens(cfg, p["batch"], p["prompt"], ctx.device)
+        call = lambda i: model(idx, caches, 0)  # noqa: E731
+        timing, extra = measure(call, ctx.device, graph=False, flush=False, warmup=2)
+        if p["profile"]:
+            extra.update(kernel_summary(call, ctx.device))
+    extra["tokens_per_s"] = p["batch"] * p["prompt"] / timing["median_s"]
+    del caches
+    return result(timing, extra)
+
+
+def run_decode(ctx: Ctx, p: dict) -> dict:
+    cfg, model = _model(ctx, p["model"])
+    key = ("caches", p["batch"], p["smax"])
+    if _STATE.get("cache_key") != key:
+        _STATE.pop("caches", None)
+        free_memory()
+        _STATE["caches"], _STATE["cache_key"] = kv_caches(cfg, p["batch"], p["smax"], ctx.device), key
+    caches, pos = _STATE["caches"], p["ctx"]
+    with torch.inference_mode():
+        idx = _tokens(cfg, p["batch"], 1, ctx.device)
+        call = lambda i: model(idx, caches, pos)  # noqa: E731
+        timing, extra = measure(call, ctx.device, graph=p["mode"] == "graph", flush=False)
+        if p["profile"]:
+            extra.update(kernel_summary(call, ctx.device))
+    extra["tokens_per_s"] = p["batch"] / timing["median_s"]
+    extra["kv_bytes_read"] = 2 * cfg.n_layers * p["batch"] * cfg.n_kv_heads * (pos + 1) * cfg.head_dim * 2
+    return result(timing, extra)
+
+
+def _base(model: str) -> dict:
+    cfg = ref_config(model, MAX_SEQ[model])
+    return {**model_params(model, cfg), "max_seq": cfg.max_seq, "dtype": "bf16", "sdpa_backend": "default",
+            "profile": False}
+
+
+def prefill_cases(model: str, shapes, profile_first: bool = False) -> list[Case]:
+    out = []
+    for j, (b, s) in enumerate(shapes):
+        p = {**_base(model), "batch": b, "prompt": s, "tokens": b * s, "profile": profile_first and j == 0}
+        est = 1.5 + 8 * 2 * p["n_params"] * b * s / 4e14
+        out.append(Case(f"prefill/{model}/eager/b{b}_s{s}", "prefill", p, lambda ctx, p=p: run_prefill(ctx, p), est))
+    return out
+
+
+def decode_cases(model: str, batches, ctxs, modes=("eager", "graph"), profile: tuple | None = None) -> list[Case]:
+    smax = max(ctxs) + 1
+    out = []
+    combos = [(b, c, m) for b in batches for c in ctxs for m in modes]
+    for b, c, m in combos:
+        p = {**_base(model), "batch": b, "ctx": c, "smax": smax, "mode": m, "profile": profile == (b, c, m)}
+        est = 1.5 + 40 * (2 * p["n_params"] + 4 * 8 * 128 * SHAPE_L[model] * b * c) / 3.5e12
+        out.append(Case(f"decode/{model}/{m}/b{b}_ctx{c}", "decode", p, lambda ctx, p=p: run_decode(ctx, p), est))
+    return out
+
+
+SHAPE_L = {"1b": 16, "8b": 32, "tiny": 2}
+
+
+def _cases(suite: str) -> list[list[Case]]:
+    if suite == "smoke":
+        return [prefill_cases("tiny", [(1, 16), (2, 32)], profile_first=True),
+                decode_cases("tiny", [2], [16, 32], profile=(2, 16, "eager"))]
+    if suite == "quick":
+        return [prefill_cases("1b", [(1, 2048)]), decode_cases("1b", [1], [2048]),
+                prefill_cases("8b", [(1, 2048)]), decode_cases("8b", [1], [2048])]
+    return [prefill_cases("1b", [(1, 512), (1, 2048), (4, 2048), (1, 8192), (8, 1024)], profile_first=True),
+            decode_cases("1b", [1], [512, 8192]), decode_cases("1b", [64], [512, 8192]),
+            prefill_cases("8b", [(1, 512), (1, 2048), (4, 2048), (1, 8192), (8, 2048)]),
+            decode_cases("8b", [1], [512, 2048, 8192], profile=(1, 2048, "eager")),
+            decode_cases("8b", [16], [2048, 8192]), decode_cases("8b", [64], [512, 8192])]
+
+
+def groups(suite: str) -> list[Group]:
+    """One group per list; the caches go after each group, the model after its last group."""
+    lists = _cases(suite)
+    out = []
+    for j, cs in enumerate(lists):
+        model = cs[0].params["model"]
+        last_of_model = all(c[0].params["model"] != model for c in lists[j + 1:])
+        out.append(Group(f"{cs[0].kind}/{model}/b{cs[0].params['batch']}", cs,
+                         teardown=release_all if last_of_model else release_caches))
+    return out

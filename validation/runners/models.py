@@ -1,0 +1,131 @@
+"""llama_ref model shapes, builders, the training step, and a profiler kernel summary.
+
+Shared by cases_e2e (single-GPU train steps), cases_inference (prefill/decode) and
+cases_dist (DDP/FSDP). The training step is llama_ref's "amp_bf16" precision: fp32
+params, forward under torch.autocast(bf16), loss_fn, backward, AdamW(fused=True) step,
+zero_grad(set_to_none=True).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections import defaultdict
+
+import torch
+
+from llama_ref import Llama, RefConfig, init_weights, loss_fn, param_count
+
+SHAPES = {
+    # ~125M: launch overhead dominates its step
+    "125m": dict(vocab=32000, d_model=768, n_layers=12, n_heads=12, n_kv_heads=12, ffn=2048),
+    # Llama-3.2-1B / 3B (tied embeddings, like the released models)
+    "1b": dict(vocab=128256, d_model=2048, n_layers=16, n_heads=32, n_kv_heads=8, ffn=8192, tie_embeddings=True),
+    "3b": dict(vocab=128256, d_model=3072, n_layers=28, n_heads=24, n_kv_heads=8, ffn=8192, tie_embeddings=True),
+    # Llama-3-8B layers, untied; fewer layers to fit a single-GPU training step
+    "8b": dict(vocab=128256, d_model=4096, n_layers=32, n_heads=32, n_kv_heads=8, ffn=14336),
+    "8b_l4": dict(vocab=128256, d_model=4096, n_layers=4, n_heads=32, n_kv_heads=8, ffn=14336),
+    "8b_l8": dict(vocab=128256, d_model=4096, n_layers=8, n_heads=32, n_kv_heads=8, ffn=14336),
+    # CPU smoke
+    "tiny": dict(vocab=512, d_model=64, n_layers=2, n_heads=4, n_kv_heads=2, ffn=128),
+}
+LLAMA3_ROPE_THETA = 500000.0
+
+
+def ref_config(name: str, max_seq: int) -> RefConfig:
+    return RefConfig(max_seq=max(max_seq, 64), rope_theta=LLAMA3_ROPE_THETA, **SHAPES[name])
+
+
+def model_params(name: str, cfg: RefConfig) -> dict:
+    return {"model": name, **SHAPES[name], "tie_embeddings": cfg.tie_embeddings,
+            "n_params": param_count(cfg), "head_dim": cfg.head_dim}
+
+
+@contextlib.contextmanager
+def _default_dtype(dtype: torch.dtype):
+    old = torch.get_default_dtype()
+    torch.set_default_dtype(dtype)
+    try:
+        yield
+    finally:
+        torch.set_default_dtype(old)
+
+
+def build_model(cfg: RefConfig, device: str, dtype: torch.dtype = torch.float32, seed: int = 0) -> Llama:
+    """Construct directly on the device in `dtype` (no fp32 CPU copy of an 8B model), random init."""
+    with _default_dtype(dtype), torch.device(device):
+        model = Llama(cfg)
+    init_weights(model, seed)
+    return model
+
+
+def make_optimizer(model: torch.nn.Module) -> tuple[torch.optim.Optimizer, str]:
+    """AdamW(fused=True); falls back to foreach where fused is refused (e.g. some DTensor setups)."""
+    try:
+        return torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True), "fused"
+    except (RuntimeError, ValueError, TypeError):
+        return torch.optim.AdamW(model.parameters(), lr=1e-4, foreach=True), "foreach"
+
+
+def batch(cfg: RefConfig, mbs: int, seq: int, device: str, seed: int = 1):
+    g = torch.Generator(device="cpu").manual_seed(seed)
+    idx = torch.randint(0, cfg.vocab, (mbs, seq), generator=g).to(device)
+    tgt = torch.randint(0, cfg.vocab, (mbs, seq), generator=g).to(device)
+    return idx, tgt
+
+
+def make_train_step(model, opt, idx, tgt, device_type: str):
+    """One full step: autocast forward + loss, backward, optimizer step, zero_grad."""
+    def step(_r: int = 0):
+        with torch.autocast(device_type, dtype=torch.bfloat16):
+            loss = loss_fn(model(idx), tgt)
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        return loss
+    return step
+
+
+def n_params_actual(model: torch.nn.Module) -> int:
+    return sum(p.numel() for p in model.parameters())  # parameters() de-duplicates tied weights
+
+
+# ---- profiler kernel summary ------------------------------------------------------------
+
+_LAUNCH_APIS = ("LaunchKernel", "cudaGraphLaunch", "cuLaunch")
+
+
+def _is_device_event(e) -> bool:
+    return getattr(e, "device_type", None) == torch.autograd.DeviceType.CUDA
+
+
+def kernel_summary(fn, device: str, top: int = 40, name_chars: int = 160) -> dict:
+    """Profile one call of fn: device kernels by total time (name, count, total_us), the
+    number of kernels / memcpys / memsets and of host launch API calls. On CPU: top ops."""
+    cuda = device.startswith("cuda")
+    acts = [torch.profiler.ProfilerActivity.CPU] + ([torch.profiler.ProfilerActivity.CUDA] if cuda else [])
+    with torch.profiler.profile(activities=acts) as prof:
+        fn(0)
+        if cuda:
+            torch.cuda.synchronize()
+    events = list(prof.events())
+    if not cuda:
+        return _cpu_summary(prof, top)
+    agg: dict[str, list[float]] = defaultdict(lambda: [0, 0.0])
+    counts = {"kernel": 0, "memcpy": 0, "memset": 0}
+    for e in (e for e in events if _is_device_event(e)):
+        kind = "memcpy" if e.name.startswith("Memcpy") else "memset" if e.name.startswith("Memset") else "kernel"
+        counts[kind] += 1
+        a = agg[e.name[:name_chars]]
+        a[0] += 1
+        a[1] += e.time_range.elapsed_us()
+    rows = sorted(agg.items(), key=lambda kv: -kv[1][1])
+    return {"kernels": [{"name": n, "count": int(c), "total_us": round(t, 2)} for n, (c, t) in rows[:top]],
+            "kernel_launches": counts["kernel"], "memcpy_count": counts["memcpy"], "memset_count": counts["memset"],
+            "device_busy_us": round(sum(t for _, (_, t) in agg.items()), 1), "distinct_kernels": len(agg),
+            "launch_api_calls": sum(1 for e in events if any(k in e.name for k in _LAUNCH_APIS))}
+
+
+def _cpu_summary(prof, top: int) -> dict:
+    rows = sorted(prof.key_averages(), key=lambda r: -r.self_cpu_time_total)[:top]
+    return {"kernels": [{"name": r.key, "count": int(r.count), "total_us": round(r.self_cpu_time_total, 2)}
+                        for r in rows], "kernel_launches": None, "note": "cpu: top ops by self cpu time"}
