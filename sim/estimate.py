@@ -141,7 +141,7 @@ def estimate(workload, hw: Any = "h100_sxm", stack: str | Stack | None = None,
         summary, mode, gpu.key, st.key, lt.step_s, lt.gpu_busy_s, lt.idle_s, tokens,
         float(model_flops_per_step(workload)), float(hardware_flops_per_step(workload)),
         float(gpu.peak_flops("bf16")) * clock, by_cat, by_phase,
-        memory_estimate(workload, gpu), ops, errorband.band_for(mode, gpu.key, st.key))
+        memory_estimate(workload, gpu, st.fused), ops, errorband.band_for(mode, gpu.key, st.key))
 
 
 __all__ = ["estimate", "estimate_op", "resolve_gpu", "hw_rates", "op_table", "KINDS"]

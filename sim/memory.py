@@ -17,28 +17,28 @@ from .. import model as M
 from .results import MemoryEstimate
 
 
-def training_components(w) -> dict[str, float]:
+def training_components(w, fused: frozenset[str] = frozenset()) -> dict[str, float]:
     return {
         "weights": float(M.weight_bytes(w)),
         "gradients": float(M.grad_bytes(w)),
         "optimizer_states": float(M.optimizer_state_bytes(w)),
-        "activations": float(M.activation_bytes_saved(w)),
-        "loss_transient": float(M.logits_bytes(w)),
+        "activations": float(M.activation_bytes_saved(w, fused)),
+        "loss_transient": float(M.logits_bytes(w, fused)),
     }
 
 
-def inference_components(w) -> dict[str, float]:
+def inference_components(w, fused: frozenset[str] = frozenset()) -> dict[str, float]:
     return {
         "weights": float(M.weight_bytes(w)),
         "kv_cache": float(M.kv_cache_bytes(w)),
-        "activations": float(M.activation_bytes_saved(w)),
-        "logits": float(M.logits_bytes(w)),
+        "activations": float(M.inference_activation_bytes(w)),
+        "logits": float(M.logits_bytes(w, fused)),
     }
 
 
-def memory_estimate(w, gpu) -> MemoryEstimate:
+def memory_estimate(w, gpu, fused: frozenset[str] = frozenset()) -> MemoryEstimate:
     """Components, total and whether it fits in ``gpu.hbm_capacity``."""
-    comps = training_components(w) if hasattr(w, "mbs") else inference_components(w)
+    comps = training_components(w, fused) if hasattr(w, "mbs") else inference_components(w, fused)
     total = sum(comps.values())
     cap = float(gpu.hbm_capacity)
     return MemoryEstimate(comps, cap, total, total <= cap)
