@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import math
+from dataclasses import dataclass
 from typing import Any, Mapping
 
 import numpy as np
@@ -21,7 +22,7 @@ from ..model.ops import Op
 from .calibration import Efficiency, efficiency_for
 from .kernels import HwRates, KernelTimes, check_rates, kernel_times
 from .launch import LaunchTimes, launch_times
-from .memory import memory_estimate
+from .memory import fit_memory, memory_components
 from .optable import DTYPES, KINDS, PHASES, OpTable, build_table
 from .results import CATEGORIES, Estimate, OpEstimate
 from .stacks import Stack, get_stack
@@ -66,18 +67,41 @@ def op_table(workload, fused: frozenset[str]) -> OpTable:
     return build_table(tuple(build_ops(workload, fused=fused)))
 
 
+@dataclass(frozen=True)
+class Prepared:
+    """Everything about a (workload, stack fusion) pair that no GPU changes."""
+
+    table: OpTable
+    summary: str
+    mode: str
+    tokens: int
+    model_flops: float
+    hardware_flops: float
+    memory: dict[str, float]
+
+
+@functools.lru_cache(maxsize=256)
+def prepare(workload, fused: frozenset[str]) -> Prepared:
+    from ..model import hardware_flops_per_step, model_flops_per_step
+    summary, mode, tokens = describe_workload(workload)
+    return Prepared(op_table(workload, fused), summary, mode, tokens,
+                    float(model_flops_per_step(workload)), float(hardware_flops_per_step(workload, fused=fused)),
+                    memory_components(workload, fused))
+
+
 def efficiency(gpu) -> Efficiency:
     return efficiency_for(gpu.key, gpu.arch)
 
 
-def _category(op: Op, compute: float, memory: float) -> str:
-    if op.kind == "matmul":
-        return "matmul_compute" if compute >= memory else "matmul_memory"
-    if op.kind == "attention":
-        return "attention"
-    if op.kind == "collective":
-        return "communication"
-    return "memory_bound"
+def categories(t: OpTable, k: KernelTimes) -> np.ndarray:
+    """Index into CATEGORIES for each op: matmuls split by their binding side."""
+    cat = np.full(len(t.ops), CATEGORIES.index("memory_bound"))
+    mm = t.kind == KINDS.index("matmul")
+    cat[mm & (k.compute_s >= k.memory_s)] = CATEGORIES.index("matmul_compute")
+    cat[mm & (k.compute_s < k.memory_s)] = CATEGORIES.index("matmul_memory")
+    cat[t.kind == KINDS.index("attention")] = CATEGORIES.index("attention")
+    cat[t.kind == KINDS.index("collective")] = CATEGORIES.index("communication")
+    return cat
 
 
 def _bound(compute: float, memory: float, fixed: float) -> str:
@@ -88,23 +112,23 @@ def _bound(compute: float, memory: float, fixed: float) -> str:
 
 def op_estimates(t: OpTable, k: KernelTimes, lt: LaunchTimes) -> tuple[OpEstimate, ...]:
     """Per-op records (totals over each op's count)."""
+    cats = categories(t, k)
     out = []
     for i, op in enumerate(t.ops):
-        c, m, f, n = k.compute_s[i], k.memory_s[i], lt.gpu_s[i] - max(k.compute_s[i], k.memory_s[i]), t.count[i]
+        c, m, n = float(k.compute_s[i]), float(k.memory_s[i]), float(t.count[i])
+        f = float(lt.gpu_s[i]) - max(c, m)
         out.append(OpEstimate(
-            op.name, op.kind, op.phase, op.count, op.kernels, op.flops * n, t.bytes[i] * n,
-            lt.gpu_s[i] * n, c * n, m * n, f * n, _bound(c, m, f), float(k.efficiency[i]),
-            op.arithmetic_intensity, _category(op, c, m)))
+            op.name, op.kind, op.phase, op.count, op.kernels, op.flops * n, float(t.bytes[i]) * n,
+            float(lt.gpu_s[i]) * n, c * n, m * n, f * n, _bound(c, m, f), float(k.efficiency[i]),
+            op.arithmetic_intensity, CATEGORIES[cats[i]]))
     return tuple(out)
 
 
-def _sums(t: OpTable, per_op_total: np.ndarray, ops: tuple[OpEstimate, ...], idle: float):
-    by_cat = dict.fromkeys(CATEGORIES, 0.0)
-    for o in ops:
-        by_cat[o.category] += o.time_s
-    by_cat["launch_overhead"] = idle
-    by_phase = {p: float(per_op_total[t.phase == i].sum()) for i, p in enumerate(PHASES)}
-    return by_cat, by_phase
+def _sums(t: OpTable, k: KernelTimes, per_op_total: np.ndarray, idle: float):
+    by_cat = np.bincount(categories(t, k), weights=per_op_total, minlength=len(CATEGORIES))
+    by_cat[CATEGORIES.index("launch_overhead")] = idle
+    by_phase = np.bincount(t.phase, weights=per_op_total, minlength=len(PHASES))
+    return dict(zip(CATEGORIES, by_cat.tolist())), dict(zip(PHASES, by_phase.tolist()))
 
 
 def describe_workload(w) -> tuple[str, str, int]:
@@ -128,23 +152,17 @@ def estimate(workload, hw: Any = "h100_sxm", stack: str | Stack | None = None,
     """
     gpu, clock = apply_overrides(resolve_gpu(hw), overrides or {})
     st = get_stack(stack if stack is not None else workload.stack)
-    t = op_table(workload, st.fused)
-    rates = hw_rates(gpu, clock)
+    p = prepare(workload, st.fused)
+    t, rates = p.table, hw_rates(gpu, clock)
     check_rates(t, rates)
     k = kernel_times(t, rates, efficiency(gpu), st.attention)
     lt = launch_times(t, k.gpu_s, st)
-    ops = op_estimates(t, k, lt)
-    by_cat, by_phase = _sums(t, lt.gpu_s * t.count, ops, lt.idle_s)
-    summary, mode, tokens = describe_workload(workload)
-    from ..model import hardware_flops_per_step, model_flops_per_step
+    by_cat, by_phase = _sums(t, k, lt.gpu_s * t.count, lt.idle_s)
     return Estimate(
-        summary, mode, gpu.key, st.key, lt.step_s, lt.gpu_busy_s, lt.idle_s, tokens,
-        float(model_flops_per_step(workload)), float(hardware_flops_per_step(workload)),
-        float(gpu.peak_flops("bf16")) * clock, by_cat, by_phase,
-        memory_estimate(workload, gpu, st.fused), ops, errorband.band_for(mode, gpu.key, st.key))
-
-
-__all__ = ["estimate", "estimate_op", "resolve_gpu", "hw_rates", "op_table", "KINDS"]
+        p.summary, p.mode, gpu.key, st.key, lt.step_s, lt.gpu_busy_s, lt.idle_s, p.tokens,
+        p.model_flops, p.hardware_flops, float(gpu.peak_flops("bf16")) * clock, by_cat, by_phase,
+        fit_memory(p.memory, gpu), errorband.band_for(p.mode, gpu.key, st.key),
+        functools.partial(op_estimates, t, k, lt))
 
 
 def estimate_op(op: Op, hw: Any = "h100_sxm", stack: str | Stack = "eager",

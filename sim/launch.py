@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .kernels import BWD
-from .optable import OpTable
+from .optable import OpTable, block_starts
 from .stacks import Stack
 
 
@@ -43,34 +43,29 @@ def host_times(t: OpTable, stack: Stack) -> np.ndarray:
 
 def block_bounds(count: np.ndarray) -> list[tuple[int, int]]:
     """[start, end) index ranges of consecutive ops with equal count."""
-    if len(count) == 0:
-        return []
-    cuts = np.flatnonzero(np.diff(count)) + 1
-    edges = np.concatenate(([0], cuts, [len(count)]))
-    return list(zip(edges[:-1].tolist(), edges[1:].tolist()))
+    starts = block_starts(count).tolist()
+    return list(zip(starts, starts[1:] + [len(count)]))
 
 
-def tandem_step_time(host: np.ndarray, gpu: np.ndarray, count: np.ndarray) -> float:
-    """max_j (host time before j + GPU time from j on), evaluated at block ends."""
-    bounds = block_bounds(count)
-    H = np.array([count[a] * host[a:b].sum() for a, b in bounds])
-    G = np.array([count[a] * gpu[a:b].sum() for a, b in bounds])
-    h_before = np.concatenate(([0.0], np.cumsum(H)))          # at each boundary
-    g_after = np.concatenate((np.cumsum(G[::-1])[::-1], [0.0]))
-    last_gpu = gpu[-1] if len(gpu) else 0.0
-    return float(max(np.max(h_before[:-1] + host_first(host, bounds) + g_after[:-1]),
-                     h_before[-1] + last_gpu))
-
-
-def host_first(host: np.ndarray, bounds: list[tuple[int, int]]) -> np.ndarray:
-    """Host time of the first launch of each block (the GPU cannot start before it)."""
-    return np.array([host[a] for a, _ in bounds])
+def tandem_step_time(host: np.ndarray, gpu: np.ndarray, count: np.ndarray,
+                     starts: np.ndarray | None = None) -> float:
+    """max over block boundaries j of (host time before j + first launch of j
+    + GPU time from j on), and (all host time + the last kernel)."""
+    if len(host) == 0:
+        return 0.0
+    starts = block_starts(count) if starts is None else starts
+    reps = count[starts]
+    H = reps * np.add.reduceat(host, starts)
+    G = reps * np.add.reduceat(gpu, starts)
+    h_before = np.cumsum(H) - H
+    g_after = np.cumsum(G[::-1])[::-1]
+    return float(max(np.max(h_before + host[starts] + g_after), H.sum() + gpu[-1]))
 
 
 def launch_times(t: OpTable, gpu_s: np.ndarray, stack: Stack) -> LaunchTimes:
     host = host_times(t, stack)
     gpu = gpu_s + (t.kernels * stack.launch_graph_s if stack.graphs else 0.0)
-    step = tandem_step_time(host, gpu, t.count)
+    step = tandem_step_time(host, gpu, t.count, t.block_starts)
     busy = float(np.dot(gpu, t.count))
     step = max(step, busy)
     return LaunchTimes(host, gpu, step, busy, step - busy)

@@ -36,9 +36,17 @@ def inference_components(w, fused: frozenset[str] = frozenset()) -> dict[str, fl
     }
 
 
-def memory_estimate(w, gpu, fused: frozenset[str] = frozenset()) -> MemoryEstimate:
-    """Components, total and whether it fits in ``gpu.hbm_capacity``."""
-    comps = training_components(w, fused) if hasattr(w, "mbs") else inference_components(w, fused)
+def memory_components(w, fused: frozenset[str] = frozenset()) -> dict[str, float]:
+    """Bytes per component at the peak moment (GPU-independent)."""
+    return training_components(w, fused) if hasattr(w, "mbs") else inference_components(w, fused)
+
+
+def fit_memory(comps: dict[str, float], gpu) -> MemoryEstimate:
+    """Total of ``comps`` and whether it fits in ``gpu.hbm_capacity``."""
     total = sum(comps.values())
     cap = float(gpu.hbm_capacity)
     return MemoryEstimate(comps, cap, total, total <= cap)
+
+
+def memory_estimate(w, gpu, fused: frozenset[str] = frozenset()) -> MemoryEstimate:
+    return fit_memory(memory_components(w, fused), gpu)

@@ -32,6 +32,7 @@ class OpTable:
     kernels: np.ndarray
     mnkb: np.ndarray        # [n_ops, 4] matmul M, N, K, batch (1 elsewhere)
     attn: np.ndarray        # [n_ops, 8] attention B, Hq, Hkv, Sq, Skv, Dqk, Dv, causal (0 elsewhere)
+    block_starts: np.ndarray  # first op of each run of consecutive ops with equal count
 
     def mask(self, kind: str) -> np.ndarray:
         return self.kind == KINDS.index(kind)
@@ -42,6 +43,13 @@ def _padded(shape: tuple[int, ...], n: int, fill: int) -> list[int]:
     return s + [fill] * (n - len(s))
 
 
+def block_starts(count: np.ndarray) -> np.ndarray:
+    """Index of the first op of each maximal run of consecutive ops with equal count."""
+    if len(count) == 0:
+        return np.zeros(0, dtype=np.int64)
+    return np.concatenate(([0], np.flatnonzero(np.diff(count)) + 1)).astype(np.int64)
+
+
 def build_table(ops: tuple[Op, ...]) -> OpTable:
     """Columns of ``ops``; raises ValueError naming an op with an unknown kind/phase/dtype."""
     for op in ops:
@@ -49,6 +57,7 @@ def build_table(ops: tuple[Op, ...]) -> OpTable:
             raise ValueError(f"op {op.name!r}: unknown kind/phase/dtype ({op.kind}, {op.phase}, {op.dtype})")
     is_mm = [op.kind == "matmul" for op in ops]
     is_at = [op.kind == "attention" for op in ops]
+    count = np.array([o.count for o in ops], dtype=float)
     return OpTable(
         ops=ops,
         kind=np.array([KINDS.index(o.kind) for o in ops], dtype=np.int64),
@@ -56,10 +65,11 @@ def build_table(ops: tuple[Op, ...]) -> OpTable:
         dtype=np.array([DTYPES.index(o.dtype) for o in ops], dtype=np.int64),
         flops=np.array([o.flops for o in ops], dtype=float),
         bytes=np.array([o.bytes_read + o.bytes_written for o in ops], dtype=float),
-        count=np.array([o.count for o in ops], dtype=float),
+        count=count,
         kernels=np.array([o.kernels for o in ops], dtype=float),
         mnkb=np.array([_padded(o.shape, 4, 1) if m else [1, 1, 1, 1] for o, m in zip(ops, is_mm)],
                       dtype=float).reshape(len(ops), 4),
         attn=np.array([_padded(o.shape, 8, 0) if a else [0] * 8 for o, a in zip(ops, is_at)],
                       dtype=float).reshape(len(ops), 8),
+        block_starts=block_starts(count),
     )

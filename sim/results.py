@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 CATEGORIES = ("matmul_compute", "matmul_memory", "attention", "memory_bound",
               "communication", "launch_overhead")
@@ -92,9 +93,13 @@ class Estimate:
     by_category: dict[str, float]
     by_phase: dict[str, float]
     memory: MemoryEstimate
-    ops: tuple[OpEstimate, ...] = field(repr=False)
     error_band: ErrorBand = ErrorBand("unvalidated")
-    assumptions: tuple[tuple[str, str], ...] = field(default=(), repr=False)
+    op_builder: Callable[[], tuple[OpEstimate, ...]] = field(default=tuple, repr=False, compare=False)
+
+    @functools.cached_property
+    def ops(self) -> tuple[OpEstimate, ...]:
+        """Per-op records, built on first access (most callers only need totals)."""
+        return self.op_builder()
 
     @property
     def total(self) -> float:
@@ -113,7 +118,9 @@ class Estimate:
         return self.hardware_flops / (self.step_time_s * self.peak_flops)
 
     def to_dict(self) -> dict[str, Any]:
-        d = dataclasses.asdict(self)
+        d = dataclasses.asdict(dataclasses.replace(self, op_builder=tuple))
+        d.pop("op_builder")
+        d["ops"] = [dataclasses.asdict(o) for o in self.ops]
         d.update(total_s=self.total, tokens_per_s=self.tokens_per_s, mfu=self.mfu, hfu=self.hfu)
         d["memory"]["headroom"] = self.memory.headroom
         return d
