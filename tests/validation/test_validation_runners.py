@@ -24,6 +24,7 @@ def _records():
 @pytest.fixture(scope="module")
 def run_suite():
     pytest.importorskip("torch")
+    before = set(sys.modules)
     sys.path.insert(0, str(RUNNERS))
     try:
         spec = importlib.util.spec_from_file_location("_run_suite_under_test", SUITE_SCRIPT)
@@ -32,6 +33,9 @@ def run_suite():
         yield mod
     finally:
         sys.path.remove(str(RUNNERS))
+        for name in set(sys.modules) - before:  # the runners' generic top-level names (env, timing, ...)
+            if str(RUNNERS) in str(getattr(sys.modules[name], "__file__", "") or ""):
+                del sys.modules[name]
 
 
 @pytest.mark.parametrize("suite", ["smoke", "quick", "full"])

@@ -12,7 +12,7 @@ The cache is allocated once per (model, batch) for the longest context of the gr
 
 Estimated durations on an H200 (8B bf16 weights 16 GB; decode 8B ~4-25 ms/step):
   quick: 1B prefill 1 + 8B prefill 1 + 8B decode 2 (eager, graph) + 1B decode 2 = 6 cases, ~20 s
-  full: 10 prefill + 20 decode = 30 cases, ~60 s
+  full: 10 prefill + 22 decode = 32 cases, ~70 s
 """
 
 from __future__ import annotations

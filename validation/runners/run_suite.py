@@ -39,7 +39,7 @@ import cases_elementwise  # noqa: E402
 import cases_gemm  # noqa: E402
 import cases_inference  # noqa: E402
 import cases_memory  # noqa: E402
-from common import Ctx, Group, execute, skipped  # noqa: E402
+from common import Ctx, Group, execute, free_memory, skipped  # noqa: E402
 from env import collect_env, gpu_slug, l2_bytes, sample_clocks  # noqa: E402
 
 SCHEMA = "mechsim.validation.run/1"
@@ -119,6 +119,7 @@ class Runner:
         self.args, self.ctx, self.groups, self.rf = args, ctx, groups, rf
         self.total = sum(len(g.cases) for g in groups)
         self.done = 0
+        self.last_clocks: dict | None = None
         self.t0 = time.perf_counter()
         self.run = {"schema": SCHEMA, "run_id": rf.run_id, "suite": args.suite, "started_utc": utc_now(),
                     "finished_utc": None, "status": "running", "env": collect_env(ctx.device),
@@ -128,13 +129,15 @@ class Runner:
         return self.args.budget_s is not None and time.perf_counter() - self.t0 > self.args.budget_s
 
     def run_group(self, g: Group) -> None:
-        before = sample_clocks(self.ctx.device)
+        before = self.last_clocks or sample_clocks(self.ctx.device)
         try:
             recs = self._dist(g) if g.dist else self._local(g)
         finally:
             if g.teardown is not None:
                 g.teardown()
-        sample = {"group": g.name, "before": before, "after": sample_clocks(self.ctx.device)}
+            free_memory()
+        self.last_clocks = sample_clocks(self.ctx.device)  # also the next group's "before"
+        sample = {"group": g.name, "before": before, "after": self.last_clocks}
         for rec in recs:
             rec["env_sample"] = sample
         self.rf.write(self.run)
@@ -198,7 +201,9 @@ def print_list(groups: list[Group]) -> None:
             per_kind.setdefault(c.kind, []).append(c.est_s)
     for k, v in per_kind.items():
         print(f"# {k}: {len(v)} cases, ~{sum(v):.0f} s")
-    print(f"# total: {sum(len(v) for v in per_kind.values())} cases, ~{estimate_s(groups):.0f} s incl. start-up")
+    local = [g for g in groups if not g.dist]
+    print(f"# total: {sum(len(v) for v in per_kind.values())} cases, ~{estimate_s(groups):.0f} s incl. start-up; "
+          f"single-GPU part ~{estimate_s(local):.0f} s (multi-GPU cases are skipped on one GPU)")
 
 
 def validate_file(path: Path) -> str:
