@@ -36,6 +36,20 @@ def _sdpa(q, k, v, causal: bool, gqa: bool, backend: str):
         return F.scaled_dot_product_attention(q, k, v, is_causal=causal, enable_gqa=gqa)
 
 
+def chosen_backend(qkv, causal: bool, gqa: bool, backend: str) -> str | None:
+    """Which SDPA kernel torch dispatches these inputs to (private API; best effort)."""
+    q, k, v, _ = qkv
+    try:
+        if BACKENDS[backend] is None:
+            idx = torch._fused_sdp_choice(q, k, v, is_causal=causal, enable_gqa=gqa)
+        else:
+            with sdpa_kernel(BACKENDS[backend]):
+                idx = torch._fused_sdp_choice(q, k, v, is_causal=causal, enable_gqa=gqa)
+        return SDPBackend(idx).name
+    except Exception:  # noqa: BLE001 - diagnostic only
+        return None
+
+
 def run_attn(ctx: Ctx, p: dict) -> dict:
     b, hq, hkv, sq, sk, hd = p["b"], p["hq"], p["hkv"], p["sq"], p["sk"], p["hd"]
     bwd, causal, gqa, backend = p["bwd"], p["causal"], hq != hkv, p["backend"]
@@ -56,6 +70,7 @@ def run_attn(ctx: Ctx, p: dict) -> dict:
     with torch.set_grad_enabled(bwd):
         timing, extra = measure(call, ctx.device, n_rot=n_rot, l2=ctx.l2_bytes)
     extra["tflops"] = p["flops"] / timing["median_s"] / 1e12
+    extra["sdpa_backend_chosen"] = chosen_backend(sets[0], causal, gqa, backend)
     extra["kv_bytes_read_min"] = 2 * b * hkv * sk * hd * 2
     return result(timing, extra)
 

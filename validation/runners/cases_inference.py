@@ -58,13 +58,27 @@ def _tokens(cfg, b: int, s: int, device: str) -> torch.Tensor:
     return torch.randint(0, cfg.vocab, (b, s), device=device)
 
 
+def _reset_peak(ctx: Ctx) -> None:
+    if ctx.is_cuda:
+        torch.cuda.reset_peak_memory_stats()
+
+
+def _record_peak(ctx: Ctx, extra: dict) -> None:
+    """Peak while timing: weights + KV caches + activations (+ graph pool for graph mode)."""
+    if ctx.is_cuda:
+        extra["peak_mem_bytes"] = torch.cuda.max_memory_allocated()
+        extra["peak_reserved_bytes"] = torch.cuda.max_memory_reserved()
+
+
 def run_prefill(ctx: Ctx, p: dict) -> dict:
     cfg, model = _model(ctx, p["model"])
     with torch.inference_mode():
         caches = kv_caches(cfg, p["batch"], p["prompt"], ctx.device)
         idx = _tokens(cfg, p["batch"], p["prompt"], ctx.device)
         call = lambda i: model(idx, caches, 0)  # noqa: E731
+        _reset_peak(ctx)
         timing, extra = measure(call, ctx.device, graph=False, flush=False, warmup=2)
+        _record_peak(ctx, extra)
         if p["profile"]:
             extra.update(kernel_summary(call, ctx.device))
     extra["tokens_per_s"] = p["batch"] * p["prompt"] / timing["median_s"]
@@ -83,7 +97,9 @@ def run_decode(ctx: Ctx, p: dict) -> dict:
     with torch.inference_mode():
         idx = _tokens(cfg, p["batch"], 1, ctx.device)
         call = lambda i: model(idx, caches, pos)  # noqa: E731
+        _reset_peak(ctx)
         timing, extra = measure(call, ctx.device, graph=p["mode"] == "graph", flush=False)
+        _record_peak(ctx, extra)
         if p["profile"]:
             extra.update(kernel_summary(call, ctx.device))
     extra["tokens_per_s"] = p["batch"] / timing["median_s"]
