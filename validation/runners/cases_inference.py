@@ -82,7 +82,6 @@ def run_prefill(ctx: Ctx, p: dict) -> dict:
         if p["profile"]:
             extra.update(kernel_summary(call, ctx.device))
     extra["tokens_per_s"] = p["batch"] * p["prompt"] / timing["median_s"]
-    del caches
     return result(timing, extra)
 
 

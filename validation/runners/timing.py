@@ -136,17 +136,17 @@ def graph_timing(call, clock: Clock, inner: int, n_rot: int, reps: int | None,
                  adapt: bool = True) -> tuple[dict, int]:
     """Time graph replays of `inner` calls; if a replay is far below TARGET_S (the eager
     estimate was launch-bound), recapture once with more calls. Returns (timing, inner)."""
-    graph = _capture(call, inner)
-    t_rep = sample(clock, lambda r: graph.replay(), 1)[0]
+    graphs = [_capture(call, inner)]
+    t_rep = sample(clock, lambda r: graphs[-1].replay(), 1)[0]
     if adapt and t_rep < 0.5 * TARGET_S and inner < MAX_INNER:
         new_inner = choose_inner(t_rep / inner, n_rot)
         if new_inner > inner:
-            del graph
+            graphs.clear()  # free the first graph's pool before capturing the larger one
             inner = new_inner
-            graph = _capture(call, inner)
-            t_rep = sample(clock, lambda r: graph.replay(), 1)[0]
-    samples = sample(clock, lambda r: graph.replay(), reps or reps_for(t_rep))
-    del graph
+            graphs.append(_capture(call, inner))
+            t_rep = sample(clock, lambda r: graphs[-1].replay(), 1)[0]
+    samples = sample(clock, lambda r: graphs[-1].replay(), reps or reps_for(t_rep))
+    graphs.clear()
     return summarize(samples, "graph_rotating", inner), inner
 
 
