@@ -60,7 +60,28 @@ def _parser() -> argparse.ArgumentParser:
     op.add_argument("--head-dim", type=int, default=128)
     op.add_argument("--batch", type=int, default=1)
     op.add_argument("--bwd", action="store_true")
+    val = sub.add_parser("validate", help="compare predictions with measured GPU runs")
+    vs = val.add_subparsers(dest="vcmd", required=True)
+    cmp_ = vs.add_parser("compare", help="predicted vs measured per case and kind; exit 1 over threshold")
+    cmp_.add_argument("paths", nargs="*", help="run files or folders (default: validation/data)")
+    cmp_.add_argument("--html", help="write a Plotly report here")
+    cmp_.add_argument("-v", "--verbose", action="store_true", help="print every case")
     return ap
+
+
+def cmd_validate(a: argparse.Namespace) -> int:
+    from .validation.compare import compare, failures, summarize, thresholds
+    from .validation.report import text_report, write_html
+    rows, unused = compare(a.paths or None)
+    summary, limits = summarize(rows), thresholds()
+    print(text_report(rows, unused, summary, limits, a.verbose))
+    if a.html:
+        write_html(a.html, rows, summary)
+        print(f"wrote {a.html}")
+    bad = failures(summary, limits)
+    for b in bad:
+        print(f"OVER THRESHOLD: {b}")
+    return 1 if bad else 0
 
 
 def _parse_overrides(items: list[str]) -> dict[str, str]:
@@ -143,7 +164,7 @@ def cmd_op(a: argparse.Namespace) -> int:
     return 0
 
 
-COMMANDS = {"estimate": cmd_estimate, "hw": cmd_hw, "models": cmd_models, "stacks": cmd_stacks, "op": cmd_op}
+COMMANDS = {"validate": cmd_validate, "estimate": cmd_estimate, "hw": cmd_hw, "models": cmd_models, "stacks": cmd_stacks, "op": cmd_op}
 
 
 def main(argv: list[str] | None = None) -> int:

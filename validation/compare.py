@@ -1,0 +1,124 @@
+"""Predicted vs measured, per case and per kind, against written thresholds.
+
+    error = predicted / measured - 1          (signed; + means mechsim is slow)
+    MAPE  = mean |error| over the held-out split of a kind
+
+`mechsim validate compare [paths]` prints every case, a summary per kind and
+split, the records it could not use (with the reason), writes an optional
+Plotly HTML report, and exits 1 when a held-out kind exceeds its threshold in
+validation/thresholds.toml (the same numbers as the table in validation/README.md).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..sim._toml import load_toml
+from .predict import NotPredicted, predict, predict_train_memory
+from .records import iter_records, run_paths
+
+HERE = Path(__file__).parent
+DATA_DIR = HERE / "data"
+SPLITS = load_toml(HERE / "splits.toml")
+THRESHOLDS_FILE = HERE / "thresholds.toml"
+
+
+@dataclass(frozen=True)
+class Row:
+    run_id: str
+    case_id: str
+    kind: str
+    split: str           # "calibration" | "held_out"
+    measured: float
+    predicted: float
+
+    @property
+    def error(self) -> float:
+        return self.predicted / self.measured - 1.0
+
+
+@dataclass(frozen=True)
+class Unused:
+    run_id: str
+    case_id: str
+    kind: str
+    reason: str
+
+
+def _hashed(key: str) -> bool:
+    return int(hashlib.sha1(key.encode()).hexdigest(), 16) % SPLITS["hash"]["modulus"] == 0
+
+
+def split_of(record: dict) -> str:
+    """'held_out' or 'calibration', decided by the case's configuration only."""
+    kind, p = record["kind"], record["params"]
+    if kind == "gemm":
+        tags = " ".join(p.get("tags", []))
+        held = any(t in tags for t in SPLITS["gemm"]["held_out_tags"])
+    elif kind in ("train_step", "prefill", "decode"):
+        held = p.get("model") in SPLITS[kind]["held_out_models"]
+    else:
+        held = _hashed(record["case_id"].replace("/fwd+bwd/", "/").replace("/fwd/", "/"))
+    return "held_out" if held else "calibration"
+
+
+def compare(paths=None) -> tuple[list[Row], list[Unused]]:
+    """Rows for every record mechsim predicts, and every record it could not use."""
+    rows, unused = [], []
+    for run, rec in iter_records(run_paths(paths or [DATA_DIR]), include_errors=True):
+        rid = run["run_id"]
+        if rec.get("error") or not rec.get("timing"):
+            unused.append(Unused(rid, rec["case_id"], rec["kind"], f"not measured: {str(rec.get('error'))[:80]}"))
+            continue
+        try:
+            pred = predict(rec, run["env"])
+        except NotPredicted as e:
+            unused.append(Unused(rid, rec["case_id"], rec["kind"], str(e)))
+            continue
+        rows.append(Row(rid, rec["case_id"], rec["kind"], split_of(rec), rec["timing"]["median_s"], pred))
+        rows.extend(_memory_row(run, rec))
+    return rows, unused
+
+
+def _memory_row(run: dict, rec: dict) -> list[Row]:
+    """Peak training memory is compared as its own kind."""
+    peak = rec.get("extra", {}).get("peak_mem_bytes")
+    if rec["kind"] != "train_step" or not peak:
+        return []
+    from .predict import gpu_key
+    pred = predict_train_memory(rec["params"], gpu_key(run["env"]))
+    return [Row(run["run_id"], rec["case_id"] + "#memory", "train_memory", split_of(rec), peak, pred)]
+
+
+def summarize(rows: list[Row]) -> dict[tuple[str, str], dict]:
+    """Per (kind, split): n, MAPE, max |error| and its case, signed mean error."""
+    out: dict[tuple[str, str], dict] = {}
+    for r in rows:
+        out.setdefault((r.kind, r.split), []).append(r)  # type: ignore[arg-type]
+    return {k: _stats(v) for k, v in sorted(out.items())}  # type: ignore[arg-type]
+
+
+def _stats(rows: list[Row]) -> dict:
+    errs = [abs(r.error) for r in rows]
+    worst = max(rows, key=lambda r: abs(r.error))
+    return {"n": len(rows), "mape": sum(errs) / len(errs), "max": max(errs), "worst": worst.case_id,
+            "bias": sum(r.error for r in rows) / len(rows)}
+
+
+def thresholds() -> dict[str, dict]:
+    return load_toml(THRESHOLDS_FILE)
+
+
+def failures(summary: dict, limits: dict) -> list[str]:
+    """Held-out kinds over their MAPE or max-error threshold."""
+    bad = []
+    for (kind, split), s in summary.items():
+        lim = limits.get(kind)
+        if split != "held_out" or lim is None:
+            continue
+        if s["mape"] > lim["mape"] or s["max"] > lim["max"]:
+            bad.append(f"{kind}: MAPE {s['mape']:.1%} (limit {lim['mape']:.0%}), "
+                       f"max {s['max']:.1%} (limit {lim['max']:.0%}, {s['worst']})")
+    return bad

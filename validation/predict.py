@@ -1,0 +1,130 @@
+"""Predict a measured record with mechsim: record params -> predicted seconds.
+
+One small function per record kind; each returns the predicted time of exactly
+what the runner timed (per call / per step), or raises NotPredicted with the
+reason (the compare report lists those; nothing is skipped silently).
+"""
+
+from __future__ import annotations
+
+from ..model import InferenceWorkload, TrainingWorkload, TransformerConfig
+from ..model.microops import attention, gemm, memory_kernel
+from ..sim.estimate import estimate, estimate_op, resolve_gpu
+from ..sim.stacks import get_stack
+
+GPU_BY_NAME = {"NVIDIA H200": "h200_sxm", "NVIDIA H100 80GB HBM3": "h100_sxm", "NVIDIA H100": "h100_sxm",
+               "NVIDIA A100-SXM4-80GB": "a100_sxm_80gb", "NVIDIA B200": "b200", "NVIDIA H800": "h800_sxm"}
+GEMM_DTYPES = {"fp8_e4m3": "fp8", "bf16": "bf16", "fp16": "fp16", "tf32": "tf32", "fp32": "fp32"}
+ATTN_IMPL = {"flash": "fa2", "default": "cudnn", "cudnn": "cudnn"}
+FUSED_SINGLE_KERNEL = {"rms_norm_f", "residual_add", "cast", "softmax"}
+
+
+class NotPredicted(Exception):
+    """This record's case is outside what mechsim models (yet); the text says why."""
+
+
+def gpu_key(env: dict) -> str:
+    name = env.get("gpu_name", "")
+    if name not in GPU_BY_NAME:
+        raise NotPredicted(f"unknown GPU {name!r} (known: {', '.join(GPU_BY_NAME)})")
+    return GPU_BY_NAME[name]
+
+
+def predict_memory(p: dict, gpu: str) -> float:
+    if p["op"] in ("h2d", "d2h"):
+        g = resolve_gpu(gpu)
+        from ..sim.estimate import efficiency
+        return p["bytes"] / (g.host_link_bw_per_dir * efficiency(g).get("host_link.bw_fraction"))
+    return estimate_op(memory_kernel(p["bytes_read"], p["bytes_written"], kind="memcpy"), gpu).time_s
+
+
+def predict_launch(p: dict, gpu: str) -> float:
+    st = get_stack("eager")
+    if p["mode"] == "eager":
+        return st.launch_host_s
+    if p["mode"] == "cuda_graph":
+        return st.launch_graph_s
+    raise NotPredicted(f"launch mode {p['mode']!r} (a host-device round trip) is not modelled")
+
+
+def predict_gemm(p: dict, gpu: str) -> float:
+    return estimate_op(gemm(p["m"], p["n"], p["k"], GEMM_DTYPES[p["dtype"]]), gpu).time_s
+
+
+def predict_attention(p: dict, gpu: str) -> float:
+    if p["backend"] not in ATTN_IMPL:
+        raise NotPredicted(f"SDPA backend {p['backend']!r} is not modelled")
+    st = _stack_with_attention(ATTN_IMPL[p["backend"]])
+    args = (p["b"], p["hq"], p["hkv"], p["sq"], p["sk"], p["hd"], bool(p["causal"]))
+    t = estimate_op(attention(*args, phase="fwd"), gpu, st).time_s
+    if p.get("bwd"):
+        t += estimate_op(attention(*args, phase="bwd"), gpu, st).time_s
+    return t
+
+
+def _stack_with_attention(impl: str):
+    import dataclasses
+    return dataclasses.replace(get_stack("eager"), attention=impl)
+
+
+def predict_chain(p: dict, gpu: str) -> float:
+    """Single-kernel memory-bound ops: their minimum traffic at achieved bandwidth."""
+    if p["op"] not in FUSED_SINGLE_KERNEL or p.get("pass") != "fwd":
+        raise NotPredicted(f"{p['op']} {p.get('pass')}: multi-kernel eager chain; compared end to end only")
+    return estimate_op(memory_kernel(p["bytes_min"] / 2, p["bytes_min"] / 2), gpu).time_s
+
+
+def config_from(p: dict) -> TransformerConfig:
+    return TransformerConfig(
+        name=p["model"], n_layers=p["n_layers"], d_model=p["d_model"], n_heads=p["n_heads"],
+        n_kv_heads=p["n_kv_heads"], ffn=p["ffn"], vocab=p["vocab"], tie_embeddings=p["tie_embeddings"],
+        max_seq=max(p.get("max_seq", 0), p.get("seq", 0), 8192))
+
+
+def train_workload(p: dict) -> TrainingWorkload:
+    return TrainingWorkload(model=config_from(p), mbs=p["mbs"], seq=p["seq"], precision="amp_bf16",
+                            optimizer="adamw", stack="compile" if p.get("compile") else "eager")
+
+
+def predict_train(p: dict, gpu: str) -> float:
+    return estimate(train_workload(p), gpu).step_time_s
+
+
+def inference_workload(p: dict, phase: str) -> InferenceWorkload:
+    graphs = p.get("mode") == "graph"
+    common = dict(model=config_from(p), batch=p["batch"], phase=phase, weight_dtype="bf16", kv_dtype="bf16",
+                  stack="eager_graphs" if graphs else "eager")
+    if phase == "prefill":
+        return InferenceWorkload(prompt_len=p["prompt"], context_len=p["prompt"], **common)
+    return InferenceWorkload(prompt_len=p["ctx"], context_len=p["ctx"] + 1, **common)
+
+
+def predict_prefill(p: dict, gpu: str) -> float:
+    return estimate(inference_workload(p, "prefill"), gpu).step_time_s
+
+
+def predict_decode(p: dict, gpu: str) -> float:
+    return estimate(inference_workload(p, "decode"), gpu).step_time_s
+
+
+def predict_train_memory(p: dict, gpu: str) -> float:
+    return estimate(train_workload(p), gpu).memory.total
+
+
+PREDICTORS = {
+    "memory": predict_memory, "launch": predict_launch, "gemm": predict_gemm,
+    "attention": predict_attention, "norm": predict_chain, "elementwise": predict_chain,
+    "softmax": predict_chain, "cross_entropy": predict_chain, "train_step": predict_train,
+    "prefill": predict_prefill, "decode": predict_decode,
+}
+
+
+def predict(record: dict, env: dict) -> float:
+    """Predicted seconds for one record; NotPredicted with a reason otherwise."""
+    kind = record["kind"]
+    if kind not in PREDICTORS:
+        raise NotPredicted(f"kind {kind!r} has no predictor yet (multi-GPU: scale-out issue)")
+    try:
+        return PREDICTORS[kind](record["params"], gpu_key(env))
+    except (KeyError, ValueError) as e:
+        raise NotPredicted(f"cannot build the case from its params: {e}") from None
