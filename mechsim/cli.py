@@ -66,10 +66,29 @@ def _parser() -> argparse.ArgumentParser:
     cmp_.add_argument("paths", nargs="*", help="run files or folders (default: validation/data)")
     cmp_.add_argument("--html", help="write a Plotly report here")
     cmp_.add_argument("-v", "--verbose", action="store_true", help="print every case")
+    cal = vs.add_parser("calibrate", help="fit efficiency parameters on the calibration split")
+    cal.add_argument("--gpu", default="h200_sxm")
+    cal.add_argument("paths", nargs="*", help="run files or folders (default: validation/data)")
+    cal.add_argument("--dry-run", action="store_true", help="print the fit, write nothing")
     return ap
 
 
+def cmd_calibrate(a: argparse.Namespace) -> int:
+    from .validation.calibrate import calibrate, write_calibration
+    from .validation.records import iter_records, run_paths
+    from .validation.compare import DATA_DIR
+    fitted, report = calibrate(a.gpu, a.paths or None)
+    for g, (before, after, n) in report.items():
+        print(f"{g:<18} n={n:<4} calibration MAPE {before:6.1%} -> {after:6.1%}")
+    if not a.dry_run:
+        runs = sorted({run["run_id"] for run, _ in iter_records(run_paths(a.paths or [DATA_DIR]))})
+        print(f"wrote {write_calibration(a.gpu, fitted, report, runs)}")
+    return 0
+
+
 def cmd_validate(a: argparse.Namespace) -> int:
+    if a.vcmd == "calibrate":
+        return cmd_calibrate(a)
     from .validation.compare import compare, failures, summarize, thresholds
     from .validation.report import text_report, write_html
     rows, unused = compare(a.paths or None)

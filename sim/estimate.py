@@ -9,6 +9,7 @@ and cached; the per-GPU timing is a handful of numpy expressions.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 from dataclasses import dataclass
@@ -93,6 +94,17 @@ def efficiency(gpu) -> Efficiency:
     return efficiency_for(gpu.key, gpu.arch)
 
 
+@functools.lru_cache(maxsize=256)
+def calibrated_stack(gpu, st: Stack) -> Stack:
+    """``st`` with the launch costs calibrated for this GPU's machine, if any
+    (efficiency entries ``stack.<key>.<field>``; host speed belongs to the machine).
+    A Stack object passed to estimate() explicitly is used as given."""
+    prefix = f"stack.{st.key}."
+    eff = efficiency(gpu)
+    vals = {n[len(prefix):]: float(eff.get(n)) for n in eff.params if n.startswith(prefix)}
+    return dataclasses.replace(st, **vals) if vals else st
+
+
 def categories(t: OpTable, k: KernelTimes) -> np.ndarray:
     """Index into CATEGORIES for each op: matmuls split by their binding side."""
     cat = np.full(len(t.ops), CATEGORIES.index("memory_bound"))
@@ -151,7 +163,7 @@ def estimate(workload, hw: Any = "h100_sxm", stack: str | Stack | None = None,
     {"hbm_bandwidth": "+20%", "flops_bf16": 1.2e15, "sustained_clock": 0.9}.
     """
     gpu, clock = apply_overrides(resolve_gpu(hw), overrides or {})
-    st = get_stack(stack if stack is not None else workload.stack)
+    st = stack if isinstance(stack, Stack) else calibrated_stack(gpu, get_stack(stack or workload.stack))
     p = prepare(workload, st.fused)
     t, rates = p.table, hw_rates(gpu, clock)
     check_rates(t, rates)

@@ -1,0 +1,57 @@
+"""The CLI: README commands work; bad input is one clear line, never a traceback."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from mechsim.cli import main
+
+
+def test_estimate_table(capsys):
+    assert main(["estimate", "--model", "llama3-8b", "--hw", "h200", "--mode", "train", "--mbs", "1", "--seq", "2048"]) == 0
+    out = capsys.readouterr().out
+    assert "step time" in out and "memory (GiB)" in out
+
+
+def test_estimate_json_is_the_result_model(capsys):
+    assert main(["estimate", "--model", "llama3.2-1b", "--hw", "h100", "--mode", "decode", "--batch", "4", "--json"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert d["total_s"] == d["step_time_s"] > 0 and d["ops"]
+
+
+@pytest.mark.parametrize("argv,field", [
+    (["estimate", "--model", "llama9"], "llama9"),
+    (["estimate", "--hw", "h1000"], "h1000"),
+    (["estimate", "--mbs", "0"], "mbs"),
+    (["estimate", "--model", "llama3-8b", "--seq", "100000"], "seq"),
+    (["estimate", "--stack", "eagr"], "eagr"),
+    (["estimate", "--override", "hbm_bandwidth"], "KEY=CHANGE"),
+    (["estimate", "--model", "/nonexistent/config.json"], "config.json"),
+    (["hw", "show", "H10"], "h100"),
+])
+def test_bad_input_is_one_line_error(argv, field, capsys):
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error:") and field in err and "Traceback" not in err
+
+
+def test_hw_and_lists(capsys):
+    for argv in (["hw", "list"], ["hw", "show", "H800"], ["models"], ["stacks"], ["op", "gemm", "--hw", "h200"]):
+        assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert "h800_sxm" in out and "llama3-70b" in out and "eager" in out
+
+
+def test_readme_spec_table_is_generated_from_hwdb():
+    from pathlib import Path
+    from mechsim.hwdb import spec_table_markdown
+    readme = (Path(__file__).parents[2] / "README.md").read_text()
+    assert spec_table_markdown() in readme
+
+
+def test_fresh_process_entry_point():
+    r = subprocess.run([sys.executable, "-m", "mechsim.cli", "estimate", "--model", "llama3-70b", "--hw", "h100"],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0 and "step time" in r.stdout

@@ -1,0 +1,197 @@
+"""Fit efficiency parameters on the calibration split, write them as data.
+
+For each group of parameters (GEMM, memory-bound kernels, each attention kernel
+family) scipy's least_squares minimises the log error log(predicted/measured)
+over the CALIBRATION records of that group only; held-out records are never
+read here. The result is written to sim/data/efficiency/<gpu>.toml, every value
+with kind "calibrated", the run ids it was fitted on and the git commit, where
+the simulator picks it up over the architecture defaults.
+"""
+
+from __future__ import annotations
+
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+from scipy.optimize import least_squares
+
+from ..model.microops import attention, gemm, memory_kernel
+from ..sim.calibration import EFFICIENCY_DIR, Efficiency, efficiency_for
+from ..sim.estimate import hw_rates, resolve_gpu
+from ..sim.kernels import kernel_times
+from ..sim.optable import build_table
+from .compare import DATA_DIR, split_of
+from .predict import ATTN_IMPL, GEMM_DTYPES, NotPredicted, gpu_key
+from .records import iter_records, run_paths
+
+GEMM_PARAMS = ("gemm.peak_fraction_bf16", "gemm.peak_fraction_fp16", "gemm.peak_fraction_fp8",
+               "gemm.peak_fraction_tf32", "gemm.peak_fraction_fp32", "gemm.k_overhead", "gemm.fixed_s",
+               "gemm.mem_fraction")
+MEMORY_PARAMS = ("memory.bw_fraction", "memory.fixed_s")
+MIN_FOR_ALL = 8
+
+
+@dataclass(frozen=True)
+class Group:
+    """Ops (one per calibration record, or two for fwd+bwd) and measured seconds."""
+
+    name: str
+    params: tuple[str, ...]
+    ops: list
+    owner: list[int]          # record index of each op (fwd+bwd sum into one record)
+    measured: np.ndarray
+    impl: str = "fa2"
+
+
+def _gemm_op(p):
+    return [gemm(p["m"], p["n"], p["k"], GEMM_DTYPES[p["dtype"]])]
+
+
+def _memory_op(p):
+    if p["op"] in ("h2d", "d2h", "reduce_sum"):  # host link; reductions are not streaming copies
+        raise NotPredicted(p["op"])
+    return [memory_kernel(p["bytes_read"], p["bytes_written"], kind="memcpy")]
+
+
+def _attention_ops(p):
+    args = (p["b"], p["hq"], p["hkv"], p["sq"], p["sk"], p["hd"], bool(p["causal"]))
+    return [attention(*args, phase="fwd")] + ([attention(*args, phase="bwd")] if p.get("bwd") else [])
+
+
+def collect(paths, gpu: str) -> list[Group]:
+    """Calibration-split groups for ``gpu`` from the run files."""
+    buckets: dict[str, tuple[list, list, list]] = {}
+    for run, rec in iter_records(run_paths(paths or [DATA_DIR])):
+        if gpu_key(run["env"]) != gpu or split_of(rec) != "calibration" or not rec.get("timing"):
+            continue
+        key, build = _group_of(rec)
+        if build is None:
+            continue
+        try:
+            ops = build(rec["params"])
+        except NotPredicted:
+            continue
+        ops_l, owner, meas = buckets.setdefault(key, ([], [], []))
+        owner += [len(meas)] * len(ops)
+        ops_l += ops
+        meas.append(rec["timing"]["median_s"])
+    return [_group(k, *v) for k, v in sorted(buckets.items())]
+
+
+def _group_of(rec):
+    kind = rec["kind"]
+    if kind == "gemm":
+        return "gemm", _gemm_op
+    if kind == "memory":
+        return "memory", _memory_op
+    if kind == "attention" and rec["params"]["backend"] in ATTN_IMPL:
+        return f"attention.{ATTN_IMPL[rec['params']['backend']]}", _attention_ops
+    return "", None
+
+
+def _group(key: str, ops, owner, meas) -> Group:
+    if key.startswith("attention."):
+        impl = key.split(".")[1]
+        names = ("fwd_fraction", "bwd_fraction", "fixed_s", "decode_bw_fraction") if len(meas) >= MIN_FOR_ALL \
+            else ("fwd_fraction", "bwd_fraction")   # too few records to pin fixed costs
+        params = tuple(f"attention.{impl}.{p}" for p in names)
+        return Group(key, params, ops, owner, np.array(meas), impl)
+    return Group(key, GEMM_PARAMS if key == "gemm" else MEMORY_PARAMS, ops, owner, np.array(meas))
+
+
+def predict_group(g: Group, eff: Efficiency, rates) -> np.ndarray:
+    t = build_table(tuple(g.ops))
+    per_op = kernel_times(t, rates, eff, g.impl).gpu_s
+    return np.bincount(np.array(g.owner), weights=per_op, minlength=len(g.measured))
+
+
+def fit_group(g: Group, eff: Efficiency, rates) -> dict[str, float]:
+    """Least-squares fit of g.params (log error), starting from the current values."""
+    x0 = np.array([float(eff.get(p)) for p in g.params])
+    scale = np.where(x0 > 0, x0, 1.0)
+
+    def resid(z):
+        e = eff.with_values(dict(zip(g.params, z * scale)), "fit")
+        return np.log(predict_group(g, e, rates) / g.measured)
+
+    res = least_squares(resid, x0 / scale, bounds=(1e-3, np.inf))
+    return dict(zip(g.params, (res.x * scale).tolist()))
+
+
+LAUNCH_PARAMS = ("stack.eager.launch_host_s", "stack.eager.launch_host_bwd_s")
+
+
+def fit_launch(paths, gpu) -> tuple[dict[str, float], tuple[float, float, int]]:
+    """Effective host cost per kernel of the eager stack, fitted on end-to-end
+    eager steps of the calibration split (train, prefill, decode): it carries the
+    Python-side work a kernel count misses (views, autocast dispatch, autograd)."""
+    import dataclasses
+    from ..sim.estimate import estimate
+    from ..sim.stacks import get_stack
+    from .predict import inference_workload, train_workload
+    cases = []
+    for run, rec in iter_records(run_paths(paths or [DATA_DIR])):
+        p = rec["params"]
+        if (gpu_key(run["env"]) != gpu or split_of(rec) != "calibration" or not rec.get("timing")
+                or rec["kind"] not in ("train_step", "prefill", "decode")
+                or p.get("compile") or p.get("mode") == "graph"):
+            continue
+        w = train_workload(p) if rec["kind"] == "train_step" else inference_workload(p, rec["kind"])
+        cases.append((w, rec["timing"]["median_s"]))
+    base = get_stack("eager")
+    meas = np.array([m for _, m in cases])
+
+    def pred(x):
+        st = dataclasses.replace(base, launch_host_s=x[0] * 1e-6, launch_host_bwd_s=x[1] * 1e-6)
+        return np.array([estimate(w, gpu, st).step_time_s for w, _ in cases])
+
+    x0 = np.array([base.launch_host_s, base.launch_host_bwd_s]) * 1e6
+    res = least_squares(lambda x: np.log(pred(x) / meas), x0, bounds=(0.1, 200.0))
+    return dict(zip(LAUNCH_PARAMS, (res.x * 1e-6).tolist())), (_mape(pred(x0), meas), _mape(pred(res.x), meas), len(cases))
+
+
+def calibrate(gpu: str = "h200_sxm", paths=None) -> tuple[dict[str, float], dict[str, tuple[float, float]]]:
+    """(fitted values, {group: (MAPE before, MAPE after)}) on the calibration split."""
+    g_obj = resolve_gpu(gpu)
+    rates, eff = hw_rates(g_obj, 1.0), efficiency_for(g_obj.key, g_obj.arch)
+    fitted, report = {}, {}
+    for g in collect(paths, g_obj.key):
+        before = _mape(predict_group(g, eff, rates), g.measured)
+        vals = fit_group(g, eff, rates)
+        after = _mape(predict_group(g, eff.with_values(vals, "fit"), rates), g.measured)
+        fitted.update(vals)
+        report[g.name] = (before, after, len(g.measured))
+    vals, report["launch.eager"] = fit_launch(paths, g_obj.key)
+    fitted.update(vals)
+    return fitted, report
+
+
+def _mape(pred: np.ndarray, meas: np.ndarray) -> float:
+    return float(np.mean(np.abs(pred / meas - 1.0)))
+
+
+def write_calibration(gpu: str, fitted: dict[str, float], report: dict, runs: list[str]) -> Path:
+    """sim/data/efficiency/<gpu>.toml: every fitted value with its provenance."""
+    commit = _git_commit()
+    lines = [f"# Calibrated efficiency for {gpu}: written by `mechsim validate calibrate` at commit {commit}.",
+             f"# Fitted (scipy least_squares, log error) on the calibration split of runs: {', '.join(runs)}.",
+             "# Do not edit by hand; re-run the calibration.", f'arch = "{resolve_gpu(gpu).arch}"', ""]
+    for name, v in sorted(fitted.items()):
+        group = name.rsplit(".", 1)[0]
+        n = next((r[2] for k, r in report.items() if group.startswith(k) or k.startswith(group)), 0)
+        lines.append(f'{name} = {{ value = {v:.6g}, unit = "{"s" if name.endswith("_s") else "1"}", '
+                     f'source = "calibration:{"+".join(runs)}", kind = "calibrated", '
+                     f'note = "fitted on {n} calibration records" }}')
+    path = EFFICIENCY_DIR / f"{gpu}.toml"
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return path
+
+
+def _git_commit() -> str:
+    try:
+        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                              check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
