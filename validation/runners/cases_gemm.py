@@ -102,6 +102,13 @@ def _align(ms, ks) -> list[Case]:
     return [gemm_case("bf16", m, n, k, f"align/n{n}") for m in ms for k in ks for n in (50257, 50304)]
 
 
+def _odd_leading_dims() -> list[Case]:
+    """Calibration cases for the alignment mechanism: N or K not a multiple of
+    16 bytes of elements (the held-out "align/" vocabulary cases stay unseen)."""
+    shapes = [(4096, 32001, 4096), (2048, 10007, 2048), (8192, 4100, 4096), (4096, 4096, 4099), (1024, 6001, 1024)]
+    return [gemm_case(dt, m, n, k, f"odd_ld/n{n}_k{k}") for dt in ("bf16", "fp16") for m, n, k in shapes]
+
+
 def _smoke() -> list[Case]:
     cases = _square(["bf16", "fp16", "tf32", "fp32", "fp8_e4m3"], [64])
     return cases + [gemm_case("bf16", 1, 128, 64, "decode"), gemm_case("bf16", 32, 257, 64, "align/n257")]
@@ -127,7 +134,7 @@ def _full() -> list[Case]:
             + _layer_cases(["bf16"], DECODE_M, "8b", tag="decode")
             + _layer_cases(["bf16"], [1, 8, 32, 128], "70b", ["qkv", "gate_up", "down"], "decode")
             + _layer_cases(["fp8_e4m3"], [1, 16, 64], "8b", ["qkv", "gate_up", "down"], "decode")
-            + _align([8192], [768, 4096]))
+            + _align([8192], [768, 4096]) + _odd_leading_dims())
 
 
 def groups(suite: str) -> list[Group]:

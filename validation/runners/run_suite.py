@@ -49,12 +49,20 @@ KINDS = ["memory", "launch", "gemm", "attention", "elementwise", "norm", "softma
 STARTUP_EST_S = 15.0  # python + torch import + CUDA context + cuBLAS handles
 
 
+def _matches(case, match: str | None) -> bool:
+    """True if any comma-separated substring of ``match`` is in the case id or its tags."""
+    if not match:
+        return True
+    text = case.case_id + " " + " ".join(case.params.get("tags", []))
+    return any(m and m in text for m in match.split(","))
+
+
 def build_groups(suite: str, only: list[str] | None = None, match: str | None = None) -> list[Group]:
     """All case groups of a suite in run order, filtered by kind and case-id substring."""
     out = []
     for mod in MODULES:
         for g in mod.groups(suite):
-            cases = [c for c in g.cases if (not only or c.kind in only) and (not match or match in c.case_id)]
+            cases = [c for c in g.cases if (not only or c.kind in only) and _matches(c, match)]
             if cases:
                 out.append(Group(g.name, cases, g.dist, g.teardown))
     return out
@@ -233,7 +241,7 @@ def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--suite", choices=["quick", "full", "smoke"], required=True)
     p.add_argument("--only", default=None, help="comma-separated kinds: " + ",".join(KINDS))
-    p.add_argument("--match", default=None, help="only cases whose id contains this substring")
+    p.add_argument("--match", default=None, help="only cases whose id or tags contain one of these comma-separated substrings")
     p.add_argument("--out", default=str(Path(HERE).parent / "data" / "runs"), help="output folder")
     p.add_argument("--device", choices=["cuda", "cpu"], default="cuda")
     p.add_argument("--world", type=int, default=None, help="processes for multi-GPU cases (default: all GPUs)")
