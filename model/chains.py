@@ -11,8 +11,10 @@ r = residual bytes, g = bytes of the grad the chain receives.
 
 from __future__ import annotations
 
+import math
+
 from .ops import Op
-from .ops_common import Ctx, Kern, Pair, chain
+from .ops_common import Ctx, Kern, Pair, chain, times
 
 
 def _norm_fwd_eager(c: Ctx, R: int, W: int, r: float, consumers: int) -> list[Kern]:
@@ -33,10 +35,13 @@ def _norm_fwd_eager(c: Ctx, R: int, W: int, r: float, consumers: int) -> list[Ke
     return ks
 
 
-def _norm_bwd_eager(c: Ctx, R: int, W: int, r: float, consumers: int) -> list[Kern]:
-    """Autograd of the eager chain: consumer grads cast to fp32 (autocast) and summed, *weight
-    backward (grad_h, grad_w = rowsum(g*h)), mul backward (g*rstd, rowsum(g*x)), rsqrt, mean
-    and pow backward, sum of the two paths, [cast back], + the residual-stream grad."""
+def _norm_bwd_eager(c: Ctx, R: int, W: int, r: float, consumers: int, skip: bool) -> list[Kern]:
+    """Autograd of the eager chain (kernels as traced on H200, torch 2.11): consumer grads cast to
+    fp32 (autocast) and summed; *weight backward (g*w, g*h, column sum for grad_w); h*rstd
+    backward (g*rstd, g*x, row sum); rsqrt backward (pow 3, -0.5*g, mul: on R elements); mean
+    backward (expand / W); pow backward (x.pow(1) is a device memcpy: bytes, no kernel launch;
+    2*x, *g); sum of the two paths to x; [cast back]; ``skip``: + the residual-stream grad
+    (the norm's input also feeds a residual add; not for the final norm)."""
     e, pw, k = R * W, c.pw, max(consumers, 1)
     g = 4.0 if c.autocast else r
     ks: list[Kern] = [(0, 2 * e, 4 * e)] * consumers if c.autocast else []
@@ -46,10 +51,12 @@ def _norm_bwd_eager(c: Ctx, R: int, W: int, r: float, consumers: int) -> list[Ke
     else:
         ks += [(e, g * e + pw * W, g * e), (e, g * e + r * e, g * e), (e, g * e, pw * W)]
         ks += [(0, r * e, 4 * e)] if g != 4 else []
-        ks += [(e, 4 * e + 4 * R, 4 * e), (e, 8 * e, 4 * e), (e, 4 * e, 4 * R), (R, 8 * R, 4 * R),
-               (e, 4 * R, 4 * e), (e, 4 * e, 4 * e), (e, 8 * e, 4 * e), (e, 8 * e, 4 * e)]
+        ks += [(e, 4 * e + 4 * R, 4 * e), (e, 8 * e, 4 * e), (e, 4 * e, 4 * R),
+               (R, 4 * R, 4 * R), (R, 4 * R, 4 * R), (R, 8 * R, 4 * R),
+               (e, 4 * R, 4 * e), (0, 4 * e, 4 * e, 0), (e, 4 * e, 4 * e), (e, 8 * e, 4 * e), (e, 8 * e, 4 * e)]
         ks += [(0, 4 * e, r * e)] if r != 4 else []
-    ks.append((e, 2 * r * e, r * e))   # grad of the residual stream: norm path + skip path
+    if skip:
+        ks.append((e, 2 * r * e, r * e))   # grad of the residual stream: norm path + skip path
     return ks
 
 
@@ -62,6 +69,8 @@ def norm(c: Ctx, name: str, R: int, W: int, n: int, consumers: int, resid_in: bo
     [+ the new residual r*e] + rstd (4R, training). Fused bwd: reads the consumers' grads,
     x, rstd, weight and the residual-stream grad; writes dx. ``stream`` False: an inner norm
     (MLA latent, q/k norm) whose input is an activation, with no residual-stream grad.
+    Only a norm whose input also feeds a residual add (``resid_in``) adds the skip-path grad
+    in backward: the final (head) norm is its input's only consumer.
     """
     r = c.resid if stream else c.act
     e, cnt = R * W, n * c.mb
@@ -69,19 +78,21 @@ def norm(c: Ctx, name: str, R: int, W: int, n: int, consumers: int, resid_in: bo
         extra_r, extra_w = (c.act * e, r * e) if resid_in else (0.0, 0.0)
         rstd = 4.0 * R if c.train else 0.0
         fwd_k = [(4 * e, r * e + c.pw * W + extra_r, c.gin * e + extra_w + rstd)]
-        bwd_k = [(8 * e, max(consumers, 1) * c.act * e + r * e + 4 * R + c.pw * W + (r * e if stream else 0),
-                  r * e + 4 * W)]
+        bwd_k = [(8 * e, max(consumers, 1) * c.act * e + r * e + 4 * R + c.pw * W
+                  + (r * e if stream and resid_in else 0), r * e + 4 * W)]
     else:
-        fwd_k, bwd_k = _norm_fwd_eager(c, R, W, r, consumers), _norm_bwd_eager(c, R, W, r, consumers)
-        if not stream:
-            bwd_k = bwd_k[:-1]
+        fwd_k = _norm_fwd_eager(c, R, W, r, consumers)
+        bwd_k = _norm_bwd_eager(c, R, W, r, consumers, skip=stream and resid_in)
     fwd = chain(name, "norm", "fwd", fwd_k, cnt, e)
     return Pair(fwd, chain(name, "norm", "bwd", bwd_k, cnt, e) if c.train else [])
 
 
 def _rope_eager(c: Ctx, n: float, t: float) -> tuple[list[Kern], list[Kern]]:
     """One tensor of n elements: x*cos, neg(x2), cat, rot*sin, add [+ autocast cast for SDPA].
-    Under autocast the fp32 cos/sin tables (llama_ref) promote the products to fp32."""
+    Under autocast the fp32 cos/sin tables (llama_ref) promote the products to fp32.
+    Backward: [cast of the SDPA grad to fp32], g*sin [+ cast], neg, cat (chunk backward),
+    g*cos [+ cast], add of the two paths, and the reshape copy of the grad into the
+    projection's [B, S, H*D] layout (H200 trace: 8 kernels per tensor under autocast)."""
     a, tb = c.act, (4.0 if c.autocast else c.act)
     o = 4.0 if c.autocast else a
     fwd: list[Kern] = [(n, a * n + tb * t, o * n), (n / 2, a * n / 2, a * n / 2), (0, a * n, a * n),
@@ -91,6 +102,7 @@ def _rope_eager(c: Ctx, n: float, t: float) -> tuple[list[Kern], list[Kern]]:
     if c.autocast:
         fwd.append((0, 4 * n, 2 * n))
         bwd = [(0, 2 * n, 4 * n)] + bwd + [(0, 4 * n, 2 * n)] * 2
+    bwd.append((0, a * n, a * n))   # grad [B,H,S,D] -> transpose -> view [B,S,H*D]: reshape copies
     return fwd, bwd
 
 
@@ -145,13 +157,21 @@ def residual(c: Ctx, name: str, e: float, n: int) -> Pair:
     return Pair(fwd, chain(name, "elementwise", "bwd", bwd_k, cnt, e))
 
 
+def pieces(nbytes: float) -> int:
+    """Launches of one TensorIterator kernel whose largest operand spans ``nbytes``: above
+    2^31 - 1 bytes it is halved until 32-bit offsets fit (e.g. 8192 x 128256 fp32 logits: 2)."""
+    lim = 2 ** 31 - 1
+    return 1 if nbytes <= lim else 2 ** math.ceil(math.log2(nbytes / lim))
+
+
 def cross_entropy(c: Ctx, T: int, V: int) -> Pair:
     """Loss over T rows of V logits (act dtype).
 
     Eager (llama_ref loss_fn): ``loss/logits_cast`` .float() copy (a -> 4 B, skipped when the
     logits are fp32) and ``loss/cross_entropy`` = log_softmax (reads/writes fp32 TxV) +
-    nll gather. Backward: nll grad (zero-fill TxV fp32 + scatter), log_softmax backward
-    (reads grad and output, writes TxV fp32), and the cast back to a (logits_cast bwd).
+    nll gather. Backward: the seed fill of loss.backward(), nll grad (zero-fill TxV fp32 +
+    scatter), log_softmax backward (reads grad and output, writes TxV fp32), and the cast back
+    to a (logits_cast bwd). Casts and the zero-fill over >2 GiB run as several launches.
     Fused: one kernel reading the a-byte logits (writes per-row lse and loss), and one
     backward kernel writing the a-byte grad of the logits.
     """
@@ -160,19 +180,23 @@ def cross_entropy(c: Ctx, T: int, V: int) -> Pair:
         fwd = chain("loss/cross_entropy", "softmax", "fwd", [(5 * e, a * e + 8 * T, 8 * T)], cnt, e)
         bwd = chain("loss/cross_entropy", "softmax", "bwd", [(3 * e, a * e + 16 * T, a * e)], cnt, e)
         return Pair(fwd, bwd)
-    cast_f = chain("loss/logits_cast", "cast", "fwd", [(0, a * e, 4 * e)] if a != 4 else [], cnt, e)
+    p = pieces(4 * e)
+    cast_f = chain("loss/logits_cast", "cast", "fwd", [(0, a * e, 4 * e, p)] if a != 4 else [], cnt, e)
     ce_f = chain("loss/cross_entropy", "softmax", "fwd", [(4 * e, 4 * e, 4 * e), (T, 12 * T, 4)], cnt, e)
     ce_b = chain("loss/cross_entropy", "softmax", "bwd",
-                 [(0, 0, 4 * e), (T, 12 * T, 4 * T), (2 * e, 8 * e, 4 * e)], cnt, e)
-    cast_b = chain("loss/logits_cast", "cast", "bwd", [(0, 4 * e, a * e)] if a != 4 else [], cnt, e)
+                 [(0, 0, 4), (0, 0, 4 * e, p), (T, 12 * T, 4 * T), (2 * e, 8 * e, 4 * e)], cnt, e)
+    cast_b = chain("loss/logits_cast", "cast", "bwd", [(0, 4 * e, a * e, p)] if a != 4 else [], cnt, e)
     return Pair(cast_f + ce_f, ce_b + cast_b)
 
 
 def embedding(c: Ctx, T: int) -> Pair:
     """Token gather: reads int64 ids + T rows of the table (pw B), writes T x d at the stream
     dtype (fp32 under autocast: embeddings are not autocast). Learned positions add a
-    gather + add kernel. Backward (embedding_dense_backward, sort-based: ~6 kernels,
-    assumed): reads the stream grad + ids, zero-fills the V x d grad and scatters rows."""
+    gather + add kernel. Backward (embedding_dense_backward, H200 trace: 21 kernels): arange
+    of positions, cub radix sort of the ids (10 launches), zero-fill of the V x d grad,
+    unique/scan/segment bookkeeping (7 small kernels), compute_grad_weight (per-segment
+    partial sums of the stream grad) and sum_and_scatter into the grad rows. With tied
+    embeddings the lm_head's grad is then added into the same .grad (1 kernel over V x d)."""
     cfg, r, cnt = c.cfg, c.resid, c.mb
     d, V = cfg.d_model, cfg.vocab
     ks: list[Kern] = [(0, 8 * T + c.pw * T * d, r * T * d)]
@@ -182,7 +206,10 @@ def embedding(c: Ctx, T: int) -> Pair:
     if not c.train:
         return Pair(fwd, [])
     gb = 4.0 if (c.autocast or c.main_grad or c.pw == 4) else c.pw
-    bk: list[Kern] = [(0, 8 * T, 8 * T)] * 4 + [(0, 0, gb * V * d), (T * d, r * T * d + 8 * T, gb * T * d)]
+    bk: list[Kern] = [times((0, 16 * T, 16 * T), 18), (0, 0, gb * V * d, pieces(gb * V * d)),
+                      (T * d, r * T * d + 16 * T, 4 * T * d), (T * d, 4 * T * d + 8 * T, gb * T * d)]
+    if cfg.tie_embeddings and not c.main_grad:
+        bk.append((V * d, 2 * gb * V * d, gb * V * d, pieces(gb * V * d)))
     return Pair(fwd, chain("embed/bwd", "embedding", "bwd", bk, cnt, T * d))
 
 

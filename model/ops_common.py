@@ -18,6 +18,8 @@ from dataclasses import dataclass, field
 from .config import TransformerConfig
 from .ops import DTYPE_BYTES, Op
 
+SPLIT_SMS = 132  # H100/H200 SM count: cuBLAS / cuDNN split work (split-K, split-KV) below it
+
 Kern = tuple  # (flops, bytes read, bytes written[, kernels]): totals of `kernels` (default 1) launches
 
 
@@ -84,8 +86,14 @@ def chain(name: str, kind: str, phase: str, ks: list[Kern], count: int, numel: i
 
 def mm(c: Ctx, name: str, phase: str, M: float, N: int, K: int, count: int, batch: int = 1,
        a_bytes: float = 0.0, b_bytes: float = 0.0, out_bytes: float = 0.0, kernels: int = 1) -> Op:
-    """One GEMM C[M,N] = A[M,K] B[K,N] (x batch): flops 2*M*N*K*batch; bytes given by caller."""
+    """One GEMM C[M,N] = A[M,K] B[K,N] (x batch): flops 2*M*N*K*batch; bytes given by caller.
+    Skinny GEMMs (M <= 16, batch 1) whose N/64 output tiles leave SMs idle and K >= 2048 run
+    split-K in cuBLAS: + one splitKreduce kernel (decode trace on H200: q/k/v/o/down split,
+    gate/up and lm_head not)."""
     shape = (max(1, round(M)), N, K, batch)
+    tiles = math.ceil(N / 64)
+    if batch == 1 and M <= 16 and K >= 2048 and tiles < SPLIT_SMS:
+        kernels += 1   # fp32 partials (splits x M x N x 4 B) are < 1% of the weight bytes: omitted
     return Op(name, "matmul", phase, 2.0 * M * N * K * batch, a_bytes + b_bytes, out_bytes,
               c.gemm, shape, count, kernels)
 
@@ -130,7 +138,11 @@ def attention(c: Ctx, name: str, Hq: int, Hkv: int, dqk: int, dv: int, n: int, c
     flops fwd = 2*B*Hq*pairs*(dqk+dv); bwd = 2.5x. Bytes fwd: q (B*Sq*Hq*dqk), K and V read
     ONCE PER KV HEAD (B*Skv*Hkv*(dqk+dv), at KV-cache dtype for inference; ``kv_read``
     overrides, e.g. MLA's shared latent), o written (+ fp32 logsumexp B*Hq*Sq when training).
-    Bwd reads q, k, v, o, dO, lse and writes dq, dk, dv.
+    Forward is one kernel, or two for split-KV decode (Sq == 1 with fewer than ~one SM's worth
+    of B*Hkv: partial outputs in fp32 + a combine kernel; cuDNN's lean_reduction / FA2's combine).
+    Backward (cuDNN SDPA and FA2 alike, H200 trace): dot(dO, O) row sums, the dq/dk/dv kernel
+    (dq accumulated in fp32 over a memset buffer: bytes, no launch), dq fp32 -> act convert, and
+    with GQA (Hkv < Hq) dk/dv computed per query head then summed over each group (2 kernels).
     """
     B, Sq, Skv = c.B, c.S, c.Skv
     pairs = causal_pairs(Sq, Skv) if causal else float(Sq * Skv)
@@ -140,10 +152,21 @@ def attention(c: Ctx, name: str, Hq: int, Hkv: int, dqk: int, dv: int, n: int, c
     lse = B * Hq * Sq * 4.0 if c.train else 0.0
     shape = (B, Hq, Hkv, Sq, Skv, dqk, dv, int(causal))
     cnt, dt = n * c.mb, ("fp32" if c.act == 4 else "bf16")
-    fwd = [Op(name, "attention", "fwd", flops, q + kv, o + lse, dt, shape, cnt, 1)]
     if not c.train:
-        return Pair(fwd, [])
-    bwd = Op(name, "attention", "bwd", 2.5 * flops, q + kv + 2 * o + lse, q + kv, dt, shape, cnt, 1)
+        fk = 2 if (Sq == 1 and B * Hkv < SPLIT_SMS) else 1   # fp32 partials: < 1% of the KV bytes
+        return Pair([Op(name, "attention", "fwd", flops, q + kv, o, dt, shape, cnt, fk)], [])
+    fwd = [Op(name, "attention", "fwd", flops, q + kv, o + lse, dt, shape, cnt, 1)]
+    q4 = 4.0 * q / c.act                       # fp32 dq accumulator
+    grp = Hq // Hkv if (kv_read is None and Hkv < Hq) else 1
+    rd = 2 * o + lse                                             # dot(dO, O) -> D
+    rd += q + kv + o + 2 * lse                                   # main kernel: q, k, v, dO, lse, D
+    wr = lse + q4 + q4 + kv * grp                                # D; memset + dq accum; dk/dv
+    rd += q4
+    wr += q                                                      # convert dq
+    k = 3
+    if grp > 1:
+        rd, wr, k = rd + kv * grp, wr + kv, 5                    # sum dk, dv over each group
+    bwd = Op(name, "attention", "bwd", 2.5 * flops, rd, wr, dt, shape, cnt, k)
     return Pair(fwd, [bwd])
 
 

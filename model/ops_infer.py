@@ -5,7 +5,8 @@ K/V appended to the cache, lm_head on the last token of each sequence only (serv
 engines; ``prefill_logits="all"`` computes every position as llama_ref.py does).
 Decode: one token per sequence; GEMMs have M = batch (skinny, weight-streaming);
 attention reads the KV cache once per KV head (B*context*Hkv*(Dk+Dv) elements at
-kv_dtype); K/V of the new token appended. Logits for each sequence, then argmax.
+kv_dtype); K/V of the new token appended. Logits for each sequence, then argmax
+(``sampling="greedy"``; "none" returns the logits as llama_ref.py does).
 No autocast: weights are stored in weight_dtype (layer linears) / act_dtype (rest).
 """
 
@@ -42,4 +43,5 @@ def inference_ops(w: InferenceWorkload, fused: frozenset) -> tuple[Op, ...]:
     pairs = [embedding(c, c.T)] + layer_pairs(c)
     pairs += [norm(head_c, "head/norm", rows, cfg.d_model, 1, 1),
               linear(head_c, "head/logits", rows, cfg.vocab, cfg.d_model, 1)]
-    return tuple(o for p in pairs for o in p.fwd) + tuple(sample(c, c.B, cfg.vocab))
+    samp = sample(c, c.B, cfg.vocab) if w.sampling == "greedy" else []
+    return tuple(o for p in pairs for o in p.fwd) + tuple(samp)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 
-from .chains import cross_entropy, embedding, norm
+from .chains import cross_entropy, embedding, norm, pieces
 from .config import TransformerConfig
 from .ops import DTYPE_BYTES, Op
 from .ops_common import Ctx, Pair, chain, linear, recompute, times
@@ -44,7 +44,8 @@ def linear_weight_tensors(cfg: TransformerConfig) -> int:
 def param_tensors(cfg: TransformerConfig) -> int:
     """All parameter tensors (linear weights, norm weights/biases, embeddings)."""
     norms = cfg.n_layers * (2 + 2 * cfg.qk_norm + (2 if cfg.mla else 0)) + 1
-    return linear_weight_tensors(cfg) + norms * (2 if cfg.norm == "layernorm" else 1) + 1
+    tied = 1 if cfg.tie_embeddings else 0    # lm_head shares the embedding's tensor
+    return linear_weight_tensors(cfg) + norms * (2 if cfg.norm == "layernorm" else 1) + 1 - tied
 
 
 def _ctx(w: TrainingWorkload, fused: frozenset) -> Ctx:
@@ -76,7 +77,7 @@ def _weight_casts(w: TrainingWorkload, c: Ctx) -> tuple[list[Op], list[Op]]:
     if dt.weight_cast is None:
         return [], []
     P, nt = linear_weight_params(cfg), linear_weight_tensors(cfg)
-    k = 1 if c.f("cast") else nt
+    k = 1 if c.f("cast") else nt + pieces(4.0 * cfg.vocab * cfg.d_model) - 1   # lm_head > 2 GiB: split
     (r, wr), cnt = dt.weight_cast, (w.grad_accum if dt.autocast else 1)
     pre = chain("cast/weights", "cast", "fwd", [(0, r * P, wr * P, k)], cnt, P)
     post = chain("cast/grads", "cast", "bwd", [(0, 2 * P, 4 * P, k)], w.grad_accum, P) if dt.autocast else []
@@ -94,21 +95,80 @@ def _grad_buffers(w: TrainingWorkload) -> tuple[list[Op], list[Op]]:
     return [], chain("grad/accumulate", "elementwise", "bwd", [(P, 8.0 * P, 4.0 * P, nt)], w.grad_accum - 1, P)
 
 
+def param_tensor_sizes(cfg: TransformerConfig) -> list[int]:
+    """Elements of every parameter tensor in module order (llama_ref / HF: embedding, per layer
+    input norm, attention, post-attention norm, MLP or MoE; final norm; untied lm_head)."""
+    d, D, H, Hkv = cfg.d_model, cfg.head_dim, cfg.n_heads, cfg.n_kv_heads
+    nrm = [d] * (2 if cfg.norm == "layernorm" else 1)
+    out = [cfg.vocab * d] + ([cfg.max_seq * d] if cfg.pos_embedding == "learned" else [])
+    m = cfg.mla
+    if m:
+        q = [d * m.q_lora_rank, m.q_lora_rank, m.q_lora_rank * H * m.qk_head_dim] if m.q_lora_rank \
+            else [d * H * m.qk_head_dim]
+        attn = q + [d * (m.kv_lora_rank + m.qk_rope_head_dim), m.kv_lora_rank,
+                    m.kv_lora_rank * H * (m.qk_nope_head_dim + m.v_head_dim), H * m.v_head_dim * d]
+    else:
+        attn = []
+        for rows in (H * D, Hkv * D, Hkv * D):
+            attn += [d * rows] + ([rows] if (cfg.qkv_bias or cfg.linear_bias) else [])
+        attn += [H * D * d] + ([d] if cfg.linear_bias else []) + ([D, D] if cfg.qk_norm else [])
+
+    def mlp(F: int) -> list[int]:
+        ups = ([d * F] + ([F] if cfg.linear_bias else [])) * (2 if cfg.gated else 1)
+        return ups + [F * d] + ([d] if cfg.linear_bias else [])
+
+    for i in range(cfg.n_layers):
+        out += nrm + attn + nrm
+        if cfg.is_moe_layer(i):
+            mo = cfg.moe
+            out += [mo.n_experts * d] + ([mo.n_experts] if mo.router_bias else [])
+            out += mlp(mo.expert_ffn) * mo.n_experts + (mlp(mo.shared_ffn_total) if mo.n_shared_experts else [])
+        else:
+            out += mlp(cfg.ffn)
+    return out + nrm + ([] if cfg.tie_embeddings else [cfg.vocab * d])
+
+
+def multi_tensor_launches(sizes: list[int], depth: int) -> int:
+    """Kernel launches of torch's multi_tensor_apply over tensors of ``sizes`` elements: 65536-
+    element chunks, one launch per 320 chunks (blocks) or when the tensor list (110/64/48/36/30
+    for depth 1..5) fills at a tensor's last chunk, plus the partial tail (MultiTensorApply.cuh)."""
+    max_t, launches, t, b = (110, 64, 48, 36, 30)[depth - 1], 0, 0, 0
+    for n in sizes:
+        ch = -(-n // 65536)
+        if ch == 0:
+            continue
+        t += 1
+        full, b = divmod(b + ch, 320)
+        launches += full
+        if full and b == 0:
+            t = 0
+        elif full:
+            t = 1
+        elif t == max_t:
+            launches, t, b = launches + 1, 0, 0
+    return launches + (1 if b else 0)
+
+
 def optimizer_ops(w: TrainingWorkload, fused: frozenset) -> list[Op]:
     """AdamW: reads param, grad, exp_avg, exp_avg_sq (fp32) and writes param, exp_avg,
     exp_avg_sq: 16 + 12 = 28 B/param; bf16/fp8 (fp32 master in the optimizer) also write the
     bf16 param copy: 30 B/param. ~12 FLOP/param. SGD with momentum: R p, g, buf; W p, buf
-    (20 B/param, 3 FLOP). Fused (torch fused=True): multi_tensor_apply launches
-    max(ceil(tensors/36), ceil(P/(320*65536))); eager single-tensor AdamW: 8 kernels per tensor
-    (mul_, lerp_, mul_, addcmul_, sqrt, div, add_, addcdiv_: R 48, W 32 B/param)."""
+    (20 B/param, 3 FLOP). Fused (torch fused=True): multi_tensor_apply launches (depth 4 for
+    AdamW, 3 for SGD; exact count from the parameter tensor sizes: 60 for the 1B-shaped
+    llama_ref, as traced), and AdamW first bumps its device step counters with one
+    _foreach_add_ (depth 1: one launch per 110 tensors). Eager single-tensor AdamW: 8 kernels
+    per tensor (mul_, lerp_, mul_, addcmul_, sqrt, div, add_, addcdiv_: R 48, W 32 B/param)."""
     cfg, dt = w.model, train_dtypes(w.precision)
     P, nt = cfg.param_count(), param_tensors(cfg)
     extra_w = 2.0 if dt.master else 0.0
     adam = w.optimizer == "adamw"
     flops, r, wr = (12.0, 16.0, 12.0 + extra_w) if adam else (3.0, 12.0, 8.0 + extra_w)
     if "optimizer" in fused:
-        k = max(math.ceil(nt / 36), math.ceil(P / (320 * 65536)))
+        sizes = param_tensor_sizes(cfg)
+        k = multi_tensor_launches(sizes, 4 if adam else 3)
         ks = [(flops * P, r * P, wr * P, k)]
+        if adam:
+            ks.append((0.0, 0.0, 0.0, -(-len(sizes) // 110)))   # step += 1 on 4-byte counters
     else:
         per = 8 if adam else 3
         r2, w2 = (48.0, 32.0 + extra_w) if adam else (20.0, 12.0 + extra_w)

@@ -75,6 +75,8 @@ class InferenceWorkload(BaseModel):
     else in act_dtype (weight-only quantization dequantizes on the fly).
     prefill_logits: "last" (serving engines: lm_head on the last token only) or "all"
     (llama_ref.py's forward computes logits for every position).
+    sampling: "greedy" (argmax over the logits, one reduction kernel) or "none" (the step
+    returns logits, as llama_ref.py's forward and the validation runners do).
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -88,6 +90,7 @@ class InferenceWorkload(BaseModel):
     act_dtype: ActDType = "bf16"
     stack: str = "serving"
     prefill_logits: Literal["last", "all"] = "last"
+    sampling: Literal["greedy", "none"] = "greedy"
 
     _model = field_validator("model", mode="before")(classmethod(lambda cls, v: _resolve(v)))
 
