@@ -17,6 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .calibration import Efficiency
+from ..model.ops import DTYPE_BYTES
 from .optable import DTYPES, KINDS, OpTable
 
 MATMUL, ATTENTION = KINDS.index("matmul"), KINDS.index("attention")
@@ -69,7 +70,27 @@ def gemm_efficiency(mnkb: np.ndarray, dtype_idx: np.ndarray, sm_count: int, eff:
     wave_eff = (m * n * b) / (waves * sm_count * tm * tn / split)
     k_eff = (k / split) / (k / split + eff.get("gemm.k_overhead"))
     best = np.max(np.minimum(wave_eff, 1.0) * k_eff, axis=1)
-    return best * _peak_fraction(dtype_idx, eff)
+    return best * _peak_fraction(dtype_idx, eff) * alignment_factor(mnkb, dtype_idx, eff)
+
+
+def alignment_factor(mnkb: np.ndarray, dtype_idx: np.ndarray, eff: Efficiency) -> np.ndarray:
+    """Slow-path factor of a GEMM whose leading dimensions (K of A and W, N of C in
+    the F.linear layout) are not 16-byte aligned: the library cannot use its TMA /
+    vectorized kernels (GPT-2's vocabulary 50257 vs the padded 50304).
+    1 when both are 16-byte aligned; ``gemm.misaligned_fraction_8b`` when the worse
+    one is 8-byte aligned; ``gemm.misaligned_fraction`` below that."""
+    elem = np.array([DTYPE_BYTES[d] for d in DTYPES])[dtype_idx]
+    worst = np.minimum(_pow2_alignment(mnkb[:, 1] * elem), _pow2_alignment(mnkb[:, 2] * elem))
+    return np.where(worst >= 16, 1.0, np.where(worst >= 8, eff.get("gemm.misaligned_fraction_8b"),
+                                               eff.get("gemm.misaligned_fraction")))
+
+
+def _pow2_alignment(nbytes: np.ndarray) -> np.ndarray:
+    """Largest power of two (up to 16) dividing each byte count."""
+    out = np.ones_like(nbytes)
+    for a in (2.0, 4.0, 8.0, 16.0):
+        out = np.where(np.mod(nbytes, a) == 0, a, out)
+    return out
 
 
 def _peak_fraction(dtype_idx: np.ndarray, eff: Efficiency) -> np.ndarray:
@@ -83,14 +104,42 @@ def attention_efficiency(attn: np.ndarray, phase: np.ndarray, sm_count: int,
                          eff: Efficiency, impl: str) -> np.ndarray:
     """Fraction of the bf16 peak an attention kernel reaches.
 
-    eff = fraction[impl, fwd|bwd] * wave_eff, with one CTA per (batch, head,
-    128-query block): CTAs = B * Hq * ceil(Sq / 128) spread over ``sm_count``.
+    eff = fraction[impl, fwd|bwd] * wave_eff * L / (L + len_overhead), with one CTA
+    per (batch, head, 128-query block): CTAs = B * Hq * ceil(Sq / 128) over the SMs.
+    L is the length each CTA's inner loop runs over (KV length in the forward,
+    query length in the backward; halved when causal), so each CTA's fixed
+    prologue/epilogue/softmax-rescale work is amortized over it: short sequences
+    run far below the long-sequence rate (FA2/FA3 papers' curves rise with length).
     """
-    frac = np.where(phase == BWD, eff.get(f"attention.{impl}.bwd_fraction"),
-                    eff.get(f"attention.{impl}.fwd_fraction"))
-    ctas = attn[:, 0] * attn[:, 1] * np.ceil(np.maximum(attn[:, 3], 1) / 128.0)
+    a = f"attention.{impl}."
+    bwd = phase == BWD
+    frac = np.where(bwd, eff.get(a + "bwd_fraction"), eff.get(a + "fwd_fraction"))
+    ctas = attention_ctas(attn)
     waves = np.ceil(np.maximum(ctas, 1) / sm_count)
-    return frac * np.minimum(ctas / (waves * sm_count), 1.0)
+    length = np.where(bwd, attn[:, 3], attn[:, 4]) * np.where(attn[:, 7] > 0, 0.5, 1.0)
+    amort = length / (length + eff.get(a + "len_overhead"))
+    return frac * np.minimum(ctas / (waves * sm_count), 1.0) * amort
+
+
+def attention_ctas(attn: np.ndarray) -> np.ndarray:
+    """Thread blocks of a flash kernel: one per (batch, query head, 128 queries)."""
+    return attn[:, 0] * attn[:, 1] * np.ceil(np.maximum(attn[:, 3], 1) / 128.0)
+
+
+def attention_memory_s(attn: np.ndarray, nbytes: np.ndarray, hw: "HwRates", eff: Efficiency, impl: str) -> np.ndarray:
+    """Time to stream an attention kernel's bytes (binding in decode).
+
+    bandwidth = min(HBM * decode_bw_fraction, active CTAs * per_cta_bw): with fewer
+    thread blocks than SMs (batch-1 decode) each block streams at most per_cta_bw.
+    Kernels that give each query head its own block (FA2) re-read a GQA group's
+    K/V once the blocks of the group no longer run in one wave: bytes x gqa_reread.
+    """
+    a = f"attention.{impl}."
+    ctas = attention_ctas(attn)
+    bw = np.minimum(hw.hbm_bandwidth * eff.get(a + "decode_bw_fraction"),
+                    np.minimum(ctas, hw.sm_count) * eff.get(a + "per_cta_bw"))
+    reread = np.where((ctas > hw.sm_count) & (attn[:, 1] > attn[:, 2]), eff.get(a + "gqa_reread"), 1.0)
+    return nbytes * reread / bw
 
 
 def kernel_times(t: OpTable, hw: HwRates, eff: Efficiency, attention_impl: str) -> KernelTimes:
@@ -105,6 +154,8 @@ def kernel_times(t: OpTable, hw: HwRates, eff: Efficiency, attention_impl: str) 
     peak = np.where(is_at, hw.tensor_peak[DTYPES.index("bf16")], peak) * hw.clock_fraction
     compute = t.flops / (peak * efficiency)
     memory = t.bytes / (hw.hbm_bandwidth * _bw_fraction(t, eff, attention_impl))
+    if is_at.any():
+        memory[is_at] = attention_memory_s(t.attn[is_at], t.bytes[is_at], hw, eff, attention_impl)
     fixed = t.kernels * _fixed_s(t, eff, attention_impl)
     return KernelTimes(compute, memory, fixed, np.maximum(compute, memory) + fixed, efficiency)
 
@@ -112,7 +163,6 @@ def kernel_times(t: OpTable, hw: HwRates, eff: Efficiency, attention_impl: str) 
 def _bw_fraction(t: OpTable, eff: Efficiency, impl: str) -> np.ndarray:
     frac = np.full(len(t.ops), eff.get("memory.bw_fraction"))
     frac[t.kind == MATMUL] = eff.get("gemm.mem_fraction")
-    frac[t.kind == ATTENTION] = eff.get(f"attention.{impl}.decode_bw_fraction")
     return frac
 
 

@@ -28,9 +28,10 @@ from .records import iter_records, run_paths
 
 GEMM_PARAMS = ("gemm.peak_fraction_bf16", "gemm.peak_fraction_fp16", "gemm.peak_fraction_fp8",
                "gemm.peak_fraction_tf32", "gemm.peak_fraction_fp32", "gemm.k_overhead", "gemm.fixed_s",
-               "gemm.mem_fraction")
+               "gemm.mem_fraction", "gemm.misaligned_fraction", "gemm.misaligned_fraction_8b")
 MEMORY_PARAMS = ("memory.bw_fraction", "memory.fixed_s")
 MIN_FOR_ALL = 8
+START_IF_ZERO = {"len_overhead": 256.0}   # a parameter at 0 has no scale to search from
 
 
 @dataclass(frozen=True)
@@ -94,7 +95,8 @@ def _group_of(rec):
 def _group(key: str, ops, owner, meas) -> Group:
     if key.startswith("attention."):
         impl = key.split(".")[1]
-        names = ("fwd_fraction", "bwd_fraction", "fixed_s", "decode_bw_fraction") if len(meas) >= MIN_FOR_ALL \
+        names = ("fwd_fraction", "bwd_fraction", "fixed_s", "decode_bw_fraction", "len_overhead", "per_cta_bw",
+                 "gqa_reread") if len(meas) >= MIN_FOR_ALL \
             else ("fwd_fraction", "bwd_fraction")   # too few records to pin fixed costs
         params = tuple(f"attention.{impl}.{p}" for p in names)
         return Group(key, params, ops, owner, np.array(meas), impl)
@@ -107,17 +109,37 @@ def predict_group(g: Group, eff: Efficiency, rates) -> np.ndarray:
     return np.bincount(np.array(g.owner), weights=per_op, minlength=len(g.measured))
 
 
+def active_params(g: Group, eff: Efficiency, rates) -> tuple[str, ...]:
+    """The parameters some record of the group responds to (a 10 % nudge moves a
+    prediction); the others have no data here and keep their current value."""
+    base = predict_group(g, eff, rates)
+    out = []
+    for p in g.params:
+        v = float(eff.get(p)) or START_IF_ZERO.get(p.rsplit(".", 1)[1], 1.0)
+        if not np.allclose(predict_group(g, eff.with_values({p: v * 1.1}, "probe"), rates), base, rtol=1e-9, atol=0):
+            out.append(p)
+    return tuple(out)
+
+
 def fit_group(g: Group, eff: Efficiency, rates) -> dict[str, float]:
-    """Least-squares fit of g.params (log error), starting from the current values."""
-    x0 = np.array([float(eff.get(p)) for p in g.params])
-    scale = np.where(x0 > 0, x0, 1.0)
+    """Least-squares fit of the active params (log error), from the current values."""
+    names = active_params(g, eff, rates)
+    g = Group(g.name, names, g.ops, g.owner, g.measured, g.impl)
+    x0 = np.array([float(eff.get(p)) or START_IF_ZERO.get(p.rsplit(".", 1)[1], 1.0) for p in g.params])
+    scale = x0.copy()
 
     def resid(z):
         e = eff.with_values(dict(zip(g.params, z * scale)), "fit")
         return np.log(predict_group(g, e, rates) / g.measured)
 
-    res = least_squares(resid, x0 / scale, bounds=(1e-3, np.inf))
+    upper = np.array([1.0 / sc if _is_fraction(p) else np.inf for p, sc in zip(g.params, scale)])
+    res = least_squares(resid, np.minimum(1.0, upper * 0.999), bounds=(1e-3, upper), x_scale="jac")
     return dict(zip(g.params, (res.x * scale).tolist()))
+
+
+def _is_fraction(name: str) -> bool:
+    """Fractions of a peak cannot exceed 1 (a fit that wants more is missing a mechanism)."""
+    return "fraction" in name.rsplit(".", 1)[1]
 
 
 LAUNCH_PARAMS = ("stack.eager.launch_host_s", "stack.eager.launch_host_bwd_s")
