@@ -153,17 +153,27 @@ def kernel_times(t: OpTable, hw: HwRates, eff: Efficiency, attention_impl: str) 
     peak = np.where(is_mm, hw.tensor_peak[t.dtype], hw.vector_peak)
     peak = np.where(is_at, hw.tensor_peak[DTYPES.index("bf16")], peak) * hw.clock_fraction
     compute = t.flops / (peak * efficiency)
-    memory = t.bytes / (hw.hbm_bandwidth * _bw_fraction(t, eff, attention_impl))
+    memory = streaming_memory_s(t, hw, eff)
     if is_at.any():
         memory[is_at] = attention_memory_s(t.attn[is_at], t.bytes[is_at], hw, eff, attention_impl)
     fixed = t.kernels * _fixed_s(t, eff, attention_impl)
     return KernelTimes(compute, memory, fixed, np.maximum(compute, memory) + fixed, efficiency)
 
 
-def _bw_fraction(t: OpTable, eff: Efficiency, impl: str) -> np.ndarray:
-    frac = np.full(len(t.ops), eff.get("memory.bw_fraction"))
-    frac[t.kind == MATMUL] = eff.get("gemm.mem_fraction")
-    return frac
+def streaming_memory_s(t: OpTable, hw: HwRates, eff: Efficiency) -> np.ndarray:
+    """Time to move each op's bytes through HBM.
+
+    Memory-bound kernels: reads and writes stream concurrently but writes sustain
+    a lower rate (measured on H200: a bf16->fp32 cast, which writes twice what it
+    reads, runs at half the bytes/s of the fp32->bf16 one), so
+        memory_s = max(read / (HBM * read_fraction), written / (HBM * write_fraction)).
+    GEMMs (whose traffic is almost all reads when memory-bound) use
+        memory_s = bytes / (HBM * gemm.mem_fraction).
+    """
+    read = (t.bytes - t.bytes_written) / (hw.hbm_bandwidth * eff.get("memory.read_fraction"))
+    write = t.bytes_written / (hw.hbm_bandwidth * eff.get("memory.write_fraction"))
+    return np.where(t.kind == MATMUL, t.bytes / (hw.hbm_bandwidth * eff.get("gemm.mem_fraction")),
+                    np.maximum(read, write))
 
 
 def _fixed_s(t: OpTable, eff: Efficiency, impl: str) -> np.ndarray:

@@ -28,6 +28,7 @@ class OpTable:
     dtype: np.ndarray       # index into DTYPES
     flops: np.ndarray
     bytes: np.ndarray       # read + written
+    bytes_written: np.ndarray
     count: np.ndarray
     kernels: np.ndarray
     mnkb: np.ndarray        # [n_ops, 4] matmul M, N, K, batch (1 elsewhere)
@@ -65,6 +66,7 @@ def build_table(ops: tuple[Op, ...]) -> OpTable:
         dtype=np.array([DTYPES.index(o.dtype) for o in ops], dtype=np.int64),
         flops=np.array([o.flops for o in ops], dtype=float),
         bytes=np.array([o.bytes_read + o.bytes_written for o in ops], dtype=float),
+        bytes_written=np.array([o.bytes_written for o in ops], dtype=float),
         count=count,
         kernels=np.array([o.kernels for o in ops], dtype=float),
         mnkb=np.array([_padded(o.shape, 4, 1) if m else [1, 1, 1, 1] for o, m in zip(ops, is_mm)],

@@ -67,11 +67,35 @@ def _stack_with_attention(impl: str):
     return dataclasses.replace(get_stack("eager"), attention=impl)
 
 
-def predict_chain(p: dict, gpu: str) -> float:
-    """Single-kernel memory-bound ops: their minimum traffic at achieved bandwidth."""
+def chain_traffic(p: dict) -> tuple[float, float]:
+    """(bytes read, bytes written) of a single-kernel memory-bound op, from its params."""
+    e = {"fp32": 4, "bf16": 2, "fp16": 2}
+    op = p["op"]
+    if op == "residual_add":
+        n = p["t"] * p["d"]
+        return 2 * n * e[p["dtype"]], n * e[p["dtype"]]
+    if op == "cast":
+        n = p["rows"] * p["cols"]
+        return n * e[p["src"]], n * e[p["dst"]]
+    if op == "rms_norm_f":
+        n = p["t"] * p["d"]
+        return n * e[p["dtype"]], n * e[p["dtype"]]
+    if op == "softmax":
+        n = p["t"] * p["cols"]
+        return n * e[p["dtype"]], n * e[p["dtype"]]
+    raise NotPredicted(f"{op}: no single-kernel traffic model")
+
+
+def chain_op(p: dict):
     if p["op"] not in FUSED_SINGLE_KERNEL or p.get("pass") != "fwd":
         raise NotPredicted(f"{p['op']} {p.get('pass')}: multi-kernel eager chain; compared end to end only")
-    return estimate_op(memory_kernel(p["bytes_min"] / 2, p["bytes_min"] / 2), gpu).time_s
+    r, w = chain_traffic(p)
+    return memory_kernel(r, w, kind="norm" if "norm" in p["op"] else "elementwise")
+
+
+def predict_chain(p: dict, gpu: str) -> float:
+    """Single-kernel memory-bound ops: their traffic at the achieved read/write rates."""
+    return estimate_op(chain_op(p), gpu).time_s
 
 
 def config_from(p: dict) -> TransformerConfig:
@@ -93,7 +117,7 @@ def predict_train(p: dict, gpu: str) -> float:
 def inference_workload(p: dict, phase: str) -> InferenceWorkload:
     graphs = p.get("mode") == "graph"
     common = dict(model=config_from(p), batch=p["batch"], phase=phase, weight_dtype="bf16", kv_dtype="bf16",
-                  stack="eager_graphs" if graphs else "eager")
+                  stack="eager_graphs" if graphs else "eager", sampling="none")  # llama_ref returns logits
     if phase == "prefill":
         return InferenceWorkload(prompt_len=p["prompt"], context_len=p["prompt"], **common)
     return InferenceWorkload(prompt_len=p["ctx"], context_len=p["ctx"] + 1, **common)
