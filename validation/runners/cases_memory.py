@@ -10,7 +10,7 @@
 
 Estimated durations on an H200 (set-up + warm-up + timing, per case ~0.2-0.5 s):
   quick: 4 copy + 2 reduce + 2 triad + 2 host + 3 launch = 13 cases, ~5 s
-  full:  7 copy + 5 reduce + 6 triad + 2 host + 3 launch = 23 cases, ~10 s
+  full:  7 copy + 5 reduce + 16 triad + 2 host + 3 launch = 33 cases, ~12 s
 """
 
 from __future__ import annotations
@@ -24,7 +24,9 @@ COPY_SIZES = {"smoke": [64 * KiB, 1 * MiB], "quick": [1 * MiB, 16 * MiB, 256 * M
               "full": [1 * MiB, 4 * MiB, 16 * MiB, 64 * MiB, 256 * MiB, 1 * GiB, 4 * GiB]}
 REDUCE_SIZES = {"smoke": [1 * MiB], "quick": [16 * MiB, 256 * MiB],
                 "full": [1 * MiB, 16 * MiB, 256 * MiB, 1 * GiB, 4 * GiB]}
-TRIAD_SIZES = {"smoke": [1 * MiB], "quick": [256 * MiB], "full": [16 * MiB, 256 * MiB, 1 * GiB]}
+TRIAD_SIZES = {"smoke": [1 * MiB], "quick": [256 * MiB],
+               "full": [4 * KiB, 64 * KiB, 256 * KiB, 1 * MiB, 4 * MiB, 16 * MiB, 256 * MiB, 1 * GiB]}
+# small triads: how a streaming kernel's fixed cost grows from one block to a full wave
 HOST_BYTES = {"smoke": 1 * MiB, "quick": 256 * MiB, "full": 256 * MiB}
 LAUNCHES = {"smoke": 50, "quick": 1000, "full": 2000}
 
