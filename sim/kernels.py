@@ -176,8 +176,18 @@ def streaming_memory_s(t: OpTable, hw: HwRates, eff: Efficiency) -> np.ndarray:
                     np.maximum(read, write))
 
 
+def streaming_fixed_s(bytes_per_kernel: np.ndarray, eff: Efficiency) -> np.ndarray:
+    """Fixed GPU time of one streaming kernel, growing with its size:
+        floor_s + (fixed_s - floor_s) * min(1, bytes / ramp_bytes)
+    A one-block kernel costs the floor (launch-to-completion latency inside a
+    graph); one that fills every SM pays the full ramp-up and tail of a wave."""
+    floor = eff.get("memory.floor_s")
+    ramp = np.minimum(1.0, bytes_per_kernel / eff.get("memory.ramp_bytes"))
+    return floor + (eff.get("memory.fixed_s") - floor) * ramp
+
+
 def _fixed_s(t: OpTable, eff: Efficiency, impl: str) -> np.ndarray:
-    fixed = np.full(len(t.ops), eff.get("memory.fixed_s"))
+    fixed = streaming_fixed_s(t.bytes / np.maximum(t.kernels, 1.0), eff)
     fixed[t.kind == MATMUL] = eff.get("gemm.fixed_s")
     fixed[t.kind == ATTENTION] = eff.get(f"attention.{impl}.fixed_s")
     return fixed

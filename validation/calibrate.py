@@ -29,7 +29,8 @@ from .records import iter_records, run_paths
 GEMM_PARAMS = ("gemm.peak_fraction_bf16", "gemm.peak_fraction_fp16", "gemm.peak_fraction_fp8",
                "gemm.peak_fraction_tf32", "gemm.peak_fraction_fp32", "gemm.k_overhead", "gemm.fixed_s",
                "gemm.mem_fraction", "gemm.misaligned_fraction", "gemm.misaligned_fraction_8b")
-MEMORY_PARAMS = ("memory.read_fraction", "memory.write_fraction", "memory.fixed_s")
+MEMORY_PARAMS = ("memory.read_fraction", "memory.write_fraction", "memory.fixed_s", "memory.floor_s",
+                 "memory.ramp_bytes")
 # Streaming kernels the memory parameters are fitted on. cudaMemcpy D2D copies are
 # left out (their rate differs from kernels' below 1 GiB: see validation/LOG.md),
 # so are softmax and norms (several passes over the input): their own mechanism.
@@ -37,7 +38,7 @@ MEMORY_CHAINS = ("residual_add", "cast")
 # Large reductions pin the pure-read rate; small ones carry a reduction's larger
 # fixed cost per call (8 us at 1 MiB vs 2 us for a copy), a mechanism not modelled yet.
 REDUCE_MIN_BYTES = 64 * 2**20
-MIN_FOR_ALL = 8
+MIN_FOR_ALL = 8   # distinct op configurations (repeat runs of one case count once)
 START_IF_ZERO = {"len_overhead": 256.0}   # a parameter at 0 has no scale to search from
 
 
@@ -58,6 +59,10 @@ def _gemm_op(p):
 
 
 def _memory_op(p):
+    if p.get("mode") == "cuda_graph":   # launch/graph: a one-element kernel replayed in a graph
+        return [memory_kernel(4.0 * p["numel"], 4.0 * p["numel"])]
+    if "mode" in p:
+        raise NotPredicted("host-side launch timing")
     if p["op"] in ("h2d", "d2h", "d2d_copy") or (p["op"] == "reduce_sum" and p["bytes"] < REDUCE_MIN_BYTES):
         raise NotPredicted(p["op"])
     if "bytes_read" not in p:   # an elementwise single-kernel case
@@ -96,7 +101,7 @@ def _group_of(rec):
     kind = rec["kind"]
     if kind == "gemm":
         return "gemm", _gemm_op
-    if kind in ("memory", "elementwise"):
+    if kind in ("memory", "elementwise", "launch"):
         return "memory", _memory_op
     if kind == "attention" and rec["params"]["backend"] in ATTN_IMPL:
         return f"attention.{ATTN_IMPL[rec['params']['backend']]}", _attention_ops
@@ -107,8 +112,8 @@ def _group(key: str, ops, owner, meas) -> Group:
     if key.startswith("attention."):
         impl = key.split(".")[1]
         names = ("fwd_fraction", "bwd_fraction", "fixed_s", "decode_bw_fraction", "len_overhead", "per_cta_bw",
-                 "gqa_reread") if len(meas) >= MIN_FOR_ALL \
-            else ("fwd_fraction", "bwd_fraction")   # too few records to pin fixed costs
+                 "gqa_reread") if len({(o.shape, o.phase) for o in ops}) >= MIN_FOR_ALL \
+            else ("fwd_fraction", "bwd_fraction")   # too few distinct configurations to pin the rest
         params = tuple(f"attention.{impl}.{p}" for p in names)
         return Group(key, params, ops, owner, np.array(meas), impl)
     return Group(key, GEMM_PARAMS if key == "gemm" else MEMORY_PARAMS, ops, owner, np.array(meas))
