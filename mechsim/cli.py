@@ -66,6 +66,8 @@ def _parser() -> argparse.ArgumentParser:
     cmp_.add_argument("paths", nargs="*", help="run files or folders (default: validation/data)")
     cmp_.add_argument("--html", help="write a Plotly report here")
     cmp_.add_argument("-v", "--verbose", action="store_true", help="print every case")
+    cmp_.add_argument("--write-accuracy", action="store_true",
+                      help="write the held-out end-to-end errors to sim/data/accuracy.toml (error bands)")
     cal = vs.add_parser("calibrate", help="fit efficiency parameters on the calibration split")
     cal.add_argument("--gpu", default="h200_sxm")
     cal.add_argument("paths", nargs="*", help="run files or folders (default: validation/data)")
@@ -97,6 +99,11 @@ def cmd_validate(a: argparse.Namespace) -> int:
     if a.html:
         write_html(a.html, rows, summary)
         print(f"wrote {a.html}")
+    if a.write_accuracy:
+        from .sim.errorband import ACCURACY_FILE
+        from .validation.compare import accuracy_table
+        ACCURACY_FILE.write_text(accuracy_table(rows, "h200_sxm"), encoding="utf-8")
+        print(f"wrote {ACCURACY_FILE}")
     bad = failures(summary, limits)
     for b in bad:
         print(f"OVER THRESHOLD: {b}")

@@ -82,18 +82,32 @@ def load_efficiency_file(path: Path) -> dict[str, Param]:
 
 @functools.cache
 def efficiency_for(gpu_key: str, arch: str) -> Efficiency:
-    """Arch defaults overlaid with the calibrated file of this exact GPU, if any."""
+    """Arch defaults overlaid with the calibrated file of this GPU, or of the GPU it
+    shares a chip with (efficiency/transfer.toml), if any."""
     base = EFFICIENCY_DIR / f"{arch}.toml"
     if not base.exists():
         raise ValueError(f"no efficiency data for architecture {arch!r} (looked for {base})")
     params = dict(load_efficiency_file(base))
-    calibrated = EFFICIENCY_DIR / f"{gpu_key}.toml"
-    if calibrated.exists():
-        params.update(load_efficiency_file(calibrated))
+    source = calibration_source(gpu_key)
+    if source:
+        params.update(load_efficiency_file(EFFICIENCY_DIR / f"{source}.toml"))
     return Efficiency(gpu_key, params)
+
+
+def calibration_source(gpu_key: str) -> str | None:
+    """The GPU whose calibrated file applies to ``gpu_key``: itself, a same-chip GPU, or None."""
+    if (EFFICIENCY_DIR / f"{gpu_key}.toml").exists():
+        return gpu_key
+    src = _transfers().get(gpu_key, {}).get("from")
+    return src if src and (EFFICIENCY_DIR / f"{src}.toml").exists() else None
+
+
+@functools.cache
+def _transfers() -> dict:
+    return load_toml(EFFICIENCY_DIR / "transfer.toml")
 
 
 def calibrated_keys() -> list[str]:
     """GPU keys that have a calibrated efficiency file."""
-    archs = {"ampere", "hopper", "blackwell"}
+    archs = {"ampere", "hopper", "blackwell", "transfer"}
     return sorted(p.stem for p in EFFICIENCY_DIR.glob("*.toml") if p.stem not in archs)

@@ -27,8 +27,9 @@ def band_for(mode: str, gpu_key: str, stack_key: str) -> ErrorBand:
     """Held-out error of ``mode`` estimates (on ``stack_key``) for the closest validated GPU."""
     acc = _accuracy()
     for key, note in ((gpu_key, ""), (SAME_CHIP.get(gpu_key, ""), "same chip, other memory")):
-        rec = acc.get(key, {}).get(f"{mode}.{stack_key}") or acc.get(key, {}).get(mode)
+        rec = acc.get(key, {}).get(f"{mode}.{stack_key}")
         if rec:
-            return ErrorBand("validated", rec["mape"], rec["max_error"], mode, key,
+            return ErrorBand("validated", rec["mape"], rec["max_error"], f"{mode}.{stack_key}", key,
                              note or rec.get("note", ""))
-    return ErrorBand("unvalidated", kind=mode, note=f"no held-out measurements of {mode} on {gpu_key} or its chip")
+    return ErrorBand("unvalidated", kind=f"{mode}.{stack_key}",
+                     note=f"no held-out measurements of {mode} with stack {stack_key} on {gpu_key} or its chip")

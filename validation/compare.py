@@ -130,3 +130,30 @@ def failures(summary: dict, limits: dict) -> list[str]:
             bad.append(f"{kind}: MAPE {s['mape']:.1%} (limit {lim['mape']:.0%}), "
                        f"max {s['max']:.1%} (limit {lim['max']:.0%}, {s['worst']})")
     return bad
+
+
+# Estimate modes and stacks each end-to-end row speaks for (for error bands).
+BAND_KEYS = {"train_step": "train", "prefill": "prefill", "decode_graph": "decode", "decode_eager": "decode"}
+
+
+def _band_key(r: Row) -> str:
+    mode = BAND_KEYS[r.kind]
+    stack = ("compile" if "/compile/" in r.case_id else "eager") if mode == "train" else \
+        ("eager_graphs" if r.kind == "decode_graph" else "eager")
+    return f"{mode}.{stack}"
+
+
+def accuracy_table(rows: list[Row], gpu: str) -> str:
+    """TOML for sim/data/accuracy.toml: held-out error per estimate mode and stack."""
+    groups: dict[str, list[Row]] = {}
+    for r in rows:
+        if r.split == "held_out" and r.kind in BAND_KEYS:
+            groups.setdefault(_band_key(r), []).append(r)
+    runs = sorted({r.run_id for r in rows})
+    lines = ["# Held-out accuracy of end-to-end estimates, written by `mechsim validate compare --write-accuracy`.",
+             f"# Runs: {', '.join(runs)}. Estimates carry these as their error band.", "", f"[{gpu}]"]
+    for key, rs in sorted(groups.items()):
+        st = _stats(rs)
+        lines.append(f'"{key}" = {{ mape = {st["mape"]:.4f}, max_error = {st["max"]:.4f}, n = {st["n"]}, '
+                     f'note = "held-out {key} steps on {gpu}, {len(runs)} runs" }}')
+    return "\n".join(lines) + "\n"

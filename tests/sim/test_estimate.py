@@ -27,9 +27,10 @@ def test_throttled_clock_is_slower_for_compute_bound_training():
     assert estimate(W, "h100", overrides={"sustained_clock": 0.8}).total > estimate(W, "h100").total
 
 
-def test_decode_is_bandwidth_bound_training_is_not():
+def test_decode_is_bandwidth_bound_fused_training_is_not():
     s_dec = mechsim.sensitivity(DECODE, "h100", stack="serving", knobs=("hbm_bandwidth", "compute"))
-    s_tr = mechsim.sensitivity(W, "h100", knobs=("hbm_bandwidth", "compute"))
+    fused = TrainingWorkload(model="llama3-8b", mbs=2, seq=4096, precision="bf16", stack="megatron_te")
+    s_tr = mechsim.sensitivity(fused, "h100", knobs=("hbm_bandwidth", "compute"))
     assert s_dec["hbm_bandwidth"] < -0.5 and s_dec["hbm_bandwidth"] < s_dec["compute"]
     assert s_tr["compute"] < s_tr["hbm_bandwidth"]
 
@@ -71,3 +72,17 @@ def test_unknown_gpu_lists_close_matches():
 def test_mfu_is_plausible_for_large_training():
     e = estimate(W, "h100")
     assert 0.2 < e.mfu < 0.8 and e.hfu >= e.mfu * 0.99
+
+
+def test_fusion_moves_training_toward_compute_bound():
+    """Eager HF-style modules spend a large share in unfused memory-bound kernels."""
+    w = TrainingWorkload(model="llama3-8b", mbs=2, seq=4096, precision="bf16", stack="eager")
+    eager = mechsim.sensitivity(w, "h100", knobs=("hbm_bandwidth",))["hbm_bandwidth"]
+    te = mechsim.sensitivity(w, "h100", stack="megatron_te", knobs=("hbm_bandwidth",))["hbm_bandwidth"]
+    assert eager < te < 0
+
+
+def test_h100_uses_h200_calibration_same_chip():
+    from mechsim.sim.calibration import calibration_source
+    assert calibration_source("h100_sxm") == "h200_sxm"
+    assert calibration_source("b200") is None

@@ -1,0 +1,15 @@
+"""CI's accuracy guard: the committed H200 records, compared with the current
+predictions, must stay within validation/thresholds.toml on the held-out split."""
+
+from mechsim.validation.compare import compare, failures, summarize, thresholds
+
+
+def test_held_out_error_within_thresholds():
+    rows, _ = compare()
+    assert rows, "no committed records were compared"
+    assert failures(summarize(rows), thresholds()) == []
+
+
+def test_every_guarded_kind_has_held_out_rows():
+    kinds = {k for (k, split) in summarize(compare()[0]) if split == "held_out"}
+    assert set(thresholds()) <= kinds
