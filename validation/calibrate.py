@@ -192,6 +192,33 @@ def fit_launch(paths, gpu) -> tuple[dict[str, float], tuple[float, float, int]]:
     return dict(zip(LAUNCH_PARAMS, (res.x * 1e-6).tolist())), (_mape(pred(x0), meas), _mape(pred(res.x), meas), len(cases))
 
 
+def fit_collectives(paths, gpu) -> tuple[dict[str, float], dict[str, tuple[float, float, int]]]:
+    """latency_s and bw_fraction of each NCCL operation, on the calibration split
+    of the multi-GPU collective records (sim/collectives.py has the formula)."""
+    from ..sim.collectives import bus_factor
+    from ..sim.estimate import resolve_gpu as _gpu
+    link = _gpu(gpu).nvlink_bw_per_dir
+    by_op: dict[str, list[tuple[float, float]]] = {}
+    for run, rec in iter_records(run_paths(paths or [DATA_DIR])):
+        if (rec["kind"] != "collective" or gpu_key(run["env"]) != gpu or split_of(rec) != "calibration"
+                or not rec.get("timing")):
+            continue
+        n = int(run["env"].get("gpu_count", 2))
+        p = rec["params"]
+        by_op.setdefault(p["op"], []).append((bus_factor(p["op"], n) * p["bytes"] / link, rec["timing"]["median_s"]))
+    fitted, report = {}, {}
+    for op, pts in sorted(by_op.items()):
+        x = np.array([a for a, _ in pts])
+        meas = np.array([m for _, m in pts])
+        res = least_squares(lambda z: np.log((z[0] * 1e-6 + x / z[1]) / meas), [25.0, 0.75],
+                            bounds=([0.1, 0.05], [1000.0, 1.0]))
+        fitted[f"collective.{op}.latency_s"] = float(res.x[0] * 1e-6)
+        fitted[f"collective.{op}.bw_fraction"] = float(res.x[1])
+        before = _mape(25e-6 + x / 0.75, meas)
+        report[f"collective.{op}"] = (before, _mape(res.x[0] * 1e-6 + x / res.x[1], meas), len(pts))
+    return fitted, report
+
+
 def calibrate(gpu: str = "h200_sxm", paths=None) -> tuple[dict[str, float], dict[str, tuple[float, float]]]:
     """(fitted values, {group: (MAPE before, MAPE after)}) on the calibration split."""
     g_obj = resolve_gpu(gpu)
@@ -205,6 +232,9 @@ def calibrate(gpu: str = "h200_sxm", paths=None) -> tuple[dict[str, float], dict
         report[g.name] = (before, after, len(g.measured))
     vals, report["launch.eager"] = fit_launch(paths, g_obj.key)
     fitted.update(vals)
+    vals, rep = fit_collectives(paths, g_obj.key)
+    fitted.update(vals)
+    report.update(rep)
     return fitted, report
 
 

@@ -143,11 +143,20 @@ PREDICTORS = {
 }
 
 
+def predict_collective(p: dict, gpu: str, world: int) -> float:
+    from ..sim.collectives import collective_time_s
+    from ..sim.estimate import efficiency
+    g = resolve_gpu(gpu)
+    return collective_time_s(p["op"], p["bytes"], world, g.nvlink_bw_per_dir, efficiency(g))
+
+
 def predict(record: dict, env: dict) -> float:
     """Predicted seconds for one record; NotPredicted with a reason otherwise."""
     kind = record["kind"]
+    if kind == "collective":
+        return predict_collective(record["params"], gpu_key(env), int(env.get("gpu_count", 2)))
     if kind not in PREDICTORS:
-        raise NotPredicted(f"kind {kind!r} has no predictor yet (multi-GPU: scale-out issue)")
+        raise NotPredicted(f"kind {kind!r} has no predictor yet (data-parallel steps: scale-out issue)")
     try:
         return PREDICTORS[kind](record["params"], gpu_key(env))
     except (KeyError, ValueError) as e:
