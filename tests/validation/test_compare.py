@@ -32,12 +32,12 @@ def test_error_is_predicted_over_measured(tmp_path):
 
 
 def test_unknown_kind_and_failed_cases_are_listed_not_dropped(tmp_path):
-    bad = dict(_gemm_record(64, 64, 64, 1e-5), kind="collective", case_id="collective/x")
+    bad = dict(_gemm_record(64, 64, 64, 1e-5), kind="ddp", case_id="ddp/x")
     failed = dict(_gemm_record(64, 64, 64, 1e-5), error="OOM", timing=None, case_id="gemm/failed")
     f = tmp_path / "run.json"
     f.write_text(json.dumps(_run([bad, failed])))
     rows, unused = compare([f])
-    assert not rows and {u.case_id for u in unused} == {"collective/x", "gemm/failed"}
+    assert not rows and {u.case_id for u in unused} == {"ddp/x", "gemm/failed"}
 
 
 def test_unknown_gpu_is_not_predicted():
