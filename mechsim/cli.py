@@ -66,6 +66,7 @@ def _parser() -> argparse.ArgumentParser:
     cmp_.add_argument("paths", nargs="*", help="run files or folders (default: validation/data)")
     cmp_.add_argument("--html", help="write a Plotly report here")
     cmp_.add_argument("-v", "--verbose", action="store_true", help="print every case")
+    cmp_.add_argument("--markdown", action="store_true", help="print the held-out table as markdown only")
     cmp_.add_argument("--write-accuracy", action="store_true",
                       help="write the held-out end-to-end errors to sim/data/accuracy.toml (error bands)")
     cal = vs.add_parser("calibrate", help="fit efficiency parameters on the calibration split")
@@ -95,6 +96,10 @@ def cmd_validate(a: argparse.Namespace) -> int:
     from .validation.report import text_report, write_html
     rows, unused = compare(a.paths or None)
     summary, limits = summarize(rows), thresholds()
+    if a.markdown:
+        from .validation.report import markdown_table
+        print(markdown_table(summary, limits))
+        return 0
     print(text_report(rows, unused, summary, limits, a.verbose))
     if a.html:
         write_html(a.html, rows, summary)

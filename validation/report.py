@@ -64,3 +64,26 @@ def write_html(path, rows, summary) -> None:
     with open(path, "w", encoding="utf-8") as f:
         f.write("<html><head><meta charset='utf-8'><title>mechsim validation</title></head><body>"
                 + "".join(html) + "</body></html>")
+
+
+TARGETS = {  # the validation issue's held-out targets (MAPE, max) per kind; None = not set
+    "gemm": (0.05, 0.15), "attention": (0.05, 0.15), "memory": (0.05, 0.15), "elementwise": (0.05, 0.15),
+    "norm": (0.05, 0.15), "softmax": (0.05, 0.15), "train_step": (0.05, None), "prefill": (0.05, None),
+    "decode_graph": (0.05, None), "decode_eager": (0.12, None), "train_memory": (0.03, None),
+    "collective": (0.10, None),
+}
+
+
+def markdown_table(summary, limits) -> str:
+    """Held-out accuracy per kind as a markdown table (for validation/README.md)."""
+    rows = ["| kind | held-out n | MAPE | max | bias | target (MAPE / max) | meets target | CI guard (MAPE / max) |",
+            "|---|---:|---:|---:|---:|---|---|---|"]
+    for (kind, split), s in summary.items():
+        if split != "held_out":
+            continue
+        tgt, lim = TARGETS.get(kind), limits.get(kind)
+        t_s = f"{tgt[0]:.0%} / {tgt[1]:.0%}" if tgt and tgt[1] else (f"{tgt[0]:.0%} / -" if tgt else "-")
+        ok = "-" if not tgt else ("yes" if s["mape"] <= tgt[0] and (tgt[1] is None or s["max"] <= tgt[1]) else "no")
+        g_s = f"{lim['mape']:.0%} / {lim['max']:.0%}" if lim else "-"
+        rows.append(f"| {kind} | {s['n']} | {s['mape']:.1%} | {s['max']:.1%} | {s['bias']:+.1%} | {t_s} | {ok} | {g_s} |")
+    return "\n".join(rows)
