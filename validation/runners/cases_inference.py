@@ -112,10 +112,11 @@ def _base(model: str) -> dict:
             "profile": False}
 
 
-def prefill_cases(model: str, shapes, profile_first: bool = False) -> list[Case]:
+def prefill_cases(model: str, shapes, profile_first: bool = False, profile: tuple = ()) -> list[Case]:
     out = []
     for j, (b, s) in enumerate(shapes):
-        p = {**_base(model), "batch": b, "prompt": s, "tokens": b * s, "profile": profile_first and j == 0}
+        p = {**_base(model), "batch": b, "prompt": s, "tokens": b * s,
+             "profile": (profile_first and j == 0) or (b, s) in profile}
         est = 1.5 + 8 * 2 * p["n_params"] * b * s / 4e14
         out.append(Case(f"prefill/{model}/eager/b{b}_s{s}", "prefill", p, lambda ctx, p=p: run_prefill(ctx, p), est))
     return out
@@ -142,7 +143,8 @@ def _cases(suite: str) -> list[list[Case]]:
     if suite == "quick":
         return [prefill_cases("1b", [(1, 2048)]), decode_cases("1b", [1], [2048]),
                 prefill_cases("8b", [(1, 2048)]), decode_cases("8b", [1], [2048])]
-    return [prefill_cases("1b", [(1, 512), (1, 2048), (4, 2048), (1, 8192), (8, 1024)], profile_first=True),
+    return [prefill_cases("1b", [(1, 512), (1, 2048), (4, 2048), (1, 8192), (8, 1024)], profile_first=True,
+                          profile=((4, 2048), (1, 8192))),
             decode_cases("1b", [1], [512, 8192]), decode_cases("1b", [64], [512, 8192]),
             prefill_cases("8b", [(1, 512), (1, 2048), (4, 2048), (1, 8192), (8, 2048)]),
             decode_cases("8b", [1], [512, 2048, 8192], profile=(1, 2048, "eager")),
