@@ -202,7 +202,7 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
         return COMMANDS[args.cmd](args)
-    except (ValueError, KeyError, TypeError, FileNotFoundError) as e:
+    except (ValueError, KeyError, TypeError, OSError) as e:
         print(f"error: {_one_line(e)}", file=sys.stderr)
         return 2
 

@@ -23,6 +23,8 @@ KNOBS = ("hbm_bandwidth", "compute", "launch_overhead")
 
 def parse_change(key: str, change: Any, current: float) -> float:
     """New SI value for ``key`` from a change spec; ValueError names the key."""
+    if isinstance(change, str) and _is_number(change):
+        change = float(change)
     if isinstance(change, (int, float)) and not isinstance(change, bool):
         new = float(change)
     elif isinstance(change, str) and change.strip().endswith("%"):
@@ -34,6 +36,14 @@ def parse_change(key: str, change: Any, current: float) -> float:
     if not new > 0:
         raise ValueError(f"override {key}={change!r} gives {new:g}; it must stay positive")
     return new
+
+
+def _is_number(text: str) -> bool:
+    try:
+        float(text)
+        return True
+    except ValueError:
+        return False
 
 
 def _clock(change: Any) -> float:
