@@ -20,8 +20,8 @@ import time
 import torch
 
 from common import Case, Ctx, Group, free_memory, result
-from models import (batch, build_model, kernel_summary, make_optimizer, make_train_step, model_params,
-                    n_params_actual, ref_config)
+from models import (batch, build_model, host_phase_times, kernel_summary, make_optimizer, make_train_step,
+                    model_params, n_params_actual, ref_config)
 from timing import measure_steps
 
 PEAK_BF16 = 7e14  # for the rough duration estimate only
@@ -47,6 +47,8 @@ def run_train(ctx: Ctx, p: dict) -> dict:
         extra["compile_s"] = max(0.0, ext["first_step_s"] - timing["median_s"])
     if p["profile"]:
         extra.update(kernel_summary(step, ctx.device))
+    if not p["compile"]:
+        extra["host_phase_s"] = host_phase_times(fwd_model, opt, idx, tgt, ctx.device_type)
     extra["tokens_per_s"] = p["mbs"] * p["seq"] / timing["median_s"]
     del step, fwd_model, model, opt
     if p["compile"]:

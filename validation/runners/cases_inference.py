@@ -17,6 +17,8 @@ Estimated durations on an H200 (8B bf16 weights 16 GB; decode 8B ~4-25 ms/step):
 
 from __future__ import annotations
 
+import time
+
 import torch
 
 from common import Case, Ctx, Group, free_memory, result
@@ -70,6 +72,20 @@ def _record_peak(ctx: Ctx, extra: dict) -> None:
         extra["peak_reserved_bytes"] = torch.cuda.max_memory_reserved()
 
 
+def host_issue_s(call, ctx: Ctx, reps: int = 5) -> float:
+    """Median host time to issue one call's kernels (no sync inside the call)."""
+    times = []
+    for i in range(reps):
+        if ctx.is_cuda:
+            torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        call(i)
+        times.append(time.perf_counter() - t0)
+    if ctx.is_cuda:
+        torch.cuda.synchronize()
+    return sorted(times)[len(times) // 2]
+
+
 def run_prefill(ctx: Ctx, p: dict) -> dict:
     cfg, model = _model(ctx, p["model"])
     with torch.inference_mode():
@@ -81,6 +97,7 @@ def run_prefill(ctx: Ctx, p: dict) -> dict:
         _record_peak(ctx, extra)
         if p["profile"]:
             extra.update(kernel_summary(call, ctx.device))
+        extra["host_issue_s"] = host_issue_s(call, ctx)
     extra["tokens_per_s"] = p["batch"] * p["prompt"] / timing["median_s"]
     return result(timing, extra)
 
@@ -101,6 +118,8 @@ def run_decode(ctx: Ctx, p: dict) -> dict:
         _record_peak(ctx, extra)
         if p["profile"]:
             extra.update(kernel_summary(call, ctx.device))
+        if p["mode"] == "eager":
+            extra["host_issue_s"] = host_issue_s(call, ctx)
     extra["tokens_per_s"] = p["batch"] / timing["median_s"]
     extra["kv_bytes_read"] = 2 * cfg.n_layers * p["batch"] * cfg.n_kv_heads * (pos + 1) * cfg.head_dim * 2
     return result(timing, extra)

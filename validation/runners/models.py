@@ -11,6 +11,8 @@ from __future__ import annotations
 import contextlib
 from collections import defaultdict
 
+import time
+
 import torch
 
 from llama_ref import Llama, RefConfig, init_weights, loss_fn, param_count
@@ -83,6 +85,31 @@ def make_train_step(model, opt, idx, tgt, device_type: str):
         opt.zero_grad(set_to_none=True)
         return loss
     return step
+
+
+def host_phase_times(model, opt, idx, tgt, device_type: str, reps: int = 3) -> dict:
+    """Host (CPU) time to issue each phase of a training step, no sync inside the step:
+    forward+loss, backward, optimizer step, zero_grad; plus the step's wall time to GPU
+    completion. Medians over ``reps`` steps. If the GPU falls behind far enough to fill
+    the launch queue, the host blocks and these include that wait."""
+    rows = []
+    for _ in range(reps):
+        torch.cuda.synchronize() if device_type == "cuda" else None
+        t = [time.perf_counter()]
+        with torch.autocast(device_type, dtype=torch.bfloat16):
+            loss = loss_fn(model(idx), tgt)
+        t.append(time.perf_counter())
+        loss.backward()
+        t.append(time.perf_counter())
+        opt.step()
+        t.append(time.perf_counter())
+        opt.zero_grad(set_to_none=True)
+        t.append(time.perf_counter())
+        torch.cuda.synchronize() if device_type == "cuda" else None
+        t.append(time.perf_counter())
+        rows.append([t[i + 1] - t[i] for i in range(4)] + [t[5] - t[0]])
+    med = [sorted(col)[len(col) // 2] for col in zip(*rows)]
+    return dict(zip(("forward_s", "backward_s", "optimizer_s", "zero_grad_s", "wall_s"), med))
 
 
 def n_params_actual(model: torch.nn.Module) -> int:
