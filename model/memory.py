@@ -43,8 +43,11 @@ def weight_bytes(w: TrainingWorkload | InferenceWorkload) -> float:
 
 
 def weight_cast_cache_bytes(w: TrainingWorkload) -> float:
-    """Transient low-precision weight copies: autocast's bf16 cache of every linear weight
-    (2 B/param, alive for the whole forward+backward), TE fp8 weight + transpose (2 B/param)."""
+    """Low-precision weight copies alive from the forward into the backward: autocast's bf16
+    cast of every linear weight, lm_head included (2 B/param: the cache is cleared when the
+    autocast region exits, but each matmul saved its bf16 weight for its input gradient, so
+    the copy lives until that layer's backward; torch.compile keeps the casts as separate
+    kernels and saves their outputs too), TE fp8 weight + transpose (2 B/param)."""
     dt = train_dtypes(w.precision)
     return 0.0 if dt.weight_cast is None else linear_weight_params(w.model) * dt.weight_cast[1]
 
@@ -52,6 +55,39 @@ def weight_cast_cache_bytes(w: TrainingWorkload) -> float:
 def grad_bytes(w: TrainingWorkload) -> float:
     """Gradient accumulators: fp32 .grad (amp, fp32) or fp32 main_grad (bf16, fp8): 4 B/param."""
     return w.model.param_count() * train_dtypes(w.precision).grad
+
+
+def grads_persist(w: TrainingWorkload) -> bool:
+    """Whether the gradients already exist when the backward starts. torch-native .grad
+    (amp_bf16, fp32) is freed by zero_grad(set_to_none=True) after each step and
+    re-allocated layer by layer during the backward; Megatron-style main_grad buffers
+    (bf16, fp8) are allocated once and zeroed; with grad_accum > 1 the micro-batches after
+    the first find the .grad of the earlier ones."""
+    return train_dtypes(w.precision).main_grad or w.grad_accum > 1
+
+
+def grad_accumulate_transient_bytes(w: TrainingWorkload) -> float:
+    """Second gradient of a tied embedding at the end of the backward: the embedding's dense
+    backward output (grad bytes x V x d) exists next to the lm_head's accumulated .grad
+    until AccumulateGrad adds it in place (untied weights: the grad is stolen, no copy)."""
+    cfg = w.model
+    if not cfg.tie_embeddings or train_dtypes(w.precision).main_grad:
+        return 0.0
+    return train_dtypes(w.precision).grad * cfg.vocab * cfg.d_model
+
+
+CUBLAS_WORKSPACE_BYTES = {"hopper": 32 * 2**20}   # torch: CUBLAS_WORKSPACE_CONFIG ":4096:8" on sm90
+CUBLAS_WORKSPACE_DEFAULT = 2 * 4096 * 2**10 + 8 * 16 * 2**10   # ":4096:2:16:8" elsewhere
+
+
+def cublas_workspace_bytes(w: TrainingWorkload | InferenceWorkload, arch: str = "hopper") -> float:
+    """cuBLAS workspaces held by the caching allocator: torch allocates one per (cuBLAS
+    handle, stream) pair on first use and never frees it (32 MiB on Hopper, measured: +32 MiB
+    per new stream or thread, validation/data/h200/probes/). Handles are per thread: a
+    training step uses two (the forward on the Python thread, the backward on autograd's
+    device thread, same stream), inference one. bytes = handles x workspace(arch)."""
+    handles = 2 if isinstance(w, TrainingWorkload) else 1
+    return handles * CUBLAS_WORKSPACE_BYTES.get(arch, CUBLAS_WORKSPACE_DEFAULT)
 
 
 def optimizer_state_bytes(w: TrainingWorkload) -> float:
@@ -151,18 +187,28 @@ def activation_bytes_saved(w: TrainingWorkload | InferenceWorkload, fused=frozen
 
 
 def logits_bytes(w: TrainingWorkload | InferenceWorkload, fused=frozenset()) -> float:
-    """Peak bytes of logits-related tensors. Training eager: a-byte logits (held by the
-    caller) + fp32 copy + fp32 log_softmax output (saved) = (a + 8)*T*V, or (a + 4)*T*V when
-    the logits are already fp32; fused cross-entropy: logits + their grad, 2a*T*V.
+    """Peak bytes of the loss and lm_head tensors, at the start of the backward (training) or
+    of the logits (inference). Training, T tokens, V vocab, d model, a act bytes:
+      eager loss (logits.float() -> cross_entropy): the backward's log_softmax node holds its
+        saved fp32 output, the fp32 gradient from nll_loss and its own fp32 output gradient,
+        12*T*V (the forward's a-byte logits + fp32 copy + log_softmax output, (a + 8)*T*V, is
+        smaller and is freed before the backward);
+      fused cross-entropy: logits + their gradient, 2a*T*V;
+      the lm_head backward, if larger (short sequences): logits gradient + input gradient +
+        weight gradient, a*(T*V + T*d + V*d) (main_grad: no V*d term); then the weight gradient's cast to the fp32 .grad,
+        (a + 4)*V*d + a*T*d (main_grad: accumulated inside the GEMM, no cast).
     Inference: rows x V at act_dtype (rows = batch, or all prompt tokens with "all")."""
     cfg = w.model
     if isinstance(w, InferenceWorkload):
         rows = w.tokens if (w.phase == "prefill" and w.prefill_logits == "all") else w.batch
         return rows * cfg.vocab * DTYPE_BYTES[w.act_dtype]
-    a, e = train_dtypes(w.precision).act, w.tokens_per_microbatch * cfg.vocab
-    if "cross_entropy" in fused:
-        return 2 * a * e
-    return (a + 4 + (4 if a != 4 else 0)) * e
+    dt = train_dtypes(w.precision)
+    a, T, V, d = dt.act, w.tokens_per_microbatch, cfg.vocab, cfg.d_model
+    loss = 2 * a * T * V if "cross_entropy" in fused else 12.0 * T * V
+    head = a * (T * V + T * d) + (0 if dt.main_grad else a * V * d)
+    if not dt.main_grad and dt.grad != a:
+        head = max(head, (a + dt.grad) * V * d + a * T * d)
+    return max(loss, head)
 
 
 def kv_cache_bytes(w: InferenceWorkload) -> float:

@@ -1,11 +1,22 @@
 """Peak device memory of one GPU for a workload (bytes).
 
-Training (one micro-batch in flight, no sharding):
-    peak = weights + grads + optimizer states + saved activations
-           + the largest transient at the peak moment (the loss: bf16 logits,
-             their fp32 copy and the fp32 logits gradient)
+Training (one micro-batch in flight, no sharding): the peak is the larger of two moments
+of a steady-state step (after step 1 the optimizer states exist; the backward in between
+frees saved activations and weight casts layer by layer while it allocates gradients,
+so its live bytes move monotonically from one moment to the other):
+  backward start (the loss's log_softmax backward, or the lm_head's):
+    weights + optimizer states + [gradients, only if they persist: main_grad buffers or
+    grad_accum > 1; torch .grad is freed by zero_grad(set_to_none=True)]
+    + saved activations + weight casts (autocast's bf16 copies saved by the matmuls)
+    + loss/lm_head transient (M.logits_bytes) + cuBLAS workspaces
+  backward end / optimizer step (fused AdamW allocates nothing):
+    weights + gradients + optimizer states + a tied embedding's second gradient
+    + cuBLAS workspaces
+Measured on an H200 in a fresh process (validation/data/h200/probes/), the backward-start
+moment is the peak for every llama_ref case and matches to within 1 %.
 Inference:
     peak = weights + KV cache + the largest transient activation (+ logits)
+         + one cuBLAS workspace
 The byte counts are shape arithmetic from mechsim.model; this module only
 composes them and compares with the GPU's HBM capacity. A workload that does
 not fit is reported with its breakdown, never an exception.
@@ -14,31 +25,54 @@ not fit is reported with its breakdown, never an exception.
 from __future__ import annotations
 
 from .. import model as M
+from ..model import memory as MM
 from .results import MemoryEstimate
 
 
-def training_components(w, fused: frozenset[str] = frozenset()) -> dict[str, float]:
-    return {
-        "weights": float(M.weight_bytes(w)),
-        "gradients": float(M.grad_bytes(w)),
-        "optimizer_states": float(M.optimizer_state_bytes(w)),
+def _train_moments(w, fused: frozenset[str], arch: str) -> tuple[dict[str, float], dict[str, float]]:
+    ws = float(MM.cublas_workspace_bytes(w, arch))
+    weights, opt = float(M.weight_bytes(w)), float(M.optimizer_state_bytes(w))
+    grads = float(M.grad_bytes(w))
+    start = {
+        "weights": weights,
+        "gradients": grads if MM.grads_persist(w) else 0.0,
+        "optimizer_states": opt,
         "activations": float(M.activation_bytes_saved(w, fused)),
+        "weight_casts": float(M.weight_cast_cache_bytes(w)),
         "loss_transient": float(M.logits_bytes(w, fused)),
+        "cublas_workspaces": ws,
     }
+    end = {
+        "weights": weights,
+        "gradients": grads,
+        "optimizer_states": opt,
+        "grad_accumulate_transient": float(MM.grad_accumulate_transient_bytes(w)),
+        "cublas_workspaces": ws,
+    }
+    return start, end
 
 
-def inference_components(w, fused: frozenset[str] = frozenset()) -> dict[str, float]:
+def training_components(w, fused: frozenset[str] = frozenset(), arch: str = "hopper") -> dict[str, float]:
+    """Components at the peak moment: the larger of backward start and backward end."""
+    start, end = _train_moments(w, fused, arch)
+    return start if sum(start.values()) >= sum(end.values()) else end
+
+
+def inference_components(w, fused: frozenset[str] = frozenset(), arch: str = "hopper") -> dict[str, float]:
     return {
         "weights": float(M.weight_bytes(w)),
         "kv_cache": float(M.kv_cache_bytes(w)),
         "activations": float(M.inference_activation_bytes(w)),
         "logits": float(M.logits_bytes(w, fused)),
+        "cublas_workspaces": float(MM.cublas_workspace_bytes(w, arch)),
     }
 
 
-def memory_components(w, fused: frozenset[str] = frozenset()) -> dict[str, float]:
-    """Bytes per component at the peak moment (GPU-independent)."""
-    return training_components(w, fused) if hasattr(w, "mbs") else inference_components(w, fused)
+def memory_components(w, fused: frozenset[str] = frozenset(), arch: str = "hopper") -> dict[str, float]:
+    """Bytes per component at the peak moment. Shape arithmetic except the cuBLAS workspace
+    size, which depends on the GPU generation (arch; estimate() passes none: Hopper's
+    32 MiB, 2 x 24 MiB more than the default elsewhere)."""
+    return training_components(w, fused, arch) if hasattr(w, "mbs") else inference_components(w, fused, arch)
 
 
 def fit_memory(comps: dict[str, float], gpu) -> MemoryEstimate:
@@ -49,4 +83,4 @@ def fit_memory(comps: dict[str, float], gpu) -> MemoryEstimate:
 
 
 def memory_estimate(w, gpu, fused: frozenset[str] = frozenset()) -> MemoryEstimate:
-    return fit_memory(memory_components(w, fused), gpu)
+    return fit_memory(memory_components(w, fused, getattr(gpu, "arch", "hopper")), gpu)

@@ -132,10 +132,14 @@ def validate_timing(t: dict, where: str) -> None:
 
 
 def run_paths(paths: Iterable[str | Path]) -> list[Path]:
-    """Expand directories (recursively, *.json) and keep files; sorted, de-duplicated."""
+    """Expand directories (recursively, *.json, except under a "probes" folder: one-off
+    probe outputs that are not run files) and keep files; sorted, de-duplicated."""
     out: set[Path] = set()
     for p in map(Path, paths):
-        out.update(p.rglob("*.json") if p.is_dir() else [p])
+        if p.is_dir():
+            out.update(f for f in p.rglob("*.json") if "probes" not in f.relative_to(p).parts[:-1])
+        else:
+            out.add(p)
     return sorted(out)
 
 

@@ -41,9 +41,37 @@ def test_state_bytes():
 
 
 def test_logits_bytes():
+    # backward start: log_softmax's saved fp32 output + its fp32 grad in + fp32 grad out
     w = TrainingWorkload(model="llama3-8b", mbs=1, seq=4096)
-    assert logits_bytes(w) == 4096 * 128256 * (2 + 4 + 4)
-    assert logits_bytes(w, {"cross_entropy"}) == 4096 * 128256 * 4
+    assert logits_bytes(w) == 4096 * 128256 * 12
+    # fused cross-entropy (Megatron, main_grad: no lm_head weight-grad cast): logits + grad
+    wb = TrainingWorkload(model="llama3-8b", mbs=1, seq=4096, precision="bf16")
+    assert logits_bytes(wb, {"cross_entropy"}) == 4096 * 128256 * 4
+    # amp + fused CE: the lm_head weight grad (bf16 + fp32 .grad, 6*V*d) is then larger
+    assert logits_bytes(w, {"cross_entropy"}) == 6 * 128256 * 4096 + 2 * 4096 * 4096
+    # a short sequence: the lm_head weight gradient (bf16, then its fp32 .grad) dominates
+    s = TrainingWorkload(model="llama3-8b", mbs=1, seq=256)
+    V, d, T = 128256, 4096, 256
+    assert logits_bytes(s) == (2 + 4) * V * d + 2 * T * d
+
+
+def test_grad_lifetimes():
+    from mechsim.model.memory import grad_accumulate_transient_bytes, grads_persist
+    amp = TrainingWorkload(model="llama3-8b")
+    assert not grads_persist(amp)                       # zero_grad(set_to_none=True)
+    assert grads_persist(amp.model_copy(update={"grad_accum": 2}))
+    assert grads_persist(TrainingWorkload(model="llama3-8b", precision="bf16"))   # main_grad buffer
+    assert grad_accumulate_transient_bytes(amp) == 0     # untied: the grad is stolen
+    tied = TrainingWorkload(model="llama3.2-1b")
+    assert tied.model.tie_embeddings
+    assert grad_accumulate_transient_bytes(tied) == 4 * tied.model.vocab * tied.model.d_model
+
+
+def test_cublas_workspaces():
+    from mechsim.model.memory import cublas_workspace_bytes
+    assert cublas_workspace_bytes(TrainingWorkload(model="llama3-8b")) == 2 * 32 * 2**20
+    assert cublas_workspace_bytes(InferenceWorkload(model="llama3-8b")) == 32 * 2**20
+    assert cublas_workspace_bytes(TrainingWorkload(model="llama3-8b"), "ampere") == 2 * (8 * 2**20 + 128 * 2**10)
 
 
 def test_kv_cache_and_inference_weights():
