@@ -19,7 +19,7 @@ import time
 
 import torch
 
-from common import Case, Ctx, Group, free_memory, result
+from common import Case, Ctx, Group, clean_baseline, free_memory, result
 from models import (batch, build_model, host_phase_times, kernel_summary, make_optimizer, make_train_step,
                     model_params, n_params_actual, ref_config)
 from timing import measure_steps
@@ -28,11 +28,13 @@ PEAK_BF16 = 7e14  # for the rough duration estimate only
 
 
 def run_train(ctx: Ctx, p: dict) -> dict:
+    baseline = clean_baseline()
     cfg = ref_config(p["model"], p["seq"])
     model = build_model(cfg, ctx.device)
     opt, opt_impl = make_optimizer(model)
     idx, tgt = batch(cfg, p["mbs"], p["seq"], ctx.device)
-    extra: dict = {"optimizer": opt_impl, "n_params_actual": n_params_actual(model)}
+    extra: dict = {"optimizer": opt_impl, "n_params_actual": n_params_actual(model),
+                   "baseline_allocated_bytes": baseline}
     fwd_model = model
     if p["compile"]:
         torch._dynamo.reset()
