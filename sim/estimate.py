@@ -60,7 +60,14 @@ def hw_rates(gpu, clock_fraction: float = 1.0) -> HwRates:
     """Peak rates of ``gpu`` per op dtype (nan where the GPU has no such unit)."""
     peaks = np.array([_peak_or_nan(gpu, d) for d in DTYPES])
     return HwRates(gpu.key, peaks, float(gpu.peak_flops("fp32")), float(gpu.hbm_bandwidth),
-                   int(gpu.sm_count), clock_fraction)
+                   int(gpu.sm_count), clock_fraction, _exp_rate(gpu))
+
+
+def _exp_rate(gpu) -> float:
+    try:
+        return float(gpu.mufu_ex2_rate)
+    except (ValueError, KeyError):
+        return math.inf
 
 
 @functools.lru_cache(maxsize=256)

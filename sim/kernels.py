@@ -30,6 +30,7 @@ class HwRates:
 
     tensor_peak[i] is the dense FLOP/s of dtype DTYPES[i] on tensor cores (nan if the
     GPU has no such rate); vector_peak is the plain fp32 rate used by non-GEMM kernels.
+    exp_rate is the special-function unit's exponentials per second (softmax).
     clock_fraction scales every compute rate (sustained clock / boost clock).
     """
 
@@ -39,6 +40,7 @@ class HwRates:
     hbm_bandwidth: float
     sm_count: int
     clock_fraction: float = 1.0
+    exp_rate: float = float("inf")
 
 
 @dataclass(frozen=True)
@@ -121,6 +123,18 @@ def attention_efficiency(attn: np.ndarray, phase: np.ndarray, sm_count: int,
     return frac * np.minimum(ctas / (waves * sm_count), 1.0) * amort
 
 
+def attention_exp_s(attn: np.ndarray, hw: "HwRates", eff: Efficiency, impl: str) -> np.ndarray:
+    """Softmax exponentials the tensor-core work does not hide:
+        exp_exposed * B * Hq * Sq * Skv * causal_fraction / exp_rate
+    (FA3 paper: 256 FLOP of bf16 matmul per exponential at H100 peak, so at head dim
+    64, where a score costs 4*64 = 256 matmul FLOP, exponentials take as long as the
+    matmuls unless overlapped; the backward recomputes the same exponentials)."""
+    b, hq, sq, skv, causal = attn[:, 0], attn[:, 1], attn[:, 3], attn[:, 4], attn[:, 7] > 0
+    frac = np.where(causal & (sq == skv), 1.0 - (sq - 1) / (2.0 * np.maximum(skv, 1)), 1.0)
+    exps = b * hq * sq * skv * frac
+    return eff.get(f"attention.{impl}.exp_exposed") * exps / (hw.exp_rate * hw.clock_fraction)
+
+
 def attention_ctas(attn: np.ndarray) -> np.ndarray:
     """Thread blocks of a flash kernel: one per (batch, query head, 128 queries)."""
     return attn[:, 0] * attn[:, 1] * np.ceil(np.maximum(attn[:, 3], 1) / 128.0)
@@ -153,6 +167,8 @@ def kernel_times(t: OpTable, hw: HwRates, eff: Efficiency, attention_impl: str) 
     peak = np.where(is_mm, hw.tensor_peak[t.dtype], hw.vector_peak)
     peak = np.where(is_at, hw.tensor_peak[DTYPES.index("bf16")], peak) * hw.clock_fraction
     compute = t.flops / (peak * efficiency)
+    if is_at.any():
+        compute[is_at] += attention_exp_s(t.attn[is_at], hw, eff, attention_impl)
     memory = streaming_memory_s(t, hw, eff)
     if is_at.any():
         memory[is_at] = attention_memory_s(t.attn[is_at], t.bytes[is_at], hw, eff, attention_impl)

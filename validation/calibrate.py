@@ -114,6 +114,8 @@ def _group(key: str, ops, owner, meas) -> Group:
         names = ("fwd_fraction", "bwd_fraction", "fixed_s", "decode_bw_fraction", "len_overhead", "per_cta_bw",
                  "gqa_reread") if len({(o.shape, o.phase) for o in ops}) >= MIN_FOR_ALL \
             else ("fwd_fraction", "bwd_fraction")   # too few distinct configurations to pin the rest
+        if len({o.shape[5] for o in ops}) > 1:   # exp exposure is only identifiable across head dims
+            names += ("exp_exposed",)
         params = tuple(f"attention.{impl}.{p}" for p in names)
         return Group(key, params, ops, owner, np.array(meas), impl)
     return Group(key, GEMM_PARAMS if key == "gemm" else MEMORY_PARAMS, ops, owner, np.array(meas))

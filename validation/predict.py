@@ -117,7 +117,8 @@ def predict_train(p: dict, gpu: str) -> float:
 def inference_workload(p: dict, phase: str) -> InferenceWorkload:
     graphs = p.get("mode") == "graph"
     common = dict(model=config_from(p), batch=p["batch"], phase=phase, weight_dtype="bf16", kv_dtype="bf16",
-                  stack="eager_graphs" if graphs else "eager", sampling="none")  # llama_ref returns logits
+                  stack="eager_graphs" if graphs else "eager", sampling="none",  # llama_ref returns logits
+                  prefill_logits="all")  # ... of every prompt position, as HF models do
     if phase == "prefill":
         return InferenceWorkload(prompt_len=p["prompt"], context_len=p["prompt"], **common)
     return InferenceWorkload(prompt_len=p["ctx"], context_len=p["ctx"] + 1, **common)
