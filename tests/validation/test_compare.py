@@ -60,3 +60,15 @@ def test_threshold_failure_reported_for_held_out_only(tmp_path):
     summary = summarize(compare([f])[0])
     bad = failures(summary, {"gemm": {"mape": 0.05, "max": 0.15}})
     assert len(bad) == 1 and "gemm" in bad[0]
+
+
+def test_html_report_has_both_figures(tmp_path):
+    from mechsim.validation.report import write_html
+    pred = estimate_op(gemm(4096, 4096, 4096), "h200_sxm").time_s
+    f = tmp_path / "run.json"
+    f.write_text(json.dumps(_run([_gemm_record(4096, 4096, 4096, pred), _gemm_record(2048, 2048, 2048, pred / 4)])))
+    rows, _ = compare([f])
+    out = tmp_path / "r.html"
+    write_html(out, rows, summarize(rows))
+    html = out.read_text()
+    assert "predicted vs measured" in html and "error by kind" in html and "y = x" in html
