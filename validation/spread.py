@@ -132,6 +132,18 @@ def format_table(stats: dict[str, dict]) -> str:
     return "\n".join(lines)
 
 
+def spread_table(paths: Iterable[str | Path] | None = None) -> str:
+    """The per-GPU tables main() prints, as one string."""
+    paths = list(paths or [DATA_DIR])
+    out = []
+    for gpu, run_ids in runs_by_gpu(paths).items():
+        out.append(f"{gpu}: {len(run_ids)} run(s): {', '.join(run_ids)}")
+        stats = spread_by_kind(paths, gpu=gpu)
+        out.append(format_table({**stats, "ALL": summarize(case_spreads(paths, gpu=gpu))}) if stats
+                   else "  no case measured in two or more runs")
+    return "\n".join(out)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m mechsim.validation.spread",
                                  description="Run-to-run spread of measured medians, per GPU and kind.")
