@@ -50,6 +50,14 @@ def memory_kernel(bytes_read: float, bytes_written: float, flops: float = 0.0,
               (numel,), 1, kernels)
 
 
+def reduction(bytes_read: float, out_bytes: float = 4.0, name: str = "reduction") -> Op:
+    """A whole-tensor reduction (x.sum()): reads every byte once, writes a scalar."""
+    if bytes_read <= 0:
+        raise ValueError(f"bytes_read must be positive, got {bytes_read}")
+    return Op(name, "reduction", "fwd", bytes_read / 4.0, float(bytes_read), float(out_bytes), "fp32",
+              (int(bytes_read),))
+
+
 def _positive(**sizes: int) -> None:
     for field, v in sizes.items():
         if not isinstance(v, int) or v <= 0:

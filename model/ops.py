@@ -27,6 +27,8 @@ OpKind = Literal[
     "optimizer",    # parameter update (AdamW etc.)
     "collective",   # NCCL collective (scale-out)
     "memcpy",       # device copies, zero-fill of grads, etc.
+    "reduction",    # a whole tensor reduced to a few values (x.sum(), a loss mean): one
+                    # streaming pass plus a combine across thread blocks
 ]
 Phase = Literal["fwd", "bwd", "optimizer"]
 DType = Literal["fp64", "fp32", "tf32", "bf16", "fp16", "fp8", "fp4", "int8", "int4"]

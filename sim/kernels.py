@@ -20,7 +20,7 @@ from .calibration import Efficiency
 from ..model.ops import DTYPE_BYTES
 from .optable import DTYPES, KINDS, OpTable
 
-MATMUL, ATTENTION = KINDS.index("matmul"), KINDS.index("attention")
+MATMUL, ATTENTION, REDUCTION = KINDS.index("matmul"), KINDS.index("attention"), KINDS.index("reduction")
 BWD = 1
 
 
@@ -205,6 +205,7 @@ def streaming_fixed_s(bytes_per_kernel: np.ndarray, eff: Efficiency) -> np.ndarr
 def _fixed_s(t: OpTable, eff: Efficiency, impl: str) -> np.ndarray:
     fixed = streaming_fixed_s(t.bytes / np.maximum(t.kernels, 1.0), eff)
     fixed[t.kind == MATMUL] = eff.get("gemm.fixed_s")
+    fixed[t.kind == REDUCTION] += eff.get("memory.reduce_combine_s")
     fixed[t.kind == ATTENTION] = eff.get(f"attention.{impl}.fixed_s")
     return fixed
 

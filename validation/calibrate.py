@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 from scipy.optimize import least_squares
 
-from ..model.microops import attention, gemm, memory_kernel
+from ..model.microops import attention, gemm, memory_kernel, reduction
 from ..sim.calibration import EFFICIENCY_DIR, Efficiency, efficiency_for
 from ..sim.estimate import hw_rates, resolve_gpu
 from ..sim.kernels import kernel_times
@@ -30,14 +30,12 @@ GEMM_PARAMS = ("gemm.peak_fraction_bf16", "gemm.peak_fraction_fp16", "gemm.peak_
                "gemm.peak_fraction_tf32", "gemm.peak_fraction_fp32", "gemm.k_overhead", "gemm.fixed_s",
                "gemm.mem_fraction", "gemm.misaligned_fraction", "gemm.misaligned_fraction_8b")
 MEMORY_PARAMS = ("memory.read_fraction", "memory.write_fraction", "memory.fixed_s", "memory.floor_s",
-                 "memory.ramp_bytes")
+                 "memory.ramp_bytes", "memory.reduce_combine_s")
 # Streaming kernels the memory parameters are fitted on. cudaMemcpy D2D copies are
 # left out (their rate differs from kernels' below 1 GiB: see validation/LOG.md),
 # so are softmax and norms (several passes over the input): their own mechanism.
 MEMORY_CHAINS = ("residual_add", "cast")
-# Large reductions pin the pure-read rate; small ones carry a reduction's larger
-# fixed cost per call (8 us at 1 MiB vs 2 us for a copy), a mechanism not modelled yet.
-REDUCE_MIN_BYTES = 64 * 2**20
+
 MIN_FOR_ALL = 8   # distinct op configurations (repeat runs of one case count once)
 START_IF_ZERO = {"len_overhead": 256.0}   # a parameter at 0 has no scale to search from
 
@@ -63,8 +61,10 @@ def _memory_op(p):
         return [memory_kernel(4.0 * p["numel"], 4.0 * p["numel"])]
     if "mode" in p:
         raise NotPredicted("host-side launch timing")
-    if p["op"] in ("h2d", "d2h", "d2d_copy") or (p["op"] == "reduce_sum" and p["bytes"] < REDUCE_MIN_BYTES):
+    if p["op"] in ("h2d", "d2h", "d2d_copy"):
         raise NotPredicted(p["op"])
+    if p["op"] == "reduce_sum":
+        return [reduction(p["bytes_read"], p["bytes_written"])]
     if "bytes_read" not in p:   # an elementwise single-kernel case
         if p["op"] not in MEMORY_CHAINS or p.get("pass") != "fwd":
             raise NotPredicted(p["op"])

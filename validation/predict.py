@@ -8,7 +8,7 @@ reason (the compare report lists those; nothing is skipped silently).
 from __future__ import annotations
 
 from ..model import InferenceWorkload, TrainingWorkload, TransformerConfig
-from ..model.microops import attention, gemm, memory_kernel
+from ..model.microops import attention, gemm, memory_kernel, reduction
 from ..sim.estimate import estimate, estimate_op, resolve_gpu
 from ..sim.stacks import get_stack
 
@@ -35,6 +35,8 @@ def predict_memory(p: dict, gpu: str) -> float:
         g = resolve_gpu(gpu)
         from ..sim.estimate import efficiency
         return p["bytes"] / (g.host_link_bw_per_dir * efficiency(g).get("host_link.bw_fraction"))
+    if p["op"] == "reduce_sum":
+        return estimate_op(reduction(p["bytes_read"], p["bytes_written"]), gpu).time_s
     return estimate_op(memory_kernel(p["bytes_read"], p["bytes_written"], kind="memcpy"), gpu).time_s
 
 
