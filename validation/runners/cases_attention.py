@@ -116,7 +116,12 @@ def _full() -> list[Case]:
             + _prefill([2048, 8192], hd=64) + _prefill([2048, 8192], hq=64)  # 70B heads: 64/8
             + _prefill([1024, 4096], backend="default")
             + _decode([1, 8, 32, 64], [512, 2048, 8192, 32768])
-            + _decode([1, 32], [8192], backend="default"))
+            + _decode([1, 32], [8192], backend="default")
+            # batch sweep: where FA2's per-query-head blocks stop sharing a GQA group's K/V in L2,
+            # and the cuDNN kernel the eager and graphed decode steps really use
+            + _decode([2, 4, 12, 16, 24, 48], [8192])
+            + _decode([2, 4, 8, 16, 64], [8192], backend="default")
+            + _decode([8, 64], [2048, 32768], backend="default"))
 
 
 def groups(suite: str) -> list[Group]:

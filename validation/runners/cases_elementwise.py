@@ -170,6 +170,9 @@ def _full() -> list[Case]:
             + [case("residual_add", t=t, d=4096, dtype=dt) for t in ts for dt in ("fp32", "bf16")]
             + [case("rope", b=b, s=4096, hq=32, hkv=8, hd=128, table_dtype=dt) for b in (1, 4) for dt in ("fp32", "bf16")]
             + [case("softmax", t=8192, cols=c, dtype=dt) for c, dt in ((4096, "bf16"), (32000, "fp32"))]
+            # row-length sweep: how torch's softmax kernels scale with the row (persistent vs block kernels)
+            + [case("softmax", t=8192, cols=c, dtype=dt) for c in (512, 1024, 2048, 8192, 16384)
+               for dt in ("bf16", "fp32")]
             + [case("cross_entropy", t=t, vocab=v, bwd=b) for t in (4096, 16384) for v in (32000, 128256)
                for b in (False, True)]
             + [case("cast", rows=t, cols=4096, src=s, dst=o) for t in ts for s, o in (("bf16", "fp32"), ("fp32", "bf16"))]
