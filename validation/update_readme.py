@@ -16,22 +16,27 @@ from .report import markdown_table
 from .spread import spread_table
 
 README = Path(__file__).parent / "README.md"
+TOP_README = Path(__file__).parent.parent / "README.md"
 
 
 def replace_between(text: str, tag: str, body: str) -> str:
     pattern = re.compile(f"(<!-- {tag}:begin -->\\n).*?(<!-- {tag}:end -->)", re.S)
     if not pattern.search(text):
-        raise ValueError(f"{README}: markers <!-- {tag}:begin/end --> not found")
+        raise ValueError(f"markers <!-- {tag}:begin/end --> not found")
     return pattern.sub(lambda m: m.group(1) + body.rstrip("\n") + "\n" + m.group(2), text)
 
 
 def main() -> None:
     rows, _ = compare()
+    table = markdown_table(summarize(rows), thresholds())
     text = README.read_text(encoding="utf-8")
-    text = replace_between(text, "accuracy", markdown_table(summarize(rows), thresholds()))
+    text = replace_between(text, "accuracy", table)
     text = replace_between(text, "spread", spread_table())
     README.write_text(text, encoding="utf-8")
-    print(f"updated {README}")
+    if TOP_README.exists():   # an installed package has no top-level README
+        TOP_README.write_text(replace_between(TOP_README.read_text(encoding="utf-8"), "accuracy", table),
+                              encoding="utf-8")
+    print(f"updated {README} and {TOP_README}")
 
 
 if __name__ == "__main__":
