@@ -61,13 +61,14 @@ def gemm_efficiency(mnkb: np.ndarray, dtype_idx: np.ndarray, sm_count: int, eff:
     candidate CTA tile (tm, tn) the tiles = ceil(M/tm)*ceil(N/tn)*batch are run in
     waves of ``sm_count``; padded work = waves*sm_count*tm*tn vs useful M*N*batch.
     The library is modelled as picking the best tile. When a GEMM has fewer tiles
-    than SMs, split-K over ceil(sm_count/tiles) slices is allowed (cuBLAS does so).
+    than SMs, split-K over floor(sm_count/tiles) slices of at least splitk_min_k is
+    allowed (cuBLAS does so).
     """
     m, n, k, b = (mnkb[:, i:i + 1] for i in range(4))
     tiles = np.asarray(eff.get("gemm.tiles"), dtype=float)           # [T, 2]
     tm, tn = tiles[:, 0][None, :], tiles[:, 1][None, :]
     n_tiles = np.ceil(m / tm) * np.ceil(n / tn) * b                   # [ops, T]
-    split = np.maximum(1.0, np.minimum(np.floor(sm_count / n_tiles), np.floor(k / 512.0)))
+    split = np.maximum(1.0, np.minimum(np.floor(sm_count / n_tiles), np.floor(k / eff.get("gemm.splitk_min_k"))))
     waves = np.ceil(n_tiles * split / sm_count)
     wave_eff = (m * n * b) / (waves * sm_count * tm * tn / split)
     k_eff = (k / split) / (k / split + eff.get("gemm.k_overhead"))
@@ -107,7 +108,7 @@ def attention_efficiency(attn: np.ndarray, phase: np.ndarray, sm_count: int,
     """Fraction of the bf16 peak an attention kernel reaches.
 
     eff = fraction[impl, fwd|bwd] * wave_eff * L / (L + len_overhead), with one CTA
-    per (batch, head, 128-query block): CTAs = B * Hq * ceil(Sq / 128) over the SMs.
+    per (batch, head, block_m queries): CTAs = B * Hq * ceil(Sq / block_m) over the SMs.
     L is the length each CTA's inner loop runs over (KV length in the forward,
     query length in the backward; halved when causal), so each CTA's fixed
     prologue/epilogue/softmax-rescale work is amortized over it: short sequences
@@ -116,7 +117,7 @@ def attention_efficiency(attn: np.ndarray, phase: np.ndarray, sm_count: int,
     a = f"attention.{impl}."
     bwd = phase == BWD
     frac = np.where(bwd, eff.get(a + "bwd_fraction"), eff.get(a + "fwd_fraction"))
-    ctas = attention_ctas(attn)
+    ctas = attention_ctas(attn, eff.get(a + "block_m"))
     waves = np.ceil(np.maximum(ctas, 1) / sm_count)
     length = np.where(bwd, attn[:, 3], attn[:, 4]) * np.where(attn[:, 7] > 0, 0.5, 1.0)
     amort = length / (length + eff.get(a + "len_overhead"))
@@ -135,9 +136,9 @@ def attention_exp_s(attn: np.ndarray, hw: "HwRates", eff: Efficiency, impl: str)
     return eff.get(f"attention.{impl}.exp_exposed") * exps / (hw.exp_rate * hw.clock_fraction)
 
 
-def attention_ctas(attn: np.ndarray) -> np.ndarray:
-    """Thread blocks of a flash kernel: one per (batch, query head, 128 queries)."""
-    return attn[:, 0] * attn[:, 1] * np.ceil(np.maximum(attn[:, 3], 1) / 128.0)
+def attention_ctas(attn: np.ndarray, block_m: float) -> np.ndarray:
+    """Thread blocks of a flash kernel: one per (batch, query head, block_m queries)."""
+    return attn[:, 0] * attn[:, 1] * np.ceil(np.maximum(attn[:, 3], 1) / block_m)
 
 
 def attention_memory_s(attn: np.ndarray, nbytes: np.ndarray, hw: "HwRates", eff: Efficiency, impl: str) -> np.ndarray:
@@ -149,7 +150,7 @@ def attention_memory_s(attn: np.ndarray, nbytes: np.ndarray, hw: "HwRates", eff:
     K/V once the blocks of the group no longer run in one wave: bytes x gqa_reread.
     """
     a = f"attention.{impl}."
-    ctas = attention_ctas(attn)
+    ctas = attention_ctas(attn, eff.get(a + "block_m"))
     bw = np.minimum(hw.hbm_bandwidth * eff.get(a + "decode_bw_fraction"),
                     np.minimum(ctas, hw.sm_count) * eff.get(a + "per_cta_bw"))
     reread = np.where((ctas > hw.sm_count) & (attn[:, 1] > attn[:, 2]), eff.get(a + "gqa_reread"), 1.0)
