@@ -1,0 +1,200 @@
+"""What communication hides behind compute, per group kind (dp, fsdp, tp, pp).
+
+Every function returns an ``Exposure``: comm_s (time the collectives take on their
+stream), exposed_s (the part on the step's critical path), hidden_s = comm_s - exposed_s,
+and slowdown_s: compute made slower by the comm that runs beside it. The step time
+grows by ``total`` = exposed_s + slowdown_s.
+
+Contention (sim/data/overlap.toml): NCCL kernels are ordinary CUDA blocks (one per
+channel) that hold SMs and stream through HBM while they run, so compute overlapped
+with communication is slower than alone. First-order model:
+    slowdown_s = overlapped_s * contention.compute_slowdown
+with overlapped_s the time comm and compute actually run together. The default is
+Lee et al. 2025 (arXiv:2507.03114): overlapped compute slows by 18.9% on average
+(40% worst) across GPT/LLaMA on A100/H100/MI250; calibrate it on measured DDP/FSDP
+steps. The slowdown does not feed back into the timeline (a longer backward would
+hide a little more comm): it is a small second-order term.
+
+DP gradient sync (zero 0/1/2, PyTorch DDP / Megatron DDP buckets): buckets become ready
+during backward in reverse layer order; each bucket's collective starts when it is
+ready and the previous one has finished (one comm stream, in order):
+    finish_i = max(ready_i, finish_{i-1}) + c_i = C_i + max_{j<=i} (ready_j - C_{j-1})
+(C the running sum of comm times), so exposed = max(0, finish_last - t_bwd).
+
+FSDP (zero 3): each layer's parameters are all-gathered one layer ahead (forward
+prefetch, and again in backward), each layer's gradients reduce-scattered after its
+backward. exposed = first gather + sum_i max(0, comm_i - compute_{i-1}): the comm that
+layer i's neighbour's compute cannot cover; in backward the comm beside layer k's compute
+is AG_{k+1} + RS_{k-1}, and the last RS ends the step.
+
+TP: Megatron's TP collectives sit between dependent GEMMs on the critical path unless
+TransformerEngine's tp-comm-overlap (userbuffers) is on: exposed = (1 - f) comm with the
+stack's overlap fraction f (data). PP: see sim/pipeline.py.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+
+import numpy as np
+
+from .calibration import DATA, Param, _flatten
+from ._toml import load_toml
+
+OVERLAP_FILE = DATA / "overlap.toml"
+
+
+@dataclass(frozen=True)
+class Exposure:
+    """Communication of one group kind in one step, seconds."""
+
+    group: str
+    comm_s: float
+    exposed_s: float
+    hidden_s: float
+    slowdown_s: float
+
+    @property
+    def total(self) -> float:
+        """What the step time grows by."""
+        return self.exposed_s + self.slowdown_s
+
+
+@functools.cache
+def overlap_params() -> dict[str, Param]:
+    out: dict[str, Param] = {}
+    _flatten(load_toml(OVERLAP_FILE), "", out, OVERLAP_FILE)
+    return out
+
+
+def overlap_param(name: str) -> float:
+    p = overlap_params()
+    if name not in p:
+        raise KeyError(f"overlap parameter {name!r} missing from {OVERLAP_FILE}; have {sorted(p)}")
+    return float(p[name].value)
+
+
+def default_contention() -> float:
+    return overlap_param("contention.compute_slowdown")
+
+
+def tp_overlap_fraction(stack: str) -> float:
+    """Fraction of TP comm hidden under GEMMs for a software stack key (0 unless listed)."""
+    p = overlap_params()
+    return float(p[f"tp_overlap.{stack}"].value) if f"tp_overlap.{stack}" in p else 0.0
+
+
+def _arr(name: str, v) -> np.ndarray:
+    a = np.atleast_1d(np.asarray(v, dtype=float))
+    if a.ndim != 1 or not np.all(np.isfinite(a)) or np.any(a < 0):
+        raise ValueError(f"{name}: need a 1-D array of finite times >= 0 s")
+    return a
+
+
+def _scalar(name: str, v: float) -> float:
+    if not (np.isfinite(v) and v >= 0):
+        raise ValueError(f"{name}: must be a finite value >= 0, got {v!r}")
+    return float(v)
+
+
+def _exposure(group: str, comm: float, exposed: float, overlapped: float, contention: float | None) -> Exposure:
+    c = default_contention() if contention is None else _scalar("contention", contention)
+    exposed = min(max(exposed, 0.0), comm)
+    return Exposure(group, comm, exposed, comm - exposed, overlapped * c)
+
+
+def serial_finish_times(ready_s, comm_s) -> np.ndarray:
+    """Finish time of each collective on one in-order stream (module docstring)."""
+    r, c = _arr("ready_s", ready_s), _arr("comm_s", comm_s)
+    if r.shape != c.shape:
+        raise ValueError(f"ready_s and comm_s differ in length ({r.size} vs {c.size})")
+    C = np.cumsum(c)
+    return C + np.maximum.accumulate(r - (C - c))
+
+
+def overlapped_time_s(start_s: np.ndarray, finish_s: np.ndarray, until_s: float) -> float:
+    """Time comm runs within [0, until_s] (intervals on one stream do not overlap)."""
+    return float(np.sum(np.clip(finish_s, 0, until_s) - np.clip(start_s, 0, until_s)))
+
+
+def uniform_bucket_ready_s(t_bwd_s: float, bucket_bytes) -> np.ndarray:
+    """Ready times when gradients appear at a steady rate over the backward (buckets in
+    the order they fill): bucket i is ready when its last byte is produced."""
+    b = _arr("bucket_bytes", bucket_bytes)
+    return _scalar("t_bwd_s", t_bwd_s) * np.cumsum(b) / b.sum()
+
+
+def split_buckets(grad_bytes: float, bucket_bytes: float, first_bucket_bytes: float | None = None) -> np.ndarray:
+    """Bucket sizes in fill order: an optional small first bucket (PyTorch DDP: 1 MiB),
+    then ``bucket_bytes`` each, the remainder last."""
+    g, b = _scalar("grad_bytes", grad_bytes), _scalar("bucket_bytes", bucket_bytes)
+    if b == 0:
+        raise ValueError("bucket_bytes: must be > 0")
+    first = [min(first_bucket_bytes, g)] if first_bucket_bytes else []
+    rest = g - sum(first)
+    n = int(rest // b)
+    tail = rest - n * b
+    return np.array(first + [b] * n + ([tail] if tail > 0 else []), dtype=float)
+
+
+def dp_grad_sync(ready_s, comm_s, t_bwd_s: float, contention: float | None = None) -> Exposure:
+    """DDP / ZeRO-1/2 gradient buckets: exposed = max(0, last finish - end of backward).
+
+    ready_s: when each bucket's gradients are complete, seconds from the start of the
+    backward (fill order); comm_s: each bucket's all-reduce (zero 0) or reduce-scatter
+    (zero 1/2) time. A tied embedding's gradient is ready only at the end of backward:
+    give its bucket ready_s = t_bwd_s.
+    """
+    t = _scalar("t_bwd_s", t_bwd_s)
+    r, c = _arr("ready_s", ready_s), _arr("comm_s", comm_s)
+    finish = serial_finish_times(r, c)
+    start = finish - c
+    exposed = max(0.0, float(finish[-1]) - t) if finish.size else 0.0
+    return _exposure("dp", float(c.sum()), exposed, overlapped_time_s(start, finish, t), contention)
+
+
+def _prefetch_exposed(compute_s: np.ndarray, comm_s: np.ndarray) -> float:
+    """comm_0 + sum_{i>=1} max(0, comm_i - compute_{i-1}): one-ahead prefetch."""
+    n = comm_s.size
+    return float(comm_s[0] + np.maximum(0.0, comm_s[1:] - compute_s[: n - 1]).sum())
+
+
+def fsdp_exposure(fwd_compute_s, bwd_compute_s, ag_s, rs_s, contention: float | None = None) -> Exposure:
+    """FSDP (zero 3) per-layer all-gather prefetch and reduce-scatter (module docstring).
+
+    Arrays per FSDP unit in forward order (the caller puts a root unit first if it has
+    one): forward and backward compute, all-gather and reduce-scatter times. The gather
+    is paid twice (forward and backward: parameters are resharded after forward).
+    """
+    cf, cb = _arr("fwd_compute_s", fwd_compute_s), _arr("bwd_compute_s", bwd_compute_s)
+    ag, rs = _arr("ag_s", ag_s), _arr("rs_s", rs_s)
+    if not (cf.size == cb.size == ag.size == rs.size):
+        raise ValueError("fwd_compute_s, bwd_compute_s, ag_s, rs_s: need one entry per FSDP unit each")
+    fwd = _prefetch_exposed(cf, ag)
+    # backward runs the units in reverse (j = 0..L-1). Before unit j's compute its gather
+    # AG_j must be done; RS_{j-1} is issued after unit j-1's compute, so the comm that the
+    # compute of unit j-1 covers is AG_j + RS_{j-2}; a virtual unit L holds RS_{L-2},
+    # and RS_{L-1} runs after the last compute.
+    cb_r, ag_r, rs_r = cb[::-1], ag[::-1], rs[::-1]
+    gate = np.concatenate((ag_r, [0.0])) + np.concatenate(([0.0, 0.0], rs_r))[: ag_r.size + 1]
+    bwd = _prefetch_exposed(cb_r, gate) + float(rs_r[-1])
+    comm = float(2 * ag.sum() + rs.sum())
+    overlapped = float(np.minimum(ag[1:], cf[:-1]).sum() + np.minimum(gate[1:], cb_r).sum())
+    return _exposure("fsdp", comm, fwd + bwd, overlapped, contention)
+
+
+def tp_exposure(comm_s: float, overlap_fraction: float = 0.0, contention: float | None = None) -> Exposure:
+    """TP collectives: exposed = (1 - f) comm; the hidden part slows the GEMMs under it."""
+    comm, f = _scalar("comm_s", comm_s), _scalar("overlap_fraction", overlap_fraction)
+    if f > 1:
+        raise ValueError(f"overlap_fraction: must be in [0, 1], got {f}")
+    return _exposure("tp", comm, (1 - f) * comm, f * comm, contention)
+
+
+def pp_exposure(pipe, contention: float | None = None) -> Exposure:
+    """Pipeline p2p from a sim.pipeline.PipelineTimes. exposed_s may exceed the stage's own
+    comm_s: the fill/drain hops on its critical path are its neighbours' transfers."""
+    c = default_contention() if contention is None else _scalar("contention", contention)
+    hidden = max(0.0, pipe.p2p_s - pipe.p2p_exposed_s)
+    return Exposure("pp", pipe.p2p_s, pipe.p2p_exposed_s, hidden, hidden * c)
