@@ -38,6 +38,9 @@ class Ctx:
     pw: bytes of stored norm/embedding weights; mb: micro-batches per step (count multiplier);
     autocast: torch.autocast over fp32 params (casts at every linear input);
     main_grad: wgrad accumulates into an fp32 buffer inside the GEMM.
+    Parallelism (model/parallel.py; cfg is then the GPU's shard, model/shard.py): tp, sp
+    (norms/residuals on T/tp tokens), cp (S is the local S/cp, Skv the full sequence), ep,
+    embed (this GPU holds the input embedding: first pipeline stage).
     """
 
     cfg: TransformerConfig
@@ -57,10 +60,20 @@ class Ctx:
     grad_out: float = 2.0       # bytes of a wgrad GEMM output (when not main_grad)
     kvb: float = 2.0            # KV-cache bytes per element (inference)
     fused: frozenset = field(default_factory=frozenset)
+    tp: int = 1
+    sp: bool = False
+    cp: int = 1
+    ep: int = 1
+    embed: bool = True
 
     @property
     def T(self) -> int:
         return self.B * self.S
+
+    @property
+    def Tn(self) -> int:
+        """Tokens of norms, residual adds and the pipeline send (T/tp with sequence parallel)."""
+        return self.T // self.tp if self.sp else self.T
 
     def f(self, group: str) -> bool:
         return group in self.fused
@@ -140,12 +153,17 @@ def attention(c: Ctx, name: str, Hq: int, Hkv: int, dqk: int, dv: int, n: int, c
     overrides, e.g. MLA's shared latent), o written (+ fp32 logsumexp B*Hq*Sq when training).
     Forward is one kernel, or two for split-KV decode (Sq == 1 with fewer than ~one SM's worth
     of B*Hkv: partial outputs in fp32 + a combine kernel; cuDNN's lean_reduction / FA2's combine).
+    Context parallel (c.cp > 1): Sq = S/cp local queries against all Skv = S keys (ring
+    attention, load-balanced causal: exactly 1/cp of the causal pairs per GPU); the cp steps
+    are counted as one aggregated kernel per direction (the ring sends: model/comm.py).
     Backward (cuDNN SDPA and FA2 alike, H200 trace): dot(dO, O) row sums, the dq/dk/dv kernel
     (dq accumulated in fp32 over a memset buffer: bytes, no launch), dq fp32 -> act convert, and
     with GQA (Hkv < Hq) dk/dv computed per query head then summed over each group (2 kernels).
     """
     B, Sq, Skv = c.B, c.S, c.Skv
     pairs = causal_pairs(Sq, Skv) if causal else float(Sq * Skv)
+    if c.cp > 1:   # load-balanced causal ring attention: every rank does 1/cp of the pairs
+        pairs = (causal_pairs(Skv, Skv) if causal else float(Skv * Skv)) / c.cp
     flops = 2.0 * B * Hq * pairs * (dqk + dv)
     q, o = B * Sq * Hq * dqk * c.act, B * Sq * Hq * dv * c.act
     kv = B * Skv * Hkv * (dqk + dv) * (c.act if c.train else c.kvb) if kv_read is None else kv_read

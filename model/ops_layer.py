@@ -18,6 +18,7 @@ up-project the whole cache every step (2*Skv*kv_lora*H*(nope+v) FLOPs per sequen
 from __future__ import annotations
 
 from .chains import act, norm, residual, rope
+from .comm import cp_ring, ep_a2a, tp_in, tp_out, tp_regather
 from .ops_common import Ctx, Pair, attention, chain, linear, times
 
 
@@ -33,21 +34,22 @@ def gqa_attention(c: Ctx, n: int) -> list[Pair]:
     cfg, T = c.cfg, c.T
     d, H, Hkv, D = cfg.d_model, cfg.n_heads, cfg.n_kv_heads, cfg.head_dim
     bias, cat = cfg.linear_bias or cfg.qkv_bias, c.f("concat_proj")
-    out = [norm(c, "layer/norm_attn", T, d, n, 1 if cat else 3, resid_in=True)]
+    out = [norm(c, "layer/norm_attn", c.Tn, d, n, 1 if cat else 3, resid_in=True), tp_in(c, "attn_in", n)]
     if cat:
         out.append(linear(c, "layer/attn/qkv_proj", T, (H + 2 * Hkv) * D, d, n, bias=bias))
     else:
         out += [linear(c, "layer/attn/q_proj", T, H * D, d, n, bias=bias),
                 linear(c, "layer/attn/kv_proj", T, Hkv * D, d, 2 * n, bias=bias)]
+    out.append(tp_regather(c, "attn_in", n))
     if cfg.qk_norm:
         out.append(norm(c, "layer/attn/qk_norm", T * (H + Hkv), D, n, 0, stream=False))
     if cfg.pos_embedding == "rope":
         out.append(rope(c, "layer/attn/rope", T * H * D, T * Hkv * D, c.S * D, n))
     if not c.train:
         out.append(kv_append(c, 2 * T * Hkv * D, n, 2))
-    out.append(attention(c, "layer/attn/core", H, Hkv, D, D, n, causal=c.S > 1))
+    out += [cp_ring(c, Hkv, D, D, n), attention(c, "layer/attn/core", H, Hkv, D, D, n, causal=c.S > 1)]
     out.append(linear(c, "layer/attn/o_proj", T, d, H * D, n, bias=cfg.linear_bias))
-    return out
+    return out + [tp_out(c, "attn_out", n)]
 
 
 def mla_attention(c: Ctx, n: int) -> list[Pair]:
@@ -55,12 +57,14 @@ def mla_attention(c: Ctx, n: int) -> list[Pair]:
     cfg, T, m = c.cfg, c.T, c.cfg.mla
     d, H, ql, kl, rd = cfg.d_model, cfg.n_heads, m.q_lora_rank, m.kv_lora_rank, m.qk_rope_head_dim
     dqk, absorbed = m.qk_head_dim, (not c.train and c.S == 1)
-    out = [norm(c, "layer/norm_attn", T, d, n, 1 if c.f("concat_proj") else 2, resid_in=True)]
+    out = [norm(c, "layer/norm_attn", c.Tn, d, n, 1 if c.f("concat_proj") else 2, resid_in=True),
+           tp_in(c, "attn_in", n)]
     if ql and c.f("concat_proj"):
         out.append(linear(c, "layer/attn/qkv_down", T, ql + kl + rd, d, n))
     else:
         out.append(linear(c, "layer/attn/q_down" if ql else "layer/attn/q_proj", T, ql or H * dqk, d, n))
         out.append(linear(c, "layer/attn/kv_down", T, kl + rd, d, n))
+    out.append(tp_regather(c, "attn_in", n))
     if ql:
         out += [norm(c, "layer/attn/q_norm", T, ql, n, 1, stream=False),
                 linear(c, "layer/attn/q_up", T, H * dqk, ql, n)]
@@ -76,9 +80,10 @@ def mla_attention(c: Ctx, n: int) -> list[Pair]:
         out.append(rope(c, "layer/attn/rope", T * H * rd, T * rd, c.S * rd, n, cat=2 * T * H * dqk))
         if not c.train:
             out.append(kv_append(c, T * (kl + rd), n, 1))
+        out.append(cp_ring(c, H, dqk, m.v_head_dim, n))
         out.append(attention(c, "layer/attn/core", H, H, dqk, m.v_head_dim, n, causal=c.S > 1))
     out.append(linear(c, "layer/attn/o_proj", T, d, H * m.v_head_dim, n))
-    return out
+    return out + [tp_out(c, "attn_out", n)]
 
 
 def mlp(c: Ctx, prefix: str, M: float, F: int, n: int, batch: int = 1, kernels: int = 1) -> list[Pair]:
@@ -104,14 +109,18 @@ def moe(c: Ctx, n: int) -> list[Pair]:
     (-> E in training, < E in small-batch decode: only those experts' weights are read).
     Expert GEMMs: M = T*k/hit rows each, batch = hit; FLOPs exactly 2*T*k*N*K.
     Grouped GEMM ("grouped_gemm" fused): 1 kernel; else the HF per-expert loop: hit kernels.
+    Expert parallel (c.ep > 1): the router scores all E = n_experts*ep experts; this GPU's
+    n_experts local experts receive T*k copies (from the ep GPUs' T tokens each, uniform
+    routing), hit = E_local*(1-(1-k/E)^(T*ep)); all_to_all dispatch and combine (model/comm.py).
     """
     m, T = c.cfg.moe, c.T
-    E, k, d = m.n_experts, m.top_k, c.cfg.d_model
-    hit = max(1, round(E * (1.0 - (1.0 - k / E) ** T)))
+    E, El, k, d = m.n_experts * c.ep, m.n_experts, m.top_k, c.cfg.d_model
+    hit = max(1, round(El * (1.0 - (1.0 - k / E) ** (T * c.ep))))
     gk = 1 if c.f("grouped_gemm") else hit
-    out = [linear(c, "layer/moe/router", T, E, d, n), _topk(c, T, E, k, n), _permute(c, T, d, k, hit, n)]
+    out = [linear(c, "layer/moe/router", T, E, d, n), _topk(c, T, E, k, n), _permute(c, T, d, k, hit, n),
+           ep_a2a(c, "moe_dispatch", n)]
     out += mlp(c, "layer/moe/experts", T * k / hit, m.expert_ffn, n, batch=hit, kernels=gk)
-    out.append(_unpermute(c, T, d, k, hit, n))
+    out += [ep_a2a(c, "moe_combine", n), _unpermute(c, T, d, k, hit, n)]
     if m.n_shared_experts:
         out += mlp(c, "layer/moe/shared", T, m.shared_ffn_total, n)
     return out
@@ -165,16 +174,20 @@ def _unpermute(c: Ctx, T: int, d: int, k: int, hit: int, n: int) -> Pair:
 
 def layer_pairs(c: Ctx) -> list[Pair]:
     """All layers: attention ops (count L), norm_mlp (L), dense MLP (L_dense), MoE (L_moe),
-    residual adds (2L). With "residual_norm" fused the adds live in the next norm: layer 0's
+    residual adds (2L), and the tp collectives around attention and MLP/MoE (model/comm.py;
+    with tp the MoE block is treated like a dense MLP: all-reduce / gather-scatter around the
+    whole block, no wgrad re-gather). With "residual_norm" fused the adds live in the next norm: layer 0's
     norm_attn stands in for head/norm so the total count of folded adds stays 2L."""
     cfg, L = c.cfg, c.cfg.n_layers
     attn = mla_attention(c, L) if cfg.mla else gqa_attention(c, L)
-    out = attn + [norm(c, "layer/norm_mlp", c.T, cfg.d_model, L, _mlp_consumers(c), resid_in=True)]
-    if cfg.n_dense_layers:
-        out += mlp(c, "layer/mlp", c.T, cfg.ffn, cfg.n_dense_layers)
-    if cfg.n_moe_layers:
-        out += moe(c, cfg.n_moe_layers)
-    out.append(residual(c, "layer/residual", c.T * cfg.d_model, 2 * L))
+    out = attn + [norm(c, "layer/norm_mlp", c.Tn, cfg.d_model, L, _mlp_consumers(c), resid_in=True)]
+    nd, nm = cfg.n_dense_layers, cfg.n_moe_layers
+    if nd:
+        up, *rest = mlp(c, "layer/mlp", c.T, cfg.ffn, nd)
+        out += [tp_in(c, "mlp_in", nd), up, tp_regather(c, "mlp_in", nd), *rest, tp_out(c, "mlp_out", nd)]
+    if nm:
+        out += [tp_in(c, "moe_in", nm)] + moe(c, nm) + [tp_out(c, "moe_out", nm)]
+    out.append(residual(c, "layer/residual", c.Tn * cfg.d_model, 2 * L))
     return out
 
 

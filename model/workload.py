@@ -13,6 +13,8 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, PositiveInt, field_validator, model_validator
 
 from .config import TransformerConfig
+from .parallel import Parallelism
+from .plan_check import check_inference, check_training
 from .presets import preset
 
 Precision = Literal["amp_bf16", "bf16", "fp8", "fp32"]
@@ -26,6 +28,10 @@ def _resolve(v):
 
 class TrainingWorkload(BaseModel):
     """One optimizer step of ``grad_accum`` micro-batches of ``mbs`` x ``seq`` tokens on one replica.
+
+    parallel: how the step is split over GPUs (default: one GPU). mbs and grad_accum are per
+    data-parallel replica (global batch = mbs * grad_accum * dp); grad_accum is the number of
+    pipeline micro-batches. Divisibility is checked (model/plan_check.py).
 
     precision:
       amp_bf16  torch.autocast(bf16) over fp32 params (llama_ref.py): weights re-cast per forward,
@@ -45,6 +51,7 @@ class TrainingWorkload(BaseModel):
     recompute: Literal["none", "selective", "full"] = "none"
     grad_accum: PositiveInt = 1
     stack: str = "eager"
+    parallel: Parallelism = Parallelism()
 
     _model = field_validator("model", mode="before")(classmethod(lambda cls, v: _resolve(v)))
 
@@ -52,6 +59,7 @@ class TrainingWorkload(BaseModel):
     def _check_seq(self) -> "TrainingWorkload":
         if self.seq > self.model.max_seq:
             raise ValueError(f"seq ({self.seq}) exceeds model max_seq ({self.model.max_seq}) of {self.model.name}")
+        check_training(self.model, self.parallel, self.seq, self.grad_accum)
         return self
 
     @property
@@ -77,6 +85,8 @@ class InferenceWorkload(BaseModel):
     (llama_ref.py's forward computes logits for every position).
     sampling: "greedy" (argmax over the logits, one reduction kernel) or "none" (the step
     returns logits, as llama_ref.py's forward and the validation runners do).
+    parallel: tp / pp / ep (dp = independent replicas, batch is per replica); cp and zero
+    are training-only.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -91,6 +101,7 @@ class InferenceWorkload(BaseModel):
     stack: str = "serving"
     prefill_logits: Literal["last", "all"] = "last"
     sampling: Literal["greedy", "none"] = "greedy"
+    parallel: Parallelism = Parallelism()
 
     _model = field_validator("model", mode="before")(classmethod(lambda cls, v: _resolve(v)))
 
@@ -99,6 +110,7 @@ class InferenceWorkload(BaseModel):
         for f in ("prompt_len", "context_len"):
             if getattr(self, f) > self.model.max_seq:
                 raise ValueError(f"{f} ({getattr(self, f)}) exceeds model max_seq ({self.model.max_seq})")
+        check_inference(self.model, self.parallel)
         return self
 
     @property

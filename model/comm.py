@@ -1,0 +1,100 @@
+"""Collective Ops of one GPU inside a layer (tp, cp, ep) and between stages (pp).
+
+Convention: model/parallel.py. Each helper returns a Pair placed in forward order among the
+layer's Pairs: its fwd ops run where it sits in the forward, its bwd ops where autograd
+reaches it in the (reversed) backward. With the default Parallelism every helper returns an
+empty Pair, so single-GPU op lists are unchanged.
+
+Tensor parallel (Megatron-Core), per layer and micro-batch, x = T*d*act bytes:
+  no sp  ``*_in``:  bwd all_reduce of the input grad after the column-parallel linears (f)
+         ``*_out``: fwd all_reduce of the row-parallel output (g)          -> 2 fwd + 2 bwd
+  sp     ``*_in``:  fwd all_gather of the T/tp-token norm output; bwd reduce_scatter of the
+                    input grad; ``*_in_ag_wgrad``: bwd all_gather of the input again for the
+                    wgrad GEMMs (Megatron/TE keep only the T/tp shard; the backward re-gathers)
+         ``*_out``: fwd reduce_scatter of the row-parallel output; bwd all_gather of its grad
+"""
+
+from __future__ import annotations
+
+from .ops import Op
+from .ops_common import Ctx, Pair
+from .parallel import COLLECTIVE_OPS, GROUPS
+
+NONE = Pair([], [])
+
+
+def coll(name: str, op: str, group: str, nbytes: float, size: int, phase: str, count: int,
+         dtype: str = "bf16") -> list[Op]:
+    """One collective Op "comm/<group>/<name>", shape (bytes, group size, op code, group code);
+    [] for a group of one, zero calls or zero bytes."""
+    if size <= 1 or count <= 0 or nbytes <= 0:
+        return []
+    shape = (int(round(nbytes)), size, COLLECTIVE_OPS.index(op), GROUPS.index(group))
+    return [Op(f"comm/{group}/{name}", "collective", phase, 0.0, 0.0, 0.0, dtype, shape, count, 1)]
+
+
+def _x(c: Ctx) -> float:
+    return c.T * c.cfg.d_model * c.act
+
+
+def tp_in(c: Ctx, name: str, n: int, mb: int | None = None) -> Pair:
+    """Before column-parallel linears (QKV, gate/up, MoE block, lm_head), ``n`` per micro-batch."""
+    cnt = n * (c.mb if mb is None else mb)
+    if c.sp:
+        return Pair(coll(f"{name}_ag", "all_gather", "tp", _x(c), c.tp, "fwd", cnt),
+                    coll(f"{name}_rs", "reduce_scatter", "tp", _x(c), c.tp, "bwd", cnt) if c.train else [])
+    return Pair([], coll(f"{name}_ar", "all_reduce", "tp", _x(c), c.tp, "bwd", cnt) if c.train else [])
+
+
+def tp_regather(c: Ctx, name: str, n: int, mb: int | None = None) -> Pair:
+    """After the column-parallel linears (sp, training): the backward all-gathers their input
+    again for the wgrad GEMMs (issued before their dgrad, as Megatron does)."""
+    if not (c.sp and c.train):
+        return NONE
+    cnt = n * (c.mb if mb is None else mb)
+    return Pair([], coll(f"{name}_ag_wgrad", "all_gather", "tp", _x(c), c.tp, "bwd", cnt))
+
+
+def tp_out(c: Ctx, name: str, n: int, mb: int | None = None) -> Pair:
+    """After a row-parallel linear (o_proj, down, MoE block; the vocab-parallel embedding)."""
+    cnt = n * (c.mb if mb is None else mb)
+    if c.sp:
+        return Pair(coll(f"{name}_rs", "reduce_scatter", "tp", _x(c), c.tp, "fwd", cnt),
+                    coll(f"{name}_ag", "all_gather", "tp", _x(c), c.tp, "bwd", cnt) if c.train else [])
+    return Pair(coll(f"{name}_ar", "all_reduce", "tp", _x(c), c.tp, "fwd", cnt), [])
+
+
+def tp_cross_entropy(c: Ctx, T: int) -> Pair:
+    """Vocab-parallel cross-entropy (Megatron _VocabParallelCrossEntropy): all_reduce of the
+    row max, of the target logit and of the sum of exponentials: 3 x T fp32 per micro-batch."""
+    return Pair(coll("ce_ar", "all_reduce", "tp", 4.0 * T, c.tp, "fwd", 3 * c.mb, "fp32"), [])
+
+
+def cp_ring(c: Ctx, Hkv: int, dqk: int, dv: int, n: int) -> Pair:
+    """Ring attention (before the attention core): cp-1 send/recv steps of the local K,V chunk
+    (B*S/cp*Hkv*(dqk+dv)*act bytes) per layer forward; backward: K,V again and their grads
+    (``dkv_ring``), cp-1 steps each."""
+    if c.cp == 1:
+        return NONE
+    kv, cnt = c.B * c.S * Hkv * (dqk + dv) * c.act, n * c.mb * (c.cp - 1)
+    bwd = coll("kv_ring", "sendrecv", "cp", kv, c.cp, "bwd", cnt) + coll("dkv_ring", "sendrecv", "cp", kv, c.cp,
+                                                                          "bwd", cnt)
+    return Pair(coll("kv_ring", "sendrecv", "cp", kv, c.cp, "fwd", cnt), bwd if c.train else [])
+
+
+def ep_a2a(c: Ctx, name: str, n: int) -> Pair:
+    """MoE token dispatch (after permute) or combine (before unpermute): an all_to_all of the
+    T*top_k token copies (T*k*d*act bytes per GPU) per MoE layer forward, the mirror backward."""
+    if c.ep == 1:
+        return NONE
+    b = c.T * c.cfg.moe.top_k * c.cfg.d_model * c.act
+    return Pair(coll(name, "all_to_all", "ep", b, c.ep, "fwd", n * c.mb),
+                coll(name, "all_to_all", "ep", b, c.ep, "bwd", n * c.mb) if c.train else [])
+
+
+def pp_p2p(c: Ctx, pp: int, calls: int) -> Pair:
+    """Last stage: receive the activations (fwd) and send their grads back (bwd), Tn*d at the
+    residual-stream dtype (T/tp tokens with sp, as Megatron sends), ``calls`` per step."""
+    b = c.Tn * c.cfg.d_model * c.resid
+    return Pair(coll("act_recv", "sendrecv", "pp", b, pp, "fwd", calls),
+                coll("grad_send", "sendrecv", "pp", b, pp, "bwd", calls) if c.train else [])
