@@ -11,7 +11,7 @@ lat_op + bus_factor(op, m) S / (B f_op).
 Inside one domain (k = 1):
     ring    ring(op, S, n)
     nvls    all_reduce only, in_network=True on NVSwitch gen3+: lat_nvls + S / (B f_nvls)
-Across domains (k > 1), NCCL-style hierarchy (time = intra_s + inter_s):
+Across domains (k > 1), NCCL-style hierarchy (time = intra_s + inter_s; pipelined=True: max):
     all_reduce      intra = ring(RS, S, m) + ring(AG, S, m)
                     inter ring: 2(k-1) h + 2(k-1)/k (S/m) / (r f_net)
                     inter tree: 2 ceil(log2 k) h + 2 (S/m) / (r f_net)    (double binary tree)
@@ -103,10 +103,12 @@ def _check(op: str, nbytes: float, group_kind: str, lay: GroupLayout, algorithm:
 
 def collective_time_s(op: str, nbytes: float, group_kind: str, lay: GroupLayout, cluster: Cluster,
                       efficiency: Efficiency, algorithm: str = "auto",
-                      in_network: bool = False) -> CollectiveTime:
+                      in_network: bool = False, pipelined: bool = False) -> CollectiveTime:
     """Time of one ``op`` call of ``nbytes`` in a ``group_kind`` group placed as ``lay`` (module
     docstring has every formula). ``in_network`` enables NVLS inside an NVLink domain and SHARP
-    across InfiniBand (off by default, as on our machines)."""
+    across InfiniBand (off by default, as on our machines). ``pipelined``: the hierarchical
+    stages overlap chunk by chunk (time = max(intra, inter)) instead of running one after the
+    other (intra + inter); the published multi-node rows favour it (tests/sim/test_network_published.py)."""
     _check(op, nbytes, group_kind, lay, algorithm)
     if lay.size < 2:
         return CollectiveTime(0.0, "none", 0.0, 0.0, 0.0)
@@ -116,7 +118,7 @@ def collective_time_s(op: str, nbytes: float, group_kind: str, lay: GroupLayout,
         return _sendrecv(nbytes, lay, cluster, efficiency)
     if lay.domains == 1:
         return _intra(op, nbytes, lay.size, cluster, efficiency, in_network)
-    return _hierarchical(op, nbytes, lay, cluster, efficiency, algorithm, in_network)
+    return _hierarchical(op, nbytes, lay, cluster, efficiency, algorithm, in_network, pipelined)
 
 
 def _intra(op, nbytes, n, cluster, eff, in_network) -> CollectiveTime:
@@ -155,14 +157,14 @@ def _intra_stage(op, nbytes, m, cluster, eff) -> float:
     return _ring(op, nbytes, m, cluster, eff)
 
 
-def _hierarchical(op, nbytes, lay, cluster, eff, algorithm, in_network) -> CollectiveTime:
+def _hierarchical(op, nbytes, lay, cluster, eff, algorithm, in_network, pipelined) -> CollectiveTime:
     opts = inter_options(op, nbytes, lay, cluster, in_network)
     if algorithm != "auto" and algorithm in opts:
         name = algorithm
     else:
         name = min(opts, key=opts.get)
     intra = _intra_stage(op, nbytes, lay.per_domain, cluster, eff)
-    t = intra + opts[name]
+    t = max(intra, opts[name]) if pipelined else intra + opts[name]
     return CollectiveTime(t, f"hierarchical_{name}", _bus_bw(op, nbytes, lay.size, t), intra, opts[name])
 
 

@@ -101,6 +101,8 @@ def test_hierarchical_is_intra_plus_inter():
     inter = 2 * 3 * h + 2 * 3 / 4 * (GiB / 8) / (50e9 * f)
     assert (r.intra_s, r.inter_s) == (pytest.approx(intra), pytest.approx(inter))
     assert r.time_s == pytest.approx(intra + inter) and r.algorithm == "hierarchical_ring"
+    p = t("all_reduce", GiB, "dp", par, c, algorithm="ring", pipelined=True)
+    assert p.time_s == pytest.approx(max(intra, inter))
 
 
 def test_tree_wins_small_messages_across_many_nodes():
