@@ -8,6 +8,9 @@ attention reads the KV cache once per KV head (B*context*Hkv*(Dk+Dv) elements at
 kv_dtype); K/V of the new token appended. Logits for each sequence, then argmax
 (``sampling="greedy"``; "none" returns the logits as llama_ref.py does).
 No autocast: weights are stored in weight_dtype (layer linears) / act_dtype (rest).
+With ``w.parallel``: ONE GPU of the last pipeline stage (model/shard.py), tp all-reduces
+(2 per layer, T*d*act each), the pp receive of the hidden states, and an all_gather of the
+vocab-parallel logits (rows*V*act, ``comm/tp/logits_ag``) before sampling / returning them.
 """
 
 from __future__ import annotations
@@ -15,9 +18,11 @@ from __future__ import annotations
 from dataclasses import replace
 
 from .chains import embedding, norm, sample
+from .comm import coll, pp_p2p, tp_in, tp_out
 from .ops import DTYPE_BYTES, Op
 from .ops_common import Ctx, linear
 from .ops_layer import layer_pairs
+from .shard import local_config
 from .workload import InferenceWorkload
 
 
@@ -29,19 +34,22 @@ def gemm_dtype(w: InferenceWorkload) -> str:
 def _ctx(w: InferenceWorkload, fused: frozenset) -> Ctx:
     S = w.prompt_len if w.phase == "prefill" else 1
     Skv = w.prompt_len if w.phase == "prefill" else w.context_len
-    a, g = DTYPE_BYTES[w.act_dtype], gemm_dtype(w)
-    return Ctx(cfg=w.model, B=w.batch, S=S, Skv=Skv, act=a, resid=a, gemm=g, gin=DTYPE_BYTES[g],
-               wb=DTYPE_BYTES[w.weight_dtype], pw=a, mb=1, train=False, kvb=DTYPE_BYTES[w.kv_dtype],
-               fused=fused)
+    a, g, p = DTYPE_BYTES[w.act_dtype], gemm_dtype(w), w.parallel
+    return Ctx(cfg=local_config(w.model, p), B=w.batch, S=S, Skv=Skv, act=a, resid=a, gemm=g,
+               gin=DTYPE_BYTES[g], wb=DTYPE_BYTES[w.weight_dtype], pw=a, mb=1, train=False,
+               kvb=DTYPE_BYTES[w.kv_dtype], fused=fused, tp=p.tp, sp=p.sp, ep=p.ep, embed=p.pp == 1)
 
 
 def inference_ops(w: InferenceWorkload, fused: frozenset) -> tuple[Op, ...]:
     """Every op of one prefill or decode step (see module docstring)."""
-    c, cfg = _ctx(w, fused), w.model
+    c, par = _ctx(w, fused), w.parallel
+    cfg = c.cfg
     rows = c.T if (w.phase == "prefill" and w.prefill_logits == "all") else c.B
-    head_c = replace(c, gemm=w.act_dtype, gin=c.act, wb=c.act)
-    pairs = [embedding(c, c.T)] + layer_pairs(c)
-    pairs += [norm(head_c, "head/norm", rows, cfg.d_model, 1, 1),
+    head_c = replace(c, gemm=w.act_dtype, gin=c.act, wb=c.act, sp=False)
+    first = [embedding(c, c.T), tp_out(c, "embed_out", 1)] if c.embed else [pp_p2p(c, par.pp, 1)]
+    pairs = first + layer_pairs(c)
+    pairs += [norm(head_c, "head/norm", rows, cfg.d_model, 1, 1), tp_in(head_c, "head_in", 1),
               linear(head_c, "head/logits", rows, cfg.vocab, cfg.d_model, 1)]
-    samp = sample(c, c.B, cfg.vocab) if w.sampling == "greedy" else []
-    return tuple(o for p in pairs for o in p.fwd) + tuple(samp)
+    gather = coll("logits_ag", "all_gather", "tp", rows * cfg.vocab * c.act * par.tp, par.tp, "fwd", 1)
+    samp = sample(c, c.B, cfg.vocab * par.tp) if w.sampling == "greedy" else []
+    return tuple(o for p in pairs for o in p.fwd) + tuple(gather) + tuple(samp)

@@ -3,6 +3,15 @@
 Order: per-step weight casts, forward (embed, layers, head, loss), backward in
 reverse (with recompute ops first when enabled), gradient casts/accumulation,
 optimizer. Counts: layer ops n_layers x grad_accum, head/loss ops grad_accum.
+
+With ``w.parallel`` set, the ops of ONE GPU of the LAST pipeline stage (model/shard.py):
+it is the busiest stage (its layers + lm_head + loss). The first stage's input embedding
+is then not in the list (it costs a gather of T rows, far less than the lm_head GEMMs and
+the loss); with pp = 1 the one stage has both. Collectives (model/comm.py, model/ops_dp.py)
+sit where they are issued: pp receive first in the forward, FSDP gathers before the layers,
+tp/cp/ep inside the layers, the DP gradient buckets right after the layers' backward (they
+fill during the last micro-batch's layer backward, in reverse layer order), the pp send of
+the input grad after it, the zero 1/2 parameter gather after the optimizer.
 """
 
 from __future__ import annotations
@@ -10,10 +19,13 @@ from __future__ import annotations
 import math
 
 from .chains import cross_entropy, embedding, norm, pieces
+from .comm import coll, pp_p2p, tp_cross_entropy, tp_in, tp_out, tp_regather
 from .config import TransformerConfig
 from .ops import DTYPE_BYTES, Op
 from .ops_common import Ctx, Pair, chain, linear, recompute, times
+from .ops_dp import dp_group, fsdp, grad_sync, param_gather
 from .ops_layer import layer_pairs
+from .shard import local_config
 from .workload import TrainingWorkload, train_dtypes
 
 
@@ -49,11 +61,36 @@ def param_tensors(cfg: TransformerConfig) -> int:
 
 
 def _ctx(w: TrainingWorkload, fused: frozenset) -> Ctx:
-    dt = train_dtypes(w.precision)
+    dt, p = train_dtypes(w.precision), w.parallel
     gb = DTYPE_BYTES[dt.gemm]
-    return Ctx(cfg=w.model, B=w.mbs, S=w.seq, Skv=w.seq, act=dt.act, resid=dt.resid, gemm=dt.gemm,
-               gin=gb, wb=gb, pw=dt.param, mb=w.grad_accum, train=True, autocast=dt.autocast,
-               main_grad=dt.main_grad, grad_out=dt.act, fused=fused)
+    return Ctx(cfg=local_config(w.model, p), B=w.mbs, S=w.seq // p.cp, Skv=w.seq, act=dt.act, resid=dt.resid,
+               gemm=dt.gemm, gin=gb, wb=gb, pw=dt.param, mb=w.grad_accum, train=True, autocast=dt.autocast,
+               main_grad=dt.main_grad, grad_out=dt.act, fused=fused, tp=p.tp, sp=p.sp, cp=p.cp, ep=p.ep,
+               embed=p.pp == 1)
+
+
+def stage_param_sizes(c: Ctx) -> list[int]:
+    """Parameter tensor sizes this GPU holds: all of c.cfg, less the input embedding (and
+    learned positions) off the first stage; a tied lm_head then is a copy of its own."""
+    cfg, sizes = c.cfg, param_tensor_sizes(c.cfg)
+    if c.embed:
+        return sizes
+    rest = sizes[2 if cfg.pos_embedding == "learned" else 1:]
+    return rest + ([cfg.vocab * cfg.d_model] if cfg.tie_embeddings else [])
+
+
+def stage_params(c: Ctx) -> int:
+    return c.cfg.param_count() if c.embed else sum(stage_param_sizes(c))
+
+
+def stage_tensors(c: Ctx) -> int:
+    return param_tensors(c.cfg) - (0 if c.embed else 1 - int(c.cfg.tie_embeddings))
+
+
+def expert_params(cfg: TransformerConfig) -> int:
+    """Routed-expert parameters of ``cfg`` (its local experts when it is a shard)."""
+    m = cfg.moe
+    return cfg.n_moe_layers * m.n_experts * cfg.mlp_params(m.expert_ffn) if m else 0
 
 
 def _fp8_casts(c: Ctx, layer_fwd: list[Op]) -> Pair:
@@ -73,7 +110,7 @@ def _weight_casts(w: TrainingWorkload, c: Ctx) -> tuple[list[Op], list[Op]]:
     the cache serves backward), and each bf16 wgrad back to fp32 (2 -> 4 B/param).
     fp8: bf16 -> fp8 + transposed fp8 once per step (TE caches across micro-batches).
     Eager: one kernel per weight tensor; "cast" fused: one multi-tensor kernel."""
-    cfg, dt = w.model, train_dtypes(w.precision)
+    cfg, dt = c.cfg, train_dtypes(w.precision)
     if dt.weight_cast is None:
         return [], []
     P, nt = linear_weight_params(cfg), linear_weight_tensors(cfg)
@@ -84,14 +121,14 @@ def _weight_casts(w: TrainingWorkload, c: Ctx) -> tuple[list[Op], list[Op]]:
     return pre, post
 
 
-def _grad_buffers(w: TrainingWorkload) -> tuple[list[Op], list[Op]]:
+def _grad_buffers(w: TrainingWorkload, c: Ctx) -> tuple[list[Op], list[Op]]:
     """main_grad stacks zero their fp32 grad buffer once per step; .grad stacks (amp, fp32)
     use set_to_none (free) and AccumulateGrad adds micro-batches 2..n (R 8, W 4 B/param)."""
-    cfg, dt = w.model, train_dtypes(w.precision)
-    P = cfg.param_count()
+    dt = train_dtypes(w.precision)
+    P = stage_params(c)
     if dt.main_grad:
         return chain("grad/zero", "memcpy", "fwd", [(0, 0, 4.0 * P)], 1, P), []
-    nt = param_tensors(cfg)
+    nt = stage_tensors(c)
     return [], chain("grad/accumulate", "elementwise", "bwd", [(P, 8.0 * P, 4.0 * P, nt)], w.grad_accum - 1, P)
 
 
@@ -149,22 +186,32 @@ def multi_tensor_launches(sizes: list[int], depth: int) -> int:
     return launches + (1 if b else 0)
 
 
-def optimizer_ops(w: TrainingWorkload, fused: frozenset) -> list[Op]:
+def optimizer_shard(w: TrainingWorkload, c: Ctx) -> float:
+    """Fraction of this GPU's parameters its optimizer updates: 1 (zero 0), else dense params
+    / (dp*cp) + routed experts / (dp*cp/ep) (Megatron distributed optimizer, FSDP)."""
+    p = w.parallel
+    if p.zero == 0:
+        return 1.0
+    P, Pe = stage_params(c), expert_params(c.cfg)
+    return ((P - Pe) / dp_group(p) + Pe / dp_group(p, True)) / P
+
+
+def optimizer_ops(w: TrainingWorkload, c: Ctx) -> list[Op]:
     """AdamW: reads param, grad, exp_avg, exp_avg_sq (fp32) and writes param, exp_avg,
     exp_avg_sq: 16 + 12 = 28 B/param; bf16/fp8 (fp32 master in the optimizer) also write the
     bf16 param copy: 30 B/param. ~12 FLOP/param. SGD with momentum: R p, g, buf; W p, buf
     (20 B/param, 3 FLOP). Fused (torch fused=True): multi_tensor_apply launches (depth 4 for
     AdamW, 3 for SGD; exact count from the parameter tensor sizes: 60 for the 1B-shaped
-    llama_ref, as traced), and AdamW first bumps its device step counters with one
+    llama_ref, as traced; sharded (zero >= 1): every tensor scaled by optimizer_shard), and AdamW first bumps its device step counters with one
     _foreach_add_ (depth 1: one launch per 110 tensors). Eager single-tensor AdamW: 8 kernels
     per tensor (mul_, lerp_, mul_, addcmul_, sqrt, div, add_, addcdiv_: R 48, W 32 B/param)."""
-    cfg, dt = w.model, train_dtypes(w.precision)
-    P, nt = cfg.param_count(), param_tensors(cfg)
+    dt, fused, frac = train_dtypes(w.precision), c.fused, optimizer_shard(w, c)
+    P, nt = stage_params(c) * frac, stage_tensors(c)
     extra_w = 2.0 if dt.master else 0.0
     adam = w.optimizer == "adamw"
     flops, r, wr = (12.0, 16.0, 12.0 + extra_w) if adam else (3.0, 12.0, 8.0 + extra_w)
     if "optimizer" in fused:
-        sizes = param_tensor_sizes(cfg)
+        sizes = [math.ceil(x * frac) for x in stage_param_sizes(c)]
         k = multi_tensor_launches(sizes, 4 if adam else 3)
         ks = [(flops * P, r * P, wr * P, k)]
         if adam:
@@ -176,22 +223,51 @@ def optimizer_ops(w: TrainingWorkload, fused: frozenset) -> list[Op]:
     return chain(f"optimizer/{w.optimizer}", "optimizer", "optimizer", ks, 1, P)
 
 
+def _head(c: Ctx) -> list[Pair]:
+    """Final norm (T/tp tokens with sp), lm_head (column-parallel over the padded vocab/tp) and
+    the loss (vocab-parallel cross-entropy with its all-reduces when tp > 1)."""
+    cfg, T = c.cfg, c.T
+    return [norm(c, "head/norm", c.Tn, cfg.d_model, 1, 1), tp_in(c, "head_in", 1),
+            linear(c, "head/logits", T, cfg.vocab, cfg.d_model, 1), tp_regather(c, "head_in", 1),
+            cross_entropy(c, T, cfg.vocab), tp_cross_entropy(c, T)]
+
+
+def _first(c: Ctx) -> list[Pair]:
+    """The input embedding (vocab-parallel: its output all-reduced / reduce-scattered over tp),
+    on the first pipeline stage only."""
+    return [embedding(c, c.T), tp_out(c, "embed_out", 1)] if c.embed else []
+
+
+def _dp_ops(w: TrainingWorkload, c: Ctx) -> dict[str, list[Op]]:
+    """DP / FSDP / tied-embedding collectives by where they go (model/ops_dp.py)."""
+    p, dt = w.parallel, train_dtypes(w.precision)
+    P, Pe, pdt = stage_params(c), expert_params(c.cfg), ("fp32" if dt.param == 4 else "bf16")
+    Pl = sum(c.cfg.layer_params(i) for i in range(c.cfg.n_layers))
+    ag_f, ag_b, rs = fsdp(p, (Pl / c.cfg.n_layers * dt.param, Pl / c.cfg.n_layers * dt.grad),
+                          ((P - Pl) * dt.param, (P - Pl) * dt.grad), c.cfg.n_layers, w.grad_accum, pdt)
+    sync = rs if p.zero == 3 else grad_sync(p, (P - Pe) * dt.grad, Pe * dt.grad)
+    if p.pp > 1 and c.cfg.tie_embeddings:   # Megatron: first and last stage sum the shared embedding grad
+        sync += coll("embed_grad_ar", "all_reduce", "pp", c.cfg.vocab * c.cfg.d_model * dt.grad, 2, "bwd", 1, "fp32")
+    gather = param_gather(p, ((P - Pe) * dt.grad, (P - Pe) * dt.param), (Pe * dt.grad, Pe * dt.param), pdt)
+    return {"fwd": ag_f, "bwd": ag_b, "sync": sync, "gather": gather}
+
+
 def training_ops(w: TrainingWorkload, fused: frozenset) -> tuple[Op, ...]:
     """Every op of one optimizer step (see module docstring)."""
-    c, cfg = _ctx(w, fused), w.model
-    T = c.T
+    c, p = _ctx(w, fused), w.parallel
     layers = layer_pairs(c)
     if w.precision == "fp8":
-        layers.append(_fp8_casts(c, [o for p in layers for o in p.fwd]))
-    head = [norm(c, "head/norm", T, cfg.d_model, 1, 1), linear(c, "head/logits", T, cfg.vocab, cfg.d_model, 1),
-            cross_entropy(c, T, cfg.vocab)]
-    pairs = [embedding(c, T)] + layers + head
+        layers.append(_fp8_casts(c, [o for q in layers for o in q.fwd]))
+    head, first = _head(c), _first(c)
+    pp = pp_p2p(c, p.pp, w.grad_accum * p.vp)
     cast_pre, cast_post = _weight_casts(w, c)
-    zero, accum = _grad_buffers(w)
-    fwd = [o for p in pairs for o in p.fwd]
-    bwd = [o for p in reversed(head) for o in p.bwd] + _recompute(w, c, layers)
-    bwd += [o for p in reversed(layers) for o in p.bwd] + pairs[0].bwd
-    return tuple(zero + cast_pre + fwd + bwd + cast_post + accum + optimizer_ops(w, fused))
+    zero, accum = _grad_buffers(w, c)
+    dp = _dp_ops(w, c)
+    fwd = pp.fwd + [o for q in first for o in q.fwd] + dp["fwd"] + [o for q in layers + head for o in q.fwd]
+    bwd = [o for q in reversed(head) for o in q.bwd] + _recompute(w, c, layers) + dp["bwd"]
+    bwd += [o for q in reversed(layers) for o in q.bwd] + dp["sync"] + pp.bwd
+    bwd += [o for q in reversed(first) for o in q.bwd]
+    return tuple(zero + cast_pre + fwd + bwd + cast_post + accum + optimizer_ops(w, c) + dp["gather"])
 
 
 def _recompute(w: TrainingWorkload, c: Ctx, layers: list[Pair]) -> list[Op]:
@@ -205,7 +281,7 @@ def _recompute(w: TrainingWorkload, c: Ctx, layers: list[Pair]) -> list[Op]:
         return []
     ops = recompute(fwd)
     if c.autocast:
-        P, nt = linear_weight_params(w.model, layers_only=True), linear_weight_tensors(w.model) - 1
+        P, nt = linear_weight_params(c.cfg, layers_only=True), linear_weight_tensors(c.cfg) - 1
         k = 1 if c.f("cast") else nt
         ops = chain("cast/weights/recompute", "cast", "bwd", [(0, 4 * P, 2 * P, k)], w.grad_accum, P) + ops
     return ops
