@@ -220,15 +220,19 @@ class PublishedRow(_Row):
         return has_model and self.system is not None and None not in (
             self.tp, self.pp, self.vp, self.dp, self.cp, self.ep, self.gbs, self.seq) and not self.known_inconsistency
 
-    def parallelism(self, sp: bool | None = None, zero: int | None = None) -> Parallelism:
-        """The row as a mechsim Parallelism. Unpublished sp/zero must be supplied by the caller;
-        raises ValueError naming the first missing field (or Parallelism's own check)."""
-        vals = {"tp": self.tp, "pp": self.pp, "vp": self.vp, "dp": self.dp, "cp": self.cp, "ep": self.ep,
-                "sp": self.sp if sp is None else sp, "zero": self.zero if zero is None else zero}
+    def parallelism(self, **fill) -> Parallelism:
+        """The row as a mechsim Parallelism. Degrees the source does not state (often sp, zero,
+        vp) must be given as keyword arguments; giving one the source does state is an error."""
+        names = ("tp", "pp", "vp", "dp", "cp", "ep", "sp", "zero")
+        vals = {k: getattr(self, k) for k in names}
+        for k, v in fill.items():
+            if k not in vals or vals[k] is not None:
+                raise ValueError(f"{self.path}: row {self.id!r}: field {k}: published (or unknown); not overridable")
+            vals[k] = v
         for k, v in vals.items():
             if v is None:
                 raise ValueError(f"{self.path}: row {self.id!r}: field {k}: not published; pass it explicitly")
-        sched = "interleaved" if (self.vp or 1) > 1 else "1f1b"
+        sched = "interleaved" if vals["vp"] > 1 else "1f1b"
         return Parallelism(schedule=sched, **vals)
 
 

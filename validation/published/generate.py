@@ -675,7 +675,12 @@ def a10_rows(sec: list[str]) -> list[dict]:
             r["missing"].append("recompute")
         if r["pp"] > 1:
             r["schedule"] = "interleaved" if "pp_interleaved_1f1b" in techs else "1f1b"
-            r["missing"].append("vp")
+            if r["schedule"] == "1f1b":
+                r["vp"] = 1
+                r["assumed"].append("vp")
+                r["notes"].append("plain 1F1B schedule read as no virtual stages (vp = 1)")
+            else:
+                r["missing"].append("vp")
         else:
             r["vp"] = 1
         r["missing"].append("sp")
@@ -938,17 +943,17 @@ def write(path: Path, source: dict, rows: list[dict], header: str) -> None:
     path.write_text("\n".join(out) + "\n", encoding="utf-8")
 
 
-def main(md_path: Path) -> None:
+def main(md_path: Path, out: Path = HERE) -> None:
     sec = sections(md_path.read_text(encoding="utf-8"))
-    write(HERE / "megatron2021_a1.toml", A1_SOURCE, a1_rows(sec["A1"]), "Reference §A1: Megatron-LM 2021 (A100)")
-    write(HERE / "nemo2407_a5.toml", A5_SOURCE, a5_rows(sec["A5"]), "Reference §A5: NeMo 24.07 on DGX-H100")
+    write(out / "megatron2021_a1.toml", A1_SOURCE, a1_rows(sec["A1"]), "Reference §A1: Megatron-LM 2021 (A100)")
+    write(out / "nemo2407_a5.toml", A5_SOURCE, a5_rows(sec["A5"]), "Reference §A5: NeMo 24.07 on DGX-H100")
     for name, (src, rows) in a6_files(sec["A6"]).items():
-        write(HERE / f"{name}.toml", src, rows, f"Reference §A6: {src['title']}")
-    write(HERE / "nemo_longseq_a7.toml", A7_SOURCE, a7_rows(sec["A7"]), "Reference §A7: NeMo long sequence (CP)")
-    write(HERE / "megatron_bridge_a8.toml", A8_SOURCE, a8_rows(sec["A8"]), "Reference §A8: Megatron-Bridge")
-    write(HERE / "torchtitan_h100_a10.toml", A10_SOURCE, a10_rows(sec["A10"]), "Reference §A10: torchtitan H100")
-    write(HERE / "trainy_h200_a10.toml", TRAINY_SOURCE, trainy_rows(sec["A10"]), "Reference §A10: Trainy H200")
-    inf = HERE / "inference"
+        write(out / f"{name}.toml", src, rows, f"Reference §A6: {src['title']}")
+    write(out / "nemo_longseq_a7.toml", A7_SOURCE, a7_rows(sec["A7"]), "Reference §A7: NeMo long sequence (CP)")
+    write(out / "megatron_bridge_a8.toml", A8_SOURCE, a8_rows(sec["A8"]), "Reference §A8: Megatron-Bridge")
+    write(out / "torchtitan_h100_a10.toml", A10_SOURCE, a10_rows(sec["A10"]), "Reference §A10: torchtitan H100")
+    write(out / "trainy_h200_a10.toml", TRAINY_SOURCE, trainy_rows(sec["A10"]), "Reference §A10: Trainy H200")
+    inf = out / "inference"
     write(inf / "trtllm_b2.toml", B2_SOURCE, b2_rows(sec["B2"]), "Reference §B2: TensorRT-LLM perf overview")
     write(inf / "azure_b3.toml", B3_SOURCE, b3_rows(sec["B3"]), "Reference §B3: Azure AI-benchmarking-guide")
     write(inf / "nim_b5.toml", B5_SOURCE, b5_rows(sec["B5"]), "Reference §B5: NVIDIA NIM")
