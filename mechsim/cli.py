@@ -26,6 +26,14 @@ def _add_workload_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--context", type=int, default=2048, help="cached tokens (decode)")
     p.add_argument("--weight-dtype", default="bf16")
     p.add_argument("--kv-dtype", default="bf16")
+    g = p.add_argument_group("parallelism (multi-GPU; --hw may then be a system such as hgx_h100)")
+    for name, help_ in (("tp", "tensor parallel"), ("pp", "pipeline stages"), ("vp", "virtual stages"),
+                        ("dp", "data-parallel replicas"), ("cp", "context parallel"), ("ep", "expert parallel")):
+        g.add_argument(f"--{name}", type=int, default=1, help=help_)
+    g.add_argument("--sp", action="store_true", help="sequence parallel (with tp)")
+    g.add_argument("--zero", type=int, default=0, choices=(0, 1, 2, 3), help="ZeRO stage (3 = FSDP)")
+    g.add_argument("--schedule", default="1f1b", help="gpipe | 1f1b | interleaved | zero_bubble")
+    g.add_argument("--nodes", type=int, default=None, help="nodes of --hw (default: the plan's GPUs)")
     p.add_argument("--override", action="append", default=[], metavar="KEY=CHANGE",
                    help="what-if, e.g. hbm_bandwidth=+20%%, sustained_clock=0.9 (repeatable)")
 
@@ -125,21 +133,36 @@ def _parse_overrides(items: list[str]) -> dict[str, str]:
     return out
 
 
+def build_parallel(a: argparse.Namespace):
+    from .model.parallel import Parallelism
+    return Parallelism(tp=a.tp, pp=a.pp, vp=a.vp, dp=a.dp, cp=a.cp, ep=a.ep, sp=a.sp, zero=a.zero,
+                       schedule=a.schedule)
+
+
 def build_workload(a: argparse.Namespace):
     from .model import InferenceWorkload, TrainingWorkload, from_hf_config, preset
     m = from_hf_config(a.model) if a.model.endswith(".json") else preset(a.model)
+    par = build_parallel(a)
     if a.mode == "train":
         return TrainingWorkload(model=m, mbs=a.mbs, seq=a.seq, grad_accum=a.grad_accum, precision=a.precision,
-                                recompute=a.recompute, stack=a.stack or "eager")
+                                recompute=a.recompute, stack=a.stack or "eager", parallel=par)
     return InferenceWorkload(model=m, batch=a.batch, phase=a.mode, prompt_len=a.prompt, context_len=a.context,
-                             weight_dtype=a.weight_dtype, kv_dtype=a.kv_dtype, stack=a.stack or "serving")
+                             weight_dtype=a.weight_dtype, kv_dtype=a.kv_dtype, stack=a.stack or "serving",
+                             parallel=par)
+
+
+def build_hw(a: argparse.Namespace):
+    if a.nodes is None:
+        return a.hw
+    from .sim.cluster import Cluster
+    return Cluster(system=a.hw, nodes=a.nodes)
 
 
 def cmd_estimate(a: argparse.Namespace) -> int:
     from .cli_format import estimate_json, estimate_table
     from .sim.estimate import estimate
     w = build_workload(a)
-    est = estimate(w, a.hw, a.stack, _parse_overrides(a.override))
+    est = estimate(w, build_hw(a), a.stack, _parse_overrides(a.override))
     if a.json:
         print(estimate_json(est))
         return 0

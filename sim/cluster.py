@@ -54,10 +54,14 @@ class Cluster(BaseModel):
     fabric: str | None = None           # NIC key overriding the system's own NIC
     oversubscription: PositiveFloat = 1.0
     topology: Topology = "rail_optimized"
+    gpus_used: PositiveInt | None = None   # a part of ONE node (e.g. the 2 GPUs of a validation machine)
 
     @model_validator(mode="after")
     def _check(self) -> "Cluster":
         sysobj = get_system(self.system)  # unknown names raise with suggestions
+        if self.gpus_used is not None and (self.nodes != 1 or self.gpus_used > sysobj.gpus_per_node):
+            raise ValueError(f"gpus_used: a part of one node ({sysobj.gpus_per_node} GPUs) needs nodes=1 and "
+                             f"gpus_used <= {sysobj.gpus_per_node}; got nodes={self.nodes}, gpus_used={self.gpus_used}")
         if self.fabric is not None:
             nic = get_nic(self.fabric)
             if nic.key not in network_data()["nic_fabric"]:
@@ -88,7 +92,7 @@ class Cluster(BaseModel):
 
     @property
     def gpus(self) -> int:
-        return self.nodes * self.sys.gpus_per_node
+        return self.gpus_used or self.nodes * self.sys.gpus_per_node
 
     @property
     def gpus_per_nvlink_domain(self) -> int:

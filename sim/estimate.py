@@ -163,12 +163,16 @@ def describe_workload(w) -> tuple[str, str, int]:
 
 def estimate(workload, hw: Any = "h100_sxm", stack: str | Stack | None = None,
              overrides: Mapping[str, Any] | None = None) -> Estimate:
-    """Estimate one step of ``workload`` on one GPU.
+    """Estimate one step of ``workload`` on one GPU, or on a cluster when the
+    workload's ``parallel`` plan uses several GPUs (sim/distributed.py).
 
-    hw: GPU/system name or object. stack: software stack key (default: the
+    hw: GPU/system name or object, or a sim.cluster.Cluster. stack: software stack key (default: the
     workload's). overrides: what-if changes to the hardware, e.g.
     {"hbm_bandwidth": "+20%", "flops_bf16": 1.2e15, "sustained_clock": 0.9}.
     """
+    from .distributed import estimate_parallel, is_multi_gpu
+    if is_multi_gpu(workload, hw):
+        return estimate_parallel(workload, hw, stack, overrides)
     gpu, clock = apply_overrides(resolve_gpu(hw), overrides or {})
     st = stack if isinstance(stack, Stack) else calibrated_stack(gpu, get_stack(stack or workload.stack))
     p = prepare(workload, st.fused)

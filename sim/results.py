@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 CATEGORIES = ("matmul_compute", "matmul_memory", "attention", "memory_bound",
-              "communication", "launch_overhead")
+              "communication", "pipeline_bubble", "launch_overhead")
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,6 +95,9 @@ class Estimate:
     memory: MemoryEstimate
     error_band: ErrorBand = ErrorBand("unvalidated")
     op_builder: Callable[[], tuple[OpEstimate, ...]] = field(default=tuple, repr=False, compare=False)
+    gpus: int = 1                                   # GPUs of the job (peak_flops is their sum)
+    exposed_comm: dict[str, float] = field(default_factory=dict)   # per group kind, seconds
+    cluster: str = ""
 
     @functools.cached_property
     def ops(self) -> tuple[OpEstimate, ...]:

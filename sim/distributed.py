@@ -1,0 +1,223 @@
+"""Multi-GPU step time: one GPU's compute, its communication on the cluster, overlap, pipeline.
+
+The workload's op list is one GPU's (model/: the busiest pipeline stage) with its
+collectives as ``collective`` Ops. Then
+
+    t_f, t_b   = per-micro-batch forward / backward compute of the stage (kernels.py,
+                 launch.py) + the TP, CP and EP communication that is not hidden
+                 (overlap.py: TP and EP on the critical path unless the stack overlaps
+                 them; ring-attention send/recv hidden behind the attention compute)
+    pipeline   = schedule(t_f, t_b, p2p per micro-batch) over grad_accum micro-batches
+                 (pipeline.py: fill/drain bubble, exposed p2p)
+    dp         = gradient buckets (zero 0-2) on a serial comm stream, ready through the
+                 last micro-batch's backward (overlap.dp_grad_sync): what is left after
+                 the backward plus the contention slowdown of the overlapped compute
+    step       = pipeline + dp + optimizer (+ after it, zero>=1's parameter all-gather)
+                 + host launch idle
+Every collective call is timed by the network model (network.op_time) on the cluster.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..model.parallel import GROUPS
+from . import overlap, pipeline
+from .cluster import Cluster, layouts
+from .kernels import KernelTimes
+from .network import op_time
+from .optable import KINDS, PHASES, OpTable
+
+COLLECTIVE = KINDS.index("collective")
+FWD, BWD, OPT = (PHASES.index(p) for p in PHASES)
+
+
+@dataclass(frozen=True)
+class CommTimes:
+    """Per-op total communication seconds (count included) and per-call seconds."""
+
+    per_call_s: np.ndarray
+    total_s: np.ndarray
+    group: np.ndarray        # index into GROUPS (-1 for non-collective ops)
+
+
+@dataclass(frozen=True)
+class StepParts:
+    """What a multi-GPU step is made of (seconds); sum = step."""
+
+    compute_s: float         # kernel time of the stage over the step (all micro-batches, optimizer)
+    exposed_s: dict          # exposed communication per group kind (incl. contention slowdown)
+    bubble_s: float
+    launch_idle_s: float
+    step_s: float
+
+
+def comm_times(t: OpTable, par, cluster: Cluster, eff, pipelined: bool = True) -> CommTimes:
+    """Time every collective op of ``t`` on ``cluster`` (others: 0)."""
+    lays = cluster_layouts(par, cluster)
+    per_call = np.zeros(len(t.ops))
+    group = np.full(len(t.ops), -1)
+    for i in np.flatnonzero(t.kind == COLLECTIVE):
+        op = t.ops[i]
+        per_call[i] = op_time(op, lays, cluster, eff, pipelined=pipelined).time_s
+        group[i] = op.shape[3]
+    return CommTimes(per_call, per_call * t.count, group)
+
+
+@functools.lru_cache(maxsize=64)
+def cluster_layouts(par, cluster: Cluster):
+    """Group layouts of a plan on a cluster (cached: the flow computation is costly)."""
+    return layouts(par, cluster)
+
+
+def _sum(x: np.ndarray, mask: np.ndarray) -> float:
+    return float(x[mask].sum())
+
+
+def phase_compute(t: OpTable, gpu_total: np.ndarray) -> tuple[float, float, float]:
+    """(forward, backward, optimizer) kernel seconds of the non-collective ops."""
+    comp = t.kind != COLLECTIVE
+    return tuple(_sum(gpu_total, comp & (t.phase == p)) for p in (FWD, BWD, OPT))  # type: ignore[return-value]
+
+
+def _group_phase(c: CommTimes, t: OpTable, group: str, phase: int) -> float:
+    return _sum(c.total_s, (c.group == GROUPS.index(group)) & (t.phase == phase))
+
+
+def critical_comm(t: OpTable, c: CommTimes, k_total: np.ndarray, stack_key: str) -> dict[str, tuple[float, float]]:
+    """Exposed (forward, backward) seconds of TP, CP and EP communication over the step.
+
+    TP: (1 - stack overlap fraction) of it; EP all-to-all: all of it; CP ring send/recv:
+    what the attention compute of the same phase cannot hide."""
+    f = overlap.tp_overlap_fraction(stack_key)
+    attn = t.kind == KINDS.index("attention")
+    out = {}
+    for ph_name, ph in (("fwd", FWD), ("bwd", BWD)):
+        tp = overlap.tp_exposure(_group_phase(c, t, "tp", ph), f, contention=0.0).exposed_s
+        ep = _group_phase(c, t, "ep", ph)
+        cp = max(0.0, _group_phase(c, t, "cp", ph) - _sum(k_total, attn & (t.phase == ph)))
+        out[ph_name] = (tp, cp, ep)
+    return {g: (out["fwd"][i], out["bwd"][i]) for i, g in enumerate(("tp", "cp", "ep"))}
+
+
+def p2p_per_microbatch(t: OpTable, c: CommTimes, m: int) -> float:
+    """Pipeline send/recv seconds per micro-batch (forward activations + backward grads)."""
+    return _sum(c.total_s, c.group == GROUPS.index("pp")) / max(m, 1) / 2.0
+
+
+def dp_exposure(t: OpTable, c: CommTimes, t_b_last: float, phase: int = BWD) -> overlap.Exposure:
+    """Gradient buckets of the last micro-batch's backward on one comm stream."""
+    mask = (c.group == GROUPS.index("dp")) & (t.phase == phase)
+    if not mask.any():
+        return overlap.Exposure("dp", 0.0, 0.0, 0.0, 0.0)
+    calls = np.concatenate([np.full(int(t.count[i]), c.per_call_s[i]) for i in np.flatnonzero(mask)])
+    ready = overlap.uniform_bucket_ready_s(t_b_last, np.ones(len(calls)))
+    return overlap.dp_grad_sync(ready, calls, t_b_last)
+
+
+def step_parts(t: OpTable, k: KernelTimes, gpu_s: np.ndarray, c: CommTimes, par, m: int,
+               stack_key: str, launch_idle_s: float) -> StepParts:
+    """Compose a multi-GPU step (module docstring)."""
+    k_total = np.where(t.kind == COLLECTIVE, 0.0, gpu_s * t.count)
+    fwd, bwd, opt = phase_compute(t, k_total)
+    crit = critical_comm(t, c, k_total, stack_key)
+    t_f = (fwd + sum(v[0] for v in crit.values())) / m
+    t_b = (bwd + sum(v[1] for v in crit.values())) / m
+    pipe = pipeline.pipeline_for(par, m, t_f, t_b, p2p_per_microbatch(t, c, m))
+    dp = dp_exposure(t, c, t_b)
+    after_opt = _sum(c.total_s, (c.group == GROUPS.index("dp")) & (t.phase == OPT))
+    exposed = {g: v[0] + v[1] for g, v in crit.items()}
+    exposed.update(pp=pipe.p2p_exposed_s, dp=dp.total + after_opt)
+    step = pipe.step_s + dp.total + after_opt + opt + launch_idle_s
+    return StepParts(fwd + bwd + opt, exposed, pipe.bubble_s, launch_idle_s, step)
+
+
+def resolve_cluster(hw, gpus: int) -> Cluster:
+    """A Cluster from a Cluster, a system key (nodes filled in from the plan's GPU
+    count), or a GPU key (the first hwdb node system built from that GPU)."""
+    from .. import hwdb
+    if isinstance(hw, Cluster):
+        return hw
+    key = hw if isinstance(hw, str) else getattr(hw, "key", str(hw))
+    try:
+        system = hwdb.get_system(key)
+    except hwdb.UnknownHardwareError:
+        gpu = hwdb.get_gpu(key)
+        nodes = sorted((s for s in hwdb.list_systems() if hwdb.get_system(s).gpu.key == gpu.key),
+                       key=lambda s: (not s.startswith("hgx_"), s))   # vendor reference node first
+        if not nodes:
+            raise ValueError(f"no system in hwdb is built from {gpu.key}; pass a Cluster") from None
+        system = hwdb.get_system(nodes[0])
+    per_node = system.gpus_per_node
+    if gpus < per_node:
+        return Cluster(system=system.key, nodes=1, gpus_used=gpus)
+    if gpus % per_node:
+        raise ValueError(f"the plan uses {gpus} GPUs, not a whole number of {system.key} nodes "
+                         f"({per_node} GPUs each); pass a Cluster or change the plan")
+    return Cluster(system=system.key, nodes=gpus // per_node)
+
+
+def is_multi_gpu(workload, hw) -> bool:
+    par = getattr(workload, "parallel", None)
+    return isinstance(hw, Cluster) or (par is not None and par.gpus > 1)
+
+
+def _single(workload):
+    from ..model.parallel import Parallelism
+    return workload.model_copy(update={"parallel": Parallelism()})
+
+
+def estimate_parallel(workload, hw, stack=None, overrides=None):
+    """estimate() for a workload split over GPUs (module docstring)."""
+    from .. import hwdb
+    from ..model import hardware_flops_per_step, model_flops_per_step
+    from . import errorband
+    from .estimate import calibrated_stack, efficiency, hw_rates, prepare, _sums, op_estimates
+    from .kernels import check_rates, kernel_times
+    from .launch import LaunchTimes, host_times, tandem_step_time
+    from .memory import fit_memory
+    from .results import Estimate
+    from .stacks import Stack, get_stack
+    from .whatif import apply_overrides
+    par = workload.parallel
+    cluster = resolve_cluster(hw, par.gpus)
+    gpu, clock = apply_overrides(hwdb.get_system(cluster.system).gpu, overrides or {})
+    st = stack if isinstance(stack, Stack) else calibrated_stack(gpu, get_stack(stack or workload.stack))
+    p = prepare(workload, st.fused)
+    t, rates, eff = p.table, hw_rates(gpu, clock), efficiency(gpu)
+    check_rates(t, rates)
+    k = kernel_times(t, rates, eff, st.attention)
+    compute = t.kind != COLLECTIVE
+    gpu_s = np.where(compute, k.gpu_s, 0.0)
+    host = np.where(compute, host_times(t, st), 0.0)
+    busy = float(np.dot(gpu_s, t.count))
+    idle = max(0.0, tandem_step_time(host, gpu_s, t.count, t.block_starts) - busy)
+    c = comm_times(t, par, cluster, eff)
+    parts = step_parts(t, k, gpu_s, c, par, workload.grad_accum if hasattr(workload, "grad_accum") else 1,
+                       st.key, idle)
+    by_cat, by_phase = _sums(t, k, gpu_s * t.count, idle)
+    by_cat["communication"] = float(sum(parts.exposed_s.values()))
+    by_cat["pipeline_bubble"] = parts.bubble_s
+    single = _single(workload)
+    replicas = par.dp
+    lt = LaunchTimes(host, np.where(compute, k.gpu_s, c.per_call_s), parts.step_s, busy, idle)
+    return Estimate(
+        p.summary + f" {_plan_text(par)}", p.mode, gpu.key, st.key, parts.step_s, busy, idle,
+        p.tokens * replicas, float(model_flops_per_step(single)) * replicas,
+        float(hardware_flops_per_step(single, fused=st.fused)) * replicas,
+        float(gpu.peak_flops("bf16")) * clock * par.gpus, by_cat, by_phase,
+        fit_memory(p.memory, gpu), errorband.band_for(p.mode, gpu.key, st.key),
+        functools.partial(op_estimates, t, k, lt), gpus=par.gpus, exposed_comm=dict(parts.exposed_s),
+        cluster=f"{cluster.nodes} x {cluster.system}")
+
+
+def _plan_text(par) -> str:
+    parts = [f"{k}={getattr(par, k)}" for k in ("tp", "pp", "vp", "dp", "cp", "ep") if getattr(par, k) > 1]
+    if par.sp:
+        parts.append("sp")
+    if par.zero:
+        parts.append(f"zero={par.zero}")
+    return " ".join(parts) or "1 GPU"
