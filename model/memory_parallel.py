@@ -1,0 +1,137 @@
+"""Per-GPU memory of a parallel training plan (bytes; shape arithmetic only).
+
+For pipeline stage ``stage`` (default 0, the stage holding the most micro-batches):
+  weights     the stage's parameters on one GPU (tp/ep shard: model/shard.py; the first stage
+              has the input embedding, the last the final norm + lm_head), / (dp*cp) with zero 3
+  grads       4 B/param (fp32 .grad or main_grad), / (dp*cp) with zero >= 2
+  optimizer   AdamW moments (+ fp32 master for bf16/fp8), / (dp*cp) with zero >= 1
+              (routed experts: / (dp*cp/ep) instead)
+  activations one micro-batch of the stage's layers (heads and ffn / tp; norms and residual
+              inputs / tp only with sp; tokens / cp) times ``inflight_microbatches``, plus
+              the logits / loss tensors on the last stage
+  dp_buffers  torch DDP (amp_bf16, fp32 precision, zero 0): its gradient buckets are a second
+              copy of the gradients (gradient_as_bucket_view=False, the default); Megatron's
+              main_grad buffer (bf16, fp8) is bucketed in place: 0; zero 1/2 same rule;
+              zero 3: one layer's gathered parameters twice (current + prefetched) and its
+              unsharded gradient
+With Parallelism() the parts equal the single-GPU functions of model/memory.py.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .memory import _attn_saved, _ffn_saved, _norm_saved, activation_bytes_per_layer, logits_bytes
+from .ops_dp import dp_group
+from .parallel import Parallelism
+from .shard import local_config, stage_layers
+from .workload import TrainingWorkload, train_dtypes
+
+
+def inflight_microbatches(p: Parallelism, stage: int = 0, n_microbatches: int | None = None) -> float:
+    """Micro-batches whose activations stage ``stage`` holds at its peak, in units of a full
+    stage's activations. gpipe: all n; 1f1b / zero_bubble (ZB-H1 keeps 1F1B's peak): pp - stage;
+    interleaved (Megatron forward_backward_pipelining_with_interleaving): warm-up model chunks
+    (pp - stage - 1)*2 + (vp - 1)*pp, plus the one in steady state, capped at n*vp chunks,
+    each chunk 1/vp of the stage. ``n_microbatches`` None: unbounded."""
+    n = n_microbatches if n_microbatches is not None else 10 ** 9
+    if p.schedule == "gpipe":
+        return float(n if n_microbatches is not None else p.pp)
+    if p.schedule == "interleaved":
+        chunks = (p.pp - stage - 1) * 2 + (p.vp - 1) * p.pp + 1
+        return min(chunks, n * p.vp) / p.vp
+    return float(min(p.pp - stage, n))
+
+
+def stage_param_count(w: TrainingWorkload, stage: int = 0) -> int:
+    """Parameters one GPU of pipeline stage ``stage`` holds (tp/ep shard, all of its layers)."""
+    p, cfg = w.parallel, w.model
+    loc = local_config(cfg, p, stage)
+    P = sum(loc.layer_params(i) for i in range(loc.n_layers))
+    first, last = stage == 0, stage == p.pp - 1
+    if first:
+        P += loc.vocab * loc.d_model + (loc.max_seq * loc.d_model if loc.pos_embedding == "learned" else 0)
+    if last:
+        P += loc.norm_params() + (0 if (first and loc.tie_embeddings) else loc.vocab * loc.d_model)
+    return P
+
+
+def _expert_count(w: TrainingWorkload, stage: int) -> int:
+    loc = local_config(w.model, w.parallel, stage)
+    return loc.n_moe_layers * loc.moe.n_experts * loc.mlp_params(loc.moe.expert_ffn) if loc.moe else 0
+
+
+def _sharded(w: TrainingWorkload, stage: int, per_param: float, min_zero: int) -> float:
+    """per_param bytes of each parameter, / its dp group when zero >= min_zero."""
+    p, P, Pe = w.parallel, stage_param_count(w, stage), _expert_count(w, stage)
+    if p.zero < min_zero:
+        return P * per_param
+    return per_param * ((P - Pe) / dp_group(p) + Pe / dp_group(p, True))
+
+
+def _local_workload(w: TrainingWorkload, stage: int) -> TrainingWorkload:
+    return TrainingWorkload(model=local_config(w.model, w.parallel, stage), mbs=w.mbs,
+                            seq=w.seq // w.parallel.cp, precision=w.precision, optimizer=w.optimizer,
+                            recompute=w.recompute)
+
+
+def _layer_norm_bytes(wl: TrainingWorkload, fused: frozenset, moe_layer: bool) -> float:
+    """The part of a layer's saved activations that sp splits over tp (norms, layer input)."""
+    if wl.recompute == "full":
+        return activation_bytes_per_layer(wl, fused, moe_layer)
+    whole = activation_bytes_per_layer(wl, fused, moe_layer)
+    dense, moe = _ffn_saved(wl, wl.tokens_per_microbatch, fused)
+    return whole - _attn_saved(wl, wl.tokens_per_microbatch, fused) - (moe if moe_layer else dense)
+
+
+def stage_activation_bytes(w: TrainingWorkload, fused=frozenset(), stage: int = 0) -> float:
+    """Saved activations of ONE micro-batch on one GPU of ``stage`` (+ logits on the last)."""
+    p, wl, fused = w.parallel, _local_workload(w, stage), frozenset(fused)
+    cfg = wl.model
+    total = 0.0
+    for moe_layer, n in ((False, cfg.n_dense_layers), (True, cfg.n_moe_layers)):
+        if n:
+            per = activation_bytes_per_layer(wl, fused, moe_layer)
+            if p.sp:
+                per -= _layer_norm_bytes(wl, fused, moe_layer) * (1 - 1 / p.tp)
+            total += n * per
+    if stage == p.pp - 1:
+        T = wl.tokens_per_microbatch // (p.tp if p.sp else 1)
+        total += _norm_saved(wl, T, cfg.d_model, 1, "norm" in fused) + logits_bytes(wl, fused)
+    return total
+
+
+@dataclass(frozen=True)
+class GpuMemory:
+    """Bytes on one GPU of a pipeline stage (module docstring)."""
+
+    weights: float
+    grads: float
+    optimizer: float
+    activations: float
+    dp_buffers: float
+
+    @property
+    def total(self) -> float:
+        return self.weights + self.grads + self.optimizer + self.activations + self.dp_buffers
+
+
+def dp_buffer_bytes(w: TrainingWorkload, stage: int = 0) -> float:
+    p, dt = w.parallel, train_dtypes(w.precision)
+    if dp_group(p) == 1:
+        return 0.0
+    if p.zero == 3:
+        loc = local_config(w.model, p, stage)
+        layer = max(loc.layer_params(i) for i in range(loc.n_layers))
+        return layer * (2 * dt.param + dt.grad)
+    return 0.0 if dt.main_grad else stage_param_count(w, stage) * dt.grad
+
+
+def gpu_memory(w: TrainingWorkload, fused=frozenset(), stage: int = 0) -> GpuMemory:
+    """Memory of one GPU of pipeline stage ``stage`` at its activation peak."""
+    p, dt = w.parallel, train_dtypes(w.precision)
+    states = 8.0 if w.optimizer == "adamw" else 4.0
+    acts = stage_activation_bytes(w, fused, stage) * inflight_microbatches(p, stage, w.grad_accum)
+    return GpuMemory(weights=_sharded(w, stage, dt.param, 3), grads=_sharded(w, stage, dt.grad, 2),
+                     optimizer=_sharded(w, stage, states + dt.master, 1), activations=acts,
+                     dp_buffers=dp_buffer_bytes(w, stage))
