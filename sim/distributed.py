@@ -118,6 +118,30 @@ def dp_exposure(t: OpTable, c: CommTimes, t_b_last: float, phase: int = BWD) -> 
     return overlap.dp_grad_sync(ready, calls, t_b_last)
 
 
+def _calls(t: OpTable, c: CommTimes, name: str, phase: int) -> tuple[float, int]:
+    """(per-call seconds, calls) of the collective op named ``name`` in ``phase``."""
+    for i in np.flatnonzero(t.kind == COLLECTIVE):
+        if t.ops[i].name == name and t.phase[i] == phase:
+            return float(c.per_call_s[i]), int(t.count[i])
+    return 0.0, 0
+
+
+def fsdp_step_exposure(t: OpTable, c: CommTimes, fwd_s: float, bwd_s: float, m: int) -> overlap.Exposure:
+    """ZeRO-3 / FSDP: per micro-batch, each layer's parameters are gathered one layer
+    ahead in forward and again in backward, its gradients reduce-scattered after its
+    backward (overlap.fsdp_exposure); the stage's non-layer parameters form a first
+    unit with no compute to hide behind. Layers are taken as equal units."""
+    ag, n_ag = _calls(t, c, "comm/dp/param_ag", FWD)
+    rs, _ = _calls(t, c, "comm/dp/grad_rs", BWD)
+    rest_ag, _ = _calls(t, c, "comm/dp/rest_param_ag", FWD)
+    rest_rs, _ = _calls(t, c, "comm/dp/rest_grad_rs", BWD)
+    layers = max(1, n_ag // max(m, 1))
+    unit = lambda first, per: np.concatenate(([first], np.full(layers, per)))  # noqa: E731
+    e = overlap.fsdp_exposure(unit(0.0, fwd_s / m / layers), unit(0.0, bwd_s / m / layers),
+                              unit(rest_ag, ag), unit(rest_rs, rs))
+    return overlap.Exposure("fsdp", e.comm_s * m, e.exposed_s * m, e.hidden_s * m, e.slowdown_s * m)
+
+
 def step_parts(t: OpTable, k: KernelTimes, gpu_s: np.ndarray, c: CommTimes, par, m: int,
                stack_key: str, launch_idle_s: float) -> StepParts:
     """Compose a multi-GPU step (module docstring)."""
@@ -127,7 +151,7 @@ def step_parts(t: OpTable, k: KernelTimes, gpu_s: np.ndarray, c: CommTimes, par,
     t_f = (fwd + sum(v[0] for v in crit.values())) / m
     t_b = (bwd + sum(v[1] for v in crit.values())) / m
     pipe = pipeline.pipeline_for(par, m, t_f, t_b, p2p_per_microbatch(t, c, m))
-    dp = dp_exposure(t, c, t_b)
+    dp = fsdp_step_exposure(t, c, fwd, bwd, m) if par.zero == 3 else dp_exposure(t, c, t_b)
     after_opt = _sum(c.total_s, (c.group == GROUPS.index("dp")) & (t.phase == OPT))
     exposed = {g: v[0] + v[1] for g, v in crit.items()}
     exposed.update(pp=pipe.p2p_exposed_s, dp=dp.total + after_opt)

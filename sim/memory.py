@@ -68,10 +68,22 @@ def inference_components(w, fused: frozenset[str] = frozenset(), arch: str = "ho
     }
 
 
+def parallel_components(w, fused: frozenset[str]) -> dict[str, float]:
+    """One GPU of a multi-GPU training job (model.memory_parallel.gpu_memory, first
+    pipeline stage: it holds the most micro-batches in flight)."""
+    from ..model.memory_parallel import gpu_memory
+    g = gpu_memory(w, fused, stage=0)
+    return {"weights": g.weights, "gradients": g.grads, "optimizer_states": g.optimizer,
+            "activations": g.activations, "dp_buffers": g.dp_buffers}
+
+
 def memory_components(w, fused: frozenset[str] = frozenset(), arch: str = "hopper") -> dict[str, float]:
     """Bytes per component at the peak moment. Shape arithmetic except the cuBLAS workspace
     size, which depends on the GPU generation (arch; estimate() passes none: Hopper's
-    32 MiB, 2 x 24 MiB more than the default elsewhere)."""
+    32 MiB, 2 x 24 MiB more than the default elsewhere). Multi-GPU training: one GPU's share."""
+    par = getattr(w, "parallel", None)
+    if hasattr(w, "mbs") and par is not None and par.gpus > 1:
+        return parallel_components(w, fused)
     return training_components(w, fused, arch) if hasattr(w, "mbs") else inference_components(w, fused, arch)
 
 
