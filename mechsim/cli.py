@@ -77,6 +77,9 @@ def _parser() -> argparse.ArgumentParser:
     cmp_.add_argument("--markdown", action="store_true", help="print the held-out table as markdown only")
     cmp_.add_argument("--write-accuracy", action="store_true",
                       help="write the held-out end-to-end errors to sim/data/accuracy.toml (error bands)")
+    pub = vs.add_parser("published", help="predict published at-scale training results (validation/published)")
+    pub.add_argument("--source", default=None, help="one source id (e.g. megatron_bridge_a8)")
+    pub.add_argument("-v", "--verbose", action="store_true", help="print every row and every unpredicted row")
     cal = vs.add_parser("calibrate", help="fit efficiency parameters on the calibration split")
     cal.add_argument("--gpu", default="h200_sxm")
     cal.add_argument("paths", nargs="*", help="run files or folders (default: validation/data)")
@@ -97,9 +100,27 @@ def cmd_calibrate(a: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_published(a: argparse.Namespace) -> int:
+    from collections import Counter
+    from .validation.published_compare import by_system, compare_published
+    rows, unused = compare_published(a.source)
+    if a.verbose:
+        for r in sorted(rows, key=lambda r: r.row_id):
+            print(f"{r.row_id:<70} {r.published:10.0f} {r.predicted:10.0f} {r.error:+7.1%}")
+    print(f"{'system':<14} {'rows':>5} {'MAPE':>7} {'max':>7}   (tokens/s/GPU, predicted vs published)")
+    for k, (n, mape, mx) in by_system(rows).items():
+        print(f"{k:<14} {n:>5} {mape:7.1%} {mx:7.1%}")
+    print(f"\nnot predicted: {len(unused)} rows")
+    for why, n in Counter(w for _, w in unused).most_common(None if a.verbose else 8):
+        print(f"  {n:>4} x {why}")
+    return 0
+
+
 def cmd_validate(a: argparse.Namespace) -> int:
     if a.vcmd == "calibrate":
         return cmd_calibrate(a)
+    if a.vcmd == "published":
+        return cmd_published(a)
     from .validation.compare import compare, failures, summarize, thresholds
     from .validation.report import text_report, write_html
     rows, unused = compare(a.paths or None)

@@ -1,0 +1,104 @@
+"""Predict published at-scale training results (validation/published/) with mechsim.
+
+    mechsim validate published [--source ID] [-v]
+
+For every row whose model, system and parallel degrees are published, the row
+becomes a TrainingWorkload on a Cluster with the stack it ran (Megatron-Core +
+TransformerEngine) and the assumptions below, each stated because the tables do
+not: sequence parallelism on whenever tp > 1, the distributed optimizer (ZeRO-1)
+as Megatron-Bridge recipes use, no activation recompute unless the row says so.
+Compared: tokens/s/GPU (the metric every source gives or implies). Rows that
+cannot be predicted are listed with the reason, never dropped.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..hwdb import get_system
+from ..model import TrainingWorkload
+from ..sim.cluster import Cluster
+from ..sim.estimate import estimate
+from .published import load_published
+
+ASSUMED = {"sp": "tp > 1", "zero": 1}
+STACK = "megatron_te"
+
+
+@dataclass(frozen=True)
+class PublishedRow:
+    row_id: str
+    source: str
+    system: str
+    gpus: int
+    published: float        # tokens/s/GPU
+    predicted: float
+
+    @property
+    def error(self) -> float:
+        return self.predicted / self.published - 1.0
+
+
+def _fill(row) -> dict:
+    fill = {}
+    if row.sp is None:
+        fill["sp"] = bool(row.tp and row.tp > 1)
+    if row.zero is None:
+        fill["zero"] = ASSUMED["zero"]
+    return fill
+
+
+def workload_for(row) -> TrainingWorkload:
+    par = row.parallelism(**_fill(row))
+    ga = row.gbs // (row.mbs * par.dp) if row.mbs else None
+    if not ga or row.gbs % (row.mbs * par.dp):
+        raise ValueError(f"gbs={row.gbs} is not mbs={row.mbs} x dp={par.dp} x an integer")
+    return TrainingWorkload(model=row.transformer_config(), mbs=row.mbs, seq=row.seq, grad_accum=ga,
+                            precision="fp8" if row.precision == "fp8" else "bf16",
+                            recompute=row.recompute or "none", stack=STACK, parallel=par)
+
+
+def cluster_for(row) -> Cluster:
+    per_node = get_system(row.system).gpus_per_node
+    if row.gpus % per_node:
+        return Cluster(system=row.system, nodes=1, gpus_used=row.gpus)
+    return Cluster(system=row.system, nodes=row.gpus // per_node)
+
+
+def predict_row(row) -> PublishedRow:
+    if not row.predictable:
+        raise ValueError("model, system or a parallel degree is not published")
+    tok = row.metrics.tokens_per_s_per_gpu
+    if tok is None:
+        raise ValueError("no tokens/s/GPU published")
+    e = estimate(workload_for(row), cluster_for(row))
+    return PublishedRow(row.id, row.source_id, row.system, row.gpus, tok, e.tokens_per_s / row.gpus)
+
+
+def compare_published(source: str | None = None) -> tuple[list[PublishedRow], list[tuple[str, str]]]:
+    """(predicted rows, [(row id, why not predicted)])."""
+    rows, unused = [], []
+    for r in load_published():
+        if source and r.source_id != source:
+            continue
+        try:
+            rows.append(predict_row(r))
+        except (ValueError, KeyError, TypeError) as e:
+            unused.append((r.id, _reason(e)))
+    return rows, unused
+
+
+def _reason(e: Exception) -> str:
+    """One line: pydantic errors as 'field: message', others their first line."""
+    if hasattr(e, "errors"):
+        err = e.errors()[0]  # type: ignore[attr-defined]
+        return f"{'.'.join(map(str, err['loc'])) or type(e).__name__}: {err['msg']}"[:160]
+    return str(e).splitlines()[0][:160]
+
+
+def by_system(rows: list[PublishedRow]) -> dict[str, tuple[int, float, float]]:
+    """{system: (n, MAPE, max |error|)}."""
+    out: dict[str, list[float]] = {}
+    for r in rows:
+        out.setdefault(r.system, []).append(abs(r.error))
+    return {k: (len(v), sum(v) / len(v), max(v)) for k, v in sorted(out.items())}
