@@ -153,11 +153,23 @@ def predict_collective(p: dict, gpu: str, world: int) -> float:
     return collective_time_s(p["op"], p["bytes"], world, g.nvlink_bw_per_dir, efficiency(g))
 
 
+def predict_data_parallel(p: dict, gpu: str, world: int) -> float:
+    """DDP (zero 0) or FSDP2 (zero 3) steps of the 1B model on ``world`` GPUs of one node."""
+    from ..model.parallel import Parallelism
+    if p.get("fsdp_param_dtype") == "bf16":
+        raise NotPredicted("FSDP2 with a bf16 param_dtype policy (bf16 gathers, fp32 master) is not modelled")
+    zero = 3 if p["strategy"] == "fsdp" else 0
+    par = Parallelism(dp=world, zero=zero, bucket_bytes=int(p.get("bucket_cap_mb", 25) * 2**20))
+    return estimate(train_workload(p).model_copy(update={"parallel": par}), gpu).step_time_s
+
+
 def predict(record: dict, env: dict) -> float:
     """Predicted seconds for one record; NotPredicted with a reason otherwise."""
     kind = record["kind"]
     if kind == "collective":
         return predict_collective(record["params"], gpu_key(env), int(env.get("gpu_count", 2)))
+    if kind in ("ddp", "fsdp"):
+        return predict_data_parallel(record["params"], gpu_key(env), int(env.get("gpu_count", 2)))
     if kind not in PREDICTORS:
         raise NotPredicted(f"kind {kind!r} has no predictor yet (data-parallel steps: scale-out issue)")
     try:
