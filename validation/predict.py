@@ -165,14 +165,14 @@ def predict_data_parallel(p: dict, gpu: str, world: int) -> float:
 
 def predict(record: dict, env: dict) -> float:
     """Predicted seconds for one record; NotPredicted with a reason otherwise."""
-    kind = record["kind"]
-    if kind == "collective":
-        return predict_collective(record["params"], gpu_key(env), int(env.get("gpu_count", 2)))
-    if kind in ("ddp", "fsdp"):
-        return predict_data_parallel(record["params"], gpu_key(env), int(env.get("gpu_count", 2)))
-    if kind not in PREDICTORS:
-        raise NotPredicted(f"kind {kind!r} has no predictor yet (data-parallel steps: scale-out issue)")
+    kind, p = record["kind"], record["params"]
     try:
-        return PREDICTORS[kind](record["params"], gpu_key(env))
+        if kind == "collective":
+            return predict_collective(p, gpu_key(env), int(env.get("gpu_count", 2)))
+        if kind in ("ddp", "fsdp"):
+            return predict_data_parallel(p, gpu_key(env), int(env.get("gpu_count", 2)))
+        if kind not in PREDICTORS:
+            raise NotPredicted(f"kind {kind!r} has no predictor yet")
+        return PREDICTORS[kind](p, gpu_key(env))
     except (KeyError, ValueError) as e:
         raise NotPredicted(f"cannot build the case from its params: {e}") from None
