@@ -21,6 +21,8 @@ _LAZY = {
     "InferenceWorkload": ("mechsim.model", "InferenceWorkload"),
     "TransformerConfig": ("mechsim.model", "TransformerConfig"),
     "get_stack": ("mechsim.sim.stacks", "get_stack"),
+    "Parallelism": ("mechsim.model.parallel", "Parallelism"),
+    "Cluster": ("mechsim.sim.cluster", "Cluster"),
     "list_stacks": ("mechsim.sim.stacks", "list_stacks"),
 }
 
