@@ -1,0 +1,51 @@
+"""Invariants of multi-GPU estimates (sim/distributed.py)."""
+
+import pytest
+
+from mechsim.model import TrainingWorkload
+from mechsim.model.parallel import Parallelism
+from mechsim.sim.cluster import Cluster
+from mechsim.sim.estimate import estimate
+
+
+def _w(par, ga=4, model="llama3-8b"):
+    return TrainingWorkload(model=model, mbs=1, seq=4096, grad_accum=ga, precision="bf16",
+                            stack="megatron_te", parallel=par)
+
+
+def test_categories_sum_to_the_step():
+    e = estimate(_w(Parallelism(tp=2, sp=True, pp=2, dp=2)), "hgx_h100")
+    assert sum(e.by_category.values()) == pytest.approx(e.step_time_s, rel=1e-9)
+    assert e.gpus == 8 and e.by_category["pipeline_bubble"] > 0
+
+
+def test_data_parallel_is_never_faster_than_one_gpu_per_replica():
+    single = estimate(_w(Parallelism(), ga=1), "h200").step_time_s
+    ddp = estimate(_w(Parallelism(dp=2), ga=1), "h200").step_time_s
+    assert ddp >= single
+
+
+def test_more_microbatches_shrink_the_bubble_share():
+    par = Parallelism(pp=4, dp=2)
+    few, many = estimate(_w(par, ga=4), "hgx_h100"), estimate(_w(par, ga=32), "hgx_h100")
+    share = lambda e: e.by_category["pipeline_bubble"] / e.step_time_s  # noqa: E731
+    assert share(many) < share(few)
+
+
+def test_h800_cut_nvlink_costs_tensor_parallel_time():
+    par = Parallelism(tp=8, sp=True)
+    h100 = estimate(_w(par, ga=1), Cluster(system="hgx_h100", nodes=1))
+    h800 = estimate(_w(par, ga=1), Cluster(system="hgx_h800", nodes=1))
+    # 450 vs 200 GB/s per direction: 2.25x on the bandwidth term, latency unchanged
+    assert h800.exposed_comm["tp"] > 1.8 * h100.exposed_comm["tp"] > 0
+
+
+def test_gpu_count_mismatch_names_both_numbers():
+    with pytest.raises(ValueError, match="16 GPUs"):
+        estimate(_w(Parallelism(tp=8, dp=2)), Cluster(system="hgx_h100", nodes=1))
+
+
+def test_sharded_memory_fits_where_one_gpu_does_not():
+    one = estimate(_w(Parallelism(), ga=1, model="llama3-70b"), "h100")
+    many = estimate(_w(Parallelism(tp=8, sp=True, pp=4, dp=2, zero=1), ga=8, model="llama3-70b"), "hgx_h100")
+    assert not one.memory.fits and many.memory.fits
