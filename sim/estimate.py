@@ -161,6 +161,11 @@ def describe_workload(w) -> tuple[str, str, int]:
     return f"{w.phase} {name} batch={w.batch} len={ctx}", w.phase, tokens
 
 
+def _multi_gpu(workload, hw) -> bool:
+    par = getattr(workload, "parallel", None)
+    return (par is not None and par.gpus > 1) or type(hw).__name__ == "Cluster"
+
+
 def estimate(workload, hw: Any = "h100_sxm", stack: str | Stack | None = None,
              overrides: Mapping[str, Any] | None = None) -> Estimate:
     """Estimate one step of ``workload`` on one GPU, or on a cluster when the
@@ -170,8 +175,8 @@ def estimate(workload, hw: Any = "h100_sxm", stack: str | Stack | None = None,
     workload's). overrides: what-if changes to the hardware, e.g.
     {"hbm_bandwidth": "+20%", "flops_bf16": 1.2e15, "sustained_clock": 0.9}.
     """
-    from .distributed import estimate_parallel, is_multi_gpu
-    if is_multi_gpu(workload, hw):
+    if _multi_gpu(workload, hw):
+        from .distributed import estimate_parallel  # networkx etc. load only when needed
         return estimate_parallel(workload, hw, stack, overrides)
     gpu, clock = apply_overrides(resolve_gpu(hw), overrides or {})
     st = stack if isinstance(stack, Stack) else calibrated_stack(gpu, get_stack(stack or workload.stack))

@@ -17,7 +17,6 @@ from dataclasses import dataclass
 import numpy as np
 
 from .calibration import Efficiency
-from ..model.ops import DTYPE_BYTES
 from .optable import DTYPES, KINDS, OpTable
 
 MATMUL, ATTENTION, REDUCTION = KINDS.index("matmul"), KINDS.index("attention"), KINDS.index("reduction")
@@ -54,7 +53,8 @@ class KernelTimes:
     efficiency: np.ndarray   # compute efficiency used (fraction of peak)
 
 
-def gemm_efficiency(mnkb: np.ndarray, dtype_idx: np.ndarray, sm_count: int, eff: Efficiency) -> np.ndarray:
+def gemm_efficiency(mnkb: np.ndarray, dtype_idx: np.ndarray, sm_count: int, eff: Efficiency,
+                    align_bytes: np.ndarray | None = None) -> np.ndarray:
     """Fraction of the dense peak a GEMM reaches, for each row of ``mnkb``.
 
     eff = peak_fraction[dtype] * wave_eff * K / (K + k_overhead), where for each
@@ -73,27 +73,20 @@ def gemm_efficiency(mnkb: np.ndarray, dtype_idx: np.ndarray, sm_count: int, eff:
     wave_eff = (m * n * b) / (waves * sm_count * tm * tn / split)
     k_eff = (k / split) / (k / split + eff.get("gemm.k_overhead"))
     best = np.max(np.minimum(wave_eff, 1.0) * k_eff, axis=1)
-    return best * _peak_fraction(dtype_idx, eff) * alignment_factor(mnkb, dtype_idx, eff)
+    if align_bytes is None:
+        from .optable import leading_dim_alignment
+        align_bytes = leading_dim_alignment(mnkb, dtype_idx)
+    return best * _peak_fraction(dtype_idx, eff) * alignment_factor(align_bytes, eff)
 
 
-def alignment_factor(mnkb: np.ndarray, dtype_idx: np.ndarray, eff: Efficiency) -> np.ndarray:
+def alignment_factor(align_bytes: np.ndarray, eff: Efficiency) -> np.ndarray:
     """Slow-path factor of a GEMM whose leading dimensions (K of A and W, N of C in
     the F.linear layout) are not 16-byte aligned: the library cannot use its TMA /
     vectorized kernels (GPT-2's vocabulary 50257 vs the padded 50304).
-    1 when both are 16-byte aligned; ``gemm.misaligned_fraction_8b`` when the worse
-    one is 8-byte aligned; ``gemm.misaligned_fraction`` below that."""
-    elem = np.array([DTYPE_BYTES[d] for d in DTYPES])[dtype_idx]
-    worst = np.minimum(_pow2_alignment(mnkb[:, 1] * elem), _pow2_alignment(mnkb[:, 2] * elem))
-    return np.where(worst >= 16, 1.0, np.where(worst >= 8, eff.get("gemm.misaligned_fraction_8b"),
-                                               eff.get("gemm.misaligned_fraction")))
-
-
-def _pow2_alignment(nbytes: np.ndarray) -> np.ndarray:
-    """Largest power of two (up to 16) dividing each byte count."""
-    out = np.ones_like(nbytes)
-    for a in (2.0, 4.0, 8.0, 16.0):
-        out = np.where(np.mod(nbytes, a) == 0, a, out)
-    return out
+    1 when both are 16-byte aligned (optable.leading_dim_alignment); ``gemm.misaligned_fraction_8b``
+    when the worse one is 8-byte aligned; ``gemm.misaligned_fraction`` below that."""
+    return np.where(align_bytes >= 16, 1.0, np.where(align_bytes >= 8, eff.get("gemm.misaligned_fraction_8b"),
+                                                     eff.get("gemm.misaligned_fraction")))
 
 
 def _peak_fraction(dtype_idx: np.ndarray, eff: Efficiency) -> np.ndarray:
@@ -162,7 +155,7 @@ def kernel_times(t: OpTable, hw: HwRates, eff: Efficiency, attention_impl: str) 
     is_mm, is_at = t.kind == MATMUL, t.kind == ATTENTION
     efficiency = np.ones(len(t.ops))
     if is_mm.any():
-        efficiency[is_mm] = gemm_efficiency(t.mnkb[is_mm], t.dtype[is_mm], hw.sm_count, eff)
+        efficiency[is_mm] = gemm_efficiency(t.mnkb[is_mm], t.dtype[is_mm], hw.sm_count, eff, t.align_bytes[is_mm])
     if is_at.any():
         efficiency[is_at] = attention_efficiency(t.attn[is_at], t.phase[is_at], hw.sm_count, eff, attention_impl)
     peak = np.where(is_mm, hw.tensor_peak[t.dtype], hw.vector_peak)

@@ -34,6 +34,7 @@ class OpTable:
     mnkb: np.ndarray        # [n_ops, 4] matmul M, N, K, batch (1 elsewhere)
     attn: np.ndarray        # [n_ops, 8] attention B, Hq, Hkv, Sq, Skv, Dqk, Dv, causal (0 elsewhere)
     block_starts: np.ndarray  # first op of each run of consecutive ops with equal count
+    align_bytes: np.ndarray   # matmul: largest power of two (<= 16) dividing N and K in bytes
 
     def mask(self, kind: str) -> np.ndarray:
         return self.kind == KINDS.index(kind)
@@ -51,6 +52,16 @@ def block_starts(count: np.ndarray) -> np.ndarray:
     return np.concatenate(([0], np.flatnonzero(np.diff(count)) + 1)).astype(np.int64)
 
 
+def leading_dim_alignment(mnkb: np.ndarray, dtype: np.ndarray) -> np.ndarray:
+    """Bytes (power of two, at most 16) to which both leading dimensions of each GEMM
+    (N and K in the F.linear layout) are aligned. Computed in half-byte units so fp4's
+    0.5-byte elements stay integers: the lowest set bit of n is n & -n."""
+    elem2 = (np.array([DTYPE_BYTES[d] for d in DTYPES]) * 2)[dtype]
+    half_bytes = np.rint(mnkb[:, 1:3] * elem2[:, None]).astype(np.int64)
+    low = np.min(half_bytes & -half_bytes, axis=1)
+    return np.minimum(low / 2.0, 16.0)
+
+
 def build_table(ops: tuple[Op, ...]) -> OpTable:
     """Columns of ``ops``; raises ValueError naming an op with an unknown kind/phase/dtype."""
     for op in ops:
@@ -59,19 +70,22 @@ def build_table(ops: tuple[Op, ...]) -> OpTable:
     is_mm = [op.kind == "matmul" for op in ops]
     is_at = [op.kind == "attention" for op in ops]
     count = np.array([o.count for o in ops], dtype=float)
+    dtype = np.array([DTYPES.index(o.dtype) for o in ops], dtype=np.int64)
+    mnkb = np.array([_padded(o.shape, 4, 1) if m else [1, 1, 1, 1] for o, m in zip(ops, is_mm)],
+                    dtype=float).reshape(len(ops), 4)
     return OpTable(
         ops=ops,
         kind=np.array([KINDS.index(o.kind) for o in ops], dtype=np.int64),
         phase=np.array([PHASES.index(o.phase) for o in ops], dtype=np.int64),
-        dtype=np.array([DTYPES.index(o.dtype) for o in ops], dtype=np.int64),
+        dtype=dtype,
         flops=np.array([o.flops for o in ops], dtype=float),
         bytes=np.array([o.bytes_read + o.bytes_written for o in ops], dtype=float),
         bytes_written=np.array([o.bytes_written for o in ops], dtype=float),
         count=count,
         kernels=np.array([o.kernels for o in ops], dtype=float),
-        mnkb=np.array([_padded(o.shape, 4, 1) if m else [1, 1, 1, 1] for o, m in zip(ops, is_mm)],
-                      dtype=float).reshape(len(ops), 4),
+        mnkb=mnkb,
         attn=np.array([_padded(o.shape, 8, 0) if a else [0] * 8 for o, a in zip(ops, is_at)],
                       dtype=float).reshape(len(ops), 8),
         block_starts=block_starts(count),
+        align_bytes=leading_dim_alignment(mnkb, dtype),
     )
