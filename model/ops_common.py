@@ -40,7 +40,8 @@ class Ctx:
     main_grad: wgrad accumulates into an fp32 buffer inside the GEMM.
     Parallelism (model/parallel.py; cfg is then the GPU's shard, model/shard.py): tp, sp
     (norms/residuals on T/tp tokens), cp (S is the local S/cp, Skv the full sequence), ep,
-    embed (this GPU holds the input embedding: first pipeline stage).
+    embed (this GPU holds the input embedding: first pipeline stage), head (the final norm,
+    lm_head and loss: last pipeline stage).
     """
 
     cfg: TransformerConfig
@@ -65,6 +66,7 @@ class Ctx:
     cp: int = 1
     ep: int = 1
     embed: bool = True
+    head: bool = True           # this GPU holds the final norm, lm_head and loss (last stage)
 
     @property
     def T(self) -> int:

@@ -25,7 +25,7 @@ from .ops import DTYPE_BYTES, Op
 from .ops_common import Ctx, Pair, chain, linear, recompute, times
 from .ops_dp import dp_group, fsdp, grad_sync, param_gather
 from .ops_layer import layer_pairs
-from .shard import local_config
+from .shard import local_config, timed_stage
 from .workload import TrainingWorkload, train_dtypes
 
 
@@ -62,28 +62,38 @@ def param_tensors(cfg: TransformerConfig) -> int:
 
 def _ctx(w: TrainingWorkload, fused: frozenset) -> Ctx:
     dt, p = train_dtypes(w.precision), w.parallel
-    gb = DTYPE_BYTES[dt.gemm]
-    return Ctx(cfg=local_config(w.model, p), B=w.mbs, S=w.seq // p.cp, Skv=w.seq, act=dt.act, resid=dt.resid,
+    gb, stage = DTYPE_BYTES[dt.gemm], timed_stage(w.model, p)
+    return Ctx(cfg=local_config(w.model, p, stage), B=w.mbs, S=w.seq // p.cp, Skv=w.seq, act=dt.act, resid=dt.resid,
                gemm=dt.gemm, gin=gb, wb=gb, pw=dt.param, mb=w.grad_accum, train=True, autocast=dt.autocast,
                main_grad=dt.main_grad, grad_out=dt.act, fused=fused, tp=p.tp, sp=p.sp, cp=p.cp, ep=p.ep,
-               embed=p.pp == 1)
+               embed=stage == 0, head=stage == p.pp - 1)
 
 
 def stage_param_sizes(c: Ctx) -> list[int]:
     """Parameter tensor sizes this GPU holds: all of c.cfg, less the input embedding (and
-    learned positions) off the first stage; a tied lm_head then is a copy of its own."""
+    learned positions) off the first stage and the final norm + lm_head off the last; a tied
+    lm_head on a last stage that is not the first is a copy of its own."""
     cfg, sizes = c.cfg, param_tensor_sizes(c.cfg)
+    if not c.head:
+        sizes = sizes[:len(sizes) - _head_tensors(cfg)]
     if c.embed:
         return sizes
     rest = sizes[2 if cfg.pos_embedding == "learned" else 1:]
-    return rest + ([cfg.vocab * cfg.d_model] if cfg.tie_embeddings else [])
+    return rest + ([cfg.vocab * cfg.d_model] if cfg.tie_embeddings and c.head else [])
+
+
+def _head_tensors(cfg) -> int:
+    """Tensors after the last layer: the final norm (weight [+ bias]) and an untied lm_head."""
+    return (2 if cfg.norm == "layernorm" else 1) + (0 if cfg.tie_embeddings else 1)
 
 
 def stage_params(c: Ctx) -> int:
-    return c.cfg.param_count() if c.embed else sum(stage_param_sizes(c))
+    return c.cfg.param_count() if c.embed and c.head else sum(stage_param_sizes(c))
 
 
 def stage_tensors(c: Ctx) -> int:
+    if not c.head:
+        return len(stage_param_sizes(c))
     return param_tensors(c.cfg) - (0 if c.embed else 1 - int(c.cfg.tie_embeddings))
 
 
@@ -246,7 +256,7 @@ def _dp_ops(w: TrainingWorkload, c: Ctx) -> dict[str, list[Op]]:
     ag_f, ag_b, rs = fsdp(p, (Pl / c.cfg.n_layers * dt.param, Pl / c.cfg.n_layers * dt.grad),
                           ((P - Pl) * dt.param, (P - Pl) * dt.grad), c.cfg.n_layers, w.grad_accum, pdt)
     sync = rs if p.zero == 3 else grad_sync(p, (P - Pe) * dt.grad, Pe * dt.grad)
-    if p.pp > 1 and c.cfg.tie_embeddings:   # Megatron: first and last stage sum the shared embedding grad
+    if p.pp > 1 and c.cfg.tie_embeddings and (c.embed or c.head):   # Megatron: first and last stage sum the shared embedding grad
         sync += coll("embed_grad_ar", "all_reduce", "pp", c.cfg.vocab * c.cfg.d_model * dt.grad, 2, "bwd", 1, "fp32")
     gather = param_gather(p, ((P - Pe) * dt.grad, (P - Pe) * dt.param), (Pe * dt.grad, Pe * dt.param), pdt)
     return {"fwd": ag_f, "bwd": ag_b, "sync": sync, "gather": gather}
@@ -258,7 +268,7 @@ def training_ops(w: TrainingWorkload, fused: frozenset) -> tuple[Op, ...]:
     layers = layer_pairs(c)
     if w.precision == "fp8":
         layers.append(_fp8_casts(c, [o for q in layers for o in q.fwd]))
-    head, first = _head(c), _first(c)
+    head, first = (_head(c) if c.head else []), _first(c)
     pp = pp_p2p(c, p.pp, w.grad_accum * p.vp)
     cast_pre, cast_post = _weight_casts(w, c)
     zero, accum = _grad_buffers(w, c)

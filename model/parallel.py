@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, PositiveInt, model_validator
+from pydantic import BaseModel, ConfigDict, NonNegativeInt, PositiveInt, model_validator
 
 COLLECTIVE_OPS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "sendrecv", "broadcast")
 GROUPS = ("tp", "cp", "ep", "dp", "pp")
@@ -38,6 +38,18 @@ class Parallelism(BaseModel):
     ep  expert parallel (MoE experts split over ep GPUs; all-to-all dispatch and
         combine), carved out of the dp x cp GPUs as in Megatron-Core (ep divides dp*cp)
     bucket_bytes: DDP/ZeRO gradient bucket size (PyTorch DDP default 25 MiB)
+
+    Uneven pipeline splits (Megatron-Core; model/shard.py ``stage_layer_counts`` applies them):
+    first_stage_layers / last_stage_layers
+        --decoder-first/last-pipeline-num-layers (TransformerConfig
+        num_layers_in_first/last_pipeline_stage): the other stages share the rest evenly
+    pp_split_embedding / pp_split_loss
+        account_for_embedding/loss_in_pipeline_split: the embedding (the loss) counts as one
+        layer of the split, so the first (last) virtual stage holds one transformer layer fewer
+    layout
+        pipeline_model_parallel_layout: transformer layers of each of the pp*vp virtual stages,
+        in virtual-stage order (virtual stage s runs on pp rank s % pp)
+    Unset, Megatron's even split: n_layers / (pp*vp) layers per virtual stage.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -51,6 +63,11 @@ class Parallelism(BaseModel):
     ep: PositiveInt = 1
     schedule: PipelineSchedule = "1f1b"
     bucket_bytes: PositiveInt = 25 * 2**20
+    first_stage_layers: NonNegativeInt | None = None
+    last_stage_layers: NonNegativeInt | None = None
+    pp_split_embedding: bool = False
+    pp_split_loss: bool = False
+    layout: tuple[NonNegativeInt, ...] | None = None
 
     @model_validator(mode="after")
     def _check(self) -> "Parallelism":
@@ -61,7 +78,26 @@ class Parallelism(BaseModel):
         if (self.dp * self.cp) % self.ep:
             raise ValueError(f"ep ({self.ep}) must divide the data-parallel x context-parallel GPUs "
                              f"(dp*cp = {self.dp * self.cp})")
+        self._check_split()
         return self
+
+    def _check_split(self) -> None:
+        uneven = self.first_stage_layers is not None or self.last_stage_layers is not None
+        flags = self.pp_split_embedding or self.pp_split_loss
+        if (uneven or flags or self.layout is not None) and self.pp == 1:
+            raise ValueError("first_stage_layers/last_stage_layers/pp_split_*/layout: need pp > 1")
+        if uneven and flags:    # Megatron-Core get_num_layers_to_build asserts the same
+            raise ValueError("first_stage_layers/last_stage_layers cannot be combined with "
+                             "pp_split_embedding/pp_split_loss (Megatron-Core rejects it)")
+        if self.layout is not None and (uneven or flags):
+            raise ValueError("layout cannot be set with other pipeline split arguments")
+        if self.layout is not None and len(self.layout) != self.pp * self.vp:
+            raise ValueError(f"layout: {len(self.layout)} virtual stages, expected pp*vp = {self.pp * self.vp}")
+
+    @property
+    def uneven_split(self) -> bool:
+        return (self.first_stage_layers is not None or self.last_stage_layers is not None
+                or self.pp_split_embedding or self.pp_split_loss or self.layout is not None)
 
     @property
     def gpus(self) -> int:

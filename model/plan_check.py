@@ -12,6 +12,7 @@ from collections.abc import Callable
 
 from .config import TransformerConfig
 from .parallel import Parallelism
+from .shard import stage_layer_counts
 
 
 def nearest(value: int, ok: Callable[[int], bool], hi: int) -> list[int]:
@@ -57,7 +58,13 @@ def check_tp(cfg: TransformerConfig, tp: int) -> None:
 
 
 def check_pp(cfg: TransformerConfig, p: Parallelism) -> None:
+    """Even split: L % (pp*vp) == 0 (with the nearest valid pp). Uneven splits (first/last stage
+    layers, embedding/loss in the split, a layout): Megatron-Core's own rules, model/shard.py
+    ``stage_layer_counts``."""
     L, vp = cfg.n_layers, p.vp
+    if p.uneven_split:
+        stage_layer_counts(L, p)
+        return
     if L % (p.pp * vp):
         _fail(f"n_layers={L} is not divisible by pp*vp={p.pp}*{vp}", "pp", p.pp,
               lambda x: L % (x * vp) == 0 and (vp == 1 or x > 1), L)

@@ -1,8 +1,9 @@
-"""The part of a model ONE GPU holds: the last pipeline stage, sharded over tp and ep.
+"""The part of a model ONE GPU holds: one pipeline stage (default the last), sharded over tp and ep.
 
 ``local_config`` returns a TransformerConfig of that piece (Megatron-Core semantics), so
 the single-GPU op builders produce per-GPU shapes unchanged:
-  n_layers   L/pp (the last stage's layers; its MoE/dense split is kept exactly)
+  n_layers   the stage's layers (L/pp, or Megatron's uneven split: ``stage_layer_counts``;
+             the MoE/dense split of its contiguous block is kept exactly)
   n_heads    H/tp (column-parallel q/k/v or MLA q_up/kv_up, row-parallel o_proj)
   n_kv_heads Hkv/tp, or 1 when tp > Hkv: each KV head is then replicated on tp/Hkv GPUs
              (``kv_replicated_weight_bytes`` says how many bytes that costs)
@@ -35,13 +36,80 @@ def padded_vocab(V: int, tp: int) -> int:
     return -(-V // m) * m
 
 
+def stage_layer_counts(L: int, p: Parallelism) -> tuple[int, ...]:
+    """Transformer layers of each pipeline rank, as Megatron-Core builds them.
+
+    Mirrors ``get_num_layers_to_build`` (NVIDIA/Megatron-LM
+    megatron/core/transformer/transformer_block.py), summed over a rank's vp chunks:
+      first/last_stage_layers: the pp - (#set) other ranks share the rest evenly (Megatron asserts
+        divisibility); every rank's count must divide by vp (Megatron asserts
+        num_layers_per_pipeline_rank % vp_size == 0 for interleaving);
+      pp_split_embedding / pp_split_loss: L + (#flags) split evenly over pp*vp virtual stages, then
+        the first (last) virtual stage builds one layer fewer (>= 0 asserted);
+      layout (pipeline_model_parallel_layout): virtual stage s on rank s % pp, no divisibility rule;
+      none: L / (pp*vp) per virtual stage.
+    Raises ValueError for the plans Megatron rejects."""
+    pp, vp = p.pp, p.vp
+    if p.layout is not None:
+        if sum(p.layout) != L:
+            raise ValueError(f"layout: {sum(p.layout)} layers, the model has n_layers={L}")
+        return tuple(sum(p.layout[r::pp]) for r in range(pp))
+    if p.first_stage_layers is not None or p.last_stage_layers is not None:
+        return _first_last_counts(L, p)
+    n = L + p.pp_split_embedding + p.pp_split_loss
+    if n % (pp * vp):
+        extra = " (+1 embedding +1 loss)" if p.pp_split_embedding and p.pp_split_loss else \
+            " (+1 embedding)" if p.pp_split_embedding else " (+1 loss)" if p.pp_split_loss else ""
+        raise ValueError(f"n_layers={L}{extra} is not divisible by pp*vp={pp}*{vp}")
+    counts = [n // pp] * pp
+    counts[0] -= p.pp_split_embedding
+    counts[-1] -= p.pp_split_loss
+    return tuple(counts)
+
+
+def _first_last_counts(L: int, p: Parallelism) -> tuple[int, ...]:
+    first, last, left, rest = p.first_stage_layers, p.last_stage_layers, p.pp, L
+    for x in (first, last):
+        if x is not None:
+            rest, left = rest - x, left - 1
+    if rest < 0 or (left > 0 and rest % left) or (left == 0 and rest):
+        raise ValueError(f"n_layers={L} less first_stage_layers={first}, last_stage_layers={last} "
+                         f"does not split evenly over the other {left} pipeline stages")
+    mid = rest // left if left else 0
+    counts = [mid] * p.pp
+    if first is not None:
+        counts[0] = first
+    if last is not None:
+        counts[-1] = last
+    if p.vp > 1 and any(c % p.vp for c in counts):
+        raise ValueError(f"stage layer counts {counts} must each be divisible by vp={p.vp} "
+                         "(Megatron-Core interleaving with first/last_stage_layers)")
+    return tuple(counts)
+
+
+def timed_stage(cfg: TransformerConfig, p: Parallelism) -> int:
+    """The pipeline stage whose work sets the pace: the most forward FLOPs per token, counted as
+    2 x active parameters of its layers (+ the lm_head, vocab*d, on the last stage; the
+    embedding lookup is a gather, no FLOPs). Ties go to the last stage. Even splits: the last."""
+    if not p.uneven_split:
+        return p.pp - 1
+    counts, start, best = stage_layer_counts(cfg.n_layers, p), 0, (-1.0, 0)
+    for s, n in enumerate(counts):
+        cost = sum(cfg.layer_params(i, active=True) for i in range(start, start + n))
+        cost += cfg.vocab * cfg.d_model if s == p.pp - 1 else 0
+        best = max(best, (cost, s))
+        start += n
+    return best[1]
+
+
 def stage_layers(cfg: TransformerConfig, p: Parallelism, stage: int | None = None) -> range:
     """Layer indices of pipeline stage ``stage`` (default: the last). With vp virtual stages
     the layers are spread in vp chunks; the count (and MoE/dense mix, up to chunk order) is
-    taken from one contiguous block of L/pp layers."""
-    n = cfg.n_layers // p.pp
+    taken from one contiguous block of the stage's layers (``stage_layer_counts``)."""
+    counts = stage_layer_counts(cfg.n_layers, p)
     s = p.pp - 1 if stage is None else stage
-    return range(s * n, (s + 1) * n)
+    start = sum(counts[:s])
+    return range(start, start + counts[s])
 
 
 def stage_moe_layers(cfg: TransformerConfig, p: Parallelism, stage: int | None = None) -> int:
@@ -68,7 +136,7 @@ def local_config(cfg: TransformerConfig, p: Parallelism, stage: int | None = Non
 
 @lru_cache(maxsize=64)
 def _local(cfg: TransformerConfig, p: Parallelism, stage: int) -> TransformerConfig:
-    n_layers = cfg.n_layers // p.pp
+    n_layers = len(stage_layers(cfg, p, stage))
     n_moe = stage_moe_layers(cfg, p, stage)
     H = cfg.n_heads // p.tp
     kv = max(1, cfg.n_kv_heads // p.tp) if not (cfg.mla and cfg.n_kv_heads == cfg.n_heads) else H
@@ -79,11 +147,12 @@ def _local(cfg: TransformerConfig, p: Parallelism, stage: int) -> TransformerCon
     return TransformerConfig(**data)
 
 
-def kv_replicated_weight_bytes(cfg: TransformerConfig, p: Parallelism, param_bytes: float) -> float:
+def kv_replicated_weight_bytes(cfg: TransformerConfig, p: Parallelism, param_bytes: float,
+                               stage: int | None = None) -> float:
     """Extra K/V projection weight bytes on ONE GPU when tp > n_kv_heads (GQA): it holds one
     whole KV head (2*d*Dh per layer) instead of the Hkv/tp share of one: 2*d*Dh*(1 - Hkv/tp)
     per layer of its stage, times the parameter bytes. 0 when tp <= n_kv_heads or MLA."""
     if cfg.mla or p.tp <= cfg.n_kv_heads:
         return 0.0
     per_layer = 2 * cfg.d_model * cfg.head_dim * (1 - cfg.n_kv_heads / p.tp)
-    return per_layer * (cfg.n_layers // p.pp) * param_bytes
+    return per_layer * len(stage_layers(cfg, p, stage)) * param_bytes

@@ -7,6 +7,8 @@ becomes a TrainingWorkload on a Cluster with the stack it ran (Megatron-Core +
 TransformerEngine) and the assumptions below, each stated because the tables do
 not: sequence parallelism on whenever tp > 1, the distributed optimizer (ZeRO-1)
 as Megatron-Bridge recipes use, no activation recompute unless the row says so.
+Layer counts not divisible by pp*vp get the split Megatron-Bridge's recipe for that model
+uses (``pipeline_split``).
 Compared: tokens/s/GPU (the metric every source gives or implies). Rows that
 cannot be predicted are listed with the reason, never dropped.
 """
@@ -48,8 +50,37 @@ def _fill(row) -> dict:
     return fill
 
 
+# Megatron-Bridge DeepSeek-V3 recipe (set_deepseek_v3_pipeline_model_parallel_layout,
+# NVIDIA-NeMo/Megatron-Bridge src/megatron/bridge/recipes/deepseek/deepseek_v3.py): transformer
+# layers per virtual stage for each (pp, vp); (8, 4) is the performance scripts' H100 layout
+# "Et|(tt|)*30mL". The MTP layer and the loss sit in the last virtual stage (MTP not modelled).
+_DSV3_LAYOUT = {
+    (4, 1): (16, 16, 16, 13), (8, 1): (8,) * 7 + (5,), (4, 2): (8,) * 7 + (5,),
+    (16, 1): (4,) * 15 + (1,), (8, 2): (4,) * 15 + (1,), (4, 4): (4,) * 15 + (1,),
+    (8, 4): (1,) + (2,) * 30 + (0,),
+}
+
+
+def pipeline_split(cfg, pp: int, vp: int) -> dict:
+    """Parallelism fields of the pipeline split a row ran with (none when even).
+    DeepSeek-V3 (61 layers): the recipe's layout table above. Others (Llama 3.1 405B's 126,
+    Qwen3-235B's 94 layers): Megatron-Bridge sets account_for_embedding_in_pipeline_split and
+    account_for_loss_in_pipeline_split (recipes/llama/llama3.py llama31_405b_pretrain_config;
+    the Qwen3 recipes likewise), so n_layers + 2 is split evenly."""
+    L = cfg.n_layers
+    if pp == 1 or L % (pp * vp) == 0:
+        return {}
+    if cfg.mla and L == 61 and (pp, vp) in _DSV3_LAYOUT:
+        return {"layout": _DSV3_LAYOUT[(pp, vp)]}
+    return {"pp_split_embedding": True, "pp_split_loss": True}
+
+
 def workload_for(row) -> TrainingWorkload:
     par = row.parallelism(**_fill(row))
+    split = pipeline_split(row.transformer_config(), par.pp, par.vp)
+    if split:
+        par = par.model_copy(update=split)
+        par = type(par)(**par.model_dump())     # re-validate
     ga = row.gbs // (row.mbs * par.dp) if row.mbs else None
     if not ga or row.gbs % (row.mbs * par.dp):
         raise ValueError(f"gbs={row.gbs} is not mbs={row.mbs} x dp={par.dp} x an integer")
