@@ -87,14 +87,18 @@ def norm(c: Ctx, name: str, R: int, W: int, n: int, consumers: int, resid_in: bo
     return Pair(fwd, chain(name, "norm", "bwd", bwd_k, cnt, e) if c.train else [])
 
 
-def _rope_eager(c: Ctx, n: float, t: float) -> tuple[list[Kern], list[Kern]]:
+def _rope_eager(c: Ctx, n: float, t: float, tb: float | None = None) -> tuple[list[Kern], list[Kern]]:
     """One tensor of n elements: x*cos, neg(x2), cat, rot*sin, add [+ autocast cast for SDPA].
     Under autocast the fp32 cos/sin tables (llama_ref) promote the products to fp32.
-    Backward: [cast of the SDPA grad to fp32], g*sin [+ cast], neg, cat (chunk backward),
-    g*cos [+ cast], add of the two paths, and the reshape copy of the grad into the
-    projection's [B, S, H*D] layout (H200 trace: 8 kernels per tensor under autocast)."""
-    a, tb = c.act, (4.0 if c.autocast else c.act)
-    o = 4.0 if c.autocast else a
+    ``tb``: bytes per table element (default: 4 under autocast, else the act dtype); the
+    products and their sum are at the wider of act and table (fp32 tables promote bf16 q/k
+    even without autocast). Backward: [cast of the SDPA grad to fp32], g*sin [+ cast], neg,
+    cat (chunk backward), g*cos [+ cast], add of the two paths, and the reshape copy of the
+    grad into the projection's [B, S, H*D] layout (H200 trace: 8 kernels per tensor under
+    autocast)."""
+    a = c.act
+    tb = (4.0 if c.autocast else a) if tb is None else tb
+    o = max(a, tb)
     fwd: list[Kern] = [(n, a * n + tb * t, o * n), (n / 2, a * n / 2, a * n / 2), (0, a * n, a * n),
                        (n, a * n + tb * t, o * n), (n, 2 * o * n, o * n)]
     bwd: list[Kern] = [(n, o * n + tb * t, o * n), (n / 2, a * n / 2, a * n / 2), (0, a * n, a * n),
@@ -106,16 +110,18 @@ def _rope_eager(c: Ctx, n: float, t: float) -> tuple[list[Kern], list[Kern]]:
     return fwd, bwd
 
 
-def rope(c: Ctx, name: str, nq: float, nk: float, table: float, n: int, cat: float = 0.0) -> Pair:
+def rope(c: Ctx, name: str, nq: float, nk: float, table: float, n: int, cat: float = 0.0,
+         table_bytes: float | None = None) -> Pair:
     """Rotary embedding on nq query and nk key elements (per instance), cos/sin tables of
-    ``table`` elements each. ``cat``: elements of MLA's cat(nope, rope) outputs (eager: one
-    copy kernel each for q and k). Fused: one kernel reading q, k, tables, writing q, k."""
+    ``table`` elements each (``table_bytes`` per element: see _rope_eager; eager only).
+    ``cat``: elements of MLA's cat(nope, rope) outputs (eager: one copy kernel each for q and
+    k). Fused: one kernel reading q, k, tables, writing q, k."""
     a, cnt = c.act, n * c.mb
     if c.f("rope"):
         fwd_k = [(3 * (nq + nk), a * (nq + nk + cat) + 2 * a * table, a * (nq + nk + cat))]
         bwd_k = [(3 * (nq + nk), a * (nq + nk + cat) + 2 * a * table, a * (nq + nk + cat))]
     else:
-        (fq, bq), (fk, bk) = _rope_eager(c, nq, table), _rope_eager(c, nk, table)
+        (fq, bq), (fk, bk) = _rope_eager(c, nq, table, table_bytes), _rope_eager(c, nk, table, table_bytes)
         cats: list[Kern] = [(0, a * cat / 2, a * cat / 2)] * 2 if cat else []
         fwd_k, bwd_k = fq + fk + cats, bq + bk
     fwd = chain(name, "elementwise", "fwd", fwd_k, cnt, nq + nk)

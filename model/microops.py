@@ -2,11 +2,21 @@
 
 Each returns one Op whose FLOPs and bytes follow the same conventions as the
 workload builders (each input read once, each output written once).
+
+The ``*_chain`` constructors return the ops of ONE eager elementwise chain (RMSNorm,
+SwiGLU, RoPE, cross-entropy) exactly as validation/runners/cases_elementwise.py runs it,
+built by the very functions the workload builders use (model/chains.py): a microbenchmark
+of the chain validates the kernels and bytes every workload step counts. No autocast
+(the runner calls the module on tensors of the given dtype). Time of a list of ops:
+sum of ``estimate_op(op, gpu).time_s * op.count`` (GPU time, as a graph replay measures).
 """
 
 from __future__ import annotations
 
+from .chains import act, cross_entropy, norm, rope
+from .config import TransformerConfig
 from .ops import DTYPE_BYTES, Op
+from .ops_common import Ctx
 
 
 def gemm(m: int, n: int, k: int, dtype: str = "bf16", batch: int = 1,
@@ -62,3 +72,64 @@ def _positive(**sizes: int) -> None:
     for field, v in sizes.items():
         if not isinstance(v, int) or v <= 0:
             raise ValueError(f"{field} must be a positive integer, got {v!r}")
+
+
+# ---- eager chains (model/chains.py) as one microbenchmark runs them ----
+
+def _chain_ctx(act_dtype: str, resid_dtype: str | None = None, weight_dtype: str | None = None,
+               train: bool = False, fused: frozenset | set = frozenset(), mlp: str = "swiglu") -> Ctx:
+    """A one-instance step context (B = S = 1, one micro-batch, no autocast, no parallelism):
+    the chain builders then count exactly one chain over the tensors given to them."""
+    cfg = TransformerConfig(name="microop", n_layers=1, d_model=64, n_heads=1, ffn=64, vocab=64, mlp=mlp)
+    a = DTYPE_BYTES[act_dtype]
+    r = DTYPE_BYTES[resid_dtype or act_dtype]
+    return Ctx(cfg=cfg, B=1, S=1, Skv=1, act=a, resid=r, gemm=act_dtype, gin=r, wb=a,
+               pw=DTYPE_BYTES[weight_dtype or act_dtype], mb=1, train=train, autocast=False,
+               fused=frozenset(fused))
+
+
+def rmsnorm_chain(t: int, d: int, dtype: str = "fp32", backward: bool = False, fused: bool = False,
+                  weight_dtype: str | None = None) -> list[Op]:
+    """llama_ref.RMSNorm (HF LlamaRMSNorm) on x[t, d] of ``dtype`` with a weight of
+    ``weight_dtype`` (default: the same; fp32 module in amp training, bf16 model in inference).
+    Eager fwd: [x.float()], pow, mean, +eps, rsqrt, mul, [.to(dtype)], *weight (6 kernels in
+    fp32, 8 in bf16). ``backward``: + autograd of the chain for dx and dweight with an
+    incoming grad of ``dtype`` (one consumer, no residual skip path). ``fused``: one kernel
+    each way (the model's "norm" fusion group)."""
+    _positive(t=t, d=d)
+    c = _chain_ctx(dtype, weight_dtype=weight_dtype, train=backward, fused={"norm"} if fused else ())
+    pr = norm(c, "norm", t, d, 1, 1, resid_in=False, stream=True)
+    return pr.fwd + pr.bwd
+
+
+def swiglu_chain(t: int, ffn: int, dtype: str = "bf16", backward: bool = False, fused: bool = False) -> list[Op]:
+    """F.silu(gate) * up on [t, ffn] tensors of ``dtype``: silu and mul (2 kernels); backward
+    2 muls + silu_backward. ``fused``: one kernel each way (the "act" fusion group)."""
+    _positive(t=t, ffn=ffn)
+    c = _chain_ctx(dtype, train=backward, fused={"act"} if fused else ())
+    pr = act(c, "swiglu", float(t * ffn), 1)
+    return pr.fwd + pr.bwd
+
+
+def rope_chain(b: int, s: int, hq: int, hkv: int, hd: int, table_dtype: str = "fp32", dtype: str = "bf16",
+               backward: bool = False, fused: bool = False) -> list[Op]:
+    """llama_ref.apply_rope on q[b, hq, s, hd] and k[b, hkv, s, hd] of ``dtype`` with cos/sin
+    tables [s, hd] of ``table_dtype``: per tensor x*cos, neg, cat, rot*sin, add (5 kernels;
+    fp32 tables promote the products and the output to fp32). ``fused``: one kernel (the
+    "rope" fusion group)."""
+    _positive(b=b, s=s, hq=hq, hkv=hkv, hd=hd)
+    c = _chain_ctx(dtype, train=backward, fused={"rope"} if fused else ())
+    pr = rope(c, "rope", float(b * s * hq * hd), float(b * s * hkv * hd), float(s * hd), 1,
+              table_bytes=DTYPE_BYTES[table_dtype])
+    return pr.fwd + pr.bwd
+
+
+def cross_entropy_chain(t: int, vocab: int, logits_dtype: str = "fp32", backward: bool = False,
+                        fused: bool = False) -> list[Op]:
+    """F.cross_entropy(logits[t, vocab], targets[t]) (mean): [.float() cast of non-fp32 logits],
+    log_softmax + nll gather; ``backward``: + the seed fill, nll grad (zero-fill + scatter),
+    log_softmax backward [and the cast back]. ``fused``: one kernel each way."""
+    _positive(t=t, vocab=vocab)
+    c = _chain_ctx(logits_dtype, train=backward, fused={"cross_entropy"} if fused else ())
+    pr = cross_entropy(c, t, vocab)
+    return pr.fwd + (pr.bwd if backward else [])

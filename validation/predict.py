@@ -8,7 +8,8 @@ reason (the compare report lists those; nothing is skipped silently).
 from __future__ import annotations
 
 from ..model import InferenceWorkload, TrainingWorkload, TransformerConfig
-from ..model.microops import attention, gemm, memory_kernel, reduction
+from ..model.microops import (attention, cross_entropy_chain, gemm, memory_kernel, reduction, rmsnorm_chain,
+                              rope_chain, swiglu_chain)
 from ..sim.estimate import estimate, estimate_op, resolve_gpu
 from ..sim.stacks import get_stack
 
@@ -90,14 +91,48 @@ def chain_traffic(p: dict) -> tuple[float, float]:
 
 def chain_op(p: dict):
     if p["op"] not in FUSED_SINGLE_KERNEL or p.get("pass") != "fwd":
-        raise NotPredicted(f"{p['op']} {p.get('pass')}: multi-kernel eager chain; compared end to end only")
+        raise NotPredicted(f"{p['op']} {p.get('pass')}: no single-kernel model")
     r, w = chain_traffic(p)
     return memory_kernel(r, w, kind="norm" if "norm" in p["op"] else "elementwise")
 
 
+def eager_chain_ops(p: dict) -> list:
+    """The ops of one multi-kernel eager chain as cases_elementwise.py runs it (model/chains.py
+    through the microops constructors): fwd, or fwd + autograd backward for pass fwd+bwd."""
+    op, bwd = p["op"], bool(p.get("bwd"))
+    if op == "rmsnorm_hf":
+        return rmsnorm_chain(p["t"], p["d"], p["dtype"], backward=bwd)
+    if op == "swiglu_act":
+        return swiglu_chain(p["t"], p["ffn"], "bf16", backward=bwd)
+    if op == "rope":
+        return rope_chain(p["b"], p["s"], p["hq"], p["hkv"], p["hd"], p["table_dtype"], "bf16", backward=bwd)
+    if op == "cross_entropy":
+        return cross_entropy_chain(p["t"], p["vocab"], "fp32", backward=bwd)
+    raise NotPredicted(f"{op} {p.get('pass')}: no chain model")
+
+
+def ops_time_s(ops: list, gpu: str) -> float:
+    """GPU time of a list of ops run back to back (graph replay: no host launch cost)."""
+    return sum(estimate_op(o, gpu).time_s * o.count for o in ops)
+
+
+# Eager chains whose ops are built (eager_chain_ops) but not yet compared: the streaming
+# model misses them by more than their kind's CI guard on the held-out split (LOG.md,
+# "Eager chains"). Remove an entry once the mechanism is modelled.
+CHAIN_NOT_COMPARED = {
+    "swiglu_act": "eager chain over-predicted ~+16% (held out; elementwise guard 4%/8%): silu is a vectorized "
+                  "read=write kernel at ~0.81 of HBM, the read/write model charges writes at 0.30",
+}
+
+
 def predict_chain(p: dict, gpu: str) -> float:
-    """Single-kernel memory-bound ops: their traffic at the achieved read/write rates."""
-    return estimate_op(chain_op(p), gpu).time_s
+    """Single-kernel memory-bound ops: their traffic at the achieved read/write rates;
+    multi-kernel eager chains: the sum of their ops' times (model/chains.py's aggregation)."""
+    if p["op"] in FUSED_SINGLE_KERNEL and p.get("pass") == "fwd":
+        return estimate_op(chain_op(p), gpu).time_s
+    if p["op"] in CHAIN_NOT_COMPARED:
+        raise NotPredicted(f"{p['op']} {p.get('pass')}: {CHAIN_NOT_COMPARED[p['op']]}")
+    return ops_time_s(eager_chain_ops(p), gpu)
 
 
 def config_from(p: dict) -> TransformerConfig:

@@ -1,0 +1,58 @@
+"""The eager-chain microop constructors: one chain as validation/runners/cases_elementwise.py
+runs it, built by model/chains.py (kernel counts as traced on H200, torch 2.11)."""
+
+import pytest
+
+from mechsim.model import chains
+from mechsim.model.microops import (_chain_ctx, cross_entropy_chain, rmsnorm_chain, rope_chain,
+                                    swiglu_chain)
+
+
+def _kernels(ops):
+    return sum(o.kernels * o.count for o in ops)
+
+
+def test_rmsnorm_chain_kernels_and_bytes():
+    t, d = 4096, 2048
+    e = t * d
+    fwd = rmsnorm_chain(t, d, "fp32")
+    assert [o.phase for o in fwd] == ["fwd"] and _kernels(fwd) == 6   # pow mean +eps rsqrt mul *w
+    assert _kernels(rmsnorm_chain(t, d, "bf16")) == 8                  # + .float() and .to(bf16)
+    both = rmsnorm_chain(t, d, "fp32", backward=True)
+    assert [o.phase for o in both] == ["fwd", "bwd"] and _kernels(both) == 6 + 13
+    # every fp32 [t, d] pass: pow, h*rstd, w*h write e*4 bytes each; mean writes one fp32 per row
+    assert fwd[0].bytes_written == pytest.approx(3 * 4 * e + 4 * t + 4 * t + 4 * t)
+    assert _kernels(rmsnorm_chain(t, d, "fp32", fused=True)) == 1
+
+
+def test_swiglu_and_cross_entropy_chains():
+    s = swiglu_chain(4096, 8192)
+    assert _kernels(s) == 2 and s[0].bytes_read == pytest.approx(3 * 2 * 4096 * 8192)
+    assert _kernels(cross_entropy_chain(4096, 32000)) == 2                     # log_softmax, nll
+    assert _kernels(cross_entropy_chain(4096, 32000, backward=True)) == 2 + 4  # fill, zero, scatter, bwd
+    # a 16384 x 128256 fp32 zero-fill (8.4 GB) runs as 4 launches of 32-bit offsets
+    assert _kernels(cross_entropy_chain(16384, 128256, backward=True)) == 2 + 7
+    assert _kernels(cross_entropy_chain(4096, 32000, "bf16")) == 3              # + .float() copy
+
+
+def test_rope_chain_table_dtype_promotes_outputs():
+    b, s, hq, hkv, hd = 1, 4096, 32, 8, 128
+    n = b * s * (hq + hkv) * hd
+    bf, f32 = rope_chain(b, s, hq, hkv, hd, "bf16"), rope_chain(b, s, hq, hkv, hd, "fp32")
+    assert _kernels(bf) == _kernels(f32) == 10    # per tensor: *cos, neg, cat, *sin, add
+    # writes: two products + add at the output dtype, neg and cat at bf16 (n/2 and n elements)
+    assert bf[0].bytes_written == pytest.approx(2 * (3 * n + n / 2 + n))
+    assert f32[0].bytes_written == pytest.approx(4 * 3 * n + 2 * (n / 2 + n))
+
+
+def test_rope_chain_is_the_workload_builder():
+    """Same numbers as chains.rope with the workload's default table dtype (the act dtype)."""
+    c = _chain_ctx("bf16")
+    ref = chains.rope(c, "rope", 2 * 4096 * 32 * 128.0, 2 * 4096 * 8 * 128.0, 4096 * 128.0, 1)
+    assert rope_chain(2, 4096, 32, 8, 128, "bf16") == ref.fwd
+
+
+@pytest.mark.parametrize("bad", [dict(t=0, d=8), dict(t=8, d=-1)])
+def test_rejects_non_positive_sizes(bad):
+    with pytest.raises(ValueError):
+        rmsnorm_chain(**bad)
