@@ -112,15 +112,20 @@ def moe(c: Ctx, n: int) -> list[Pair]:
     Expert parallel (c.ep > 1): the router scores all E = n_experts*ep experts; this GPU's
     n_experts local experts receive T*k copies (from the ep GPUs' T tokens each, uniform
     routing), hit = E_local*(1-(1-k/E)^(T*ep)); all_to_all dispatch and combine (model/comm.py).
+    With ep > 1 and several local experts, Megatron-Core's all-to-all dispatcher re-sorts the
+    received tokens by local expert after the dispatch and back before the combine
+    ("permutation 2", ``sort_chunks_by_idxs``: megatron/core/transformer/moe/token_dispatcher.py
+    MoEAlltoAllTokenDispatcher.dispatch_postprocess / combine_preprocess): ``sort_chunks``.
     """
     m, T = c.cfg.moe, c.T
     E, El, k, d = m.n_experts * c.ep, m.n_experts, m.top_k, c.cfg.d_model
     hit = max(1, round(El * (1.0 - (1.0 - k / E) ** (T * c.ep))))
     gk = 1 if c.f("grouped_gemm") else hit
+    sort = [_sort_chunks(c, T, d, k, n)] if c.ep > 1 and El > 1 and c.f("moe_permute") else []
     out = [linear(c, "layer/moe/router", T, E, d, n), _topk(c, T, E, k, n), _permute(c, T, d, k, hit, n),
-           ep_a2a(c, "moe_dispatch", n)]
+           ep_a2a(c, "moe_dispatch", n)] + sort
     out += mlp(c, "layer/moe/experts", T * k / hit, m.expert_ffn, n, batch=hit, kernels=gk)
-    out += [ep_a2a(c, "moe_combine", n), _unpermute(c, T, d, k, hit, n)]
+    out += sort + [ep_a2a(c, "moe_combine", n), _unpermute(c, T, d, k, hit, n)]
     if m.n_shared_experts:
         out += mlp(c, "layer/moe/shared", T, m.shared_ffn_total, n)
     return out
@@ -139,6 +144,16 @@ def _topk(c: Ctx, T: int, E: int, k: int, n: int) -> Pair:
         bk = [(T * k, 8 * T * k, 4 * T * E), (2 * T * E, 8 * T * E, 4 * T * E), (0, 4 * T * E, a * T * E)]
     return Pair(chain("layer/moe/topk", "softmax", "fwd", fk, cnt, T * E),
                 chain("layer/moe/topk", "softmax", "bwd", bk, cnt, T * E) if c.train else [])
+
+
+def _sort_chunks(c: Ctx, T: int, d: int, k: int, n: int) -> Pair:
+    """One chunk re-sort of the T*k received token copies (and their fp32 probabilities on the
+    dispatch side; TE's fused moe_sort_chunks_by_index): a gather, reading and writing every
+    row once; its backward is the inverse gather of the gradient."""
+    a, e, cnt = c.act, T * d, n * c.mb
+    one = [(0, a * k * e + 4 * T * k, a * k * e + 4 * T * k)]
+    return Pair(chain("layer/moe/sort_chunks", "memcpy", "fwd", one, cnt, k * e),
+                chain("layer/moe/sort_chunks", "memcpy", "bwd", one, cnt, k * e) if c.train else [])
 
 
 def _permute(c: Ctx, T: int, d: int, k: int, hit: int, n: int) -> Pair:

@@ -66,3 +66,18 @@ def test_more_layers_on_timed_stage_is_slower_in_flops():
     heavy = w.model_copy(update={"parallel": Parallelism(pp=4, first_stage_layers=5, last_stage_layers=11)})
     f = lambda x: sum(o.flops * o.count for o in build_ops(x))
     assert f(heavy) > f(w)
+
+
+def test_moe_sort_chunks_only_with_expert_parallel():
+    """Megatron's all-to-all dispatcher re-sorts received tokens by local expert (ep > 1)."""
+    cfg = get_preset("qwen3-30b-a3b")
+    base = dict(model=cfg, mbs=1, seq=1024, grad_accum=8)
+    fused = frozenset({"moe_permute", "grouped_gemm"})
+    one = build_ops(TrainingWorkload(**base, parallel=Parallelism(dp=8)), fused=fused)
+    ep = build_ops(TrainingWorkload(**base, parallel=Parallelism(dp=8, ep=8)), fused=fused)
+    assert not [o for o in one if o.name == "layer/moe/sort_chunks"]
+    s = [o for o in ep if o.name == "layer/moe/sort_chunks"]
+    T, k, d = 1024, cfg.moe.top_k, cfg.d_model
+    fwd = sum(o.bytes_written * o.count for o in s if o.phase == "fwd")
+    # two sorts per MoE layer per micro-batch, each writing T*k rows of d bf16 + fp32 probs
+    assert fwd == pytest.approx(2 * cfg.n_moe_layers * 8 * (2 * T * k * d + 4 * T * k))
