@@ -84,6 +84,7 @@ def _parser() -> argparse.ArgumentParser:
     cal.add_argument("--gpu", default="h200_sxm")
     cal.add_argument("paths", nargs="*", help="run files or folders (default: validation/data)")
     cal.add_argument("--dry-run", action="store_true", help="print the fit, write nothing")
+    _add_plan_parser(sub)
     return ap
 
 
@@ -239,7 +240,37 @@ def cmd_op(a: argparse.Namespace) -> int:
     return 0
 
 
-COMMANDS = {"validate": cmd_validate, "estimate": cmd_estimate, "hw": cmd_hw, "models": cmd_models, "stacks": cmd_stacks, "op": cmd_op}
+def _add_plan_parser(sub) -> None:
+    pl = sub.add_parser("plan", help="search parallel plans (tp, pp, vp, dp, cp, ep, mbs, recompute, zero)")
+    pl.add_argument("--model", required=True, help="preset name or path to a HF config.json")
+    pl.add_argument("--hw", default="hgx_h100", help="node system (see `mechsim hw list`)")
+    pl.add_argument("--nodes", type=int, required=True, help="nodes of --hw")
+    pl.add_argument("--gbs", type=int, required=True, help="global batch (sequences)")
+    pl.add_argument("--seq", type=int, default=4096)
+    pl.add_argument("--precision", default="bf16", help="amp_bf16 | bf16 | fp8 | fp32")
+    pl.add_argument("--stack", default="megatron_te")
+    pl.add_argument("--top", type=int, default=10, help="rows shown")
+    pl.add_argument("--tp", type=int, action="append", default=None, help="pin tp (repeatable)")
+    pl.add_argument("--tp-beyond-nvlink", action="store_true", help="allow tp larger than one NVLink domain")
+    pl.add_argument("--max-cp", type=int, default=16)
+    pl.add_argument("--max-vp", type=int, default=8)
+
+
+def cmd_plan(a: argparse.Namespace) -> int:
+    from .model import from_hf_config, preset
+    from .sim.cluster import Cluster
+    from .sim.search import format_table, search_plans
+    from .sim.search_space import SearchSpace
+    m = from_hf_config(a.model) if a.model.endswith(".json") else preset(a.model)
+    space = SearchSpace(tp=tuple(a.tp) if a.tp else None, tp_beyond_nvlink=a.tp_beyond_nvlink,
+                        max_cp=a.max_cp, max_vp=a.max_vp)
+    res = search_plans(m, Cluster(system=a.hw, nodes=a.nodes), a.gbs, a.seq, a.precision, a.stack, a.top, space)
+    print(format_table(res))
+    return 0
+
+
+COMMANDS = {"validate": cmd_validate, "estimate": cmd_estimate, "hw": cmd_hw, "models": cmd_models, "stacks": cmd_stacks, "op": cmd_op,
+            "plan": cmd_plan}
 
 
 def main(argv: list[str] | None = None) -> int:

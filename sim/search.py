@@ -1,0 +1,279 @@
+"""Plan search: the fastest parallel plans of a model on a cluster for a global batch.
+
+    search_plans(model, cluster, gbs, seq) -> SearchResult
+
+1. Enumerate (tp, pp, vp, dp, cp, ep, zero) x mbs x recompute over the space of
+   sim/search_space.py (limits stated there and in ``SearchResult.space``); grad_accum =
+   gbs / (dp * mbs). Plans the model rejects (model/plan_check.py) are counted by reason.
+2. Memory: the per-GPU bytes Estimate.memory would report (cached parts, no timing); plans
+   over the GPU's HBM are dropped and counted.
+3. The rest are sorted by a lower bound on their step time (ideal tensor-core time plus the
+   pipeline fill/drain) and estimated in that order with the full multi-GPU model
+   (sim.estimate.estimate on the Cluster); once the bound of the next plan is no better than
+   the ``top``-th best estimate, no later plan can enter the table and the search stops.
+4. Rows are ranked by step time; each says why it beats the next row (which fields differ,
+   and which parts of the step -- compute, bubble, exposed communication per group -- move).
+
+Speed: group layouts and network flow rates come from sim/search_net.py (numpy, cached per
+group kind and the degrees it depends on), op lists from the estimator's own caches. No
+plan's estimate is kept across calls: every call times each surviving plan afresh.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+
+from ..model import TrainingWorkload, preset
+from ..model.parallel import Parallelism
+from .cluster import Cluster
+from .estimate import calibrated_stack, estimate
+from .search_net import fast_network
+from .search_space import RECOMPUTE, Bounds, Candidate, SearchSpace, degrees, reason
+from .stacks import get_stack
+
+GiB = 2.0 ** 30
+
+
+@dataclass(frozen=True)
+class PlanRow:
+    """One estimated plan (SI units: seconds, bytes)."""
+
+    parallel: Parallelism
+    mbs: int
+    grad_accum: int
+    recompute: str
+    step_time_s: float
+    tokens_per_s_per_gpu: float
+    mfu: float
+    memory_bytes: float
+    headroom_bytes: float
+    compute_s: float                                   # GPU-busy kernel time of the step
+    exposed_comm_s: dict = field(default_factory=dict)  # per group kind (tp, cp, ep, pp, dp)
+    bubble_s: float = 0.0
+    why: str = ""
+
+    @property
+    def total(self) -> float:
+        return self.step_time_s
+
+    @property
+    def plan(self) -> str:
+        p = self.parallel
+        s = " ".join(f"{k}={getattr(p, k)}" for k in ("tp", "pp", "vp", "dp", "cp", "ep") if getattr(p, k) > 1)
+        return f"{s or 'dp=1'} zero={p.zero} mbs={self.mbs} ga={self.grad_accum} rc={self.recompute}"
+
+
+@dataclass(frozen=True)
+class SearchCounts:
+    """How the space was cut down: enumerated = invalid + not_fitting + dominated + pruned_by_bound
+    + estimated. ``invalid`` counts by reason, including plans the model could not size or the
+    estimator rejected ("memory: ...", "estimate: ..."); ``dominated``: more recompute than the
+    plan needs to fit (SearchSpace.recompute_only_if_needed)."""
+
+    enumerated: int
+    invalid: dict
+    not_fitting: int
+    dominated: int
+    pruned_by_bound: int
+    estimated: int
+
+    @property
+    def invalid_total(self) -> int:
+        return sum(self.invalid.values())
+
+
+@dataclass(frozen=True)
+class SearchResult:
+    """Ranked rows (fastest first) and what the search did."""
+
+    model: str
+    cluster: str
+    gpus: int
+    gbs: int
+    seq: int
+    precision: str
+    stack: str
+    rows: tuple[PlanRow, ...]
+    counts: SearchCounts
+    space: str
+    elapsed_s: float
+
+    @property
+    def best(self) -> PlanRow | None:
+        return self.rows[0] if self.rows else None
+
+
+def _cluster(cluster) -> Cluster:
+    if not isinstance(cluster, Cluster):
+        raise TypeError(f"cluster: expected a sim.cluster.Cluster (e.g. Cluster(system='hgx_h100', nodes=2048)), "
+                        f"got {type(cluster).__name__}")
+    return cluster
+
+
+def enumerate_plans(base: TrainingWorkload, cluster: Cluster, gbs: int, space: SearchSpace,
+                    bounds: Bounds) -> tuple[list[Candidate], Counter]:
+    """Candidates that fit, and counts: "enumerated", "not_fitting", "dominated" and one key per
+    invalid reason ("invalid: ...")."""
+    n: Counter = Counter()
+    n_rc = len(space.recompute)
+    out: list[Candidate] = []
+    for p in degrees(space, base.model, cluster.gpus, cluster.gpus_per_nvlink_domain):
+        for mbs in space.mbs:
+            n["enumerated"] += n_rc
+            if gbs % (p.dp * mbs):
+                n["invalid: gbs is not divisible by dp*mbs"] += n_rc
+                continue
+            try:
+                w0 = TrainingWorkload(**{**_fields(base), "parallel": p, "mbs": mbs, "grad_accum": gbs // (p.dp * mbs)})
+            except ValueError as e:
+                n["invalid: " + reason(e)] += n_rc
+                continue
+            out += _recompute_variants(w0, space, bounds, cluster, gbs, n)
+    return out, n
+
+
+def _recompute_variants(w0, space, bounds, cluster, gbs, n: Counter) -> list[Candidate]:
+    """The plan with the least recompute that fits (space.recompute_only_if_needed), or every
+    recompute setting that fits."""
+    out = []
+    cap = float(cluster.sys.gpu.hbm_capacity)
+    for rc in sorted(space.recompute, key=RECOMPUTE.index):
+        if out and space.recompute_only_if_needed:
+            n["dominated"] += 1
+            continue
+        w = w0.model_copy(update={"recompute": rc})
+        try:
+            mem = bounds.memory(w)
+        except ValueError as e:           # e.g. a pipeline stage left with no layer
+            n["invalid: memory: " + reason(e)] += 1
+            continue
+        if mem > cap:
+            n["not_fitting"] += 1
+            continue
+        out.append(Candidate(w, mem, bounds.step_lb(w, cluster.gpus, gbs)))
+    return out
+
+
+def _fields(w: TrainingWorkload) -> dict:
+    return {k: getattr(w, k) for k in ("model", "seq", "precision", "optimizer", "stack", "recompute")}
+
+
+def _row(c: Candidate, e) -> PlanRow:
+    w = c.workload
+    return PlanRow(w.parallel, w.mbs, w.grad_accum, w.recompute, e.step_time_s, e.tokens_per_s / e.gpus, e.mfu,
+                   e.memory.total, e.memory.headroom, e.gpu_busy_s, dict(e.exposed_comm),
+                   e.by_category.get("pipeline_bubble", 0.0))
+
+
+def estimate_best(cands: list[Candidate], cluster: Cluster, top: int,
+                  failed: Counter) -> tuple[list[PlanRow], int]:
+    """Estimate candidates in lower-bound order until no later one can enter the top rows.
+    Returns (rows sorted by step time, plans pruned by the bound); plans the estimator
+    rejects are counted in ``failed`` by reason."""
+    cands = sorted(cands, key=lambda c: c.step_lb_s)
+    rows: list[PlanRow] = []
+    with fast_network():
+        for i, c in enumerate(cands):
+            if len(rows) >= top and c.step_lb_s >= rows[top - 1].step_time_s:
+                return rows, len(cands) - i
+            try:
+                rows.append(_row(c, estimate(c.workload, cluster)))
+            except ValueError as e:
+                failed["invalid: estimate: " + reason(e)] += 1
+                continue
+            rows.sort(key=lambda r: r.step_time_s)
+    return rows, 0
+
+
+def search_plans(model, cluster: Cluster, gbs: int, seq: int, precision: str = "bf16",
+                 stack: str = "megatron_te", top: int = 10, constraints: SearchSpace | None = None) -> SearchResult:
+    """The ``top`` fastest plans of ``model`` (preset name or TransformerConfig) that fit on
+    ``cluster`` for a global batch of ``gbs`` sequences of ``seq`` tokens (module docstring)."""
+    t0 = time.perf_counter()
+    cluster, space = _cluster(cluster), constraints or SearchSpace()
+    if gbs < 1 or top < 1:
+        raise ValueError(f"gbs and top must be positive (gbs={gbs}, top={top})")
+    cfg = preset(model) if isinstance(model, str) else model
+    gpu = cluster.sys.gpu
+    base = TrainingWorkload(model=cfg, seq=seq, precision=precision, stack=stack)
+    fused = calibrated_stack(gpu, get_stack(stack)).fused
+    bounds = Bounds(base, fused, gpu)
+    cands, n = enumerate_plans(base, cluster, gbs, space, bounds)
+    rows, pruned = estimate_best(cands, cluster, top, n)
+    shown = rows[:top]
+    shown = [_with_why(r, shown[i + 1] if i + 1 < len(shown) else None, cluster) for i, r in enumerate(shown)]
+    invalid = {k.removeprefix("invalid: "): v for k, v in n.most_common() if k.startswith("invalid: ")}
+    counts = SearchCounts(n["enumerated"], invalid, n["not_fitting"], n["dominated"], pruned, len(rows))
+    return SearchResult(cfg.name, f"{cluster.nodes} x {cluster.system}", cluster.gpus, gbs, seq, precision, stack,
+                        tuple(shown), counts, space.describe(cluster.gpus_per_nvlink_domain),
+                        time.perf_counter() - t0)
+
+
+# ---- why each row wins ------------------------------------------------------------------------
+
+_FIELDS = ("tp", "pp", "vp", "dp", "cp", "ep", "zero")
+
+
+def _diffs(a: PlanRow, b: PlanRow) -> list[str]:
+    out = [f"{k}={getattr(a.parallel, k)} vs {getattr(b.parallel, k)}" for k in _FIELDS
+           if getattr(a.parallel, k) != getattr(b.parallel, k)]
+    out += [f"{k}={getattr(a, k)} vs {getattr(b, k)}" for k in ("mbs", "recompute") if getattr(a, k) != getattr(b, k)]
+    return out
+
+
+def _parts(r: PlanRow) -> dict[str, float]:
+    d = {"compute": r.compute_s, "bubble": r.bubble_s}
+    d.update({f"{g} comm": v for g, v in r.exposed_comm_s.items()})
+    return d
+
+
+def _moves(a: PlanRow, b: PlanRow) -> list[str]:
+    """The two parts of the step that differ most, signed (a minus b)."""
+    pa, pb = _parts(a), _parts(b)
+    delta = {k: pa.get(k, 0.0) - pb.get(k, 0.0) for k in set(pa) | set(pb)}
+    big = sorted(delta, key=lambda k: -abs(delta[k]))[:2]
+    return [f"{k} {delta[k] * 1e3:+.0f} ms" for k in big if abs(delta[k]) > 1e-4]
+
+
+def why(a: PlanRow, b: PlanRow | None, cluster: Cluster) -> str:
+    """Why ``a`` beats the next-best row ``b`` (fields that differ, parts of the step that move)."""
+    if b is None:
+        return "last row shown"
+    gain = (b.step_time_s - a.step_time_s) / b.step_time_s
+    s = f"{gain:.1%} faster than next"
+    diff = _diffs(a, b)
+    if diff:
+        s += f" ({', '.join(diff)})"
+    dom = cluster.gpus_per_nvlink_domain
+    if a.parallel.tp <= dom < b.parallel.tp:
+        s += f"; tp={a.parallel.tp} keeps TP inside NVLink"
+    moves = _moves(a, b)
+    return s + (": " + ", ".join(moves) if moves else "; same step parts (tie)")
+
+
+def _with_why(r: PlanRow, nxt: PlanRow | None, cluster: Cluster) -> PlanRow:
+    from dataclasses import replace
+    return replace(r, why=why(r, nxt, cluster))
+
+
+def format_table(res: SearchResult) -> str:
+    """The result as a plain-text table (units converted here: ms, GiB, %)."""
+    c = res.counts
+    head = [f"{res.model} on {res.cluster} ({res.gpus} GPUs), gbs={res.gbs} x seq={res.seq}, {res.precision}, "
+            f"{res.stack}: searched in {res.elapsed_s:.2f} s",
+            f"plans: {c.enumerated} enumerated, {c.invalid_total} invalid, {c.not_fitting} do not fit, "
+            f"{c.dominated} recompute more than needed, {c.pruned_by_bound} pruned by the step-time bound, "
+            f"{c.estimated} estimated",
+            f"space: {res.space}",
+            f"{'#':>2} {'plan':<52} {'step s':>8} {'tok/s/GPU':>9} {'MFU':>6} {'mem GiB':>7} {'free':>5} "
+            f"{'bubble':>7} exposed comm ms (tp/cp/ep/pp/dp)"]
+    for i, r in enumerate(res.rows, 1):
+        comm = "/".join(f"{r.exposed_comm_s.get(g, 0.0) * 1e3:.0f}" for g in ("tp", "cp", "ep", "pp", "dp"))
+        head.append(f"{i:>2} {r.plan:<52} {r.step_time_s:8.3f} {r.tokens_per_s_per_gpu:9.0f} {r.mfu:6.1%} "
+                    f"{r.memory_bytes / GiB:7.1f} {r.headroom_bytes / GiB:5.1f} {r.bubble_s:7.3f} {comm}")
+        head.append(f"   why: {r.why}")
+    for k, v in list(c.invalid.items())[:6]:
+        head.append(f"invalid x{v}: {k}")
+    return "\n".join(head)
