@@ -25,8 +25,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..model.parallel import GROUPS
-from . import overlap, pipeline
-from .cluster import Cluster, layouts
+from . import netfast, overlap, pipeline
+from .cluster import Cluster
 from .kernels import KernelTimes
 from .network import op_time
 from .optable import KINDS, PHASES, OpTable
@@ -67,10 +67,9 @@ def comm_times(t: OpTable, par, cluster: Cluster, eff, pipelined: bool = True) -
     return CommTimes(per_call, per_call * t.count, group)
 
 
-@functools.lru_cache(maxsize=64)
 def cluster_layouts(par, cluster: Cluster):
-    """Group layouts of a plan on a cluster (cached: the flow computation is costly)."""
-    return layouts(par, cluster)
+    """Group layouts of a plan on a cluster (netfast: numpy, cached per group kind)."""
+    return netfast.layouts(par, cluster)
 
 
 def _sum(x: np.ndarray, mask: np.ndarray) -> float:

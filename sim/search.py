@@ -14,7 +14,7 @@
 4. Rows are ranked by step time; each says why it beats the next row (which fields differ,
    and which parts of the step -- compute, bubble, exposed communication per group -- move).
 
-Speed: group layouts and network flow rates come from sim/search_net.py (numpy, cached per
+Speed: group layouts and network flow rates come from sim/netfast.py (numpy, cached per
 group kind and the degrees it depends on), op lists from the estimator's own caches. No
 plan's estimate is kept across calls: every call times each surviving plan afresh.
 """
@@ -29,7 +29,6 @@ from ..model import TrainingWorkload, preset
 from ..model.parallel import Parallelism
 from .cluster import Cluster
 from .estimate import calibrated_stack, estimate
-from .search_net import fast_network
 from .search_space import RECOMPUTE, Bounds, Candidate, SearchSpace, degrees, reason
 from .stacks import get_stack
 
@@ -174,16 +173,15 @@ def estimate_best(cands: list[Candidate], cluster: Cluster, top: int,
     rejects are counted in ``failed`` by reason."""
     cands = sorted(cands, key=lambda c: c.step_lb_s)
     rows: list[PlanRow] = []
-    with fast_network():
-        for i, c in enumerate(cands):
-            if len(rows) >= top and c.step_lb_s >= rows[top - 1].step_time_s:
-                return rows, len(cands) - i
-            try:
-                rows.append(_row(c, estimate(c.workload, cluster)))
-            except ValueError as e:
-                failed["invalid: estimate: " + reason(e)] += 1
-                continue
-            rows.sort(key=lambda r: r.step_time_s)
+    for i, c in enumerate(cands):
+        if len(rows) >= top and c.step_lb_s >= rows[top - 1].step_time_s:
+            return rows, len(cands) - i
+        try:
+            rows.append(_row(c, estimate(c.workload, cluster)))
+        except ValueError as e:
+            failed["invalid: estimate: " + reason(e)] += 1
+            continue
+        rows.sort(key=lambda r: r.step_time_s)
     return rows, 0
 
 

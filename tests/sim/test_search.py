@@ -1,4 +1,4 @@
-"""Plan search (sim/search.py, sim/search_space.py, sim/search_net.py)."""
+"""Plan search (sim/search.py, sim/search_space.py) and the numpy network twins (sim/netfast.py)."""
 
 import itertools
 import random
@@ -9,7 +9,7 @@ from mechsim.model import TrainingWorkload
 from mechsim.model.memory_parallel import gpu_memory
 from mechsim.model.parallel import Parallelism
 from mechsim.sim import cluster as C
-from mechsim.sim import search_net as F
+from mechsim.sim import netfast as F
 from mechsim.sim.estimate import estimate
 from mechsim.sim.search import PlanRow, search_plans, why
 from mechsim.sim.search_space import Bounds, SearchSpace
@@ -126,14 +126,10 @@ def test_fast_layouts_and_flow_rates_equal_cluster_py(cl):
                                                                          rel=1e-12)
 
 
-def test_fast_network_restores_the_modules():
+def test_estimates_use_the_numpy_twins():
     from mechsim.sim import distributed, network
-    before = distributed.cluster_layouts, network.flow_rate
-    with pytest.raises(RuntimeError):
-        with F.fast_network():
-            assert network.flow_rate is F.flow_rate
-            raise RuntimeError
-    assert (distributed.cluster_layouts, network.flow_rate) == before
+    assert network.flow_rate is F.flow_rate
+    assert distributed.cluster_layouts.__module__ == "mechsim.sim.distributed"
 
 
 def test_why_names_the_difference():

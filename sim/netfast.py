@@ -1,4 +1,4 @@
-"""Fast group layouts and flow rates for the plan search (numpy twins of sim/cluster.py).
+"""Fast group layouts and flow rates (numpy twins of sim/cluster.py), used by every estimate.
 
 sim/cluster.py places every group and loads every flow on the graph in Python loops: on 16,384
 GPUs one new group layout costs ~0.2 s and one flow computation ~0.5-1.5 s (measured; most of it
@@ -10,21 +10,16 @@ back to the twin itself.
 
 Layouts are cached per group kind and the degrees that kind depends on (the tp groups of a
 plan depend on tp only, the dp groups on tp, cp and dp, ...), so plans that differ in pp, vp,
-zero, mbs or recompute share them. ``fast_network()`` routes sim/distributed.py and
-sim/network.py through these functions for the duration of a ``with`` block: a module-level
-patch, because those modules take their layout and flow functions as globals. It is not
-thread-safe; the search holds it only while it estimates.
+zero, mbs or recompute share them. sim/distributed.py and sim/network.py call these; the
+twins in sim/cluster.py stay the readable reference the tests compare against.
 """
 
 from __future__ import annotations
-
-import contextlib
 
 import numpy as np
 
 from ..model.parallel import Parallelism
 from . import cluster as C
-from . import distributed, network
 
 _KEY = {"tp": ("tp",), "cp": ("tp", "cp"), "dp": ("tp", "cp", "dp"), "dp_cp": ("tp", "cp", "dp"),
         "pp": ("tp", "cp", "dp"), "ep": ("tp", "cp", "dp", "ep")}
@@ -213,17 +208,6 @@ def _flow_rate(cluster: C.Cluster, groups: tuple, pattern: str) -> float:
     if up_load:
         rates.append(cluster.leaf_ports()[1] * nic_bw / up_load)
     return min(rates)
-
-
-@contextlib.contextmanager
-def fast_network():
-    """Route distributed.cluster_layouts and network.flow_rate through this module."""
-    saved = distributed.cluster_layouts, network.flow_rate
-    distributed.cluster_layouts, network.flow_rate = layouts, flow_rate
-    try:
-        yield
-    finally:
-        distributed.cluster_layouts, network.flow_rate = saved
 
 
 def clear_caches() -> None:
