@@ -35,7 +35,9 @@ from ..model.parallel import Parallelism
 from ._toml import load_toml
 from .calibration import DATA
 
-GROUP_KINDS = ("tp", "cp", "ep", "dp", "dp_cp", "pp")
+GROUP_KINDS = ("tp", "cp", "ep", "dp", "dp_cp", "pp", "edp", "embed")
+# edp: expert data parallel (the dp*cp GPUs holding the same experts: stride ep);
+# embed: first and last pipeline stage (tied embedding/lm_head gradient all-reduce)
 Topology = Literal["rail_optimized", "fat_tree"]
 
 
@@ -202,7 +204,9 @@ def _group_key(par: Parallelism, kind: str, rank: int) -> tuple:
     tp_i, cp_i, dp_i, pp_i = _coords(par, rank)
     keys = {"tp": (cp_i, dp_i, pp_i), "cp": (tp_i, dp_i, pp_i), "dp": (tp_i, cp_i, pp_i),
             "dp_cp": (tp_i, pp_i), "pp": (tp_i, cp_i, dp_i),
-            "ep": (tp_i, pp_i, (cp_i + par.cp * dp_i) // par.ep)}
+            "ep": (tp_i, pp_i, (cp_i + par.cp * dp_i) // par.ep),
+            "edp": (tp_i, pp_i, (cp_i + par.cp * dp_i) % par.ep),
+            "embed": (tp_i, cp_i, dp_i) if pp_i in (0, par.pp - 1) else None}
     return keys[kind]
 
 
@@ -212,7 +216,9 @@ def group_members(par: Parallelism, kind: str) -> tuple[tuple[int, ...], ...]:
         raise ValueError(f"group kind {kind!r} unknown; known: {', '.join(GROUP_KINDS)}")
     out: dict[tuple, list[int]] = defaultdict(list)
     for r in range(par.gpus):
-        out[_group_key(par, kind, r)].append(r)
+        key = _group_key(par, kind, r)
+        if key is not None:          # embed: only the first and last stage take part
+            out[key].append(r)
     return tuple(tuple(v) for v in out.values())
 
 

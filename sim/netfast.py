@@ -22,7 +22,8 @@ from ..model.parallel import Parallelism
 from . import cluster as C
 
 _KEY = {"tp": ("tp",), "cp": ("tp", "cp"), "dp": ("tp", "cp", "dp"), "dp_cp": ("tp", "cp", "dp"),
-        "pp": ("tp", "cp", "dp"), "ep": ("tp", "cp", "dp", "ep")}
+        "pp": ("tp", "cp", "dp"), "ep": ("tp", "cp", "dp", "ep"), "edp": ("tp", "cp", "dp", "ep"),
+        "embed": ("tp", "cp", "dp", "pp")}
 
 
 def group_array(par: Parallelism, kind: str) -> np.ndarray:
@@ -34,9 +35,12 @@ def group_array(par: Parallelism, kind: str) -> np.ndarray:
         return r.transpose(0, 1, 3, 2).reshape(-1, par.cp)
     if kind == "dp":
         return r.transpose(0, 2, 3, 1).reshape(-1, par.dp)
-    if kind == "pp":
-        return r.transpose(1, 2, 3, 0).reshape(-1, par.pp)
+    if kind in ("pp", "embed"):
+        pp = r.transpose(1, 2, 3, 0).reshape(-1, par.pp)
+        return pp if kind == "pp" else np.unique(pp[:, [0, -1]], axis=1)   # first and last stage
     dpcp = r.transpose(0, 3, 1, 2).reshape(-1, par.dp * par.cp)       # dp major, cp minor
+    if kind == "edp":
+        return dpcp.reshape(dpcp.shape[0], -1, par.ep).transpose(0, 2, 1).reshape(-1, dpcp.shape[1] // par.ep)
     return dpcp if kind == "dp_cp" else dpcp.reshape(-1, par.ep)
 
 

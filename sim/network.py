@@ -191,11 +191,14 @@ def _sendrecv(nbytes, lay, cluster, eff) -> CollectiveTime:
 def op_time(op, layouts: dict[str, GroupLayout], cluster: Cluster, efficiency: Efficiency,
             **kw) -> CollectiveTime:
     """Time of one call of a model ``collective`` Op (shape = (bytes, group_size, OP_CODE,
-    GROUP_CODE), model/parallel.py). A dp op whose group_size is dp*cp uses the dp_cp layout."""
+    GROUP_CODE), model/parallel.py). A dp op whose group_size is dp*cp uses the dp_cp layout,
+    one of size dp*cp/ep the expert-dp layout; a pp op of 2 GPUs the first/last-stage pair."""
     nbytes, size, op_code, group_code = op.shape
     kind = GROUPS[group_code]
-    if kind == "dp" and layouts["dp"].size != size and layouts["dp_cp"].size == size:
-        kind = "dp_cp"
+    if kind == "dp" and layouts["dp"].size != size:
+        kind = "dp_cp" if layouts["dp_cp"].size == size else "edp"   # Megatron's dp*cp or expert-dp groups
+    if kind == "pp" and layouts["pp"].size != size and size == 2:
+        kind = "embed"      # tied embedding gradient: first and last stage only
     if layouts[kind].size != size:
         raise ValueError(f"op {op.name!r}: group_size {size} but the {kind} groups have {layouts[kind].size} GPUs")
     return collective_time_s(COLLECTIVE_OPS[op_code], nbytes, kind, layouts[kind], cluster, efficiency, **kw)

@@ -49,3 +49,22 @@ def test_sharded_memory_fits_where_one_gpu_does_not():
     one = estimate(_w(Parallelism(), ga=1, model="llama3-70b"), "h100")
     many = estimate(_w(Parallelism(tp=8, sp=True, pp=4, dp=2, zero=1), ga=8, model="llama3-70b"), "hgx_h100")
     assert not one.memory.fits and many.memory.fits
+
+
+def test_tied_embedding_gradient_runs_between_first_and_last_stage():
+    w = TrainingWorkload(model="llama3.2-1b", mbs=1, seq=2048, grad_accum=8, precision="bf16",
+                         stack="megatron_te", parallel=Parallelism(pp=4, dp=2))
+    assert estimate(w, "hgx_h100").step_time_s > 0
+
+
+@pytest.mark.parametrize("kind", ["edp", "embed"])
+def test_expert_dp_and_embedding_groups_match_their_reference(kind):
+    from mechsim.sim import cluster as C
+    from mechsim.sim import netfast as F
+    cl = C.Cluster(system="hgx_h100", nodes=4)
+    par = Parallelism(tp=1, pp=2, dp=8, cp=2, ep=4)
+    ref, fast = C.layout(par, cl, kind), F.layout(par, cl, kind)
+    assert tuple(ref.groups) == tuple(fast.groups)
+    assert (ref.size, ref.per_domain, ref.domains, ref.same_rails) == \
+        (fast.size, fast.per_domain, fast.domains, fast.same_rails)
+    assert ref.size == (4 if kind == "edp" else 2)
