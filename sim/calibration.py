@@ -98,8 +98,13 @@ def calibration_source(gpu_key: str) -> str | None:
     """The GPU whose calibrated file applies to ``gpu_key``: itself, a same-chip GPU, or None."""
     if (EFFICIENCY_DIR / f"{gpu_key}.toml").exists():
         return gpu_key
-    src = _transfers().get(gpu_key, {}).get("from")
+    src = transfer_source(gpu_key)
     return src if src and (EFFICIENCY_DIR / f"{src}.toml").exists() else None
+
+
+def transfer_source(gpu_key: str) -> str | None:
+    """The GPU ``gpu_key`` shares a die with, per efficiency/transfer.toml (or None)."""
+    return _transfers().get(gpu_key, {}).get("from")
 
 
 @functools.cache

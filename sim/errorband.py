@@ -3,19 +3,19 @@
 `mechsim validate compare` writes sim/data/accuracy.toml: for each validated GPU
 and estimate kind (train, prefill, decode, ...), the held-out MAPE and max error
 against measured runs. An estimate carries the band of its kind on its own GPU,
-else on the closest validated GPU of the same architecture, else "unvalidated".
+else on the GPU whose calibration it shares (sim/data/efficiency/transfer.toml: same
+die), else "unvalidated".
 """
 
 from __future__ import annotations
 
 import functools
 
-from .calibration import DATA
+from .calibration import DATA, transfer_source
 from .results import ErrorBand
 from ._toml import load_toml
 
 ACCURACY_FILE = DATA / "accuracy.toml"
-SAME_CHIP = {"h100_sxm": "h200_sxm", "h800_sxm": "h200_sxm", "h200_sxm": "h100_sxm"}
 
 
 @functools.cache
@@ -26,7 +26,7 @@ def _accuracy() -> dict:
 def band_for(mode: str, gpu_key: str, stack_key: str) -> ErrorBand:
     """Held-out error of ``mode`` estimates (on ``stack_key``) for the closest validated GPU."""
     acc = _accuracy()
-    for key, note in ((gpu_key, ""), (SAME_CHIP.get(gpu_key, ""), "same chip, other memory")):
+    for key, note in ((gpu_key, ""), (transfer_source(gpu_key) or "", "same chip, other memory")):
         rec = acc.get(key, {}).get(f"{mode}.{stack_key}")
         if rec:
             return ErrorBand("validated", rec["mape"], rec["max_error"], f"{mode}.{stack_key}", key,
