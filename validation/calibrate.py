@@ -53,7 +53,7 @@ class Group:
 
 
 def _gemm_op(p):
-    return [gemm(p["m"], p["n"], p["k"], GEMM_DTYPES[p["dtype"]])]
+    return [gemm(p["m"], p["n"], p["k"], GEMM_DTYPES[p["dtype"]], p.get("batch", 1))]
 
 
 def _memory_op(p):

@@ -51,7 +51,7 @@ def predict_launch(p: dict, gpu: str) -> float:
 
 
 def predict_gemm(p: dict, gpu: str) -> float:
-    return estimate_op(gemm(p["m"], p["n"], p["k"], GEMM_DTYPES[p["dtype"]]), gpu).time_s
+    return estimate_op(gemm(p["m"], p["n"], p["k"], GEMM_DTYPES[p["dtype"]], p.get("batch", 1)), gpu).time_s
 
 
 def predict_attention(p: dict, gpu: str) -> float:

@@ -121,7 +121,9 @@ def _full() -> list[Case]:
             # and the cuDNN kernel the eager and graphed decode steps really use
             + _decode([2, 4, 12, 16, 24, 48], [8192])
             + _decode([2, 4, 8, 16, 64], [8192], backend="default")
-            + _decode([8, 64], [2048, 32768], backend="default"))
+            + _decode([8, 64], [2048, 32768], backend="default")
+            # cuDNN at head dim 64 (the 1B model's attention): exposes the softmax cost per FLOP
+            + _prefill([1024, 4096], hd=64, backend="default"))
 
 
 def groups(suite: str) -> list[Group]:

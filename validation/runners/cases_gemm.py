@@ -70,6 +70,37 @@ def run_gemm(ctx: Ctx, dtype: str, m: int, n: int, k: int) -> dict:
     return result(timing, extra)
 
 
+def run_bmm(ctx: Ctx, dtype: str, batch: int, m: int, n: int, k: int) -> dict:
+    """Batched GEMM (torch.bmm over equal-size expert groups): C[b] = A[b] @ W[b].T."""
+    set_bytes = batch * (m * k + n * k) * ELT_BYTES[dtype]
+    n_rot = rotation_count(set_bytes, ctx.l2_bytes)
+    sets = [(randn((batch, m, k), dtype, ctx.device), randn((batch, n, k), dtype, ctx.device, scale=0.05).transpose(1, 2))
+            for _ in range(n_rot)]
+    timing, extra = measure(lambda i: torch.bmm(*sets[i % n_rot]), ctx.device, n_rot=n_rot, l2=ctx.l2_bytes)
+    extra["tflops"] = 2 * batch * m * n * k / timing["median_s"] / 1e12
+    return result(timing, extra)
+
+
+def bmm_case(dtype: str, batch: int, m: int, n: int, k: int, tag: str) -> Case:
+    """MoE expert GEMMs as one batched GEMM (equal tokens per expert: a balanced router)."""
+    params = {"dtype": dtype, "batch": batch, "m": m, "n": n, "k": k, "flops": 2 * batch * m * n * k,
+              "bytes_min": batch * gemm_bytes(dtype, m, n, k), "layout": "A [b,M,K], B = W[b,N,K].transpose(1,2)",
+              "torch_dtype": str(DTYPES[dtype]), "tf32": False, "tags": [tag], "impl": "torch.bmm"}
+    return Case(f"gemm/{dtype}/b{batch}_m{m}_n{n}_k{k}", "gemm", params,
+                lambda ctx: run_bmm(ctx, dtype, batch, m, n, k), _est(dtype, batch * m, n, k))
+
+
+def _moe_experts() -> list[Case]:
+    """Per-expert GEMMs of MoE layers at 8192 tokens (Qwen3-30B-A3B: 128 experts, top-8;
+    Mixtral 8x7B: 8, top-2; DeepSeek-V3: 32 local experts of 256 at ep=8, top-8)."""
+    shapes = [("moe/qwen3/gate_up", 128, 512, 1536, 2048), ("moe/qwen3/down", 128, 512, 2048, 768),
+              ("moe/qwen3/gate_up_ep8", 16, 512, 1536, 2048),
+              ("moe/mixtral/gate_up", 8, 2048, 28672, 4096), ("moe/mixtral/down", 8, 2048, 4096, 14336),
+              ("moe/dsv3/gate_up", 32, 256, 4096, 7168), ("moe/dsv3/down", 32, 256, 7168, 2048),
+              ("moe/dsv3/gate_up_m128", 32, 128, 4096, 7168)]
+    return [bmm_case("bf16", b, m, n, k, tag) for tag, b, m, n, k in shapes]
+
+
 def gemm_case(dtype: str, m: int, n: int, k: int, tag: str) -> Case:
     params = {"dtype": dtype, "m": m, "n": n, "k": k, "flops": 2 * m * n * k,
               "bytes_min": gemm_bytes(dtype, m, n, k), "layout": "A row-major, B = W[N,K].t() (F.linear)",
@@ -110,7 +141,7 @@ def _odd_leading_dims() -> list[Case]:
 
 
 def _smoke() -> list[Case]:
-    cases = _square(["bf16", "fp16", "tf32", "fp32", "fp8_e4m3"], [64])
+    cases = _square(["bf16", "fp16", "tf32", "fp32", "fp8_e4m3"], [64]) + [bmm_case("bf16", 4, 16, 32, 64, "moe/tiny")]
     return cases + [gemm_case("bf16", 1, 128, 64, "decode"), gemm_case("bf16", 32, 257, 64, "align/n257")]
 
 
@@ -134,7 +165,7 @@ def _full() -> list[Case]:
             + _layer_cases(["bf16"], DECODE_M, "8b", tag="decode")
             + _layer_cases(["bf16"], [1, 8, 32, 128], "70b", ["qkv", "gate_up", "down"], "decode")
             + _layer_cases(["fp8_e4m3"], [1, 16, 64], "8b", ["qkv", "gate_up", "down"], "decode")
-            + _align([8192], [768, 4096]) + _odd_leading_dims())
+            + _align([8192], [768, 4096]) + _odd_leading_dims() + _moe_experts())
 
 
 def groups(suite: str) -> list[Group]:
