@@ -152,13 +152,16 @@ def fit_group(g: Group, eff: Efficiency, rates) -> dict[str, float]:
         return np.log(predict_group(g, e, rates) / g.measured)
 
     upper = np.array([1.0 / sc if _is_fraction(p) else np.inf for p, sc in zip(g.params, scale)])
-    res = least_squares(resid, np.minimum(1.0, upper * 0.999), bounds=(1e-3, upper), x_scale="jac",
+    lower = np.array([1.0 / sc if p.endswith("gqa_reread") else 1e-3 for p, sc in zip(g.params, scale)])
+    start = np.clip(1.0, lower, upper * 0.999)
+    res = least_squares(resid, start, bounds=(lower, upper), x_scale="jac",
                         jac="3-point")  # central differences: terms inside max() have kinks
     return dict(zip(g.params, (res.x * scale).tolist()))
 
 
 def _is_fraction(name: str) -> bool:
-    """Fractions of a peak cannot exceed 1 (a fit that wants more is missing a mechanism)."""
+    """Fractions of a peak cannot exceed 1 (a fit that wants more is missing a mechanism);
+    a re-read factor cannot go below 1 (lower bound set in fit_group)."""
     return "fraction" in name.rsplit(".", 1)[1]
 
 
