@@ -38,7 +38,7 @@ from dataclasses import dataclass
 
 from ..model.parallel import COLLECTIVE_OPS, GROUPS
 from .calibration import DATA, Efficiency, load_efficiency_file
-from .cluster import Cluster, GroupLayout, network_data
+from .cluster import Cluster, GroupLayout
 from .netfast import flow_rate
 from .collectives import bus_factor
 from .collectives import collective_time_s as ring_time_s
