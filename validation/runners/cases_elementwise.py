@@ -18,18 +18,29 @@ import torch.nn.functional as F
 
 from common import Case, Ctx, Group, randn, result
 from llama_ref import RMSNorm, apply_rope
+from models import kernel_summary
 from timing import measure, rotation_count
 
 ELT = {"fp32": 4, "bf16": 2}
 KIND = {"rmsnorm_hf": "norm", "rms_norm_f": "norm", "softmax": "softmax", "cross_entropy": "cross_entropy"}
 
 
+PROFILE_CALLS = 3   # calls per kernel profile: counts and total_us in extra.kernels cover all of them
+
+
 def _run(ctx: Ctx, make, fn, set_bytes: int, grad: bool = False) -> dict:
-    """Generic runner: make() -> one input set (tuple); fn(*set) -> output(s)."""
+    """Generic runner: make() -> one input set (tuple); fn(*set) -> output(s).
+
+    After the timing (which it does not change), one profiler pass over PROFILE_CALLS calls
+    records each kernel's name, count and total time (`extra.kernels`, models.kernel_summary):
+    the per-kernel ground truth of the eager chains (validation/LOG.md, kernel classes)."""
     n_rot = rotation_count(set_bytes, ctx.l2_bytes)
     sets = [make() for _ in range(n_rot)]
+    call = lambda i: fn(*sets[i % n_rot])  # noqa: E731
     with torch.set_grad_enabled(grad):
-        timing, extra = measure(lambda i: fn(*sets[i % n_rot]), ctx.device, n_rot=n_rot, l2=ctx.l2_bytes)
+        timing, extra = measure(call, ctx.device, n_rot=n_rot, l2=ctx.l2_bytes)
+        extra.update(kernel_summary(lambda i: [call(j) for j in range(PROFILE_CALLS)], ctx.device, name_chars=400))
+    extra["profile_calls"] = PROFILE_CALLS
     return result(timing, extra)
 
 
