@@ -12,13 +12,22 @@ the bidirectional ring). algbw = size / t; busbw = algbw * factor with NCCL's fa
 all_reduce 2(n-1)/n, all_gather and reduce_scatter (n-1)/n, sendrecv 1.
 NVLink multicast (NVLS) stays OFF: NCCL_NVLS_ENABLE=0 is forced before init.
 
-Estimated durations on 2 H200s (spawn + NCCL init ~20 s; 1B DDP/FSDP steps ~0.1-0.2 s):
+DP steps (kinds "ddp", "fsdp"): llama_ref 1B and 3B, amp_bf16 (fp32 params), DDP with
+bucket_cap_mb 25 / 100 and gradient accumulation (no_sync on all but the last micro-batch),
+FSDP2 fully_shard per block + root, fp32 or bf16 param_dtype policy (reduce fp32). Cases
+with params["profile"] also record one profiled step after timing (rank 0): the kernel
+summary (NCCL kernels on the comm stream included: CUPTI sees every stream) and the
+timeline overlap of NCCL kernels with compute kernels (``timeline``).
+
+Estimated durations on 2 H200s (spawn + NCCL init ~20 s; 1B DDP/FSDP steps ~0.1-0.2 s,
+3B ~0.25-0.5 s, model build + wrap ~2-4 s):
   quick: 4 ops x 3 sizes + ddp + fsdp = 14 cases, ~50 s
-  full: 4 ops x 7 sizes + ddp x2 + fsdp x2 = 32 cases, ~90 s
+  full: 4 ops x 7 sizes (~40 s) + 10 ddp + 10 fsdp (~110 s)
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -36,7 +45,8 @@ import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
 
 from common import GiB, MiB, Case, Ctx, Group, execute, randn, result, size_tag, skipped  # noqa: E402
-from models import batch, build_model, make_optimizer, make_train_step, model_params, ref_config  # noqa: E402
+from models import (_is_device_event, batch, build_model, kernel_summary, loss_fn, make_optimizer,  # noqa: E402
+                    make_train_step, model_params, ref_config)
 from timing import measure, measure_steps  # noqa: E402
 
 BUS_FACTOR = {"all_reduce": lambda n: 2 * (n - 1) / n, "all_gather": lambda n: (n - 1) / n,
@@ -120,17 +130,83 @@ def _wrap_fsdp1(model, p: dict):
                 mixed_precision=mp, device_id=torch.cuda.current_device() if torch.cuda.is_available() else None)
 
 
+def _accum_step(model, opt, idx, tgt, device_type: str, ga: int):
+    """ga micro-batches, DDP no_sync on all but the last (gradients sync once), then the update."""
+    def step(_r: int = 0):
+        for i in range(ga):
+            ctx_ = model.no_sync() if i < ga - 1 else contextlib.nullcontext()
+            with ctx_:
+                with torch.autocast(device_type, dtype=torch.bfloat16):
+                    loss = loss_fn(model(idx), tgt)
+                loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        return loss
+    return step
+
+
+def _union_us(iv: list[tuple[float, float]]) -> list[tuple[float, float]]:
+    out: list[list[float]] = []
+    for a, b in sorted(iv):
+        if out and a <= out[-1][1]:
+            out[-1][1] = max(out[-1][1], b)
+        else:
+            out.append([a, b])
+    return [(a, b) for a, b in out]
+
+
+def _inter_us(x: list[tuple[float, float]], y: list[tuple[float, float]]) -> float:
+    i = j = 0
+    tot = 0.0
+    while i < len(x) and j < len(y):
+        tot += max(0.0, min(x[i][1], y[j][1]) - max(x[i][0], y[j][0]))
+        if x[i][1] < y[j][1]:
+            i += 1
+        else:
+            j += 1
+    return tot
+
+
+def timeline(fn, device: str) -> dict | None:
+    """One profiled call: busy time of NCCL kernels and of the other (compute) kernels as
+    interval unions, their overlap, the span first kernel start -> last kernel end, and the
+    NCCL time after the last compute kernel (exposed tail). None on CPU."""
+    if not device.startswith("cuda"):
+        return None
+    acts = [torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA]
+    with torch.profiler.profile(activities=acts) as prof:
+        fn(0)
+        torch.cuda.synchronize()
+    ev = [e for e in prof.events() if _is_device_event(e)]
+    iv = lambda pred: _union_us([(e.time_range.start, e.time_range.end) for e in ev if pred(e.name)])  # noqa: E731
+    nccl, comp = iv(lambda n: "nccl" in n.lower()), iv(lambda n: "nccl" not in n.lower())
+    if not ev:
+        return {}
+    t0, t1 = min(e.time_range.start for e in ev), max(e.time_range.end for e in ev)
+    last_comp = comp[-1][1] if comp else t0
+    busy = lambda u: sum(b - a for a, b in u)  # noqa: E731
+    return {"span_us": round(t1 - t0, 1), "nccl_busy_us": round(busy(nccl), 1),
+            "compute_busy_us": round(busy(comp), 1), "overlap_us": round(_inter_us(nccl, comp), 1),
+            "nccl_after_last_compute_us": round(busy([(max(a, last_comp), b) for a, b in nccl if b > last_comp]), 1),
+            "nccl_kernels": sum(1 for e in ev if "nccl" in e.name.lower())}
+
+
 def run_dp(ctx: Ctx, p: dict) -> dict:
     cfg = ref_config(p["model"], p["seq"])
     model = build_model(cfg, ctx.device)
     wrapped, impl = (_wrap_ddp if p["strategy"] == "ddp" else _wrap_fsdp)(model, ctx, p)
     opt, opt_impl = make_optimizer(wrapped)
     idx, tgt = batch(cfg, p["mbs"], p["seq"], ctx.device, seed=1 + dist.get_rank())
-    step = make_train_step(wrapped, opt, idx, tgt, ctx.device_type)
+    ga = p.get("grad_accum", 1)
+    step = _accum_step(wrapped, opt, idx, tgt, ctx.device_type, ga) if ga > 1 \
+        else make_train_step(wrapped, opt, idx, tgt, ctx.device_type)
     timing, extra = measure_steps(step, ctx.device, warmup=3, reps=p["reps"])
     extra.update(impl=impl, optimizer=opt_impl, world=dist.get_world_size(),
                  rank_medians_s=_gather(timing["median_s"]),
-                 tokens_per_s_global=p["mbs"] * p["seq"] * dist.get_world_size() / timing["median_s"])
+                 tokens_per_s_global=ga * p["mbs"] * p["seq"] * dist.get_world_size() / timing["median_s"])
+    if p.get("profile"):   # after timing: every rank profiles the same step (collectives pair up)
+        extra["kernel_summary"] = kernel_summary(step, ctx.device, top=60)
+        extra["timeline"] = timeline(step, ctx.device)
     del step, opt, wrapped, model
     return result(timing, extra)
 
@@ -144,24 +220,53 @@ def coll_case(op: str, nbytes: int) -> Case:
                 1.0 + 20 * nbytes / 150e9)
 
 
-def dp_case(strategy: str, model: str, mbs: int, seq: int, param_dtype: str = "fp32", reps: int = 5) -> Case:
+def dp_case(strategy: str, model: str, mbs: int, seq: int, param_dtype: str = "fp32", reps: int = 5,
+            bucket_mb: int = 25, grad_accum: int = 1, profile: bool = False) -> Case:
     cfg = ref_config(model, seq)
     p = {**model_params(model, cfg), "strategy": strategy, "mbs": mbs, "seq": seq, "tokens_per_rank": mbs * seq,
-         "precision": "amp_bf16 (fp32 params, autocast bf16)", "reps": reps, "bucket_cap_mb": 25,
+         "precision": "amp_bf16 (fp32 params, autocast bf16)", "reps": reps, "bucket_cap_mb": bucket_mb,
          "fsdp_param_dtype": param_dtype if strategy == "fsdp" else None}
+    if grad_accum > 1:
+        p.update(grad_accum=grad_accum, no_sync=strategy == "ddp")
+    if profile:
+        p["profile"] = True
     if strategy == "fsdp" and param_dtype == "bf16":
         p["precision"] = "FSDP MixedPrecisionPolicy(param bf16, reduce fp32) + autocast"
     tag = f"{strategy}" + ("_bf16params" if strategy == "fsdp" and param_dtype == "bf16" else "")
-    return Case(f"{strategy}/{model}/{tag}/mbs{mbs}_seq{seq}", strategy, p, lambda ctx: run_dp(ctx, p), 15.0)
+    tag += (f"_bucket{bucket_mb}" if strategy == "ddp" and bucket_mb != 25 else "") + \
+        (f"_ga{grad_accum}" if grad_accum > 1 else "")
+    step_s = 2e-14 * p["n_params"] * mbs * seq * grad_accum   # ~0.1 s for the 1B model at mbs2 seq2048
+    return Case(f"{strategy}/{model}/{tag}/mbs{mbs}_seq{seq}", strategy, p, lambda ctx: run_dp(ctx, p),
+                4.0 + (reps + 3 + 2 * profile) * step_s)
+
+
+# (strategy, model, mbs, seq, extra kwargs) of the full suite: 1B repeats of the first run,
+# then batch / sequence / bucket / accumulation / param-dtype variations, and the 3B model
+# (held out by validation/splits.toml).
+FULL_DP = [
+    ("ddp", "1b", 2, 2048, dict(profile=True)), ("ddp", "1b", 4, 2048, {}), ("ddp", "1b", 1, 2048, {}),
+    ("ddp", "1b", 2, 4096, {}), ("ddp", "1b", 2, 2048, dict(bucket_mb=100)),
+    ("ddp", "1b", 2, 2048, dict(grad_accum=2)),
+    ("ddp", "3b", 1, 2048, {}), ("ddp", "3b", 2, 2048, {}), ("ddp", "3b", 1, 4096, {}),
+    ("ddp", "3b", 2, 2048, dict(bucket_mb=100)),
+    ("fsdp", "1b", 2, 2048, dict(profile=True, reps=8)), ("fsdp", "1b", 2, 2048, dict(param_dtype="bf16", profile=True)),
+    ("fsdp", "1b", 4, 2048, dict(reps=8)), ("fsdp", "1b", 4, 2048, dict(param_dtype="bf16")),
+    ("fsdp", "1b", 2, 4096, dict(reps=8)), ("fsdp", "1b", 1, 2048, dict(param_dtype="bf16")),
+    ("fsdp", "3b", 2, 2048, dict(reps=8)), ("fsdp", "3b", 2, 2048, dict(param_dtype="bf16")),
+    ("fsdp", "3b", 1, 4096, dict(param_dtype="bf16")), ("fsdp", "3b", 1, 4096, dict(reps=8)),
+]
 
 
 def all_cases(suite: str) -> list[Case]:
     model, mbs, seq = ("tiny", 2, 32) if suite == "smoke" else ("1b", 2, 2048)
     cases = [coll_case(op, b) for op in BUS_FACTOR for b in SIZES[suite]]
-    cases += [dp_case("ddp", model, mbs, seq, reps=3 if suite == "smoke" else 5),
-              dp_case("fsdp", model, mbs, seq, reps=3 if suite == "smoke" else 5)]
     if suite == "full":
-        cases += [dp_case("ddp", model, 4, seq), dp_case("fsdp", model, 2, seq, param_dtype="bf16")]
+        return cases + [dp_case(s, m, b, q, **kw) for s, m, b, q, kw in FULL_DP]
+    reps = 3 if suite == "smoke" else 5
+    cases += [dp_case("ddp", model, mbs, seq, reps=reps), dp_case("fsdp", model, mbs, seq, reps=reps)]
+    if suite == "smoke":   # exercise every code path on CPU (gloo)
+        cases += [dp_case("ddp", model, mbs, seq, reps=reps, grad_accum=2, profile=True),
+                  dp_case("fsdp", model, mbs, seq, reps=reps, param_dtype="bf16", profile=True)]
     return cases
 
 
