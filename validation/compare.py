@@ -57,7 +57,7 @@ def split_of(record: dict) -> str:
     if kind == "gemm":
         tags = " ".join(p.get("tags", []))
         held = any(t in tags for t in SPLITS["gemm"]["held_out_tags"])
-    elif kind in ("train_step", "prefill", "decode"):
+    elif "held_out_models" in SPLITS.get(kind, {}):   # train_step, prefill, decode, ddp, fsdp
         held = p.get("model") in SPLITS[kind]["held_out_models"]
     else:
         held = _hashed(record["case_id"].replace("/fwd+bwd/", "/").replace("/fwd/", "/"))
