@@ -18,7 +18,22 @@ zero 3   (FSDP) per layer: ``param_ag`` before its forward and again before its 
          the stored parameter dtype (fp32 for amp_bf16: torch FSDP without a mixed-precision
          policy; a bf16 param_dtype policy would halve the gathers); the stage's other
          parameters (lm_head, final norm, embedding) are one more unit: ``rest_param_ag``,
-         ``rest_grad_rs``.
+         ``rest_grad_rs``. ``Parallelism.fsdp_param_dtype`` = "bf16" (FSDP2
+         MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32)) gathers bf16.
+
+Copies around the collectives (memory-bound kernels, from the profiled 2xH200 steps of
+run 20261130T130205Z_full_d5194d, torch 2.11):
+zero 0   PyTorch DDP on ``.grad`` (not Megatron's main_grad, which is the bucket): each
+         gradient is scaled by 1/n into its bucket as it becomes ready (``mul_out``: one
+         kernel per parameter tensor, 146 for the 1B model), and after the last all-reduce
+         cloned back into ``.grad`` (set_to_none left it undefined: one cudaMemcpy D2D per
+         tensor) before the optimizer: ``dp/grad_to_bucket`` (bwd), ``dp/bucket_to_grad``
+         (phase optimizer: it waits for the last bucket).
+zero 3   FSDP2, per unit and pass: copy-in of the local shards into the all-gather input
+         (foreach copy, casting to the param dtype), copy-out of the gathered flat buffer
+         into the unsharded parameters (split_with_sizes_copy), and for the reduce-scatter
+         a copy-in of the unsharded gradients into the fp32 reduce buffer (chunk_cat,
+         casting bf16 gradients up) and a copy of the reduced shard into the sharded grad.
 """
 
 from __future__ import annotations
@@ -27,6 +42,7 @@ import math
 
 from .comm import coll
 from .ops import Op
+from .ops_common import chain
 from .parallel import Parallelism
 
 
@@ -79,3 +95,34 @@ def fsdp(p: Parallelism, layer: tuple[float, float], rest: tuple[float, float], 
     rs = coll("grad_rs", "reduce_scatter", "dp", layer[1], g, "bwd", n, "fp32")
     rs += coll("rest_grad_rs", "reduce_scatter", "dp", rest[1], g, "bwd", mb, "fp32")
     return ag, bag, rs
+
+
+def ddp_bucket_copies(p: Parallelism, grad_bytes: float, n_tensors: int, main_grad: bool) -> tuple[list[Op], list[Op]]:
+    """zero 0 on .grad (module docstring): (scale into buckets, phase bwd; clone back, phase
+    optimizer). grad_bytes: the dense fp32 gradient bytes that are all-reduced."""
+    if p.zero != 0 or dp_group(p) == 1 or main_grad or grad_bytes <= 0:
+        return [], []
+    n = int(grad_bytes // 4)
+    into = chain("dp/grad_to_bucket", "elementwise", "bwd", [(n, grad_bytes, grad_bytes, n_tensors)], 1, n)
+    out = chain("dp/bucket_to_grad", "memcpy", "optimizer", [(0, grad_bytes, grad_bytes, n_tensors)], 1, n)
+    return into, out
+
+
+def fsdp_copies(p: Parallelism, unit_params: tuple[float, float], n_layers: int, mb: int, stored: int,
+                gathered: int, grad: int) -> tuple[list[Op], list[Op]]:
+    """zero 3 copies around each gather and reduce-scatter (module docstring): (forward ops,
+    backward ops). unit_params: parameters of one layer, of the other (root) params;
+    stored / gathered / grad: bytes per element of the sharded parameter, the gathered one
+    and the unsharded gradient (the reduce buffer is fp32)."""
+    if p.zero != 3 or dp_group(p) == 1:
+        return [], []
+    g, fwd, bwd = dp_group(p), [], []
+    for tag, P, cnt in (("", unit_params[0], n_layers * mb), ("rest_", unit_params[1], mb)):
+        cin = [(0, P * stored / g, P * gathered / g, 2)]
+        cout = [(0, P * gathered, P * gathered, 1)]
+        for ph, out in (("fwd", fwd), ("bwd", bwd)):
+            out += chain(f"dp/{tag}ag_copy_in", "elementwise", ph, cin, cnt, P / g)
+            out += chain(f"dp/{tag}ag_copy_out", "elementwise", ph, cout, cnt, P)
+        bwd += chain(f"dp/{tag}rs_copy_in", "elementwise", "bwd", [(0, P * grad, 4 * P, 1)], cnt, P)
+        bwd += chain(f"dp/{tag}rs_copy_out", "memcpy", "bwd", [(0, 4 * P / g, 4 * P / g, 1)], cnt, P / g)
+    return fwd, bwd

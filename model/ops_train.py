@@ -23,7 +23,7 @@ from .comm import coll, pp_p2p, tp_cross_entropy, tp_in, tp_out, tp_regather
 from .config import TransformerConfig
 from .ops import DTYPE_BYTES, Op
 from .ops_common import Ctx, Pair, chain, linear, recompute, times
-from .ops_dp import dp_group, fsdp, grad_sync, param_gather
+from .ops_dp import ddp_bucket_copies, dp_group, fsdp, fsdp_copies, grad_sync, param_gather
 from .ops_layer import layer_pairs
 from .shard import local_config, timed_stage
 from .workload import TrainingWorkload, train_dtypes
@@ -121,7 +121,7 @@ def _weight_casts(w: TrainingWorkload, c: Ctx) -> tuple[list[Op], list[Op]]:
     fp8: bf16 -> fp8 + transposed fp8 once per step (TE caches across micro-batches).
     Eager: one kernel per weight tensor; "cast" fused: one multi-tensor kernel."""
     cfg, dt = c.cfg, train_dtypes(w.precision)
-    if dt.weight_cast is None:
+    if dt.weight_cast is None or _fsdp_gather_bytes(w) == 2:   # FSDP bf16 params: nothing to cast
         return [], []
     P, nt = linear_weight_params(cfg), linear_weight_tensors(cfg)
     k = 1 if c.f("cast") else nt + pieces(4.0 * cfg.vocab * cfg.d_model) - 1   # lm_head > 2 GiB: split
@@ -248,18 +248,31 @@ def _first(c: Ctx) -> list[Pair]:
     return [embedding(c, c.T), tp_out(c, "embed_out", 1)] if c.embed else []
 
 
+def _fsdp_gather_bytes(w: TrainingWorkload) -> int:
+    """Bytes per parameter FSDP gathers and computes with: the policy's dtype, else stored."""
+    pol = w.parallel.fsdp_param_dtype
+    return DTYPE_BYTES[pol] if pol else train_dtypes(w.precision).param
+
+
 def _dp_ops(w: TrainingWorkload, c: Ctx) -> dict[str, list[Op]]:
-    """DP / FSDP / tied-embedding collectives by where they go (model/ops_dp.py)."""
+    """DP / FSDP / tied-embedding collectives by where they go, and the copies around them
+    (model/ops_dp.py)."""
     p, dt = w.parallel, train_dtypes(w.precision)
-    P, Pe, pdt = stage_params(c), expert_params(c.cfg), ("fp32" if dt.param == 4 else "bf16")
+    P, Pe, pb = stage_params(c), expert_params(c.cfg), _fsdp_gather_bytes(w)
+    pdt = "fp32" if pb == 4 else "bf16"
     Pl = sum(c.cfg.layer_params(i) for i in range(c.cfg.n_layers))
-    ag_f, ag_b, rs = fsdp(p, (Pl / c.cfg.n_layers * dt.param, Pl / c.cfg.n_layers * dt.grad),
-                          ((P - Pl) * dt.param, (P - Pl) * dt.grad), c.cfg.n_layers, w.grad_accum, pdt)
+    L = c.cfg.n_layers
+    ag_f, ag_b, rs = fsdp(p, (Pl / L * pb, Pl / L * dt.grad), ((P - Pl) * pb, (P - Pl) * dt.grad), L,
+                          w.grad_accum, pdt)
+    cp_f, cp_b = fsdp_copies(p, (Pl / L, P - Pl), L, w.grad_accum, dt.param, pb, 4 if pb == 4 else 2)
+    ag_f, ag_b = cp_f[:2] + ag_f + cp_f[2:], cp_b[:2] + ag_b + cp_b[2:]
     sync = rs if p.zero == 3 else grad_sync(p, (P - Pe) * dt.grad, Pe * dt.grad)
+    into, out = ddp_bucket_copies(p, (P - Pe) * dt.grad, stage_tensors(c), dt.main_grad)
+    sync = into + sync
     if p.pp > 1 and c.cfg.tie_embeddings and (c.embed or c.head):   # Megatron: first and last stage sum the shared embedding grad
         sync += coll("embed_grad_ar", "all_reduce", "pp", c.cfg.vocab * c.cfg.d_model * dt.grad, 2, "bwd", 1, "fp32")
     gather = param_gather(p, ((P - Pe) * dt.grad, (P - Pe) * dt.param), (Pe * dt.grad, Pe * dt.param), pdt)
-    return {"fwd": ag_f, "bwd": ag_b, "sync": sync, "gather": gather}
+    return {"fwd": ag_f, "bwd": ag_b, "sync": sync, "finalize": out, "gather": gather}
 
 
 def training_ops(w: TrainingWorkload, fused: frozenset) -> tuple[Op, ...]:
@@ -277,7 +290,8 @@ def training_ops(w: TrainingWorkload, fused: frozenset) -> tuple[Op, ...]:
     bwd = [o for q in reversed(head) for o in q.bwd] + _recompute(w, c, layers) + dp["bwd"]
     bwd += [o for q in reversed(layers) for o in q.bwd] + dp["sync"] + pp.bwd
     bwd += [o for q in reversed(first) for o in q.bwd]
-    return tuple(zero + cast_pre + fwd + bwd + cast_post + accum + optimizer_ops(w, c) + dp["gather"])
+    return tuple(zero + cast_pre + fwd + bwd + cast_post + accum + dp["finalize"] + optimizer_ops(w, c)
+                 + dp["gather"])
 
 
 def _recompute(w: TrainingWorkload, c: Ctx, layers: list[Pair]) -> list[Op]:
@@ -290,7 +304,7 @@ def _recompute(w: TrainingWorkload, c: Ctx, layers: list[Pair]) -> list[Op]:
     if w.recompute == "none":
         return []
     ops = recompute(fwd)
-    if c.autocast:
+    if c.autocast and _fsdp_gather_bytes(w) != 2:
         P, nt = linear_weight_params(c.cfg, layers_only=True), linear_weight_tensors(c.cfg) - 1
         k = 1 if c.f("cast") else nt
         ops = chain("cast/weights/recompute", "cast", "bwd", [(0, 4 * P, 2 * P, k)], w.grad_accum, P) + ops

@@ -38,6 +38,10 @@ class Parallelism(BaseModel):
     ep  expert parallel (MoE experts split over ep GPUs; all-to-all dispatch and
         combine), carved out of the dp x cp GPUs as in Megatron-Core (ep divides dp*cp)
     bucket_bytes: DDP/ZeRO gradient bucket size (PyTorch DDP default 25 MiB)
+    fsdp_param_dtype: zero 3 only: the dtype parameters are gathered and computed in
+        (torch FSDP2 MixedPrecisionPolicy(param_dtype=...)); None: the stored parameter
+        dtype. "bf16" over fp32 master weights (amp_bf16) gathers half the bytes and makes
+        autocast's weight / gradient casts disappear (model/ops_dp.py).
 
     Uneven pipeline splits (Megatron-Core; model/shard.py ``stage_layer_counts`` applies them):
     first_stage_layers / last_stage_layers
@@ -68,6 +72,7 @@ class Parallelism(BaseModel):
     pp_split_embedding: bool = False
     pp_split_loss: bool = False
     layout: tuple[NonNegativeInt, ...] | None = None
+    fsdp_param_dtype: Literal["fp32", "bf16"] | None = None
 
     @model_validator(mode="after")
     def _check(self) -> "Parallelism":
@@ -78,6 +83,8 @@ class Parallelism(BaseModel):
         if (self.dp * self.cp) % self.ep:
             raise ValueError(f"ep ({self.ep}) must divide the data-parallel x context-parallel GPUs "
                              f"(dp*cp = {self.dp * self.cp})")
+        if self.fsdp_param_dtype is not None and self.zero != 3:
+            raise ValueError("fsdp_param_dtype: a parameter dtype policy needs zero = 3 (FSDP)")
         self._check_split()
         return self
 

@@ -158,6 +158,22 @@ def step_parts(t: OpTable, k: KernelTimes, gpu_s: np.ndarray, c: CommTimes, par,
     return StepParts(fwd + bwd + opt, exposed, pipe.bubble_s, launch_idle_s, step)
 
 
+def dp_host_times(t: OpTable, host: np.ndarray, graphs: bool) -> np.ndarray:
+    """Host issue time of the data-parallel copies (model/ops_dp.py "dp/..." ops): their
+    kernels come from C++ (DDP reducer, FSDP2 copy ops) at ``ddp.host_per_kernel_s`` each,
+    not the eager stack's per-module Python cost; each FSDP unit's all-gather copy-out also
+    carries the unit's Python hook time ``fsdp.host_per_unit_s`` (per pass: forward and
+    backward). CUDA graphs: no host time."""
+    if graphs:
+        return host
+    out = host.copy()
+    per_kernel, per_unit = overlap.overlap_param("ddp.host_per_kernel_s"), overlap.overlap_param("fsdp.host_per_unit_s")
+    for i, op in enumerate(t.ops):
+        if op.name.startswith("dp/"):
+            out[i] = t.kernels[i] * per_kernel + (per_unit if op.name.endswith("ag_copy_out") else 0.0)
+    return out
+
+
 def resolve_cluster(hw, gpus: int) -> Cluster:
     """A Cluster from a Cluster, a system key (nodes filled in from the plan's GPU
     count), or a GPU key (the first hwdb node system built from that GPU)."""
@@ -215,7 +231,7 @@ def estimate_parallel(workload, hw, stack=None, overrides=None):
     k = kernel_times(t, rates, eff, st.attention)
     compute = t.kind != COLLECTIVE
     gpu_s = np.where(compute, k.gpu_s, 0.0)
-    host = np.where(compute, host_times(t, st), 0.0)
+    host = dp_host_times(t, np.where(compute, host_times(t, st), 0.0), st.graphs)
     busy = float(np.dot(gpu_s, t.count))
     idle = max(0.0, tandem_step_time(host, gpu_s, t.count, t.block_starts) - busy)
     c = comm_times(t, par, cluster, eff)

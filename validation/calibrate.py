@@ -270,3 +270,49 @@ def _git_commit() -> str:
                               check=True).stdout.strip()
     except (OSError, subprocess.CalledProcessError):
         return "unknown"
+
+
+DP_PARAMS = ("contention.compute_slowdown", "fsdp.host_per_unit_s")
+
+
+def fit_data_parallel(paths=None, gpu: str = "h200_sxm") -> tuple[dict[str, float], tuple[float, float, int], list[str]]:
+    """Contention slowdown and FSDP2's host time per unit (sim/data/overlap.toml), fitted
+    on the calibration split of the two-GPU DDP/FSDP step records (log error); returns
+    (values, (MAPE before, MAPE after, records), run ids)."""
+    from ..sim import overlap
+    from .predict import predict_data_parallel
+    cases, runs = [], set()
+    for run, rec in iter_records(run_paths(paths or [DATA_DIR])):
+        if (rec["kind"] in ("ddp", "fsdp") and rec.get("timing") and gpu_key(run["env"]) == gpu
+                and split_of(rec) == "calibration"):
+            cases.append((rec["params"], int(run["env"].get("gpu_count", 2)), rec["timing"]["median_s"]))
+            runs.add(run["run_id"])
+    meas = np.array([m for *_, m in cases])
+
+    def pred(x):
+        overlap._OVERRIDES.update({DP_PARAMS[0]: x[0], DP_PARAMS[1]: x[1] * 1e-3})
+        try:
+            return np.array([predict_data_parallel(p, gpu, n) for p, n, _ in cases])
+        finally:
+            overlap._OVERRIDES.clear()
+
+    x0 = np.array([overlap.overlap_param(DP_PARAMS[0]), overlap.overlap_param(DP_PARAMS[1]) * 1e3])
+    res = least_squares(lambda x: np.log(pred(x) / meas), x0, bounds=([0.0, 0.0], [1.0, 20.0]), diff_step=0.05)
+    vals = {DP_PARAMS[0]: float(res.x[0]), DP_PARAMS[1]: float(res.x[1] * 1e-3)}
+    return vals, (_mape(pred(x0), meas), _mape(pred(res.x), meas), len(cases)), sorted(runs)
+
+
+def write_overlap_fit(vals: dict[str, float], n: int, runs: list[str]) -> Path:
+    """Rewrite the fitted entries of sim/data/overlap.toml in place (value, kind, source)."""
+    import re
+    from ..sim.overlap import OVERLAP_FILE
+    text = OVERLAP_FILE.read_text(encoding="utf-8")
+    for name, v in vals.items():
+        key = name.rsplit(".", 1)[1]
+        pat = re.compile(rf'^({key} = \{{ value = )[^,]+(, unit = "[^"]*", source = )"[^"]*"(, kind = )"[^"]*"',
+                         re.MULTILINE)
+        text, k = pat.subn(rf'\g<1>{v:.4g}\g<2>"calibration:{"+".join(runs)}"\g<3>"calibrated"', text)
+        if k != 1:
+            raise ValueError(f"{name}: expected one entry in {OVERLAP_FILE}, found {k}")
+    OVERLAP_FILE.write_text(text, encoding="utf-8")
+    return OVERLAP_FILE

@@ -189,13 +189,15 @@ def predict_collective(p: dict, gpu: str, world: int) -> float:
 
 
 def predict_data_parallel(p: dict, gpu: str, world: int) -> float:
-    """DDP (zero 0) or FSDP2 (zero 3) steps of the 1B model on ``world`` GPUs of one node."""
+    """DDP (zero 0, bucket_cap_mb, grad_accum with no_sync) or FSDP2 (zero 3, fp32 or bf16
+    param policy) steps on ``world`` GPUs of one node."""
     from ..model.parallel import Parallelism
-    if p.get("fsdp_param_dtype") == "bf16":
-        raise NotPredicted("FSDP2 with a bf16 param_dtype policy (bf16 gathers, fp32 master) is not modelled")
     zero = 3 if p["strategy"] == "fsdp" else 0
-    par = Parallelism(dp=world, zero=zero, bucket_bytes=int(p.get("bucket_cap_mb", 25) * 2**20))
-    return estimate(train_workload(p).model_copy(update={"parallel": par}), gpu).step_time_s
+    pol = p.get("fsdp_param_dtype") if zero == 3 and p.get("fsdp_param_dtype") == "bf16" else None
+    par = Parallelism(dp=world, zero=zero, bucket_bytes=int(p.get("bucket_cap_mb", 25) * 2**20),
+                      fsdp_param_dtype=pol)
+    w = train_workload(p).model_copy(update={"parallel": par, "grad_accum": int(p.get("grad_accum", 1))})
+    return estimate(w, gpu).step_time_s
 
 
 def predict(record: dict, env: dict) -> float:

@@ -68,3 +68,44 @@ def test_expert_dp_and_embedding_groups_match_their_reference(kind):
     assert (ref.size, ref.per_domain, ref.domains, ref.same_rails) == \
         (fast.size, fast.per_domain, fast.domains, fast.same_rails)
     assert ref.size == (4 if kind == "edp" else 2)
+
+
+def _amp(par, model="llama3.2-1b"):
+    return TrainingWorkload(model=model, mbs=2, seq=2048, precision="amp_bf16", stack="eager", parallel=par)
+
+
+def _ops(w):
+    from mechsim.model.ops_train import training_ops
+    return {o.name: o for o in training_ops(w, frozenset())}
+
+
+def test_ddp_copies_grads_into_buckets_and_back_once_per_step():
+    ops, single = _ops(_amp(Parallelism(dp=2))), _ops(_amp(Parallelism()))
+    into, out = ops["dp/grad_to_bucket"], ops["dp/bucket_to_grad"]
+    assert into.bytes_read == into.bytes_written == out.bytes_written   # fp32 grads, 4 B/param each way
+    assert into.phase == "bwd" and out.phase == "optimizer" and into.count == out.count == 1
+    assert not any(n.startswith("dp/") for n in single)
+
+
+def test_fsdp_bf16_param_policy_halves_gathers_and_drops_autocast_casts():
+    fp32, bf16 = _ops(_amp(Parallelism(dp=2, zero=3))), _ops(_amp(Parallelism(dp=2, zero=3, fsdp_param_dtype="bf16")))
+    assert bf16["comm/dp/param_ag"].shape[0] == pytest.approx(fp32["comm/dp/param_ag"].shape[0] / 2)
+    assert "cast/weights" in fp32 and "cast/weights" not in bf16 and "cast/grads" not in bf16
+    assert bf16["dp/rs_copy_in"].bytes_read == pytest.approx(fp32["dp/rs_copy_in"].bytes_read / 2)
+    assert bf16["dp/ag_copy_out"].bytes_written == pytest.approx(fp32["dp/ag_copy_out"].bytes_written / 2)
+
+
+def test_fsdp_param_dtype_needs_zero3():
+    with pytest.raises(ValueError, match="fsdp_param_dtype"):
+        Parallelism(dp=2, fsdp_param_dtype="bf16")
+
+
+def test_fsdp_host_time_per_unit_slows_a_host_bound_step():
+    from mechsim.sim import overlap
+    base = estimate(_amp(Parallelism(dp=2, zero=3)), "h200").step_time_s
+    overlap._OVERRIDES["fsdp.host_per_unit_s"] = 10e-3
+    try:
+        slow = estimate(_amp(Parallelism(dp=2, zero=3)), "h200").step_time_s
+    finally:
+        overlap._OVERRIDES.clear()
+    assert slow > base
