@@ -128,3 +128,69 @@ def test_graph_timing_logic_with_fake_graph(run_suite, monkeypatch):
     assert result["method"] == "graph_rotating" and result["inner"] == inner
     assert timing.MIN_REPS <= result["n"] <= timing.MAX_REPS
     assert result["min_s"] <= result["median_s"] <= result["max_s"]
+
+
+FAKE_SMI = r"""#!/usr/bin/env python3
+import sys, time
+from datetime import datetime
+args = sys.argv[1:]
+if args == ["-h"]:
+    print("    -lms  --loop-ms=   Probe until Ctrl+C at specified millisecond interval." if LMS else "    -l")
+    sys.exit(0)
+if args == ["--help-query-gpu"]:
+    print('"power.draw.instant"\n"clocks_event_reasons.active"')
+    sys.exit(0)
+fields = [a for a in args if a.startswith("--query-gpu=")][0].split("=", 1)[1].split(",")
+def line(k):
+    vals = {"timestamp": datetime.now().strftime("%Y/%m/%d %H:%M:%S.%f")[:-3], "clocks.sm": str(1980 - 10 * (k % 3)),
+            "clocks.mem": "3201", "power.draw": "650.5", "temperature.gpu": "55", "power.draw.instant": "700.25",
+            "clocks_event_reasons.active": "0x0000000000000004"}
+    return ", ".join(vals[f] for f in fields)
+if "-lms" in args:
+    k = 0
+    while True:
+        print(line(k), flush=True)
+        k += 1
+        time.sleep(int(args[args.index("-lms") + 1]) / 1e3)
+print(line(0))
+"""
+
+
+@pytest.mark.parametrize("lms", [True, False])
+def test_power_sampler_with_fake_nvidia_smi(run_suite, tmp_path, lms):
+    """The sampler's two modes (-lms stream, 100 ms polling) against a fake nvidia-smi:
+    only samples inside begin()/end() count, the summary has the documented keys."""
+    import time as _time  # noqa: PLC0415
+
+    import timing  # noqa: PLC0415
+    smi = tmp_path / "nvidia-smi"
+    smi.write_text(FAKE_SMI.replace("if LMS", f"if {lms}"))
+    smi.chmod(0o755)
+    helpq = subprocess.run([str(smi), "--help-query-gpu"], capture_output=True, text=True).stdout
+    fields = timing.POWER_FIELDS + [f for f in timing.POWER_OPTIONAL[0] if f in helpq]
+    has_lms = "-lms" in subprocess.run([str(smi), "-h"], capture_output=True, text=True).stdout
+    assert has_lms == lms
+    s = timing.PowerSampler({"smi": str(smi), "gpu_id": "0", "fields": fields, "lms": has_lms,
+                             "stdbuf": None}).start()
+    _time.sleep(0.4)              # start-up, outside the window
+    s.begin()
+    _time.sleep(0.6)
+    s.end()
+    _time.sleep(0.2)
+    state = s.stop()
+    assert state["source"] == ("lms" if lms else "poll") and state["window"] == "timed"
+    assert 2 <= state["samples"] < len(s.rows)
+    assert 1960 <= state["sm_clock_mhz"]["min"] <= state["sm_clock_mhz"]["median"] <= state["sm_clock_mhz"]["max"] <= 1980
+    assert state["power_w"] == {"median": 650.5, "max": 650.5} and state["temp_c"] == {"median": 55.0}
+    assert state["power_instant_w"]["max"] == 700.2 or state["power_instant_w"]["max"] == 700.3
+    assert state["clock_event_reasons"] == {"0x0000000000000004": state["samples"]}
+    assert s.proc is None or s.proc.poll() is not None, "the nvidia-smi process is gone after stop()"
+
+
+def test_no_power_state_on_cpu(run_suite):
+    import timing  # noqa: PLC0415
+    assert timing.power_sampler("cpu") is None
+    _, extra = timing.measure(lambda i: sum(range(100)), "cpu", flush=False)
+    assert "power_state" not in extra
+    _, extra = timing.measure_steps(lambda i: sum(range(100)), "cpu", warmup=2, reps=3)
+    assert "power_state" not in extra

@@ -10,6 +10,11 @@ writing a 2x L2 buffer (`extra.timing_flush`, what triton's do_bench does) -
 kept apart because the flush's dirty write-back lands inside the timed call.
 On CPU every method degrades to time.perf_counter ("wall").
 
+While a case is measured, a background `nvidia-smi -lms 50` (or, without -lms, 100 ms
+polling) samples SM/memory clock, board power and temperature; the samples inside the
+timed region are summarized into `extra.power_state` (PowerSampler). Nothing is started
+or recorded on CPU or without nvidia-smi.
+
 Contract for `call`: call(i) runs the op once on input set i % n_rot and may
 return its output (dropped at once). It must not synchronize (graph capture).
 """
@@ -17,8 +22,13 @@ return its output (dropped at once). It must not synchronize (graph capture).
 from __future__ import annotations
 
 import math
+import os
+import shutil
 import statistics
+import subprocess
+import threading
 import time
+from datetime import datetime
 from typing import Callable
 
 import torch
@@ -132,8 +142,251 @@ def _capture(call, inner: int):
     return graph
 
 
+# ---------------------------------------------------------------- power state sampler
+
+POWER_FIELDS = ["timestamp", "clocks.sm", "clocks.mem", "power.draw", "temperature.gpu"]
+# Read too where this nvidia-smi knows them (--help-query-gpu): instantaneous power (power.draw
+# is a 1 s average on Ampere and newer) and the active clock-event (throttle) reason bitmask.
+POWER_OPTIONAL = [("power.draw.instant", "clocks_event_reasons.active"),
+                  ("power.draw.instant", "clocks_throttle_reasons.active")]
+LMS_MS = 50
+POLL_S = 0.1
+_PROBE: dict = {}  # nvidia-smi capabilities, probed once per process
+
+
+def _smi_run(args: list[str], timeout: float = 10.0) -> str | None:
+    try:
+        p = subprocess.run(args, capture_output=True, text=True, timeout=timeout)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return p.stdout if p.returncode == 0 else None
+
+
+def _gpu_ids(device: str) -> list[str]:
+    """nvidia-smi -i candidates for a CUDA device: its UUID (independent of
+    CUDA_VISIBLE_DEVICES / ordering), then the bare CUDA index (what env.py uses)."""
+    d = torch.device(device)
+    idx = d.index if d.index is not None else torch.cuda.current_device()
+    ids = []
+    try:
+        uuid = str(torch.cuda.get_device_properties(idx).uuid)
+        if uuid:
+            ids.append(uuid if uuid.startswith(("GPU-", "MIG-")) else "GPU-" + uuid)
+    except Exception:  # noqa: BLE001 - older torch: no uuid
+        pass
+    return ids + [str(idx)]
+
+
+def probe_smi(device: str, smi: str | None = None) -> dict | None:
+    """What the sampler needs to know, once per (process, device): the nvidia-smi path, a
+    working -i id, the fields it accepts, whether it has -lms. None where it cannot run."""
+    if device in _PROBE:
+        return _PROBE[device]
+    info = None
+    smi = smi or shutil.which("nvidia-smi")
+    if smi is not None:
+        helpq = _smi_run([smi, "--help-query-gpu"]) or ""
+        fields = list(POWER_FIELDS)
+        for opt in POWER_OPTIONAL:
+            if all(f in helpq for f in opt):
+                fields += list(opt)
+                break
+        for gid in _gpu_ids(device):
+            out = _smi_run([smi, f"--query-gpu={','.join(fields)}", "--format=csv,noheader,nounits", "-i", gid])
+            if out and len(out.splitlines()[0].split(",")) == len(fields):
+                helptxt = (_smi_run([smi, "-h"]) or "")
+                info = {"smi": smi, "gpu_id": gid, "fields": fields,
+                        "lms": "-lms" in helptxt or "--loop-ms" in helptxt,
+                        "stdbuf": shutil.which("stdbuf")}
+                break
+    _PROBE[device] = info
+    return info
+
+
+def _num(v: str) -> float | None:
+    try:
+        return float(v)
+    except ValueError:
+        return None
+
+
+def _stamp(v: str) -> float | None:
+    """nvidia-smi's timestamp ('2026/11/30 12:34:56.789', local time) -> epoch seconds."""
+    for fmt in ("%Y/%m/%d %H:%M:%S.%f", "%Y/%m/%d %H:%M:%S"):
+        try:
+            return datetime.strptime(v.strip(), fmt).timestamp()
+        except ValueError:
+            continue
+    return None
+
+
+def _stats(vals: list[float], keys=("median", "min", "max")) -> dict:
+    fn = {"median": statistics.median, "min": min, "max": max}
+    return {k: round(fn[k](vals), 1) for k in keys} if vals else {k: None for k in keys}
+
+
+class PowerSampler:
+    """nvidia-smi in the background for one case: start() before the warm-up (its start-up
+    overlaps work that is not timed), begin()/end() around the timed region, stop() ->
+    the summary of the samples inside [begin, end] (all samples if none fell inside)."""
+
+    def __init__(self, info: dict):
+        self.info = info
+        self.fields = info["fields"]
+        self.rows: list[tuple[float, list[str]]] = []   # (arrival epoch s, values)
+        self.proc: subprocess.Popen | None = None
+        self.thread: threading.Thread | None = None
+        self.halt = threading.Event()
+        self.t_begin: float | None = None
+        self.t_end: float | None = None
+        self.source = "lms" if info["lms"] else "poll"
+
+    def _query(self) -> list[str]:
+        return [self.info["smi"], f"--query-gpu={','.join(self.fields)}", "--format=csv,noheader,nounits",
+                "-i", self.info["gpu_id"]]
+
+    def start(self) -> "PowerSampler":
+        try:
+            if self.source == "lms":
+                cmd = self._query() + ["-lms", str(LMS_MS)]
+                if self.info.get("stdbuf"):  # line-buffered through the pipe
+                    cmd = [self.info["stdbuf"], "-oL"] + cmd
+                self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                                             stdin=subprocess.DEVNULL, text=True, bufsize=1)
+                self.thread = threading.Thread(target=self._read, daemon=True)
+            else:
+                self.thread = threading.Thread(target=self._poll, daemon=True)
+            self.thread.start()
+        except OSError:
+            self.proc = self.thread = None
+        return self
+
+    def _add(self, line: str, t: float) -> None:
+        vals = [v.strip() for v in line.split(",")]
+        if len(vals) == len(self.fields):
+            self.rows.append((t, vals))
+
+    def _read(self) -> None:
+        for line in self.proc.stdout:
+            self._add(line, time.time())
+
+    def _poll(self) -> None:
+        while not self.halt.is_set():
+            t0 = time.time()
+            out = _smi_run(self._query(), timeout=5.0)
+            if out:
+                self._add(out.splitlines()[0], 0.5 * (t0 + time.time()))
+            self.halt.wait(max(0.0, POLL_S - (time.time() - t0)))
+
+    def begin(self) -> None:
+        self.t_begin = time.time()
+
+    def end(self) -> None:
+        self.t_end = time.time()
+
+    def stop(self) -> dict | None:
+        self.halt.set()
+        if self.proc is not None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=2.0)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        if self.thread is not None:
+            self.thread.join(timeout=5.0)
+        return self.summary()
+
+    def _times(self) -> list[float]:
+        """Sample times: nvidia-smi's own timestamps (right even if its output reached the
+        pipe late, in blocks) unless they cannot be read or sit more than 1 s after / 30 s
+        before their arrival (another time zone): then the arrival times."""
+        arrival = [t for t, _ in self.rows]
+        if "timestamp" not in self.fields:
+            return arrival
+        i = self.fields.index("timestamp")
+        stamps = [_stamp(v[i]) for _, v in self.rows]
+        if stamps and all(s is not None for s in stamps) and \
+                -1.0 < statistics.median(a - s for a, s in zip(arrival, stamps)) < 30.0:
+            return stamps
+        return arrival
+
+    def summary(self) -> dict | None:
+        if not self.rows:
+            return {"samples": 0, "source": self.source, "window": None}
+        times = self._times()
+        lo = self.t_begin if self.t_begin is not None else -math.inf
+        hi = self.t_end if self.t_end is not None else math.inf
+        rows = [v for t, (_, v) in zip(times, self.rows) if lo <= t <= hi]
+        window = "timed"
+        if not rows:
+            rows, window = [v for _, v in self.rows], "measure"
+
+        def col(name: str) -> list[float]:
+            if name not in self.fields:
+                return []
+            i = self.fields.index(name)
+            return [x for x in (_num(v[i]) for v in rows) if x is not None]
+
+        out = {"sm_clock_mhz": _stats(col("clocks.sm")),
+               "mem_clock_mhz": _stats(col("clocks.mem"), ("median",)),
+               "power_w": _stats(col("power.draw"), ("median", "max")),
+               "temp_c": _stats(col("temperature.gpu"), ("median",)),
+               "samples": len(rows), "source": self.source, "window": window,
+               "timed_s": round(self.t_end - self.t_begin, 3) if self.t_begin and self.t_end else None}
+        if "power.draw.instant" in self.fields:
+            out["power_instant_w"] = _stats(col("power.draw.instant"), ("median", "max"))
+        reasons = [f for f in self.fields if f.endswith("reasons.active")]
+        if reasons:
+            i = self.fields.index(reasons[0])
+            counts: dict[str, int] = {}
+            for v in rows:
+                counts[v[i]] = counts.get(v[i], 0) + 1
+            out["clock_event_reasons"] = counts  # bitmask -> samples (0x4 SW power cap, 0x20 SW thermal, ...)
+        return out
+
+
+def power_sampler(device: str) -> PowerSampler | None:
+    """A started sampler for a CUDA device, or None (CPU, no nvidia-smi, MECHSIM_NO_POWER=1)."""
+    if not device.startswith("cuda") or os.environ.get("MECHSIM_NO_POWER") == "1":
+        return None
+    try:
+        info = probe_smi(device)
+    except Exception:  # noqa: BLE001 - instrumentation never breaks a case
+        info = None
+    return PowerSampler(info).start() if info else None
+
+
+class _Watch:
+    """begin()/end() on an optional sampler."""
+
+    def __init__(self, sampler: PowerSampler | None):
+        self.s = sampler
+
+    def __enter__(self):
+        if self.s is not None:
+            self.s.begin()
+        return self
+
+    def __exit__(self, *exc):
+        if self.s is not None:
+            self.s.end()
+        return False
+
+
+def _finish(sampler: PowerSampler | None, extra: dict) -> None:
+    if sampler is None:
+        return
+    try:
+        state = sampler.stop()
+    except Exception as e:  # noqa: BLE001
+        state = {"samples": 0, "error": short_error(e, 200)}
+    if state is not None:
+        extra["power_state"] = state
+
+
 def graph_timing(call, clock: Clock, inner: int, n_rot: int, reps: int | None,
-                 adapt: bool = True) -> tuple[dict, int]:
+                 adapt: bool = True, power: PowerSampler | None = None) -> tuple[dict, int]:
     """Time graph replays of `inner` calls; if a replay is far below TARGET_S (the eager
     estimate was launch-bound), recapture once with more calls. Returns (timing, inner)."""
     graphs = [_capture(call, inner)]
@@ -145,7 +398,8 @@ def graph_timing(call, clock: Clock, inner: int, n_rot: int, reps: int | None,
             inner = new_inner
             graphs.append(_capture(call, inner))
             t_rep = sample(clock, lambda r: graphs[-1].replay(), 1)[0]
-    samples = sample(clock, lambda r: graphs[-1].replay(), reps or reps_for(t_rep))
+    with _Watch(power):
+        samples = sample(clock, lambda r: graphs[-1].replay(), reps or reps_for(t_rep))
     graphs.clear()
     return summarize(samples, "graph_rotating", inner), inner
 
@@ -181,6 +435,17 @@ def measure(call: Callable[[int], object], device: str, *, n_rot: int = 1, l2: i
     """
     clock = Clock(device)
     extra: dict = {"n_rot": n_rot}
+    power = power_sampler(device)  # started before the warm-up: its start-up is not timed
+    try:
+        timing = _measure(call, clock, extra, power, device, n_rot=n_rot, l2=l2, graph=graph,
+                          inner=inner, reps=reps, warmup=warmup, flush=flush)
+    finally:
+        _finish(power, extra)
+    return timing, extra
+
+
+def _measure(call, clock: Clock, extra: dict, power: PowerSampler | None, device: str, *, n_rot: int,
+             l2: int, graph: bool, inner: int | None, reps: int | None, warmup: int, flush: bool) -> dict:
     for i in range(warmup):
         call(i)
     clock.sync()
@@ -192,16 +457,17 @@ def measure(call: Callable[[int], object], device: str, *, n_rot: int = 1, l2: i
     timing = None
     if graph and clock.cuda:
         try:
-            timing, inner = graph_timing(call, clock, inner, n_rot, reps)
+            timing, inner = graph_timing(call, clock, inner, n_rot, reps, power=power)
         except Exception as e:  # noqa: BLE001 - some ops cannot be captured: fall back
             extra["graph_error"] = short_error(e)
             _recover_cuda()
     if timing is None:
         n = reps or reps_for(inner * (t_call or TARGET_S))
-        timing = summarize(sample(clock, _burst(call, inner), n), clock.eager_method, inner)
+        with _Watch(power):
+            timing = summarize(sample(clock, _burst(call, inner), n), clock.eager_method, inner)
     if flush and l2 and timing["median_s"] < FLUSH_BELOW_S:
         extra["timing_flush"] = flush_timing(call, clock, l2, device)
-    return timing, extra
+    return timing
 
 
 def measure_steps(step: Callable[[int], object], device: str, warmup: int = 3,
@@ -215,12 +481,17 @@ def measure_steps(step: Callable[[int], object], device: str, warmup: int = 3,
     step(0)
     clock.sync()
     extra: dict = {"first_step_s": time.perf_counter() - t0}
-    for i in range(1, warmup):
-        step(i)
-    clock.sync()
-    if clock.cuda:
-        torch.cuda.reset_peak_memory_stats()
-    timing = summarize(sample(clock, step, reps), clock.eager_method, 1)
+    power = power_sampler(device)  # after the first (compiling) step, before the other warm-ups
+    try:
+        for i in range(1, warmup):
+            step(i)
+        clock.sync()
+        if clock.cuda:
+            torch.cuda.reset_peak_memory_stats()
+        with _Watch(power):
+            timing = summarize(sample(clock, step, reps), clock.eager_method, 1)
+    finally:
+        _finish(power, extra)
     if clock.cuda:
         extra["peak_mem_bytes"] = torch.cuda.max_memory_allocated()
         extra["peak_reserved_bytes"] = torch.cuda.max_memory_reserved()
