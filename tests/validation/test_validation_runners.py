@@ -178,6 +178,8 @@ def test_power_sampler_with_fake_nvidia_smi(run_suite, tmp_path, lms):
     s.end()
     _time.sleep(0.2)
     state = s.stop()
+    assert state["overhead_s"] < 0.05, "stop() does not wait for nvidia-smi to exit"
+    s._reap()
     assert state["source"] == ("lms" if lms else "poll") and state["window"] == "timed"
     assert 2 <= state["samples"] < len(s.rows)
     assert 1960 <= state["sm_clock_mhz"]["min"] <= state["sm_clock_mhz"]["median"] <= state["sm_clock_mhz"]["max"] <= 1980

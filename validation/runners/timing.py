@@ -240,12 +240,14 @@ class PowerSampler:
         self.t_begin: float | None = None
         self.t_end: float | None = None
         self.source = "lms" if info["lms"] else "poll"
+        self.t_start_s = 0.0
 
     def _query(self) -> list[str]:
         return [self.info["smi"], f"--query-gpu={','.join(self.fields)}", "--format=csv,noheader,nounits",
                 "-i", self.info["gpu_id"]]
 
     def start(self) -> "PowerSampler":
+        t0 = time.perf_counter()
         try:
             if self.source == "lms":
                 cmd = self._query() + ["-lms", str(LMS_MS)]
@@ -259,6 +261,7 @@ class PowerSampler:
             self.thread.start()
         except OSError:
             self.proc = self.thread = None
+        self.t_start_s = time.perf_counter() - t0
         return self
 
     def _add(self, line: str, t: float) -> None:
@@ -284,10 +287,25 @@ class PowerSampler:
     def end(self) -> None:
         self.t_end = time.time()
 
-    def stop(self) -> dict | None:
+    def stop(self, wait: bool = False) -> dict | None:
+        """Summary of the samples read so far; the process is signalled and reaped in the
+        background (waiting for nvidia-smi to exit cost 30-60 ms of idle GPU per case on the
+        H200, enough to lower the power state of the next case: LOG 2026-11-30)."""
+        t0 = time.perf_counter()
         self.halt.set()
         if self.proc is not None:
             self.proc.terminate()
+        if wait:
+            self._reap()
+        else:
+            threading.Thread(target=self._reap, daemon=True).start()
+        out = self.summary()
+        if out is not None:
+            out["overhead_s"] = round(self.t_start_s + time.perf_counter() - t0, 4)
+        return out
+
+    def _reap(self) -> None:
+        if self.proc is not None:
             try:
                 self.proc.wait(timeout=2.0)
             except subprocess.TimeoutExpired:
@@ -295,7 +313,6 @@ class PowerSampler:
                 self.proc.wait()
         if self.thread is not None:
             self.thread.join(timeout=5.0)
-        return self.summary()
 
     def _times(self) -> list[float]:
         """Sample times: nvidia-smi's own timestamps (right even if its output reached the
