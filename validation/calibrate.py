@@ -22,7 +22,7 @@ from ..sim.calibration import EFFICIENCY_DIR, Efficiency, efficiency_for
 from ..sim.estimate import hw_rates, resolve_gpu
 from ..sim.kernels import kernel_times
 from ..sim.optable import build_table
-from .compare import DATA_DIR, split_of
+from .compare import DATA_DIR, fit_split, split_of
 from .predict import ATTN_IMPL, GEMM_DTYPES, NotPredicted, chain_op, gpu_key
 from .records import iter_records, run_paths
 
@@ -81,7 +81,7 @@ def collect(paths, gpu: str) -> list[Group]:
     """Calibration-split groups for ``gpu`` from the run files."""
     buckets: dict[str, tuple[list, list, list]] = {}
     for run, rec in iter_records(run_paths(paths or [DATA_DIR])):
-        if gpu_key(run["env"]) != gpu or split_of(rec) != "calibration" or not rec.get("timing"):
+        if gpu_key(run["env"]) != gpu or fit_split(run, rec) != "calibration" or not rec.get("timing"):
             continue
         key, build = _group_of(rec)
         if build is None:
@@ -179,7 +179,7 @@ def fit_launch(paths, gpu) -> tuple[dict[str, float], tuple[float, float, int]]:
     cases = []
     for run, rec in iter_records(run_paths(paths or [DATA_DIR])):
         p = rec["params"]
-        if (gpu_key(run["env"]) != gpu or split_of(rec) != "calibration" or not rec.get("timing")
+        if (gpu_key(run["env"]) != gpu or fit_split(run, rec) != "calibration" or not rec.get("timing")
                 or rec["kind"] not in ("train_step", "prefill", "decode")
                 or p.get("compile") or p.get("mode") == "graph"):
             continue
@@ -205,7 +205,7 @@ def fit_collectives(paths, gpu) -> tuple[dict[str, float], dict[str, tuple[float
     link = _gpu(gpu).nvlink_bw_per_dir
     by_op: dict[str, list[tuple[float, float]]] = {}
     for run, rec in iter_records(run_paths(paths or [DATA_DIR])):
-        if (rec["kind"] != "collective" or gpu_key(run["env"]) != gpu or split_of(rec) != "calibration"
+        if (rec["kind"] != "collective" or gpu_key(run["env"]) != gpu or fit_split(run, rec) != "calibration"
                 or not rec.get("timing")):
             continue
         n = int(run["env"].get("gpu_count", 2))
@@ -284,7 +284,7 @@ def fit_data_parallel(paths=None, gpu: str = "h200_sxm") -> tuple[dict[str, floa
     cases, runs = [], set()
     for run, rec in iter_records(run_paths(paths or [DATA_DIR])):
         if (rec["kind"] in ("ddp", "fsdp") and rec.get("timing") and gpu_key(run["env"]) == gpu
-                and split_of(rec) == "calibration"):
+                and fit_split(run, rec) == "calibration"):
             cases.append((rec["params"], int(run["env"].get("gpu_count", 2)), rec["timing"]["median_s"]))
             runs.add(run["run_id"])
     meas = np.array([m for *_, m in cases])

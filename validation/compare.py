@@ -72,6 +72,13 @@ def row_kind(rec: dict) -> str:
     return rec["kind"]
 
 
+def fit_split(run: dict, record: dict) -> str:
+    """split_of, except records of runs excluded from calibration (splits.toml) are 'excluded'."""
+    if run["run_id"] in SPLITS.get("calibration", {}).get("exclude_runs", []):
+        return "excluded"
+    return split_of(record)
+
+
 def compare(paths=None) -> tuple[list[Row], list[Unused]]:
     """Rows for every record mechsim predicts, and every record it could not use."""
     rows, unused = [], []
