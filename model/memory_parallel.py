@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from .memory import _attn_saved, _ffn_saved, _norm_saved, activation_bytes_per_layer, logits_bytes
 from .ops_dp import dp_group
 from .parallel import Parallelism
-from .shard import local_config, stage_layers
+from .shard import local_config
 from .workload import TrainingWorkload, train_dtypes
 
 

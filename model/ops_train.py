@@ -22,7 +22,7 @@ from .chains import cross_entropy, embedding, norm, pieces
 from .comm import coll, pp_p2p, tp_cross_entropy, tp_in, tp_out, tp_regather
 from .config import TransformerConfig
 from .ops import DTYPE_BYTES, Op
-from .ops_common import Ctx, Pair, chain, linear, recompute, times
+from .ops_common import Ctx, Pair, chain, linear, recompute
 from .ops_dp import ddp_bucket_copies, dp_group, fsdp, fsdp_copies, grad_sync, param_gather
 from .ops_layer import layer_pairs
 from .shard import local_config, timed_stage

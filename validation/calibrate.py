@@ -22,7 +22,7 @@ from ..sim.calibration import EFFICIENCY_DIR, Efficiency, efficiency_for
 from ..sim.estimate import hw_rates, resolve_gpu
 from ..sim.kernels import kernel_times
 from ..sim.optable import build_table
-from .compare import DATA_DIR, fit_split, split_of
+from .compare import DATA_DIR, fit_split
 from .predict import ATTN_IMPL, GEMM_DTYPES, NotPredicted, chain_op, gpu_key
 from .records import iter_records, run_paths
 
