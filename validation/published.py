@@ -25,11 +25,8 @@ from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, PositiveInt, V
 from mechsim.hwdb import list_gpus, list_systems
 from mechsim.model import TransformerConfig, list_presets, preset
 from mechsim.model.parallel import Parallelism
+from mechsim.sim._toml import load_toml
 
-try:
-    import tomllib
-except ModuleNotFoundError:  # Python 3.10
-    import tomli as tomllib  # type: ignore[no-redef]
 
 PUBLISHED_DIR = Path(__file__).resolve().parent / "published"
 INFERENCE_DIR = PUBLISHED_DIR / "inference"
@@ -261,10 +258,9 @@ class PublishedInferenceRow(_Row):
 
 def _read(path: Path) -> dict:
     try:
-        with open(path, "rb") as f:
-            return tomllib.load(f)
-    except tomllib.TOMLDecodeError as e:
-        raise PublishedDataError(f"{path}: malformed TOML: {e}") from None
+        return load_toml(path)
+    except ValueError as e:   # load_toml names the file
+        raise PublishedDataError(str(e)) from None
 
 
 @functools.cache
