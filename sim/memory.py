@@ -84,7 +84,18 @@ def memory_components(w, fused: frozenset[str] = frozenset(), arch: str = "hoppe
     par = getattr(w, "parallel", None)
     if hasattr(w, "mbs") and par is not None and par.gpus > 1:
         return parallel_components(w, fused)
+    if par is not None and par.gpus > 1:
+        return inference_components(local_inference(w), fused, arch)
     return training_components(w, fused, arch) if hasattr(w, "mbs") else inference_components(w, fused, arch)
+
+
+def local_inference(w):
+    """The inference workload one GPU of a tp/pp/ep plan holds: its shard of the layers,
+    heads, KV heads (replicated when tp exceeds them) and vocabulary (model.shard), one
+    GPU's batch; the whole-job batch stays with dp replicas."""
+    from ..model.parallel import Parallelism
+    from ..model.shard import local_config
+    return w.model_copy(update={"model": local_config(w.model, w.parallel), "parallel": Parallelism()})
 
 
 def fit_memory(comps: dict[str, float], gpu) -> MemoryEstimate:

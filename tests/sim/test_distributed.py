@@ -109,3 +109,14 @@ def test_fsdp_host_time_per_unit_slows_a_host_bound_step():
     finally:
         overlap._OVERRIDES.clear()
     assert slow > base
+
+
+def test_tensor_parallel_inference_shards_weights_and_kv_cache():
+    from mechsim.model import InferenceWorkload
+    w = lambda tp: InferenceWorkload(model="llama3-70b", batch=16, phase="decode", prompt_len=2048,  # noqa: E731
+                                     context_len=2048, stack="serving", parallel=Parallelism(tp=tp))
+    one, four = estimate(w(1), "h200"), estimate(w(4), "hgx_h200")
+    assert four.memory.components["weights"] == pytest.approx(one.memory.components["weights"] / 4, rel=0.01)
+    assert four.memory.components["kv_cache"] == pytest.approx(one.memory.components["kv_cache"] / 4)
+    assert not one.memory.fits and four.memory.fits
+    assert four.step_time_s < one.step_time_s and four.exposed_comm["tp"] > 0
