@@ -55,3 +55,16 @@ def test_fresh_process_entry_point():
     r = subprocess.run([sys.executable, "-m", "mechsim.cli", "estimate", "--model", "llama3-70b", "--hw", "h100"],
                        capture_output=True, text=True, timeout=60)
     assert r.returncode == 0 and "step time" in r.stdout
+
+
+def test_readme_python_example_runs(capsys):
+    """The README's Python block is executed as written (DESIGN: README commands are tests)."""
+    import re
+    from pathlib import Path
+    readme = (Path(__file__).parents[2] / "README.md").read_text()
+    blocks = re.findall(r"```python\n(.*?)```", readme, re.S)
+    assert blocks, "README has no python example"
+    for code in blocks:
+        exec(compile(code, "README.md", "exec"), {})
+    out = capsys.readouterr().out
+    assert "ErrorBand" in out and "OpEstimate" in out   # the example's prints really ran
