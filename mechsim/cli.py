@@ -98,7 +98,22 @@ def cmd_calibrate(a: argparse.Namespace) -> int:
     if not a.dry_run:
         runs = sorted({run["run_id"] for run, _ in iter_records(run_paths(a.paths or [DATA_DIR]))})
         print(f"wrote {write_calibration(a.gpu, fitted, report, runs)}")
+        _fit_data_parallel(a)
     return 0
+
+
+def _fit_data_parallel(a: argparse.Namespace) -> None:
+    """Second stage: DP contention and FSDP host cost, fitted on the single-GPU
+    calibration just written (so the caches holding the old one are cleared first)."""
+    from .sim import calibration, estimate as est_mod
+    from .validation.calibrate import fit_data_parallel, write_overlap_fit
+    calibration.efficiency_for.cache_clear()
+    calibration.load_efficiency_file.cache_clear()
+    est_mod.calibrated_stack.cache_clear()
+    vals, (before, after, n), runs = fit_data_parallel(a.paths or None, a.gpu)
+    if n:
+        print(f"{'data parallel':<18} n={n:<4} calibration MAPE {before:6.1%} -> {after:6.1%}")
+        print(f"wrote {write_overlap_fit(vals, n, runs)}")
 
 
 def cmd_published(a: argparse.Namespace) -> int:
