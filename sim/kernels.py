@@ -100,32 +100,38 @@ def attention_efficiency(attn: np.ndarray, phase: np.ndarray, sm_count: int,
                          eff: Efficiency, impl: str) -> np.ndarray:
     """Fraction of the bf16 peak an attention kernel reaches.
 
-    eff = fraction[impl, fwd|bwd] * wave_eff * L / (L + len_overhead), with one CTA
-    per (batch, head, block_m queries): CTAs = B * Hq * ceil(Sq / block_m) over the SMs.
-    L is the length each CTA's inner loop runs over (KV length in the forward,
+    eff = fraction[impl, fwd|bwd] * wave_eff * L / (L + len_overhead) * row_fill, with
+    the thread blocks of ``attention_launch`` over the SMs. L is the length each CTA's
+    inner loop runs over (KV length in the forward, divided among split-KV blocks;
     query length in the backward; halved when causal), so each CTA's fixed
     prologue/epilogue/softmax-rescale work is amortized over it: short sequences
     run far below the long-sequence rate (FA2/FA3 papers' curves rise with length).
+    row_fill = useful query rows / rows of the padded tiles: a tile computes all of its
+    block_m rows whatever the queries (FA2 decode: 4 useful rows of 64 or 128).
     """
     a = f"attention.{impl}."
     bwd = phase == BWD
     frac = np.where(bwd, eff.get(a + "bwd_fraction"), eff.get(a + "fwd_fraction"))
-    ctas = attention_ctas(attn, eff.get(a + "block_m"))
+    ctas, splits, row_fill, _ = attention_launch(attn, phase, sm_count, eff, impl)
     waves = np.ceil(np.maximum(ctas, 1) / sm_count)
-    length = np.where(bwd, attn[:, 3], attn[:, 4]) * np.where(attn[:, 7] > 0, 0.5, 1.0)
+    length = np.where(bwd, attn[:, 3], attn[:, 4] / splits) * np.where(attn[:, 7] > 0, 0.5, 1.0)
     amort = length / (length + eff.get(a + "len_overhead"))
-    return frac * np.minimum(ctas / (waves * sm_count), 1.0) * amort
+    return frac * np.minimum(ctas / (waves * sm_count), 1.0) * amort * row_fill
 
 
-def attention_exp_s(attn: np.ndarray, hw: "HwRates", eff: Efficiency, impl: str) -> np.ndarray:
+def attention_exp_s(attn: np.ndarray, hw: "HwRates", eff: Efficiency, impl: str,
+                    phase: np.ndarray | None = None) -> np.ndarray:
     """Softmax exponentials the tensor-core work does not hide:
-        exp_exposed * B * Hq * Sq * Skv * causal_fraction / exp_rate
+        exp_exposed * B * Hq * Sq * Skv * causal_fraction / (exp_rate * row_fill)
     (FA3 paper: 256 FLOP of bf16 matmul per exponential at H100 peak, so at head dim
     64, where a score costs 4*64 = 256 matmul FLOP, exponentials take as long as the
-    matmuls unless overlapped; the backward recomputes the same exponentials)."""
+    matmuls unless overlapped; the backward recomputes the same exponentials).
+    The padded rows of a tile (row_fill < 1, FA2 decode) exponentiate too."""
     b, hq, sq, skv, causal = attn[:, 0], attn[:, 1], attn[:, 3], attn[:, 4], attn[:, 7] > 0
     frac = np.where(causal & (sq == skv), 1.0 - (sq - 1) / (2.0 * np.maximum(skv, 1)), 1.0)
     exps = b * hq * sq * skv * frac
+    if phase is not None:
+        exps = exps / attention_launch(attn, phase, hw.sm_count, eff, impl)[2]
     return eff.get(f"attention.{impl}.exp_exposed") * exps / (hw.exp_rate * hw.clock_fraction)
 
 
@@ -134,19 +140,99 @@ def attention_ctas(attn: np.ndarray, block_m: float) -> np.ndarray:
     return attn[:, 0] * attn[:, 1] * np.ceil(np.maximum(attn[:, 3], 1) / block_m)
 
 
-def attention_memory_s(attn: np.ndarray, nbytes: np.ndarray, hw: "HwRates", eff: Efficiency, impl: str) -> np.ndarray:
+# FlashAttention-2 as vendored by PyTorch (torch SDPA's flash backend), launch rules:
+#   aten/src/ATen/native/transformers/cuda/flash_attn/flash_api.cpp
+#     mha_fwd: seqlenq_ngroups_swapped = seqlen_q == 1 && num_heads > num_heads_k (no
+#       window, dropout, alibi): Q (b, 1, hkv*g, d) is viewed as (b, g, hkv, d), i.e.
+#       seqlen_q = g = hq/hkv and num_heads = hkv, so one CTA serves a whole GQA group.
+#     set_params_splitkv: block_n = 256 / 128 / 64 for head dim <= 64 / <= 128 / more;
+#       num_m_blocks = ceil(seqlen_q / 64); num_splits_heuristic(b * h * num_m_blocks,
+#       2 * num_SMs ("128 threads per block"), ceil(seqlen_k / block_n), 128).
+#     num_splits_heuristic: 1 split once b*h*m_blocks >= 0.8 * (2 * SMs); otherwise the
+#       smallest eligible split count whose wave efficiency is >= 0.85 of the best.
+#     run_mha_fwd: num_splits > 1 runs the split-KV kernel, else the standard one.
+#   .../flash_attn/flash_fwd_launch_template.h
+#     run_mha_fwd_splitkv_dispatch: kBlockM = 64, kBlockN as block_n above, 4 warps;
+#       grid (m_blocks, num_splits, b * h) plus a combine kernel.
+#     run_mha_fwd_hdim128 (not sm8x, i.e. sm80/sm90): Flash_fwd_kernel_traits<128, 128, 64, 4>,
+#       grid (m_blocks, b, h): a 128-query tile (attention.fa2.block_m).
+_FA2_IMPLS = ("fa2",)
+_FA2_SPLIT_BLOCK_M = 64
+_FA2_MAX_SPLITS = 128
+_FA2_FILL_SMS = 0.8
+_FA2_EFF_KEEP = 0.85
+
+
+def _fa2_block_n(head_dim: np.ndarray) -> np.ndarray:
+    return np.where(head_dim <= 64, 256.0, np.where(head_dim <= 128, 128.0, 64.0))
+
+
+def fa2_num_splits(bhm: np.ndarray, n_blocks: np.ndarray, sm_count: int) -> np.ndarray:
+    """FA2's num_splits_heuristic (flash_api.cpp), vectorized; num_SMs = 2 * sm_count."""
+    slots = 2 * sm_count
+    bhm = np.asarray(bhm, dtype=float)
+    out = np.ones_like(bhm)
+    for i in np.flatnonzero(bhm < _FA2_FILL_SMS * slots):
+        nb = int(n_blocks[i])
+        top = min(_FA2_MAX_SPLITS, slots, nb)
+        s = np.arange(1, top + 1)
+        eligible = (s == 1) | (np.ceil(nb / s) != np.ceil(nb / np.maximum(s - 1, 1)))
+        waves = bhm[i] * s / slots
+        e = np.where(eligible, waves / np.ceil(waves), 0.0)
+        ok = eligible & (e >= _FA2_EFF_KEEP * e.max())
+        out[i] = s[ok][0] if ok.any() else 1.0
+    return out
+
+
+def attention_launch(attn: np.ndarray, phase: np.ndarray, sm_count: int, eff: Efficiency, impl: str):
+    """Thread blocks of an attention kernel: (ctas, kv_splits, row_fill, gqa_packed).
+
+    Generic flash kernel: one CTA per (batch, query head, block_m queries), no split,
+    no row padding, query heads of a GQA group in separate CTAs.
+    FA2 (torch's flash backend; rules quoted above ``_FA2_IMPLS``): in the forward,
+    Sq == 1 with GQA folds the group's g = Hq/Hkv query heads into the query rows
+    (rows = g, heads = Hkv, one CTA streams its KV head once); split-KV over
+    n_splits = num_splits_heuristic(B * heads * ceil(rows/64), 2 * SMs, ceil(Skv/block_n))
+    with a 64-row tile when n_splits > 1, else the standard kernel's block_m-row tile:
+        ctas = B * heads * ceil(rows / tile_m) * n_splits
+        row_fill = rows / (ceil(rows / tile_m) * tile_m)
+    Decode (rows = 4) thus computes a 64- or 128-row tile per KV block: its time is the
+    padded tile's tensor-core work, which doubles when batch * Hkv reaches 0.8 * 2 * SMs
+    and the split kernel (64 rows) gives way to the standard one (128 rows).
+    """
+    b, hq, hkv, sq, skv, hd = (attn[:, i] for i in range(6))
+    block_m = eff.get(f"attention.{impl}.block_m")
+    ones = np.ones(len(attn))
+    if impl not in _FA2_IMPLS:
+        return attention_ctas(attn, block_m), ones, ones, np.zeros(len(attn), bool)
+    fwd = phase != BWD
+    packed = fwd & (sq == 1) & (hq > hkv)
+    rows = np.where(packed, hq / np.maximum(hkv, 1), np.maximum(sq, 1))
+    heads = np.where(packed, hkv, hq)
+    n_blocks = np.ceil(np.maximum(skv, 1) / _fa2_block_n(hd))
+    splits = np.where(fwd, fa2_num_splits(b * heads * np.ceil(rows / _FA2_SPLIT_BLOCK_M), n_blocks, sm_count), 1.0)
+    tile_m = np.where(splits > 1, float(_FA2_SPLIT_BLOCK_M), block_m)
+    m_blocks = np.ceil(rows / tile_m)
+    return b * heads * m_blocks * splits, splits, rows / (m_blocks * tile_m), packed
+
+
+def attention_memory_s(attn: np.ndarray, nbytes: np.ndarray, hw: "HwRates", eff: Efficiency, impl: str,
+                       phase: np.ndarray | None = None) -> np.ndarray:
     """Time to stream an attention kernel's bytes (binding in decode).
 
     bandwidth = min(HBM * decode_bw_fraction, active CTAs * per_cta_bw): with fewer
     thread blocks than SMs (batch-1 decode) each block streams at most per_cta_bw.
-    Kernels that give each query head its own block (FA2) re-read a GQA group's
-    K/V once the blocks of the group no longer run in one wave: bytes x gqa_reread.
+    Kernels that give each query head its own block re-read a GQA group's K/V once
+    the blocks of the group no longer run in one wave: bytes x gqa_reread (not when
+    FA2 packs the group into one block, see attention_launch).
     """
     a = f"attention.{impl}."
-    ctas = attention_ctas(attn, eff.get(a + "block_m"))
+    if phase is None:
+        phase = np.zeros(len(attn))
+    ctas, _, _, packed = attention_launch(attn, phase, hw.sm_count, eff, impl)
     bw = np.minimum(hw.hbm_bandwidth * eff.get(a + "decode_bw_fraction"),
                     np.minimum(ctas, hw.sm_count) * eff.get(a + "per_cta_bw"))
-    reread = np.where((ctas > hw.sm_count) & (attn[:, 1] > attn[:, 2]), eff.get(a + "gqa_reread"), 1.0)
+    reread = np.where((ctas > hw.sm_count) & (attn[:, 1] > attn[:, 2]) & ~packed, eff.get(a + "gqa_reread"), 1.0)
     return nbytes * reread / bw
 
 
@@ -162,10 +248,10 @@ def kernel_times(t: OpTable, hw: HwRates, eff: Efficiency, attention_impl: str) 
     peak = np.where(is_at, hw.tensor_peak[DTYPES.index("bf16")], peak) * hw.clock_fraction
     compute = t.flops / (peak * efficiency)
     if is_at.any():
-        compute[is_at] += attention_exp_s(t.attn[is_at], hw, eff, attention_impl)
+        compute[is_at] += attention_exp_s(t.attn[is_at], hw, eff, attention_impl, t.phase[is_at])
     memory = streaming_memory_s(t, hw, eff)
     if is_at.any():
-        memory[is_at] = attention_memory_s(t.attn[is_at], t.bytes[is_at], hw, eff, attention_impl)
+        memory[is_at] = attention_memory_s(t.attn[is_at], t.bytes[is_at], hw, eff, attention_impl, t.phase[is_at])
     fixed = t.kernels * _fixed_s(t, eff, attention_impl)
     return KernelTimes(compute, memory, fixed, np.maximum(compute, memory) + fixed, efficiency)
 

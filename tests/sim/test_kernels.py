@@ -55,3 +55,39 @@ def test_table_rejects_unknown_dtype():
 def test_memory_kernel_rejects_zero_bytes():
     with pytest.raises(ValueError, match="bytes_read"):
         memory_kernel(0, 0)
+
+
+def _decode(b, skv, hq=32, hkv=8, d=128):
+    return np.array([[b, hq, hkv, 1, skv, d, d, 0]], float)
+
+
+def test_fa2_num_splits_follows_flash_api_heuristic():
+    from mechsim.sim.kernels import fa2_num_splits
+    # b*h*m_blocks vs 0.8 * 2 * 132 = 211.2 slots; n_blocks = ceil(Skv / 128) at head dim 128
+    assert fa2_num_splits(np.array([8.0]), np.array([256.0]), 132)[0] == 29     # b1, 32K: 8*29 = 232 CTAs
+    assert fa2_num_splits(np.array([64.0]), np.array([64.0]), 132)[0] == 4      # b8, 8K
+    assert fa2_num_splits(np.array([208.0]), np.array([64.0]), 132)[0] > 1      # b26: still split
+    assert fa2_num_splits(np.array([216.0]), np.array([64.0]), 132)[0] == 1     # b27: fills 0.8 of the slots
+
+
+def test_fa2_decode_packs_gqa_group_and_pads_the_tile():
+    from mechsim.sim.kernels import attention_launch
+    fwd = np.zeros(1)
+    ctas, splits, fill, packed = (x[0] for x in attention_launch(_decode(24, 8192), fwd, 132, EFF, "fa2"))
+    assert packed and splits == 4 and ctas == 24 * 8 * 4 and fill == 4 / 64      # split kernel, 64-row tile
+    ctas, splits, fill, packed = (x[0] for x in attention_launch(_decode(32, 8192), fwd, 132, EFF, "fa2"))
+    assert packed and splits == 1 and ctas == 32 * 8 and fill == 4 / 128         # standard kernel, 128 rows
+
+
+def test_fa2_decode_step_at_batch_32_halves_the_rate():
+    """Padded tile work per KV byte doubles when the split kernel gives way (batch 24 -> 32)."""
+    from mechsim.sim.kernels import attention_efficiency
+    e = [attention_efficiency(_decode(b, 32768), np.zeros(1), 132, EFF, "fa2")[0] for b in (24, 32)]
+    assert 1.7 < e[0] / e[1] < 2.3
+
+
+def test_cudnn_attention_launch_unchanged():
+    from mechsim.sim.kernels import attention_ctas, attention_launch
+    a = _decode(32, 8192)
+    ctas, splits, fill, packed = (x[0] for x in attention_launch(a, np.zeros(1), 132, EFF, "cudnn"))
+    assert ctas == attention_ctas(a, 128.0)[0] == 32 * 32 and splits == 1 and fill == 1 and not packed
