@@ -125,9 +125,22 @@ CHAIN_NOT_COMPARED = {
 }
 
 
+def predict_softmax(p: dict, gpu: str) -> float:
+    """torch.softmax over the last dim: the kernel torch dispatches for the row length and
+    dtype, timed by sim/rowkernels.py (one-pass kernels at their element rate, the
+    three-pass block kernel at its HBM traffic with L2 re-reads)."""
+    from ..sim.estimate import efficiency
+    from ..sim.rowkernels import softmax_fwd_s
+    e = {"fp32": 4, "bf16": 2, "fp16": 2}[p["dtype"]]
+    g = resolve_gpu(gpu)
+    return softmax_fwd_s(p["t"], p["cols"], e, e, g.hbm_bandwidth, g.sm_count, efficiency(g))
+
+
 def predict_chain(p: dict, gpu: str) -> float:
     """Single-kernel memory-bound ops: their traffic at the achieved read/write rates;
     multi-kernel eager chains: the sum of their ops' times (model/chains.py's aggregation)."""
+    if p["op"] == "softmax" and p.get("pass") == "fwd":
+        return predict_softmax(p, gpu)
     if p["op"] in FUSED_SINGLE_KERNEL and p.get("pass") == "fwd":
         return estimate_op(chain_op(p), gpu).time_s
     if p["op"] in CHAIN_NOT_COMPARED:

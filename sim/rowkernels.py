@@ -1,0 +1,69 @@
+"""Row-softmax kernels of eager PyTorch (torch.softmax / log_softmax over the last dim).
+
+Which kernel runs is a host-side dispatch in aten/src/ATen/native/cuda/SoftMax.cu
+(host_softmax, inner_size == 1, output dtype = input dtype; torch 2.x):
+
+* ``softmax_warp_forward`` (PersistentSoftmax.cuh) when cols <= 2048 and
+  cols * elem_bytes <= 8192: one warp per row (128-thread blocks, 4 rows each), the
+  row held in registers: one read and one write of HBM.
+* otherwise a 1024-thread block per row (SoftMaxForward_getBlockSize: min(cols, 1024)
+  rounded to a warp), grid = rows, and
+  - ``cunn_SoftMaxForwardReg<reg_cnt>`` when reg_cnt = ceil(cols / 1024) < 10: the row
+    in registers, one read + one write;
+  - else ``cunn_SoftMaxForwardSmem`` when the row fits the 48 KiB of shared memory per
+    block (cols * elem_bytes + reduction scratch), both pointers 16-byte aligned and
+    cols % ILP == 0 (ILP = 16 / elem_bytes): one read (into smem) + one write;
+  - else ``cunn_SoftMaxForward<ILP>``: three passes over the input (max, sum of exp,
+    epilogue) and one write. The two re-reads hit L2 only while the rows in flight
+    (2 blocks of 1024 threads per SM) fit in the part of L2 that streaming leaves them.
+
+Measured on H200 (validation/data/h200, per-kernel profiles) the one-pass kernels do not
+reach HBM bandwidth: a warp or block per row serialises load -> reduce -> exp -> reduce
+-> store, so their time is set by an element rate per family (latency-bound), e.g. bf16
+and fp32 rows of 2048 take the same 41 us. Time of one kernel:
+
+    t = max(hbm_bytes / (HBM * bw_fraction), rows * cols / elem_rate[family])
+
+with hbm_bytes = read * (1 + 2 * miss) + write for the three-pass kernel, where
+miss = max(0, 1 - l2_resident_bytes / (rows_in_flight * row_bytes)), and read + write
+for the others. Rates are data (sim/data/efficiency/*.toml, section [rowsoftmax]).
+"""
+
+from __future__ import annotations
+
+import math
+
+from .calibration import Efficiency
+
+WARP_MAX_COLS, WARP_MAX_BYTES = 2048, 8192
+BLOCK_THREADS, REG_MAX = 1024, 10
+SMEM_PER_BLOCK = 48 * 1024
+ALIGN_BYTES = 16
+
+
+def softmax_kernel(cols: int, elem_bytes: int) -> str:
+    """Name of the forward kernel torch dispatches for rows of ``cols`` elements."""
+    if cols <= WARP_MAX_COLS and cols * elem_bytes <= WARP_MAX_BYTES:
+        return "warp"
+    block = min(BLOCK_THREADS, math.ceil(min(cols, BLOCK_THREADS) / 32) * 32)
+    if math.ceil(cols / block) < REG_MAX:
+        return "reg"
+    ilp = ALIGN_BYTES // elem_bytes
+    if cols * elem_bytes + (block // 32) * 4 < SMEM_PER_BLOCK and cols % ilp == 0:
+        return "smem"
+    return "block"
+
+
+def softmax_fwd_s(rows: int, cols: int, elem_bytes: int, out_bytes: int, hbm_bandwidth: float,
+                  sm_count: int, eff: Efficiency) -> float:
+    """GPU time of one softmax / log_softmax forward kernel over ``rows`` x ``cols``."""
+    fam = softmax_kernel(cols, elem_bytes)
+    n = float(rows) * cols
+    read, write = n * elem_bytes, n * out_bytes
+    if fam == "block":
+        in_flight = min(rows, 2 * sm_count) * cols * elem_bytes
+        miss = max(0.0, 1.0 - eff.get("rowsoftmax.l2_resident_bytes") / in_flight)
+        hbm = read * (1.0 + 2.0 * miss) + write
+        return hbm / (hbm_bandwidth * eff.get("rowsoftmax.bw_fraction"))
+    t_bw = (read + write) / (hbm_bandwidth * eff.get("rowsoftmax.bw_fraction"))
+    return max(t_bw, n / eff.get(f"rowsoftmax.{fam}_elem_rate"))
