@@ -27,7 +27,6 @@ Estimated durations on 2 H200s (spawn + NCCL init ~20 s; 1B DDP/FSDP steps ~0.1-
 
 from __future__ import annotations
 
-import contextlib
 import json
 import math
 import os
@@ -45,7 +44,7 @@ import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
 
 from common import GiB, MiB, Case, Ctx, Group, execute, randn, result, size_tag, skipped  # noqa: E402
-from models import (_is_device_event, batch, build_model, kernel_summary, loss_fn, make_optimizer,  # noqa: E402
+from models import (_is_device_event, batch, build_model, kernel_summary, make_optimizer,  # noqa: E402
                     make_train_step, model_params, ref_config)
 from timing import measure, measure_steps  # noqa: E402
 
@@ -130,21 +129,6 @@ def _wrap_fsdp1(model, p: dict):
                 mixed_precision=mp, device_id=torch.cuda.current_device() if torch.cuda.is_available() else None)
 
 
-def _accum_step(model, opt, idx, tgt, device_type: str, ga: int):
-    """ga micro-batches, DDP no_sync on all but the last (gradients sync once), then the update."""
-    def step(_r: int = 0):
-        for i in range(ga):
-            ctx_ = model.no_sync() if i < ga - 1 else contextlib.nullcontext()
-            with ctx_:
-                with torch.autocast(device_type, dtype=torch.bfloat16):
-                    loss = loss_fn(model(idx), tgt)
-                loss.backward()
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-        return loss
-    return step
-
-
 def _union_us(iv: list[tuple[float, float]]) -> list[tuple[float, float]]:
     out: list[list[float]] = []
     for a, b in sorted(iv):
@@ -198,8 +182,7 @@ def run_dp(ctx: Ctx, p: dict) -> dict:
     opt, opt_impl = make_optimizer(wrapped)
     idx, tgt = batch(cfg, p["mbs"], p["seq"], ctx.device, seed=1 + dist.get_rank())
     ga = p.get("grad_accum", 1)
-    step = _accum_step(wrapped, opt, idx, tgt, ctx.device_type, ga) if ga > 1 \
-        else make_train_step(wrapped, opt, idx, tgt, ctx.device_type)
+    step = make_train_step(wrapped, opt, idx, tgt, ctx.device_type, grad_accum=ga)
     timing, extra = measure_steps(step, ctx.device, warmup=3, reps=p["reps"])
     extra.update(impl=impl, optimizer=opt_impl, world=dist.get_world_size(),
                  rank_medians_s=_gather(timing["median_s"]),

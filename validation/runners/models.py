@@ -75,12 +75,17 @@ def batch(cfg: RefConfig, mbs: int, seq: int, device: str, seed: int = 1):
     return idx, tgt
 
 
-def make_train_step(model, opt, idx, tgt, device_type: str):
-    """One full step: autocast forward + loss, backward, optimizer step, zero_grad."""
+def make_train_step(model, opt, idx, tgt, device_type: str, grad_accum: int = 1):
+    """One full step: ``grad_accum`` x (autocast forward + loss, backward), optimizer step,
+    zero_grad. A DDP model skips the gradient sync (no_sync) on all but the last micro-batch."""
     def step(_r: int = 0):
-        with torch.autocast(device_type, dtype=torch.bfloat16):
-            loss = loss_fn(model(idx), tgt)
-        loss.backward()
+        for i in range(grad_accum):
+            last = i == grad_accum - 1
+            sync = contextlib.nullcontext() if last or not hasattr(model, "no_sync") else model.no_sync()
+            with sync:
+                with torch.autocast(device_type, dtype=torch.bfloat16):
+                    loss = loss_fn(model(idx), tgt)
+                loss.backward()
         opt.step()
         opt.zero_grad(set_to_none=True)
         return loss
