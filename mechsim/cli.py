@@ -85,6 +85,10 @@ def _parser() -> argparse.ArgumentParser:
     cal.add_argument("paths", nargs="*", help="run files or folders (default: validation/data)")
     cal.add_argument("--dry-run", action="store_true", help="print the fit, write nothing")
     _add_plan_parser(sub)
+    for name in PLUGINS:
+        mod = _plugin(name)
+        if mod is not None:
+            mod.add_parser(sub)
     return ap
 
 
@@ -287,10 +291,27 @@ def cmd_plan(a: argparse.Namespace) -> int:
 COMMANDS = {"validate": cmd_validate, "estimate": cmd_estimate, "hw": cmd_hw, "models": cmd_models, "stacks": cmd_stacks, "op": cmd_op,
             "plan": cmd_plan}
 
+# Commands that live in their own module `mechsim/cli_<name>.py`, each with
+# `add_parser(sub)` (registers its subparser) and `run(args) -> int`.
+PLUGINS = ("serve", "compare", "app")
+
+
+def _plugin(name: str):
+    import importlib
+
+    try:
+        return importlib.import_module(f"mechsim.cli_{name}")
+    except ModuleNotFoundError as e:
+        if e.name == f"mechsim.cli_{name}":
+            return None
+        raise
+
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
+        if args.cmd not in COMMANDS:
+            return _plugin(args.cmd).run(args)
         return COMMANDS[args.cmd](args)
     except (ValueError, KeyError, TypeError, OSError) as e:
         print(f"error: {_one_line(e)}", file=sys.stderr)
