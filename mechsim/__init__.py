@@ -24,6 +24,9 @@ _LAZY = {
     "Parallelism": ("mechsim.model.parallel", "Parallelism"),
     "Cluster": ("mechsim.sim.cluster", "Cluster"),
     "list_stacks": ("mechsim.sim.stacks", "list_stacks"),
+    "serve": ("mechsim.sim.serving", "serve"),
+    "best_serving_plan": ("mechsim.sim.serving", "best_serving_plan"),
+    "compare": ("mechsim.sim.procure", "compare"),
 }
 
 __all__ = sorted(_LAZY) + ["__version__"]
