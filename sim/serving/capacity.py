@@ -1,0 +1,191 @@
+"""The largest request rate that meets latency targets, and the best plan for a target rate.
+
+    max_rate(server, ttft_s, tpot_s):  TTFT and TPOT both grow with the rate (more prefill
+        interference, a larger batch, a longer queue), so the largest rate meeting both is
+        found by bisection on (0, saturation rate). When even an idle replica misses a target
+        the answer is infeasible and carries that closest point (the lowest-load latencies).
+    best_serving_plan(...): every tp that fits (1, 2, 4, 8, ... within the NVLink domain and
+        dividing the heads) -> its max rate per replica meeting the targets -> the one with the
+        most output tokens/s per GPU; for a target ``rate``, replicas = ceil(rate / max_rate).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+
+from .batching import Engine, Lengths, OperatingPoint, Server
+from .steps import Deployment, nvlink_domain
+
+IDLE_RATE_FRACTION = 1e-4     # "idle": this fraction of the saturation rate
+BISECT_STEPS = 40
+TP_CHOICES = (1, 2, 4, 8, 16, 32, 64)
+
+
+@dataclass(frozen=True)
+class RateLimit:
+    """The largest rate one replica sustains within the targets, and its operating point."""
+
+    feasible: bool
+    max_rate_per_s: float
+    point: OperatingPoint          # at max_rate, or the idle point when infeasible
+    binding: str                   # "ttft", "tpot", "kv_cache", "max_batch", "prefill" or "" (none given)
+    reason: str
+
+
+def _meets(p: OperatingPoint, ttft_s, tpot_s) -> bool:
+    return p.stable and (ttft_s is None or p.ttft_s <= ttft_s) and (tpot_s is None or p.tpot_s <= tpot_s)
+
+
+def _check_target(v, field: str) -> None:
+    if v is not None and not (v > 0 and math.isfinite(v)):
+        raise ValueError(f"{field}: a latency target must be a positive number of seconds, got {v}")
+
+
+def max_rate(server: Server, ttft_s: float | None = None, tpot_s: float | None = None) -> RateLimit:
+    """Bisection for the largest rate with TTFT <= ttft_s and TPOT <= tpot_s (module docstring)."""
+    _check_target(ttft_s, "ttft_s")
+    _check_target(tpot_s, "tpot_s")
+    sat = server.saturation_rate()
+    if sat <= 0:
+        p = server._point(1e-9, 0.0, False, "kv_cache", served=0.0)
+        return RateLimit(False, 0.0, p, "kv_cache", "no sequence fits in the KV cache after the weights")
+    idle = server.at_rate(sat * IDLE_RATE_FRACTION)
+    if not _meets(idle, ttft_s, tpot_s):
+        return RateLimit(False, 0.0, idle, _which(idle, ttft_s, tpot_s), _infeasible_text(idle, ttft_s, tpot_s))
+    lo, hi = sat * IDLE_RATE_FRACTION, sat * (1 - 1e-6)
+    if _meets(server.at_rate(hi), ttft_s, tpot_s):
+        p = server.at_rate(hi)
+        return RateLimit(True, hi, p, server._limit(), f"throughput-bound ({server._limit()})")
+    for _ in range(BISECT_STEPS):
+        mid = 0.5 * (lo + hi)
+        lo, hi = (mid, hi) if _meets(server.at_rate(mid), ttft_s, tpot_s) else (lo, mid)
+    p = server.at_rate(lo)
+    edge = server.at_rate(hi)
+    b = _which(edge, ttft_s, tpot_s)
+    return RateLimit(True, lo, p, b, f"latency-bound ({b} target)")
+
+
+def _which(p: OperatingPoint, ttft_s, tpot_s) -> str:
+    if ttft_s is not None and p.ttft_s > ttft_s:
+        return "ttft"
+    if tpot_s is not None and p.tpot_s > tpot_s:
+        return "tpot"
+    return p.limit or "prefill"
+
+
+def _infeasible_text(p: OperatingPoint, ttft_s, tpot_s) -> str:
+    parts = []
+    if ttft_s is not None and p.ttft_s > ttft_s:
+        parts.append(f"TTFT {p.ttft_s * 1e3:.1f} ms > target {ttft_s * 1e3:.1f} ms")
+    if tpot_s is not None and p.tpot_s > tpot_s:
+        parts.append(f"TPOT {p.tpot_s * 1e3:.2f} ms > target {tpot_s * 1e3:.2f} ms")
+    return "infeasible even at idle load: " + "; ".join(parts)
+
+
+@dataclass(frozen=True)
+class ServingPlan:
+    """The chosen serving configuration (SI units; rates in requests/s, tokens/s).
+
+    gpus = tp * replicas. max_rate_per_s: requests/s the whole plan serves within the targets.
+    ttft_s / tpot_s / e2e_s / batch: per replica at the plan's load (``rate`` / replicas, or the
+    max rate when no rate was given). When no tp meets the targets, meets_targets is False and
+    the fields describe the closest achievable point (the idle latencies of the best tp)."""
+
+    model: str
+    hw: str
+    gpus: int
+    tp: int
+    replicas: int
+    weight_dtype: str
+    kv_dtype: str
+    output_tokens_per_s_per_gpu: float
+    max_rate_per_s: float
+    rate_per_s: float
+    ttft_s: float
+    tpot_s: float
+    e2e_s: float
+    batch: float
+    kv_sequences: int
+    meets_targets: bool
+    reason: str
+    candidates: tuple = field(default=())
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["candidates"] = [dict(c) for c in self.candidates]
+        return d
+
+
+def tp_options(model, hw: str, tps=None) -> tuple[int, ...]:
+    """tp degrees to try: ``tps`` or TP_CHOICES within the NVLink domain dividing the heads."""
+    dom = nvlink_domain(hw)
+    base = TP_CHOICES if tps is None else tuple(tps)
+    return tuple(t for t in base if t <= dom and model.n_heads % t == 0)
+
+
+def _candidate(dep: Deployment, lengths, engine, ttft_s, tpot_s, **kw) -> tuple[Server, RateLimit] | None:
+    try:
+        server = Server(dep, lengths, engine, **kw)
+    except ValueError:
+        return None
+    return server, max_rate(server, ttft_s, tpot_s)
+
+
+def _summary(dep: Deployment, srv: Server, lim: RateLimit) -> dict:
+    p = lim.point
+    return {"tp": dep.tp, "feasible": lim.feasible, "max_rate_per_s": lim.max_rate_per_s,
+            "output_tokens_per_s_per_gpu": p.output_tokens_per_s_per_gpu, "ttft_s": p.ttft_s,
+            "tpot_s": p.tpot_s, "kv_sequences": srv.kv_sequences, "reason": lim.reason}
+
+
+def _closeness(lim: RateLimit, ttft_s, tpot_s) -> float:
+    p = lim.point
+    r = [p.ttft_s / ttft_s if ttft_s else 0.0, p.tpot_s / tpot_s if tpot_s else 0.0]
+    return max(r)
+
+
+def best_serving_plan(model, hw, input_len, output_len, ttft_s=None, tpot_s=None, rate=None,
+                      weight_dtype="bf16", kv_dtype="bf16", stack="serving", tps=None,
+                      max_batch=None, max_num_tokens=None, overrides=None, prefix_hit=0.0,
+                      spec=None) -> ServingPlan:
+    """Best tp (and replica count for ``rate``) serving ``model`` on ``hw`` within the targets.
+
+    input_len / output_len: tokens (or samples); ttft_s / tpot_s: targets in seconds (None: no
+    target); rate: requests/s to serve (None: one replica at its max rate)."""
+    if rate is not None and not (rate > 0 and math.isfinite(rate)):
+        raise ValueError(f"rate: must be a positive number of requests/s, got {rate}")
+    engine = Engine.default(max_batch, max_num_tokens)
+    first = Deployment.make(model, hw, 1, weight_dtype, kv_dtype, stack=stack, overrides=overrides)
+    lengths = Lengths.of(input_len, output_len, first.model.max_seq)
+    found = []
+    for tp in tp_options(first.model, hw, tps):
+        dep = Deployment.make(first.model, hw, tp, weight_dtype, kv_dtype, stack=stack, overrides=overrides)
+        c = _candidate(dep, lengths, engine, ttft_s, tpot_s, prefix_hit=prefix_hit, spec=spec)
+        if c is not None and c[0].kv_sequences >= 1:
+            found.append((dep, *c))
+    if not found:
+        raise ValueError(f"model: {first.model.name} does not fit on {hw} at any tp in "
+                         f"{tp_options(first.model, hw, tps)} with {weight_dtype} weights")
+    return _choose(found, lengths, ttft_s, tpot_s, rate)
+
+
+def _choose(found, lengths, ttft_s, tpot_s, rate) -> ServingPlan:
+    cands = tuple(_summary(d, s, lim) for d, s, lim in found)
+    ok = [f for f in found if f[2].feasible]
+    if not ok:
+        dep, srv, lim = min(found, key=lambda f: _closeness(f[2], ttft_s, tpot_s))
+        return _plan(dep, srv, lim, 1, lim.point, False,
+                     f"no configuration meets the targets; closest: tp={dep.tp}, {lim.reason}", cands)
+    dep, srv, lim = max(ok, key=lambda f: (f[2].point.output_tokens_per_s_per_gpu, -f[0].tp))
+    if rate is None:
+        return _plan(dep, srv, lim, 1, lim.point, True, lim.reason, cands)
+    reps = max(1, math.ceil(rate / lim.max_rate_per_s * (1 - 1e-12)))
+    point = srv.at_rate(rate / reps)
+    return _plan(dep, srv, lim, reps, point, True, lim.reason, cands)
+
+
+def _plan(dep, srv, lim, reps, point, ok, reason, cands) -> ServingPlan:
+    return ServingPlan(dep.model.name, dep.hw, dep.tp * reps, dep.tp, reps, dep.weight_dtype, dep.kv_dtype,
+                       point.output_tokens_per_s_per_gpu, lim.max_rate_per_s * reps, point.rate_per_s * reps,
+                       point.ttft_s, point.tpot_s, point.e2e_s, point.batch, srv.kv_sequences, ok, reason, cands)

@@ -1,0 +1,91 @@
+"""Paged KV-cache capacity of one GPU of a serving replica.
+
+    kv_bytes_per_token = 2 * L_local * Hkv_local * Dh * b_kv           (MHA / GQA)
+                       = L_local * (kv_lora_rank + rope_dim) * b_kv    (MLA latent, replicated over tp)
+    block_bytes        = block_tokens * kv_bytes_per_token
+    kv_pool            = free_fraction * (HBM - weights - activation workspace - reserve)
+    blocks             = floor(kv_pool / block_bytes)
+    sequences(n)       = floor(blocks / ceil(n / block_tokens))   (internal fragmentation: a
+                         sequence's last block is partly empty)
+L_local, Hkv_local: the layers and KV heads one GPU holds (model/shard.py: Hkv / tp, or 1 when
+tp > Hkv -- the KV head is then replicated). The activation workspace is one iteration of
+``max_num_tokens`` tokens (model.memory.inference_activation_bytes + logits).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+
+from ...model import InferenceWorkload
+from ...model import memory as M
+from ...model.ops import DTYPE_BYTES
+from ...model.parallel import Parallelism
+from ...model.shard import local_config
+from .params import param
+
+
+@dataclass(frozen=True)
+class KVCapacity:
+    """KV pool of one GPU (bytes, tokens, blocks) and the memory it was carved from."""
+
+    bytes_per_token: float
+    block_tokens: int
+    block_bytes: float
+    pool_bytes: float
+    blocks: int
+    capacity_bytes: float
+    weights_bytes: float
+    activation_bytes: float
+    reserve_bytes: float
+
+    @property
+    def tokens(self) -> int:
+        return self.blocks * self.block_tokens
+
+    @property
+    def fits(self) -> bool:
+        """Weights, workspace and at least one block fit."""
+        return self.blocks >= 1
+
+    def sequences(self, tokens_per_sequence: float) -> int:
+        """Sequences of ``tokens_per_sequence`` tokens that fit (whole blocks each)."""
+        if tokens_per_sequence <= 0:
+            raise ValueError(f"tokens_per_sequence: must be > 0, got {tokens_per_sequence}")
+        return int(self.blocks // math.ceil(tokens_per_sequence / self.block_tokens))
+
+    def to_dict(self) -> dict:
+        return {**asdict(self), "tokens": self.tokens}
+
+
+def kv_bytes_per_token(cfg, kv_dtype: str, tp: int = 1) -> float:
+    """KV bytes one GPU stores per token (all of its layers); see the module docstring."""
+    loc = local_config(cfg, Parallelism(tp=tp)) if tp > 1 else cfg
+    return float(loc.kv_bytes_per_token(DTYPE_BYTES[kv_dtype]))
+
+
+def _local_workload(cfg, tp: int, weight_dtype: str, act_dtype: str, tokens: int) -> InferenceWorkload:
+    loc = local_config(cfg, Parallelism(tp=tp)) if tp > 1 else cfg
+    return InferenceWorkload(model=loc, batch=tokens, phase="decode", context_len=1,
+                             weight_dtype=weight_dtype, act_dtype=act_dtype)
+
+
+def kv_capacity(cfg, gpu, tp: int = 1, weight_dtype: str = "bf16", kv_dtype: str = "bf16",
+                act_dtype: str = "bf16", block_tokens: int | None = None,
+                free_fraction: float | None = None, max_num_tokens: int | None = None) -> KVCapacity:
+    """KV capacity of one GPU of a tp group (module docstring). Defaults: sim/data/serving.toml."""
+    bt = int(block_tokens or param("kv_block_tokens"))
+    frac = float(param("kv_free_fraction") if free_fraction is None else free_fraction)
+    if bt <= 0:
+        raise ValueError(f"block_tokens: must be > 0, got {bt}")
+    if not 0 < frac <= 1:
+        raise ValueError(f"free_fraction: must be in (0, 1], got {frac}")
+    w = _local_workload(cfg, tp, weight_dtype, act_dtype, int(max_num_tokens or param("max_num_tokens")))
+    weights = float(M.weight_bytes(w))
+    act = float(M.inference_activation_bytes(w) + M.logits_bytes(w))
+    reserve = float(param("framework_reserve_bytes"))
+    cap = float(gpu.hbm_capacity)
+    pool = max(0.0, frac * (cap - weights - act - reserve))
+    per_tok = kv_bytes_per_token(cfg, kv_dtype, tp)
+    block = bt * per_tok
+    return KVCapacity(per_tok, bt, block, pool, int(pool // block), cap, weights, act, reserve)

@@ -1,0 +1,163 @@
+"""Step times of one serving replica, cached on a grid so a serving model can ask thousands.
+
+    decode_s(B, ctx)   one decode iteration: B sequences, one new token each, attending over
+                       ctx cached tokens (mechsim.estimate of an InferenceWorkload, decode)
+    prefill_s(n, L)    one prefill of n prompts of L tokens (estimate, prefill phase)
+                       + the weight-only dequantization pass (quant.dequant_time_s)
+Every call is a full op-model estimate (kernels, launches or CUDA graphs, TP collectives on
+the replica's NVLink domain). decode_s interpolates linearly in B between grid points
+1, 2, 3, 4, 6, 8, 12, ... (step time is close to affine in B between them) and rounds ctx up
+to a multiple of 64 tokens; a call costs ~0.3-1 ms, a cached one ~1 us.
+"""
+
+from __future__ import annotations
+
+import bisect
+import functools
+import math
+from dataclasses import dataclass, field
+
+from ... import hwdb
+from ...model import InferenceWorkload, TransformerConfig, preset
+from ...model.ops_train import linear_weight_params
+from ...model.parallel import Parallelism
+from ...model.shard import local_config
+from ..estimate import estimate, resolve_gpu
+from .quant import KV_DTYPES, WEIGHT_DTYPES, check_quant, dequant_time_s, normalize_dtype
+
+CTX_ROUND = 64
+
+
+def _grid(limit: int) -> tuple[int, ...]:
+    """1, 2, 3, 4, 6, 8, 12, 16, ... (x1 and x1.5 per power of two) up to >= limit."""
+    out, p = [1], 1
+    while out[-1] < limit:
+        out += [p * 2] if p == 1 else [p * 3 // 2, p * 2]
+        p *= 2
+    return tuple(out)
+
+
+GRID = _grid(1 << 16)
+
+
+def _resolve_model(model) -> TransformerConfig:
+    if isinstance(model, TransformerConfig):
+        return model
+    if isinstance(model, str):
+        return preset(model)
+    raise TypeError(f"model: a preset name or TransformerConfig, not {type(model).__name__}")
+
+
+@dataclass(frozen=True)
+class Deployment:
+    """One serving replica: a model on ``tp`` GPUs of ``hw`` with dtypes and a software stack.
+
+    hw: a GPU or system key (a system gives the NVLink domain for tp > 1). overrides: what-if
+    hardware changes (sim/whatif.py), as a tuple of (name, value) pairs so the record hashes."""
+
+    model: TransformerConfig
+    hw: str = "h200_sxm"
+    tp: int = 1
+    weight_dtype: str = "bf16"
+    kv_dtype: str = "bf16"
+    act_dtype: str = "bf16"
+    stack: str = "serving"
+    overrides: tuple = field(default=())
+
+    @classmethod
+    def make(cls, model, hw="h200_sxm", tp=1, weight_dtype="bf16", kv_dtype="bf16", act_dtype="bf16",
+             stack="serving", overrides=None) -> "Deployment":
+        """Validated constructor: resolves presets and dtype aliases, checks tp and the GPU's units."""
+        cfg = _resolve_model(model)
+        if not isinstance(tp, int) or tp < 1:
+            raise ValueError(f"tp: must be a positive integer, got {tp!r}")
+        if cfg.n_heads % tp:
+            raise ValueError(f"tp: {tp} does not divide the {cfg.n_heads} attention heads of {cfg.name}")
+        wd = normalize_dtype(weight_dtype, "weight_dtype", WEIGHT_DTYPES)
+        kd = normalize_dtype(kv_dtype, "kv_dtype", KV_DTYPES)
+        ov = tuple(sorted((overrides or {}).items()))
+        dep = cls(cfg, str(hw), tp, wd, kd, act_dtype, stack, ov)
+        check_quant(dep.gpu, wd, kd, act_dtype)
+        dep.check_domain()
+        return dep
+
+    @property
+    def gpu(self):
+        return resolve_gpu(self.hw)
+
+    @property
+    def gpus(self) -> int:
+        return self.tp
+
+    def check_domain(self) -> None:
+        """tp must fit in one NVLink domain of the system (tp all-reduces every layer)."""
+        if self.tp == 1:
+            return
+        dom = nvlink_domain(self.hw)
+        if self.tp > dom:
+            raise ValueError(f"tp: {self.tp} exceeds the {dom}-GPU NVLink domain of {self.hw}")
+
+    def workload(self, phase: str, batch: int, length: int) -> InferenceWorkload:
+        kw = {"prompt_len": length} if phase == "prefill" else {"context_len": length}
+        return InferenceWorkload(model=self.model, batch=batch, phase=phase, weight_dtype=self.weight_dtype,
+                                 kv_dtype=self.kv_dtype, act_dtype=self.act_dtype, stack=self.stack,
+                                 parallel=Parallelism(tp=self.tp), **kw)
+
+    def system(self) -> str:
+        """The hw key estimate() gets: a system key as given, else the GPU's reference node."""
+        return self.hw
+
+
+def nvlink_domain(hw: str) -> int:
+    """GPUs that share one NVLink domain: the system's domain size (NVL72: 72), a node's GPUs,
+    or for a bare GPU key the largest domain of a hwdb system built from it."""
+    try:
+        s = hwdb.get_system(hw)
+        return int(getattr(s, "nvlink_domain_size", None) or s.gpus_per_node)
+    except hwdb.UnknownHardwareError:
+        gpu = hwdb.get_gpu(hw)
+        doms = [int(getattr(hwdb.get_system(k), "nvlink_domain_size", None) or hwdb.get_system(k).gpus_per_node)
+                for k in hwdb.list_systems() if hwdb.get_system(k).gpu.key == gpu.key]
+        return max(doms, default=1)
+
+
+@functools.lru_cache(maxsize=4096)
+def _estimate_s(dep: Deployment, phase: str, batch: int, length: int) -> float:
+    w = dep.workload(phase, batch, length)
+    return float(estimate(w, dep.system(), overrides=dict(dep.overrides) or None).step_time_s)
+
+
+@functools.lru_cache(maxsize=64)
+def _linear_params_per_gpu(dep: Deployment) -> float:
+    loc = local_config(dep.model, Parallelism(tp=dep.tp)) if dep.tp > 1 else dep.model
+    return float(linear_weight_params(loc, layers_only=True))
+
+
+def _round_ctx(dep: Deployment, ctx: float) -> int:
+    c = int(math.ceil(max(ctx, 1) / CTX_ROUND) * CTX_ROUND)
+    return max(1, min(c, dep.model.max_seq))
+
+
+def decode_s(dep: Deployment, batch: float, ctx: float) -> float:
+    """Decode iteration seconds at ``batch`` sequences (fractional: interpolated) of ``ctx`` tokens."""
+    if batch <= 0:
+        raise ValueError(f"batch: must be > 0, got {batch}")
+    c = _round_ctx(dep, ctx)
+    if batch <= 1:
+        return _estimate_s(dep, "decode", 1, c)
+    i = bisect.bisect_left(GRID, batch)
+    hi = GRID[min(i, len(GRID) - 1)]
+    lo = GRID[max(i - 1, 0)]
+    t_hi = _estimate_s(dep, "decode", hi, c)
+    if hi == batch or hi == lo:
+        return t_hi
+    t_lo = _estimate_s(dep, "decode", lo, c)
+    return t_lo + (t_hi - t_lo) * (batch - lo) / (hi - lo)
+
+
+def prefill_s(dep: Deployment, n: int, length: int) -> float:
+    """Seconds of one prefill of ``n`` prompts of ``length`` tokens (+ weight-only dequant)."""
+    if n < 1 or length < 1:
+        raise ValueError(f"prefill: n and length must be >= 1, got n={n}, length={length}")
+    t = _estimate_s(dep, "prefill", int(n), int(length))
+    return t + dequant_time_s(_linear_params_per_gpu(dep), n * length, dep.weight_dtype, dep.gpu)
