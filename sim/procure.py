@@ -1,0 +1,484 @@
+"""Procurement comparison: for each hardware option, the best plan, time-to-train, cost, energy,
+perf/$ and perf/W of a training token budget, ranked, with sensitivity tables.
+
+    compare(workload, options=("h100", "h200", "b200", "gb200-nvl72"), gpus=1024 | budget=5e7)
+        -> Comparison (rows per option; to_csv / to_json / to_records)
+
+Per option (a GPU or system name; a GPU maps to its HGX node or NVL72 rack):
+1. GPUs: ``gpus`` given (rounded down to whole nodes, NVL72 to whole racks), or bought with
+   ``budget`` at the all-in purchase price (owned pricing). A budget that buys no node, a
+   cluster with no fitting plan, a missing price or a cloud run over budget -> the row stays,
+   with feasible=False and the reason; the others are still ranked.
+2. Plan: sim.search.search_plans (fastest plan that fits) for the global batch ``gbs`` rounded
+   to a multiple of the GPU count's odd factor (e.g. 1008 GPUs = 16 x 63: gbs 1024 -> 1008) so
+   some data-parallel degree divides it; the best plan is re-estimated at the option's
+   ``sustained_clock`` (thermal/power throttling, sim.whatif).
+3. Energy (sim.energy), failures and goodput (sim.reliability), $/GPU-h and run cost
+   (sim.cost). Rank: ascending ``rank_by`` (cost_usd by default) among feasible rows.
+Sensitivity (no new searches): each option's price and throughput scaled by 1 +- ``swing``
+alone (its cost and its rank against the unchanged others), and the failure rate x0.5 / x2
+for all options at once.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any
+
+from .. import hwdb
+from ..hwdb.prices import PriceBook, all_records, load_prices
+from ..model import TrainingWorkload, preset
+from ..model.config import TransformerConfig
+from .cluster import Cluster
+from .cost import GpuHourCost, RunCost, cloud_gpu_hour, owned_gpu_hour, training_run
+from .energy import EnergyEstimate, PowerModel, power_model, step_energy
+from .reliability import (
+    ReliabilityParams,
+    RunReliability,
+    checkpoint_bytes,
+    reliability_params,
+    run_reliability,
+)
+
+DEFAULT_OPTIONS = ("h100", "h200", "b200", "gb200-nvl72")
+RANK_KEYS = ("cost_usd", "time_to_train_s", "energy_kwh")
+DAY = 86400.0
+
+
+@dataclass(frozen=True)
+class TrainingSpec:
+    """A training job to buy hardware for: ``tokens`` tokens of ``model`` at seq x gbs."""
+
+    model: str | TransformerConfig
+    tokens: float
+    seq: int = 8192
+    gbs: int = 1024
+    precision: str = "bf16"
+    stack: str = "megatron_te"
+
+    def __post_init__(self) -> None:
+        if not self.tokens > 0:
+            raise ValueError(f"tokens: the token budget must be > 0, got {self.tokens}")
+        if self.seq < 1 or self.gbs < 1:
+            raise ValueError(f"seq and gbs must be >= 1, got seq={self.seq}, gbs={self.gbs}")
+
+    @property
+    def config(self) -> TransformerConfig:
+        return preset(self.model) if isinstance(self.model, str) else self.model
+
+    @property
+    def name(self) -> str:
+        return self.model if isinstance(self.model, str) else self.config.name
+
+
+@dataclass(frozen=True)
+class ComparisonRow:
+    """One hardware option (SI seconds; USD; kWh). Unavailable numbers are nan."""
+
+    option: str
+    system: str
+    gpu: str
+    feasible: bool
+    reason: str = ""
+    rank: int | None = None
+    gpus: int = 0
+    nodes: int = 0
+    spare_gpus: int = 0
+    plan: str = ""
+    gbs: int = 0
+    step_time_s: float = math.nan
+    tokens_per_s: float = math.nan
+    tokens_per_s_per_gpu: float = math.nan
+    mfu: float = math.nan
+    sustained_clock: float = 1.0
+    goodput: float = math.nan
+    job_mtbf_h: float = math.nan
+    interruptions_per_day: float = math.nan
+    checkpoint_interval_s: float = math.nan
+    time_to_train_s: float = math.nan
+    gpu_hours: float = math.nan
+    usd_per_gpu_hour: float = math.nan
+    price_source: str = ""
+    capex_usd: float = math.nan
+    cost_usd: float = math.nan
+    energy_kwh: float = math.nan
+    co2_kg: float = math.nan
+    avg_power_kw: float = math.nan
+    tokens_per_usd: float = math.nan
+    tokens_per_kwh: float = math.nan
+
+    @property
+    def time_to_train_days(self) -> float:
+        return self.time_to_train_s / DAY
+
+
+@dataclass(frozen=True)
+class SensitivityRow:
+    """An option's cost and rank when one assumption moves (``change``: factor applied)."""
+
+    parameter: str
+    change: float
+    option: str
+    cost_usd: float
+    time_to_train_s: float
+    rank: int | None
+    base_rank: int | None
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """Ranked options, sensitivity and the price assumptions used. Table-like: to_records,
+    to_csv, to_json. ``rows`` keep the input order; ``ranked`` is feasible rows best first."""
+
+    workload: str
+    tokens: float
+    pricing: str
+    rank_by: str
+    budget_usd: float | None
+    rows: tuple[ComparisonRow, ...]
+    sensitivity: tuple[SensitivityRow, ...] = ()
+    assumptions: tuple[dict, ...] = ()
+
+    @property
+    def ranked(self) -> tuple[ComparisonRow, ...]:
+        return tuple(sorted((r for r in self.rows if r.feasible), key=lambda r: r.rank))
+
+    @property
+    def best(self) -> ComparisonRow | None:
+        return self.ranked[0] if self.ranked else None
+
+    @property
+    def total(self) -> int:
+        return len(self.rows)
+
+    def to_records(self, table: str = "options") -> list[dict]:
+        """'options' (one dict per row, plus time_to_train_days), 'sensitivity' or 'assumptions'."""
+        if table == "options":
+            return [{**asdict(r), "time_to_train_days": r.time_to_train_days} for r in self.rows]
+        if table == "sensitivity":
+            return [asdict(r) for r in self.sensitivity]
+        if table == "assumptions":
+            return [dict(a) for a in self.assumptions]
+        raise ValueError(f"table: expected 'options', 'sensitivity' or 'assumptions', got {table!r}")
+
+    def to_csv(self, table: str = "options") -> str:
+        recs = self.to_records(table)
+        if not recs:
+            return ""
+        buf = io.StringIO()
+        w = csv.DictWriter(buf, fieldnames=list(recs[0]), lineterminator="\n")
+        w.writeheader()
+        w.writerows(recs)
+        return buf.getvalue()
+
+    def to_json(self, indent: int | None = 2) -> str:
+        """Every table and the header fields; non-finite numbers become null."""
+        doc = {"workload": self.workload, "tokens": self.tokens, "pricing": self.pricing, "rank_by": self.rank_by,
+               "budget_usd": self.budget_usd, **{t: self.to_records(t) for t in ("options", "sensitivity", "assumptions")}}
+        return json.dumps(_finite(doc), indent=indent)
+
+
+def _finite(x: Any) -> Any:
+    if isinstance(x, float) and not math.isfinite(x):
+        return None
+    if isinstance(x, dict):
+        return {k: _finite(v) for k, v in x.items()}
+    if isinstance(x, list):
+        return [_finite(v) for v in x]
+    return x
+
+
+# ------------------------------------------------------------------------------- options -> systems
+def resolve_system(name: str) -> hwdb.System:
+    """An hwdb system from a system name/alias, or from a GPU name (its HGX node, else its rack)."""
+    try:
+        return hwdb.get_system(name)
+    except hwdb.UnknownHardwareError:
+        gpu = hwdb.get_gpu(name)  # raises with close matches when neither
+    systems = [hwdb.get_system(s) for s in hwdb.list_systems()]
+    mine = sorted((s for s in systems if s.gpu.key == gpu.key), key=lambda s: (s.category == "instance", s.key))
+    if not mine:
+        raise ValueError(f"option {name!r}: GPU {gpu.key} has no system in hwdb (systems: {', '.join(hwdb.list_systems())})")
+    return mine[0]
+
+
+def unit_gpus(sysobj: hwdb.System) -> int:
+    """GPUs per purchasable unit: a node, or a whole rack for NVL72 (one NVLink domain)."""
+    return int(sysobj.spec("gpus").si)
+
+
+def _odd_part(n: int) -> int:
+    while n % 2 == 0 and n > 0:
+        n //= 2
+    return n
+
+
+def fit_gbs(gbs: int, gpus: int) -> int:
+    """gbs rounded to the nearest positive multiple of the odd factor of ``gpus`` (module docstring)."""
+    odd = _odd_part(gpus)
+    return max(odd, round(gbs / odd) * odd)
+
+
+# ------------------------------------------------------------------------------- one option
+@dataclass(frozen=True)
+class _Model:
+    """What the sensitivity tables re-cost without a new search."""
+
+    row: ComparisonRow
+    tokens_per_s: float
+    gpus_per_node: int
+    ckpt_bytes: float
+    hour: GpuHourCost
+    energy: EnergyEstimate
+    pm: PowerModel
+    params: ReliabilityParams = field(repr=False, default=None)
+
+
+@dataclass(frozen=True)
+class _Settings:
+    spec: TrainingSpec
+    book: PriceBook
+    pricing: str
+    provider: str | None
+    plan: str | None
+    gpus: int | None
+    budget: float | None
+    params: ReliabilityParams
+    pue: float | None
+    grid: float | None
+    clocks: Mapping[str, float]
+
+
+def _infeasible(option: str, sysobj, reason: str, **kw) -> ComparisonRow:
+    gpu = sysobj.gpu.key if sysobj is not None else ""
+    return ComparisonRow(option, sysobj.key if sysobj is not None else "", gpu, False, reason, **kw)
+
+
+def _size(option: str, sysobj, s: _Settings) -> tuple[int, float, str]:
+    """(nodes of the cluster, capex USD, reason if none)."""
+    unit, per_node = unit_gpus(sysobj), sysobj.gpus_per_node
+    capex_unit = s.book.purchase[sysobj.key].all_in.value if sysobj.key in s.book.purchase else math.nan
+    if s.gpus is not None:
+        units = s.gpus // unit if s.gpus >= unit else 0
+        nodes = units * unit // per_node if units else s.gpus // per_node
+        return nodes, capex_unit * nodes * per_node / unit, "" if nodes else f"{s.gpus} GPUs is less than one node ({per_node} GPUs)"
+    if math.isnan(capex_unit):
+        return 0, math.nan, f"no purchase price for {sysobj.key} (give purchase.{sysobj.key}=USD)"
+    units = int(s.budget // capex_unit)
+    if units < 1:
+        return 0, math.nan, (f"budget ${s.budget:,.0f} buys nothing: one {sysobj.key} "
+                             f"{'rack' if unit > per_node else 'node'} costs ${capex_unit:,.0f}")
+    return units * unit // per_node, units * capex_unit, ""
+
+
+def _no_plan_reason(res) -> str:
+    c = res.counts
+    top = next(iter(c.invalid.items()), None)
+    why = f"; most common invalid: {top[0]} (x{top[1]})" if top else ""
+    return f"no plan fits: {c.not_fitting} plans over HBM, {c.invalid_total} invalid{why}"
+
+
+def _plan_workload(spec: TrainingSpec, row) -> TrainingWorkload:
+    return TrainingWorkload(model=spec.config, seq=spec.seq, precision=spec.precision, stack=spec.stack,
+                            parallel=row.parallel, mbs=row.mbs, grad_accum=row.grad_accum, recompute=row.recompute)
+
+
+def _hour_cost(sysobj, pm: PowerModel, act: float, s: _Settings) -> GpuHourCost:
+    if s.pricing == "owned":
+        return owned_gpu_hour(sysobj.key, pm, act, s.book)
+    return cloud_gpu_hour(sysobj.gpu.key, pm, act, s.book, s.provider, s.plan)
+
+
+def _evaluate(option: str, s: _Settings) -> _Model | ComparisonRow:
+    """The option's model, or an infeasible row with the reason."""
+    from .estimate import estimate
+    from .search import search_plans
+    sysobj = resolve_system(option)
+    nodes, capex, why = _size(option, sysobj, s)
+    if why:
+        return _infeasible(option, sysobj, why)
+    try:
+        cluster = Cluster(system=sysobj.key, nodes=nodes)
+    except ValueError as e:
+        return _infeasible(option, sysobj, f"cluster: {e}")
+    gbs = fit_gbs(s.spec.gbs, cluster.gpus)
+    res = search_plans(s.spec.config, cluster, gbs, s.spec.seq, s.spec.precision, s.spec.stack, top=1)
+    if res.best is None:
+        return _infeasible(option, sysobj, _no_plan_reason(res), gpus=cluster.gpus, nodes=nodes, gbs=gbs)
+    clock = float(s.clocks.get(option, s.clocks.get("*", 1.0)))
+    w = _plan_workload(s.spec, res.best)
+    est = estimate(w, cluster, None, {"sustained_clock": clock} if clock != 1.0 else None)
+    en = step_energy(est, sysobj, s.book, s.pue, s.grid)
+    pm = power_model(sysobj, s.book, s.pue)
+    try:
+        hour = _hour_cost(sysobj, pm, en.activity, s)
+    except KeyError as e:
+        return _infeasible(option, sysobj, str(e).strip("\"'"), gpus=cluster.gpus, nodes=nodes, gbs=gbs)
+    base = ComparisonRow(option, sysobj.key, sysobj.gpu.key, True, gpus=cluster.gpus, nodes=nodes,
+                         plan=res.best.plan, gbs=gbs, step_time_s=est.step_time_s, tokens_per_s=est.tokens_per_s,
+                         tokens_per_s_per_gpu=est.tokens_per_s / est.gpus, mfu=est.mfu, sustained_clock=clock,
+                         capex_usd=capex, price_source=hour.source)
+    m = _Model(base, est.tokens_per_s, cluster.gpus_per_node, checkpoint_bytes(w), hour, en, pm, s.params)
+    return _costed(m, s)
+
+
+def _run(m: _Model, s: _Settings, price: float = 1.0, tput: float = 1.0, fail: float = 1.0) -> tuple[RunReliability, RunCost]:
+    r = m.row
+    params = replace(m.params, failure_rate_scale=m.params.failure_rate_scale * fail)
+    rel = run_reliability(r.gpus, r.nodes, m.ckpt_bytes, params, m.gpus_per_node)
+    hour = replace(m.hour, capex=m.hour.capex * price, hosting=m.hour.hosting * price, cloud=m.hour.cloud * price)
+    run = training_run(s.spec.tokens, m.tokens_per_s * tput, rel, hour, m.energy.facility_power_w / r.gpus,
+                       m.pm.facility_power_w(0.0), m.gpus_per_node, m.energy.usd_per_kwh, m.energy.grid_g_per_kwh)
+    return rel, run
+
+
+def _costed(m: _Model, s: _Settings) -> _Model | ComparisonRow:
+    rel, run = _run(m, s)
+    row = replace(m.row, spare_gpus=run.spare_gpus, goodput=run.goodput, job_mtbf_h=rel.job_mtbf_s / 3600,
+                  interruptions_per_day=rel.interruptions_per_day, checkpoint_interval_s=rel.interval_s,
+                  time_to_train_s=run.wall_s, gpu_hours=run.gpu_hours, usd_per_gpu_hour=m.hour.total,
+                  cost_usd=run.cost_usd, energy_kwh=run.energy_kwh, co2_kg=run.co2_kg,
+                  avg_power_kw=run.energy_kwh / (run.wall_s / 3600) if run.feasible else math.nan,
+                  tokens_per_usd=run.tokens_per_usd, tokens_per_kwh=run.tokens_per_kwh)
+    if not run.feasible:
+        return replace(row, feasible=False, reason="failures come faster than the job can recover (goodput 0)")
+    if s.pricing == "cloud" and s.budget is not None and run.cost_usd > s.budget:
+        return replace(row, feasible=False, reason=f"run costs ${run.cost_usd:,.0f} > budget ${s.budget:,.0f}")
+    return replace(m, row=row)
+
+
+# ------------------------------------------------------------------------------- ranking, sensitivity
+def _ranks(values: Mapping[str, float]) -> dict[str, int]:
+    order = sorted(values, key=lambda k: values[k])
+    return {k: i + 1 for i, k in enumerate(order)}
+
+
+def _metric(row: ComparisonRow, rank_by: str) -> float:
+    return getattr(row, rank_by)
+
+
+def _sensitivity(models: list[_Model], s: _Settings, rank_by: str, swing: float) -> list[SensitivityRow]:
+    base = {m.row.option: _metric(m.row, rank_by) for m in models}
+    base_rank = _ranks(base)
+    out = []
+    for param, kw in (("price", "price"), ("throughput", "tput")):
+        for f in (1.0 - swing, 1.0 + swing):
+            for m in models:
+                _, run = _run(m, s, **{kw: f})
+                val = run.cost_usd if rank_by == "cost_usd" else run.wall_s if rank_by == "time_to_train_s" else run.energy_kwh
+                rank = _ranks({**base, m.row.option: val})[m.row.option]
+                out.append(SensitivityRow(param, f, m.row.option, run.cost_usd, run.wall_s, rank, base_rank[m.row.option]))
+    for f in (0.5, 2.0):
+        runs = {m.row.option: _run(m, s, fail=f)[1] for m in models}
+        vals = {k: (r.cost_usd if rank_by == "cost_usd" else r.wall_s if rank_by == "time_to_train_s" else r.energy_kwh)
+                for k, r in runs.items()}
+        ranks = _ranks(vals)
+        out += [SensitivityRow("failure_rate", f, k, r.cost_usd, r.wall_s, ranks[k], base_rank[k]) for k, r in runs.items()]
+    return out
+
+
+def _assumptions(book: PriceBook, s: _Settings, models: list[_Model]) -> tuple[dict, ...]:
+    used = {"finance.amortization_years", "finance.interest_rate", "finance.hosting", "finance.electricity",
+            "pue.default", "grid.default", *(f"reliability.{k}" for k in book.reliability),
+            *(f"power.{t}.{k}" for t, recs in book.power.items() for k in recs)}
+    used |= {m.hour.source for m in models}
+    recs = all_records(book)
+    out = [{"path": p, **recs[p].model_dump()} for p in sorted(used) if p in recs]
+    if s.pue is not None:
+        out.append({"path": "pue", "value": s.pue, "unit": "ratio", "source": "user", "kind": "assumed",
+                    "date": "", "note": "compare(pue=...)"})
+    return tuple(out)
+
+
+# ------------------------------------------------------------------------------- public entry point
+def _spec(workload: Any, tokens: float | None) -> TrainingSpec:
+    if isinstance(workload, TrainingSpec):
+        return workload if tokens is None else replace(workload, tokens=tokens)
+    if isinstance(workload, (str, TransformerConfig)):
+        if tokens is None:
+            raise ValueError("tokens: give the token budget to train on (e.g. tokens=1e12)")
+        return TrainingSpec(model=workload, tokens=tokens)
+    if isinstance(workload, Mapping):
+        d = dict(workload)
+        if tokens is not None:
+            d["tokens"] = tokens
+        return TrainingSpec(**d)
+    raise TypeError(f"workload: expected a preset name, TransformerConfig, TrainingSpec or dict, "
+                    f"got {type(workload).__name__}")
+
+
+def _book(prices: PriceBook | Mapping[str, Any] | None) -> PriceBook:
+    if isinstance(prices, PriceBook):
+        return prices
+    return load_prices().with_overrides(_price_paths(prices or {}))
+
+
+def _price_paths(prices: Mapping[str, Any]) -> dict[str, Any]:
+    """Short forms: {"h100": 2.5} -> cloud.h100_sxm and, for owned pricing, nothing else
+    (a bare GPU name is always a cloud $/GPU-h); dotted paths pass through."""
+    out = {}
+    for k, v in prices.items():
+        out[k if "." in k else f"cloud.{hwdb.get_gpu(k).key}"] = v
+    return out
+
+
+def compare(workload: Any, options: Sequence[str] = DEFAULT_OPTIONS, *, tokens: float | None = None,
+            gpus: int | None = None, budget: float | None = None, pricing: str = "owned",
+            prices: PriceBook | Mapping[str, Any] | None = None, provider: str | None = None,
+            plan: str | None = "on_demand", reliability: Mapping[str, float] | None = None,
+            sustained_clock: float | Mapping[str, float] = 1.0, pue: float | None = None,
+            grid_g_per_kwh: float | None = None, rank_by: str = "cost_usd", swing: float = 0.2) -> Comparison:
+    """Compare hardware options for a training token budget (module docstring).
+
+    workload: preset name (with ``tokens``), TransformerConfig, TrainingSpec or dict of its fields.
+    gpus: GPUs per option; or budget: owned -> capex that buys the cluster, cloud -> spend cap.
+    pricing: "owned" (TCO) or "cloud"; prices: overrides ({"h100": 2.5} = cloud USD/GPU-h, or dotted
+    paths like "purchase.hgx_h100", "finance.interest_rate"); reliability: SI overrides of
+    ReliabilityParams; sustained_clock: a fraction for every option or {option: fraction}.
+    """
+    spec = _spec(workload, tokens)
+    s = _settings(spec, options, gpus, budget, pricing, prices, provider, plan, reliability,
+                  sustained_clock, pue, grid_g_per_kwh, rank_by, swing)
+    evaluated = [_evaluate(o, s) for o in options]
+    models = [e for e in evaluated if isinstance(e, _Model)]
+    ranks = _ranks({m.row.option: _metric(m.row, rank_by) for m in models})
+    rows = tuple(replace(e.row, rank=ranks[e.row.option]) if isinstance(e, _Model) else e for e in evaluated)
+    return Comparison(spec.name, spec.tokens, pricing, rank_by, budget, rows,
+                      tuple(_sensitivity(models, s, rank_by, swing)), _assumptions(s.book, s, models))
+
+
+def _settings(spec, options, gpus, budget, pricing, prices, provider, plan, reliability, clock, pue, grid,
+              rank_by, swing) -> _Settings:
+    if pricing not in ("owned", "cloud"):
+        raise ValueError(f"pricing: expected 'owned' or 'cloud', got {pricing!r}")
+    if rank_by not in RANK_KEYS:
+        raise ValueError(f"rank_by: expected one of {RANK_KEYS}, got {rank_by!r}")
+    if not options:
+        raise ValueError("options: give at least one hardware option")
+    if len(set(options)) != len(options):
+        raise ValueError(f"options: duplicates in {list(options)}")
+    if gpus is None and budget is None:
+        raise ValueError("give gpus (GPUs per option) or budget (USD)")
+    if gpus is not None and gpus < 1:
+        raise ValueError(f"gpus must be >= 1, got {gpus}")
+    if budget is not None and not budget > 0:
+        raise ValueError(f"budget must be > 0 USD, got {budget}")
+    if pricing == "cloud" and gpus is None:
+        raise ValueError("cloud pricing: give gpus (the budget is then the spend cap); a budget alone sizes "
+                         "an owned cluster (pricing='owned')")
+    if not 0 <= swing < 1:
+        raise ValueError(f"swing must be in [0, 1), got {swing}")
+    clocks = dict(clock) if isinstance(clock, Mapping) else {"*": float(clock)}
+    for k, f in clocks.items():
+        if not 0 < float(f) <= 1:
+            raise ValueError(f"sustained_clock[{k}]: a fraction of the boost clock in (0, 1], got {f}")
+    for o in options:
+        resolve_system(o)  # unknown names fail early with close matches
+    book = _book(prices)
+    return _Settings(spec, book, pricing, provider, plan, gpus, budget, reliability_params(reliability, book),
+                     pue, grid, clocks)
