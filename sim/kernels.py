@@ -16,11 +16,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..model.ops import DTYPE_BYTES
 from .calibration import Efficiency
 from .optable import DTYPES, KINDS, OpTable
+from .rowkernels import softmax_fwd_s
 
 MATMUL, ATTENTION, REDUCTION = KINDS.index("matmul"), KINDS.index("attention"), KINDS.index("reduction")
-BWD = 1
+FWD, BWD = 0, 1
 
 
 @dataclass(frozen=True)
@@ -253,7 +255,20 @@ def kernel_times(t: OpTable, hw: HwRates, eff: Efficiency, attention_impl: str) 
     if is_at.any():
         memory[is_at] = attention_memory_s(t.attn[is_at], t.bytes[is_at], hw, eff, attention_impl, t.phase[is_at])
     fixed = t.kernels * _fixed_s(t, eff, attention_impl)
+    rows = np.flatnonzero((t.rows_cols[:, 0] > 0) & (t.phase == FWD))
+    memory[rows], fixed[rows] = row_softmax_s(t, rows, hw, eff), 0.0
     return KernelTimes(compute, memory, fixed, np.maximum(compute, memory) + fixed, efficiency)
+
+
+def row_softmax_s(t: OpTable, idx: np.ndarray, hw: HwRates, eff: Efficiency) -> np.ndarray:
+    """Whole-kernel time of forward row softmaxes: the kernel torch dispatches for the row
+    length, at its element rate or HBM traffic (sim/rowkernels.py; fixed cost included)."""
+    out = np.empty(len(idx))
+    for j, i in enumerate(idx):
+        rows, cols = (int(x) for x in t.rows_cols[i])
+        elem = t.bytes_written[i] / (rows * cols)
+        out[j] = softmax_fwd_s(rows, cols, DTYPE_BYTES[DTYPES[t.dtype[i]]], elem, hw.hbm_bandwidth, hw.sm_count, eff)
+    return out
 
 
 def streaming_memory_s(t: OpTable, hw: HwRates, eff: Efficiency) -> np.ndarray:

@@ -35,6 +35,7 @@ class OpTable:
     attn: np.ndarray        # [n_ops, 8] attention B, Hq, Hkv, Sq, Skv, Dqk, Dv, causal (0 elsewhere)
     block_starts: np.ndarray  # first op of each run of consecutive ops with equal count
     align_bytes: np.ndarray   # matmul: largest power of two (<= 16) dividing N and K in bytes
+    rows_cols: np.ndarray     # [n_ops, 2] row softmax (kind softmax, shape (rows, cols)); 0 elsewhere
 
     def mask(self, kind: str) -> np.ndarray:
         return self.kind == KINDS.index(kind)
@@ -88,4 +89,10 @@ def build_table(ops: tuple[Op, ...]) -> OpTable:
                       dtype=float).reshape(len(ops), 8),
         block_starts=block_starts(count),
         align_bytes=leading_dim_alignment(mnkb, dtype),
+        rows_cols=np.array([o.shape if _is_row_softmax(o) else (0, 0) for o in ops], dtype=float).reshape(len(ops), 2),
     )
+
+
+def _is_row_softmax(op: Op) -> bool:
+    """A softmax op that names its (rows, cols): one row-softmax kernel (sim/rowkernels.py)."""
+    return op.kind == "softmax" and len(op.shape) == 2 and op.kernels == 1

@@ -1,0 +1,42 @@
+"""Row softmax kernels (sim/rowkernels.py): torch's dispatch and their use in workloads."""
+
+from mechsim.hwdb import get_gpu
+from mechsim.model import TrainingWorkload
+from mechsim.model.microops import cross_entropy_chain
+from mechsim.sim.estimate import efficiency as efficiency_for
+from mechsim.sim.estimate import estimate
+from mechsim.sim.rowkernels import softmax_fwd_s, softmax_kernel
+
+
+def test_dispatch_follows_softmax_cu():
+    assert softmax_kernel(2048, 2) == "warp"
+    assert softmax_kernel(2048, 8) == "reg"          # 16 KiB row > the warp kernel's 8 KiB
+    assert softmax_kernel(8192, 2) == "reg"          # ceil(8192 / 1024) = 8 < 10
+    assert softmax_kernel(16384, 2) == "smem"        # 32 KiB row fits 48 KiB of smem
+    assert softmax_kernel(16384, 4) == "block"       # 64 KiB does not
+    assert softmax_kernel(128256, 4) == "block"      # vocabulary-sized rows: three passes
+
+
+def test_three_pass_kernel_rereads_from_hbm_when_rows_outgrow_l2():
+    g = get_gpu("h200")
+    eff = efficiency_for(g)
+    small = softmax_fwd_s(4096, 16384, 4, 4, g.hbm_bandwidth, g.sm_count, eff) / (4096 * 16384)
+    big = softmax_fwd_s(4096, 128256, 4, 4, g.hbm_bandwidth, g.sm_count, eff) / (4096 * 128256)
+    assert big > small                               # per element: more of the re-reads miss L2
+
+
+def test_eager_loss_times_its_log_softmax_with_the_row_kernel():
+    ops = cross_entropy_chain(4096, 32000)
+    lsm = [o for o in ops if o.name == "loss/log_softmax"]
+    assert len(lsm) == 1 and lsm[0].shape == (4096, 32000) and lsm[0].kernels == 1
+    w = TrainingWorkload(model="llama3.2-1b", mbs=1, seq=2048, stack="eager")
+    e = estimate(w, "h200")
+    op = next(o for o in e.ops if o.name == "loss/log_softmax")
+    g = get_gpu("h200")
+    want = softmax_fwd_s(2048, 128256, 4, 4, g.hbm_bandwidth, g.sm_count, efficiency_for(g))
+    assert abs(op.time_s - want) < 1e-12 * max(1.0, want) + 1e-9
+
+
+def test_fused_loss_has_no_row_softmax_op():
+    w = TrainingWorkload(model="llama3.2-1b", mbs=1, seq=2048, stack="megatron_te")
+    assert not [o for o in estimate(w, "h200").ops if o.name == "loss/log_softmax"]
