@@ -1,0 +1,149 @@
+"""Cached calls into the Python API, keyed by frozen, hashable inputs.
+
+Results are frozen records, so ``st.cache_resource`` (no copy) is safe; the sim layer
+caches op lists underneath. No formula lives here: each function builds the API's own
+input objects and calls it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+import streamlit as st
+
+from .. import hwdb
+from ..model import InferenceWorkload, TrainingWorkload
+from ..model.parallel import Parallelism
+
+
+@dataclass(frozen=True)
+class Plan:
+    tp: int = 1
+    pp: int = 1
+    vp: int = 1
+    dp: int = 1
+    cp: int = 1
+    ep: int = 1
+    sp: bool = False
+    zero: int = 0
+    schedule: str = "1f1b"
+
+    def parallelism(self) -> Parallelism:
+        return Parallelism(**asdict(self))
+
+
+@dataclass(frozen=True)
+class EstimateInputs:
+    """What the Estimate page asks for (the CLI's `mechsim estimate` arguments)."""
+
+    model: str = "llama3-70b"
+    hw: str = "hgx_h100"
+    mode: str = "train"
+    stack: str = "megatron_te"
+    mbs: int = 1
+    seq: int = 4096
+    grad_accum: int = 32
+    precision: str = "bf16"
+    recompute: str = "none"
+    batch: int = 8
+    prompt_len: int = 2048
+    context_len: int = 2048
+    weight_dtype: str = "bf16"
+    kv_dtype: str = "bf16"
+    plan: Plan = Plan(tp=4, pp=4, vp=5, dp=4, sp=True, zero=1, schedule="interleaved")   # 64 GPUs
+    hbm_bandwidth_pct: int = 0        # what-if: HBM bandwidth change, percent
+    sustained_clock: float = 1.0      # what-if: fraction of the boost clock
+
+    def workload(self):
+        par = self.plan.parallelism()
+        if self.mode == "train":
+            return TrainingWorkload(model=self.model, mbs=self.mbs, seq=self.seq, grad_accum=self.grad_accum,
+                                    precision=self.precision, recompute=self.recompute, stack=self.stack,
+                                    parallel=par)
+        return InferenceWorkload(model=self.model, batch=self.batch, phase=self.mode, prompt_len=self.prompt_len,
+                                 context_len=self.context_len, weight_dtype=self.weight_dtype,
+                                 kv_dtype=self.kv_dtype, stack=self.stack, parallel=par)
+
+    def overrides(self) -> dict:
+        out = {}
+        if self.hbm_bandwidth_pct:
+            out["hbm_bandwidth"] = f"{self.hbm_bandwidth_pct:+d}%"
+        if self.sustained_clock != 1.0:
+            out["sustained_clock"] = self.sustained_clock
+        return out
+
+
+def run_estimate(inp: EstimateInputs):
+    """mechsim.estimate for these inputs (uncached: tests call this as the reference)."""
+    from ..sim.estimate import estimate
+    return estimate(inp.workload(), inp.hw, inp.stack, inp.overrides())
+
+
+@st.cache_resource(max_entries=128, show_spinner=False)
+def estimate(inp: EstimateInputs):
+    return run_estimate(inp)
+
+
+def gpu_of(hw: str):
+    """The GPU of a GPU or system key (the API's own resolver)."""
+    from ..sim.estimate import resolve_gpu
+    return resolve_gpu(hw)
+
+
+def system_of(hw: str, gpus: int) -> str | None:
+    """The node system a multi-GPU estimate runs on (the API's resolve_cluster), else None."""
+    if gpus <= 1 and hw not in hwdb.list_systems():
+        return None
+    from ..sim.distributed import resolve_cluster
+    return resolve_cluster(hw, gpus).system
+
+
+@dataclass(frozen=True)
+class SearchInputs:
+    model: str = "llama3-70b"
+    system: str = "hgx_h100"
+    nodes: int = 8
+    gbs: int = 512
+    seq: int = 4096
+    precision: str = "bf16"
+    stack: str = "megatron_te"
+    top: int = 10
+    topology: str = "rail_optimized"
+    oversubscription: float = 1.0
+
+    def cluster(self):
+        from ..sim.cluster import Cluster
+        return Cluster(system=self.system, nodes=self.nodes, topology=self.topology,
+                       oversubscription=self.oversubscription)
+
+
+def run_search(inp: SearchInputs):
+    from ..sim.search import search_plans
+    return search_plans(inp.model, inp.cluster(), inp.gbs, inp.seq, inp.precision, inp.stack, inp.top)
+
+
+@st.cache_resource(max_entries=32, show_spinner="Searching plans ...")
+def search(inp: SearchInputs):
+    return run_search(inp)
+
+
+def row_workload(inp: SearchInputs, row) -> TrainingWorkload:
+    """The training workload of one plan row (the search's own fields)."""
+    return TrainingWorkload(model=inp.model, seq=inp.seq, precision=inp.precision, stack=inp.stack,
+                            parallel=row.parallel, mbs=row.mbs, grad_accum=row.grad_accum, recompute=row.recompute)
+
+
+@st.cache_resource(max_entries=32, show_spinner=False)
+def timeline(inp: SearchInputs, index: int):
+    from ..sim.timeline import step_timeline
+    row = search(inp).rows[index]
+    return step_timeline(row_workload(inp, row), inp.cluster())
+
+
+@st.cache_resource(max_entries=4, show_spinner="Comparing with the measured records ...")
+def validation():
+    """(rows, unused, summary, limits, failures) of `mechsim validate compare` on the committed records."""
+    from ..validation.compare import compare, failures, summarize, thresholds
+    rows, unused = compare()
+    summary, limits = summarize(rows), thresholds()
+    return rows, unused, summary, limits, failures(summary, limits)

@@ -1,0 +1,171 @@
+"""Plotly figures of API results: pure functions (result -> go.Figure), no Streamlit.
+
+Only unit conversion (app/fmt.py) happens here; every plotted number is a field of the
+result passed in. The roofline's ceilings are the chart's definition (attainable FLOP/s =
+min(peak, HBM bandwidth x intensity)) drawn from the GPU's hwdb peaks.
+"""
+
+from __future__ import annotations
+
+import math
+
+import plotly.graph_objects as go
+
+from . import fmt
+
+COLORS = {  # one colour per step category (sim/results.py CATEGORIES), fixed across charts
+    "matmul_compute": "#1f77b4", "matmul_memory": "#aec7e8", "attention": "#ff7f0e",
+    "memory_bound": "#2ca02c", "communication": "#d62728", "pipeline_bubble": "#9467bd",
+    "launch_overhead": "#8c564b",
+}
+
+
+def _layout(fig: go.Figure, title: str, **kw) -> go.Figure:
+    fig.update_layout(title=title, margin=dict(l=10, r=10, t=50, b=10), legend_title_text="", **kw)
+    return fig
+
+
+def breakdown_bar(est) -> go.Figure:
+    """Step time by category as one stacked horizontal bar (ms); categories sum to the step."""
+    fig = go.Figure()
+    for cat, s in est.by_category.items():
+        if s > 0:
+            fig.add_trace(go.Bar(y=["step"], x=[fmt.ms(s)], name=cat, orientation="h",
+                                 marker_color=COLORS.get(cat), hovertemplate=f"{cat}: %{{x:.2f}} ms<extra></extra>"))
+    return _layout(fig, f"Where the step goes ({fmt.time_s(est.step_time_s)} per step)", barmode="stack",
+                   xaxis_title="time per step (ms)", height=260)
+
+
+def _tree_nodes(ops) -> tuple[list[str], list[str], list[str], list[float]]:
+    """ids, labels, parents, values of a treemap over '<phase>/<op path>' (values: op time)."""
+    nodes: dict[str, float] = {}
+    parents: dict[str, str] = {}
+    for op in ops:
+        if op.time_s <= 0:
+            continue
+        parts = [op.phase, *op.name.split("/")]
+        for i in range(1, len(parts) + 1):
+            nid = "/".join(parts[:i])
+            nodes.setdefault(nid, 0.0)
+            parents[nid] = "/".join(parts[:i - 1]) if i > 1 else "step"
+        nodes[nid] += op.time_s          # a repeated path (same op twice) shows their total
+    ids = ["step", *nodes]
+    return (ids, ["step", *(i.rsplit("/", 1)[-1] for i in nodes)], ["", *(parents[i] for i in nodes)],
+            [0.0, *(fmt.ms(v) for v in nodes.values())])
+
+
+def ops_treemap(est) -> go.Figure:
+    """Op time by path (phase / layer / attn / ...), ms; a parent's area is its children's total."""
+    ids, labels, parents, values = _tree_nodes(est.ops)
+    fig = go.Figure(go.Treemap(ids=ids, labels=labels, parents=parents, values=values, branchvalues="remainder",
+                               hovertemplate="%{id}: %{value:.2f} ms<extra></extra>", maxdepth=4))
+    return _layout(fig, "Op time by path (ms per step, one GPU)", height=480)
+
+
+def _roofline_ops(ops):
+    return [o for o in ops if o.flops > 0 and o.time_s > 0 and math.isfinite(o.intensity) and o.intensity > 0]
+
+
+def roofline(est, gpu, dtypes: tuple[str, ...] = ("bf16", "fp8")) -> go.Figure:
+    """Ops as points (arithmetic intensity, achieved FLOP/s per GPU) under the GPU's ceilings:
+    the HBM slope (bandwidth x intensity) and one flat line per tensor-core dtype peak."""
+    ops = _roofline_ops(est.ops)
+    fig = go.Figure()
+    for cat in sorted({o.category for o in ops}):
+        pts = [o for o in ops if o.category == cat]
+        fig.add_trace(go.Scatter(
+            x=[o.intensity for o in pts], y=[fmt.tflops(o.achieved_flops_per_s) for o in pts], mode="markers",
+            name=cat, marker=dict(color=COLORS.get(cat), size=9), text=[f"{o.phase} {o.name}" for o in pts],
+            hovertemplate="%{text}<br>%{x:.1f} FLOP/B, %{y:.1f} TFLOP/s<extra></extra>"))
+    xs = [o.intensity for o in ops] or [1.0]
+    lo, hi = min(min(xs), 1.0) / 2, max(max(xs), 1e3) * 2
+    bw = float(gpu.hbm_bandwidth)
+    for d in dtypes:
+        peak = _peak(gpu, d)
+        if peak:
+            ridge = peak / bw
+            fig.add_trace(go.Scatter(x=[lo, ridge, hi], y=[fmt.tflops(bw * lo), fmt.tflops(peak), fmt.tflops(peak)],
+                                     mode="lines", name=f"ceiling {d} {fmt.tflops(peak):.0f} TFLOP/s, "
+                                     f"HBM {bw / 1e12:.2f} TB/s", line=dict(dash="dash", width=1.5)))
+    return _layout(fig, f"Roofline on {gpu.key} (dense peaks, per GPU)", xaxis_type="log", yaxis_type="log",
+                   xaxis_title="arithmetic intensity (FLOP/byte)", yaxis_title="achieved TFLOP/s", height=460)
+
+
+def _peak(gpu, dtype: str) -> float | None:
+    try:
+        return float(gpu.peak_flops(dtype))
+    except (ValueError, KeyError):
+        return None
+
+
+def memory_bar(mem) -> go.Figure:
+    """Peak memory of one GPU by component (GiB), stacked, against the HBM capacity."""
+    fig = go.Figure()
+    for name, b in mem.components.items():
+        if b > 0:
+            fig.add_trace(go.Bar(x=["this plan"], y=[fmt.gib(b)], name=name,
+                                 hovertemplate=f"{name}: %{{y:.2f}} GiB<extra></extra>"))
+    fig.add_hline(y=fmt.gib(mem.capacity), line_dash="dash", line_color="red",
+                  annotation_text=f"capacity {fmt.gib_text(mem.capacity)}")
+    verdict = "fits" if mem.fits else "DOES NOT FIT"
+    return _layout(fig, f"Memory per GPU: {fmt.gib_text(mem.total)} of {fmt.gib_text(mem.capacity)} ({verdict})",
+                   barmode="stack", yaxis_title="GiB", height=420)
+
+
+# ---- scale-out --------------------------------------------------------------------------------
+
+GROUPS = ("tp", "cp", "ep", "pp", "dp")
+
+
+def plan_parts(rows) -> go.Figure:
+    """Each plan's step split into GPU compute, pipeline bubble and exposed communication per group
+    (as the search reports them; the remainder is optimizer, host idle and overlap effects)."""
+    names = [f"#{i + 1} {r.plan}" for i, r in enumerate(rows)]
+    fig = go.Figure([go.Bar(y=names, x=[fmt.ms(r.compute_s) for r in rows], name="compute", orientation="h",
+                            marker_color=COLORS["matmul_compute"]),
+                     go.Bar(y=names, x=[fmt.ms(r.bubble_s) for r in rows], name="pipeline bubble",
+                            orientation="h", marker_color=COLORS["pipeline_bubble"])])
+    for g in GROUPS:
+        vals = [fmt.ms(r.exposed_comm_s.get(g, 0.0)) for r in rows]
+        if any(vals):
+            fig.add_trace(go.Bar(y=names, x=vals, name=f"exposed {g} comm", orientation="h"))
+    fig.update_yaxes(autorange="reversed")
+    return _layout(fig, "Step parts of the best plans", barmode="stack", xaxis_title="ms per step",
+                   height=max(300, 60 + 34 * len(rows)))
+
+
+def timeline_figure(tl) -> go.Figure:
+    """Gantt chart of one step: a bar per forward / backward chunk, one row per pipeline stage.
+    Drawn as thick line segments (one trace per kind) so thousands of chunks stay fast."""
+    fig = go.Figure()
+    for kind, name, color in (("F", "forward", "#1f77b4"), ("B", "backward", "#ff7f0e")):
+        xs, ys = [], []
+        for iv in tl.intervals:
+            if iv.kind == kind:
+                xs += [fmt.ms(iv.start_s), fmt.ms(iv.end_s), None]
+                ys += [iv.stage, iv.stage, None]
+        fig.add_trace(go.Scatter(x=xs, y=ys, mode="lines", name=name, line=dict(color=color, width=18),
+                                 hoverinfo="skip"))
+    fig.update_yaxes(autorange="reversed", tickmode="array", tickvals=list(range(tl.pp)),
+                     ticktext=[f"stage {s}" for s in range(tl.pp)], title="pipeline stage")
+    return _layout(fig, f"One step, {tl.schedule} (pp={tl.pp}, vp={tl.vp}, {tl.n_microbatches} micro-batches): "
+                   f"{fmt.time_s(tl.step_s)}; white = bubble", xaxis_title="time (ms)",
+                   height=max(260, 80 + 40 * tl.pp))
+
+
+# ---- validation -------------------------------------------------------------------------------
+
+def validation_scatter(rows) -> go.Figure:
+    """Predicted vs measured, log-log, y = x (validation/report.py's figure)."""
+    from ..validation.report import scatter_figure
+    return scatter_figure(rows)
+
+
+def validation_errors(summary, limits) -> go.Figure:
+    """MAPE per kind and split (validation/report.py) with the CI thresholds as markers."""
+    from ..validation.report import error_figure
+    fig = error_figure(summary)
+    kinds = [k for (k, s) in summary if s == "held_out" and k in limits]
+    fig.add_trace(go.Scatter(x=kinds, y=[limits[k]["mape"] * 100 for k in kinds], mode="markers", name="threshold",
+                             marker=dict(symbol="line-ew", size=28, line=dict(width=3, color="red"))))
+    return fig

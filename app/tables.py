@@ -1,0 +1,71 @@
+"""Tables (lists of flat dicts) of API results, for st.dataframe and the CSV/JSON downloads.
+
+Pure functions; unit conversion only (column names carry the unit).
+"""
+
+from __future__ import annotations
+
+from . import fmt
+
+
+def estimate_summary(est) -> dict:
+    """The headline numbers of an Estimate (SI, plus the memory components)."""
+    d = {"workload": est.workload, "hardware": est.cluster or est.gpu, "gpu": est.gpu, "gpus": est.gpus,
+         "stack": est.stack, "step_time_s": est.step_time_s, "tokens_per_step": est.tokens,
+         "tokens_per_s": est.tokens_per_s, "mfu": est.mfu, "hfu": est.hfu, "memory_total_bytes": est.memory.total,
+         "memory_capacity_bytes": est.memory.capacity, "memory_fits": est.memory.fits,
+         "error_band_mape": est.error_band.mape}
+    d.update({f"time_{k}_s": v for k, v in est.by_category.items()})
+    d.update({f"memory_{k}_bytes": v for k, v in est.memory.components.items()})
+    d.update({f"exposed_comm_{k}_s": v for k, v in est.exposed_comm.items()})
+    return d
+
+
+def op_records(est) -> list[dict]:
+    """Every op of the step, slowest first (time per step, ms; achieved TFLOP/s)."""
+    ops = sorted(est.ops, key=lambda o: -o.time_s)
+    return [{"phase": o.phase, "op": o.name, "kind": o.kind, "category": o.category, "count": o.count,
+             "time_ms": fmt.ms(o.time_s), "bound": o.bound, "GFLOP": o.flops / 1e9, "GB": o.bytes / 1e9,
+             "intensity_flop_per_byte": o.intensity if o.flops > 0 else None,
+             "achieved_TFLOP_per_s": fmt.tflops(o.achieved_flops_per_s), "efficiency": o.efficiency}
+            for o in ops]
+
+
+def plan_records(res) -> list[dict]:
+    """The search's ranked plans (columns of sim.search.format_table, plus the why)."""
+    out = []
+    for i, r in enumerate(res.rows, 1):
+        d = {"rank": i, "plan": r.plan, "step_time_s": r.step_time_s, "tokens_per_s_per_gpu": r.tokens_per_s_per_gpu,
+             "mfu": r.mfu, "memory_GiB": fmt.gib(r.memory_bytes), "free_GiB": fmt.gib(r.headroom_bytes),
+             "bubble_s": r.bubble_s}
+        d.update({f"exposed_{g}_ms": fmt.ms(r.exposed_comm_s.get(g, 0.0)) for g in ("tp", "cp", "ep", "pp", "dp")})
+        d["why"] = r.why
+        out.append(d)
+    return out
+
+
+def timeline_records(tl) -> list[dict]:
+    return [{"stage": i.stage, "microbatch": i.microbatch, "chunk": i.chunk, "kind": i.kind,
+             "start_ms": fmt.ms(i.start_s), "end_ms": fmt.ms(i.end_s)} for i in tl.intervals]
+
+
+def validation_rows(rows) -> list[dict]:
+    return [{"run": r.run_id, "case": r.case_id, "kind": r.kind, "split": r.split, "measured": r.measured,
+             "predicted": r.predicted, "error": r.error} for r in rows]
+
+
+def summary_rows(summary, limits) -> list[dict]:
+    """Per (kind, split): n, MAPE, max, bias, worst case, and the CI threshold (held-out only)."""
+    out = []
+    for (kind, split), s in summary.items():
+        lim = limits.get(kind) if split == "held_out" else None
+        over = lim is not None and (s["mape"] > lim["mape"] or s["max"] > lim["max"])
+        out.append({"kind": kind, "split": split, "n": s["n"], "MAPE": s["mape"], "max": s["max"], "bias": s["bias"],
+                    "limit_MAPE": lim["mape"] if lim else None, "limit_max": lim["max"] if lim else None,
+                    "status": ("OVER" if over else "ok") if lim else "-", "worst case": s["worst"]})
+    return out
+
+
+def spec_records(obj) -> list[dict]:
+    from .assumptions import hardware_rows
+    return [{k: v for k, v in r.items() if k != "group"} for r in hardware_rows(obj)]
