@@ -12,8 +12,11 @@
 from .batching import Engine, Lengths, OperatingPoint, Server
 from .capacity import RateLimit, ServingPlan, best_serving_plan, max_rate
 from .kvcache import KVCapacity, kv_bytes_per_token, kv_capacity
+from .report import ServingReport, serve
 from .steps import Deployment, decode_s, prefill_s
+from .whatif import DisaggPlan, SpecDecode, disaggregate, expected_tokens
 
-__all__ = ["Deployment", "Engine", "KVCapacity", "Lengths", "OperatingPoint", "RateLimit", "Server",
-           "ServingPlan", "best_serving_plan", "decode_s", "kv_bytes_per_token", "kv_capacity",
-           "max_rate", "prefill_s"]
+__all__ = ["Deployment", "DisaggPlan", "Engine", "KVCapacity", "Lengths", "OperatingPoint", "RateLimit",
+           "Server", "ServingPlan", "ServingReport", "SpecDecode", "best_serving_plan", "decode_s",
+           "disaggregate", "expected_tokens", "kv_bytes_per_token", "kv_capacity", "max_rate", "prefill_s",
+           "serve"]

@@ -18,6 +18,10 @@ Per replica, requests arrive at rate lam (Poisson), each with L_in prompt and L_
     E2E   = TTFT + (L_out - 1) TPOT;    concurrency = lam * E2E (Little)
 At saturation (B = cap) the rate is lam_max = cap / ((L_out - 1) D(cap) / E + cap P): the
 offline max-throughput operating point that trtllm-bench / vLLM's throughput benchmark measure.
+A finite offline run of N requests of equal lengths (all submitted at t = 0) runs in waves:
+floor(N / cap) full waves and one of N mod cap, each prefilled then decoded together:
+    time = N P + (L_out - 1) (floor(N / cap) T(cap) + T(N mod cap)),  T(B) = D(B) / E
+so a run with fewer requests than the cap never reaches the cap's batch.
 Length distributions are given as samples; P and the prefill latency are sample means.
 """
 
@@ -174,6 +178,21 @@ class Server:
         if n == 0:
             return 1.0 / P
         return self.cap / (n * self.token_time(self.cap) + self.cap * P)
+
+    def offline(self, num_requests: int | None = None) -> tuple[float, float]:
+        """(requests/s, mean running batch) of an offline max-load run of ``num_requests``
+        (None: unbounded, the saturation rate at the cap); module docstring."""
+        if num_requests is None:
+            return self.saturation_rate(), float(self.cap)
+        if num_requests < 1:
+            raise ValueError(f"num_requests: must be >= 1, got {num_requests}")
+        if self.cap < 1:
+            return 0.0, 0.0
+        full, rest = divmod(int(num_requests), self.cap)
+        n = self.len.decode_steps
+        dec = n * (full * self.token_time(self.cap) + (self.token_time(rest) if rest else 0.0))
+        t = num_requests * self.prefill_per_request_s + dec
+        return num_requests / t, float(min(num_requests, self.cap))
 
     def batch_at(self, rate: float) -> float | None:
         """Fixed point B = rate * n * T(B) / (1 - rho), or None when it exceeds the cap."""
