@@ -22,7 +22,7 @@ import torch
 from common import Case, Ctx, Group, clean_baseline, free_memory, result
 from models import (batch, build_model, host_phase_times, kernel_summary, make_optimizer, make_train_step,
                     model_params, n_params_actual, ref_config)
-from timing import measure_steps
+from timing import add_host_probe, host_probe_s, measure_steps
 
 PEAK_BF16 = 7e14  # for the rough duration estimate only
 
@@ -42,8 +42,10 @@ def run_train(ctx: Ctx, p: dict) -> dict:
         fwd_model = torch.compile(model, backend=p["compile_backend"])
     step = make_train_step(fwd_model, opt, idx, tgt, ctx.device_type)
     t0 = time.perf_counter()
+    before = host_probe_s(ctx.device)
     timing, ext = measure_steps(step, ctx.device, warmup=3, reps=p["reps"])
     extra.update(ext)
+    add_host_probe(extra, before, host_probe_s(ctx.device))
     extra["wall_s_incl_warmup"] = time.perf_counter() - t0
     if p["compile"]:
         extra["compile_s"] = max(0.0, ext["first_step_s"] - timing["median_s"])

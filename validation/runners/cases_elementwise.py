@@ -184,6 +184,9 @@ def _full() -> list[Case]:
             # row-length sweep: how torch's softmax kernels scale with the row (persistent vs block kernels)
             + [case("softmax", t=8192, cols=c, dtype=dt) for c in (512, 1024, 2048, 8192, 16384)
                for dt in ("bf16", "fp32")]
+            # the families in between: warp kernel sizes, Reg<2..9> and Smem (torch's SoftMax.cu dispatch)
+            + [case("softmax", t=8192, cols=c, dtype=dt) for c in (256, 768, 1536, 3072, 4096, 6144, 12288)
+               for dt in ("bf16", "fp32") if (c, dt) != (4096, "bf16")]
             + [case("cross_entropy", t=t, vocab=v, bwd=b) for t in (4096, 16384) for v in (32000, 128256)
                for b in (False, True)]
             + [case("cast", rows=t, cols=4096, src=s, dst=o) for t in ts for s, o in (("bf16", "fp32"), ("fp32", "bf16"))]

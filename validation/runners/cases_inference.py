@@ -23,7 +23,7 @@ import torch
 
 from common import Case, Ctx, Group, free_memory, result
 from models import build_model, kernel_summary, model_params, ref_config
-from timing import measure
+from timing import add_host_probe, host_probe_s, measure
 
 _STATE: dict = {}  # the model (and decode caches) shared by consecutive cases; see teardowns
 MAX_SEQ = {"tiny": 64, "1b": 8320, "8b": 8320}  # rope tables; >= longest context + 1
@@ -93,7 +93,9 @@ def run_prefill(ctx: Ctx, p: dict) -> dict:
         idx = _tokens(cfg, p["batch"], p["prompt"], ctx.device)
         call = lambda i: model(idx, caches, 0)  # noqa: E731
         _reset_peak(ctx)
+        probe = host_probe_s(ctx.device)
         timing, extra = measure(call, ctx.device, graph=False, flush=False, warmup=2)
+        add_host_probe(extra, probe, host_probe_s(ctx.device))
         _record_peak(ctx, extra)
         if p["profile"]:
             extra.update(kernel_summary(call, ctx.device))
@@ -114,7 +116,9 @@ def run_decode(ctx: Ctx, p: dict) -> dict:
         idx = _tokens(cfg, p["batch"], 1, ctx.device)
         call = lambda i: model(idx, caches, pos)  # noqa: E731
         _reset_peak(ctx)
+        probe = host_probe_s(ctx.device)
         timing, extra = measure(call, ctx.device, graph=p["mode"] == "graph", flush=False)
+        add_host_probe(extra, probe, host_probe_s(ctx.device))
         _record_peak(ctx, extra)
         if p["profile"]:
             extra.update(kernel_summary(call, ctx.device))
@@ -165,7 +169,7 @@ def _cases(suite: str) -> list[list[Case]]:
     return [prefill_cases("1b", [(1, 512), (1, 2048), (4, 2048), (1, 8192), (8, 1024)], profile_first=True,
                           profile=((4, 2048), (1, 8192))),
             decode_cases("1b", [1], [512, 8192]), decode_cases("1b", [64], [512, 8192]),
-            prefill_cases("8b", [(1, 512), (1, 2048), (4, 2048), (1, 8192), (8, 2048)]),
+            prefill_cases("8b", [(1, 512), (1, 2048), (4, 2048), (1, 8192), (8, 2048)], profile=((8, 2048), (1, 8192))),
             decode_cases("8b", [1], [512, 2048, 8192], profile=(1, 2048, "eager")),
             decode_cases("8b", [16], [2048, 8192]), decode_cases("8b", [64], [512, 8192])]
 

@@ -18,10 +18,12 @@ from __future__ import annotations
 import torch
 
 from common import GiB, KiB, MiB, Case, Ctx, Group, randn, result, size_tag
+from models import kernel_summary
 from timing import host_time_per_call, measure, rotation_count
 
 COPY_SIZES = {"smoke": [64 * KiB, 1 * MiB], "quick": [1 * MiB, 16 * MiB, 256 * MiB, 1 * GiB],
-              "full": [1 * MiB, 4 * MiB, 16 * MiB, 64 * MiB, 256 * MiB, 1 * GiB, 4 * GiB]}
+              "full": [1 * MiB, 4 * MiB, 16 * MiB, 64 * MiB, 128 * MiB, 256 * MiB, 384 * MiB, 512 * MiB,
+                        768 * MiB, 1 * GiB, 2 * GiB, 4 * GiB]}
 REDUCE_SIZES = {"smoke": [1 * MiB], "quick": [16 * MiB, 256 * MiB],
                 "full": [1 * MiB, 16 * MiB, 256 * MiB, 1 * GiB, 4 * GiB]}
 TRIAD_SIZES = {"smoke": [1 * MiB], "quick": [256 * MiB],
@@ -39,8 +41,9 @@ def _copy(ctx: Ctx, nbytes: int) -> dict:
     n_rot = rotation_count(2 * nbytes, ctx.l2_bytes)
     src = [randn(nbytes // 4, "fp32", ctx.device) for _ in range(n_rot)]
     dst = [torch.empty_like(s) for s in src]
-    timing, extra = measure(lambda i: dst[i % n_rot].copy_(src[i % n_rot]), ctx.device,
-                            n_rot=n_rot, l2=ctx.l2_bytes)
+    call = lambda i: dst[i % n_rot].copy_(src[i % n_rot])  # noqa: E731
+    timing, extra = measure(call, ctx.device, n_rot=n_rot, l2=ctx.l2_bytes)
+    extra.update(kernel_summary(call, ctx.device, top=4))   # a copy kernel or the copy engine ("Memcpy DtoD")?
     return result(timing, extra)
 
 

@@ -529,3 +529,22 @@ def host_time_per_call(call: Callable[[int], object], device: str, inner: int,
         per.append(time.perf_counter() - t0)
     clock.sync()
     return summarize(per, "wall", inner)
+
+
+def host_probe_s(device: str, launches: int = 300, reps: int = 5) -> float | None:
+    """Host seconds per eager launch of a 1-element in-place add, right now: the host's
+    speed at the moment of a case (a shared VM's CPU speed drifts by tens of percent
+    between minutes), recorded next to every host-bound measurement so the comparison
+    can scale host launch costs to it. Median of ``reps`` bursts. None on CPU."""
+    if not device.startswith("cuda"):
+        return None
+    import torch
+    x = torch.zeros(1, device=device)
+    t = host_time_per_call(lambda i: x.add_(1.0), device, launches, reps)
+    return t["median_s"] / launches
+
+
+def add_host_probe(extra: dict, before: float | None, after: float | None) -> None:
+    """extra["host_probe_s"] = the host speed around a timing: before, after, mean."""
+    if before is not None and after is not None:
+        extra["host_probe_s"] = {"before": before, "after": after, "mean": (before + after) / 2}
