@@ -252,6 +252,7 @@ class _Settings:
     pue: float | None
     grid: float | None
     clocks: Mapping[str, float]
+    space: Any = None
 
 
 def _infeasible(option: str, sysobj, reason: str, **kw) -> ComparisonRow:
@@ -307,7 +308,8 @@ def _evaluate(option: str, s: _Settings) -> _Model | ComparisonRow:
     except ValueError as e:
         return _infeasible(option, sysobj, f"cluster: {e}")
     gbs = fit_gbs(s.spec.gbs, cluster.gpus)
-    res = search_plans(s.spec.config, cluster, gbs, s.spec.seq, s.spec.precision, s.spec.stack, top=1)
+    res = search_plans(s.spec.config, cluster, gbs, s.spec.seq, s.spec.precision, s.spec.stack, top=1,
+                       constraints=s.space)
     if res.best is None:
         return _infeasible(option, sysobj, _no_plan_reason(res), gpus=cluster.gpus, nodes=nodes, gbs=gbs)
     clock = float(s.clocks.get(option, s.clocks.get("*", 1.0)))
@@ -432,18 +434,21 @@ def compare(workload: Any, options: Sequence[str] = DEFAULT_OPTIONS, *, tokens: 
             prices: PriceBook | Mapping[str, Any] | None = None, provider: str | None = None,
             plan: str | None = "on_demand", reliability: Mapping[str, float] | None = None,
             sustained_clock: float | Mapping[str, float] = 1.0, pue: float | None = None,
-            grid_g_per_kwh: float | None = None, rank_by: str = "cost_usd", swing: float = 0.2) -> Comparison:
+            grid_g_per_kwh: float | None = None, rank_by: str = "cost_usd", swing: float = 0.2,
+            space: Any = None) -> Comparison:
     """Compare hardware options for a training token budget (module docstring).
 
     workload: preset name (with ``tokens``), TransformerConfig, TrainingSpec or dict of its fields.
     gpus: GPUs per option; or budget: owned -> capex that buys the cluster, cloud -> spend cap.
     pricing: "owned" (TCO) or "cloud"; prices: overrides ({"h100": 2.5} = cloud USD/GPU-h, or dotted
     paths like "purchase.hgx_h100", "finance.interest_rate"); reliability: SI overrides of
-    ReliabilityParams; sustained_clock: a fraction for every option or {option: fraction}.
+    ReliabilityParams; sustained_clock: a fraction for every option or {option: fraction};
+    space: a sim.search_space.SearchSpace limiting the plan search (e.g. SearchSpace(tp=(1,))).
     """
     spec = _spec(workload, tokens)
     s = _settings(spec, options, gpus, budget, pricing, prices, provider, plan, reliability,
                   sustained_clock, pue, grid_g_per_kwh, rank_by, swing)
+    s = replace(s, space=space)
     evaluated = [_evaluate(o, s) for o in options]
     models = [e for e in evaluated if isinstance(e, _Model)]
     ranks = _ranks({m.row.option: _metric(m.row, rank_by) for m in models})

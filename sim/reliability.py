@@ -6,11 +6,13 @@ derived from Llama 3's 419 unexpected interruptions in 54 days on up to 16,384 H
     job failure rate  lam = gpus / gpu_mtbf + nodes / node_mtbf            (1/s)
     job MTBF          M   = 1 / lam;   interruptions per day = 86400 * lam
     checkpoint write  d   = bytes / (write_per_gpu * gpus);   restore = bytes / (read_per_gpu * gpus)
-    Young (1974)      tau = sqrt(2 d M)
-    Daly (2006)       tau = sqrt(2 d M) [1 + sqrt(d / 2M) / 3 + (d / 2M) / 9] - d   (d < 2M), else M
+    Young (1974)      tau = sqrt(2 d M)                                    [young_1974]
+    Daly (2006)       tau = sqrt(2 d M) [1 + sqrt(d / 2M) / 3 + (d / 2M) / 9] - d   (d < 2M), else M  [daly_2006]
     lost per failure  = tau / 2 + restart + restore      (half an interval of work on average)
     wall time         T   = W (1 + d / tau) / (1 - (tau / 2 + R) / M),   R = restart + restore
-    goodput           = W / T    (useful compute time / wall time; Meta's E[ETTR] form)
+    goodput           = W / T    (useful compute time / wall time; Meta's E[ETTR] form [meta_rsc_reliability])
+
+Source ids in [brackets] are in hwdb/data/prices.toml [sources].
 
 Warm-standby spares: a failed node is out for ``node_repair_s``; the number out at once is
 Poisson with mean nodes * repair / node-level MTBF (Little's law); the pool is the
