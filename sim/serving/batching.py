@@ -96,8 +96,8 @@ class Engine:
 
     @classmethod
     def default(cls, max_batch=None, max_num_tokens=None, kv_policy="reserve") -> "Engine":
-        mb = int(max_batch or param("max_batch"))
-        mt = int(max_num_tokens or param("max_num_tokens"))
+        mb = int(param("max_batch") if max_batch is None else max_batch)
+        mt = int(param("max_num_tokens") if max_num_tokens is None else max_num_tokens)
         if mb < 1:
             raise ValueError(f"max_batch: must be >= 1, got {mb}")
         if mt < 1:

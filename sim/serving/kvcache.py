@@ -74,13 +74,16 @@ def kv_capacity(cfg, gpu, tp: int = 1, weight_dtype: str = "bf16", kv_dtype: str
                 act_dtype: str = "bf16", block_tokens: int | None = None,
                 free_fraction: float | None = None, max_num_tokens: int | None = None) -> KVCapacity:
     """KV capacity of one GPU of a tp group (module docstring). Defaults: sim/data/serving.toml."""
-    bt = int(block_tokens or param("kv_block_tokens"))
+    bt = int(param("kv_block_tokens") if block_tokens is None else block_tokens)
     frac = float(param("kv_free_fraction") if free_fraction is None else free_fraction)
     if bt <= 0:
         raise ValueError(f"block_tokens: must be > 0, got {bt}")
     if not 0 < frac <= 1:
         raise ValueError(f"free_fraction: must be in (0, 1], got {frac}")
-    w = _local_workload(cfg, tp, weight_dtype, act_dtype, int(max_num_tokens or param("max_num_tokens")))
+    tokens = int(param("max_num_tokens") if max_num_tokens is None else max_num_tokens)
+    if tokens < 1:
+        raise ValueError(f"max_num_tokens: must be >= 1, got {tokens}")
+    w = _local_workload(cfg, tp, weight_dtype, act_dtype, tokens)
     weights = float(M.weight_bytes(w))
     act = float(M.inference_activation_bytes(w) + M.logits_bytes(w))
     reserve = float(param("framework_reserve_bytes"))

@@ -92,11 +92,11 @@ class DisaggPlan:
 
 def kv_transfer_s(server: Server) -> float:
     """One prompt's KV cache over the scale-out NICs of the tp GPUs holding it:
-    L_in * kv_bytes_per_token(one GPU) / NIC bandwidth per GPU per direction."""
-    try:
-        bw = float(hwdb.get_system(server.dep.hw).scaleout_bw_per_gpu_per_dir)
-    except hwdb.UnknownHardwareError:
-        raise ValueError(f"disagg: hw {server.dep.hw!r} is a GPU; pass a system key (its NICs carry the KV cache)") from None
+    L_in * kv_bytes_per_token(one GPU) / NIC bandwidth per GPU per direction (of the system, or
+    for a GPU key of the hwdb node it is built into)."""
+    from ..distributed import resolve_cluster
+    system = resolve_cluster(server.dep.hw, server.dep.tp).system     # a GPU key: its reference node
+    bw = float(hwdb.get_system(system).scaleout_bw_per_gpu_per_dir)
     return server.len.mean_in * server.kv.bytes_per_token / bw
 
 
