@@ -21,8 +21,15 @@ def _sim_sources() -> dict:
     return load_toml(DATA / "sources.toml")
 
 
+@functools.cache
+def _price_sources() -> dict:
+    from ..hwdb.prices import load_prices
+    return load_prices().sources
+
+
 def source_info(source_id: str) -> tuple[str, str]:
-    """(title, url) of a source id from hwdb/data/sources.toml or sim/data/sources.toml;
+    """(title, url) of a source id from hwdb/data/sources.toml, sim/data/sources.toml or the price
+    book's sources (hwdb/data/prices.toml);
     calibration runs are named by their run ids (validation/data)."""
     if source_id.startswith("calibration:"):
         runs = source_id.removeprefix("calibration:").split("+")
@@ -34,6 +41,9 @@ def source_info(source_id: str) -> tuple[str, str]:
         rec = _sim_sources().get(source_id)
         if rec:
             return rec.get("title", ""), rec.get("url", "")
+        price = _price_sources().get(source_id)
+        if price is not None:
+            return price.title, getattr(price, "url", "") or ""
     return "(not in the source lists)", ""
 
 
@@ -102,3 +112,12 @@ def estimate_rows(gpu_key: str, system_key: str | None, stack_key: str, band=Non
         rows += hardware_rows(sysobj) + hardware_rows(sysobj.nic) + network_rows()
     rows += efficiency_rows(gpu_key) + stack_rows(stack_key)
     return rows + (band_rows(band) if band is not None else [])
+
+
+def serving_rows() -> list[dict]:
+    """Serving-engine defaults (sim/data/serving.toml; sources in its own [sources] table)."""
+    from ..sim.serving.params import serving_params, serving_sources
+    src = serving_sources()
+    return [{"group": "serving engine", "item": k, "value": _plain(p.value), "unit": p.unit, "kind": p.kind,
+             "source": p.source, "title": src.get(p.source, {}).get("title", ""),
+             "url": src.get(p.source, {}).get("url", ""), "note": p.note} for k, p in sorted(serving_params().items())]

@@ -147,3 +147,79 @@ def validation():
     rows, unused = compare()
     summary, limits = summarize(rows), thresholds()
     return rows, unused, summary, limits, failures(summary, limits)
+
+
+@dataclass(frozen=True)
+class ServingInputs:
+    """What the Serving page asks for (`mechsim serve` / best_serving_plan arguments; SI seconds)."""
+
+    model: str = "llama3-70b"
+    hw: str = "h100_sxm"
+    input_len: int = 2048
+    output_len: int = 256
+    ttft_s: float | None = 1.0
+    tpot_s: float | None = 0.05
+    rate: float | None = None
+    weight_dtype: str = "bf16"
+    kv_dtype: str = "bf16"
+
+
+def run_best_serving(inp: ServingInputs):
+    from ..sim.serving import best_serving_plan
+    return best_serving_plan(inp.model, inp.hw, inp.input_len, inp.output_len, inp.ttft_s, inp.tpot_s, inp.rate,
+                             inp.weight_dtype, inp.kv_dtype)
+
+
+@st.cache_resource(max_entries=64, show_spinner=False)
+def best_serving(inp: ServingInputs):
+    return run_best_serving(inp)
+
+
+def run_serve(inp: ServingInputs, tp: int, rate: float | None = None):
+    """serve() of one replica of ``tp`` GPUs, at ``rate`` (None: the max rate within the targets)."""
+    from ..sim.serving import serve
+    return serve(inp.model, inp.hw, tp, inp.input_len, inp.output_len, rate, inp.ttft_s, inp.tpot_s,
+                 inp.weight_dtype, inp.kv_dtype)
+
+
+LOAD_FRACTIONS = tuple(i / 20 for i in range(1, 20)) + (0.97, 0.99)   # sampling of the load axis
+
+
+@st.cache_resource(max_entries=64, show_spinner=False)
+def load_curve(inp: ServingInputs, tp: int) -> tuple:
+    """Operating points of one replica at loads spread up to its saturation rate (the API's
+    saturation_rate_per_s times LOAD_FRACTIONS: where to sample the curve, not a model)."""
+    sat = run_serve(inp, tp).saturation_rate_per_s
+    return tuple(run_serve(inp, tp, sat * f).point for f in LOAD_FRACTIONS)
+
+
+@dataclass(frozen=True)
+class ProcureInputs:
+    """What the Procurement page asks for (sim.procure.compare arguments)."""
+
+    model: str = "llama3-70b"
+    tokens: float = 1e12
+    options: tuple[str, ...] = ("h100_sxm", "h200_sxm", "b200", "gb200_nvl72")
+    gpus: int | None = 1024
+    budget: float | None = None
+    pricing: str = "owned"
+    rank_by: str = "cost_usd"
+    seq: int = 8192
+    gbs: int = 1024
+    sustained_clock: float = 1.0
+    swing: float = 0.2
+
+    def spec(self):
+        from ..sim.procure import TrainingSpec
+        return TrainingSpec(self.model, self.tokens, seq=self.seq, gbs=self.gbs)
+
+
+def run_compare(inp: ProcureInputs):
+    from ..sim.procure import compare
+    return compare(inp.spec(), list(inp.options), gpus=inp.gpus, budget=inp.budget, pricing=inp.pricing,
+                   rank_by=inp.rank_by, sustained_clock=inp.sustained_clock, swing=inp.swing)
+
+
+@st.cache_resource(max_entries=32, show_spinner="Searching the best plan on each option (about 20 s) ...")
+def compare(inp: ProcureInputs):
+    return run_compare(inp)

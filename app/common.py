@@ -40,7 +40,13 @@ def _cast(raw: str, default: Any) -> Any:
         return int(raw)
     if isinstance(default, float):
         return float(raw)
+    if isinstance(default, (list, tuple)):
+        return [x for x in raw.split(",") if x]
     return raw
+
+
+def _url_text(v: Any) -> str:
+    return ",".join(map(str, v)) if isinstance(v, (list, tuple)) else str(v)
 
 
 class Inputs:
@@ -63,8 +69,9 @@ class Inputs:
             return default
         try:
             v = _cast(raw, default)
-            if options is not None and v not in options:
-                raise ValueError(f"not one of {', '.join(map(str, options))}")
+            bad = [x for x in (v if isinstance(v, list) else [v]) if options is not None and x not in options]
+            if bad:
+                raise ValueError(f"{', '.join(map(str, bad))} not in {', '.join(map(str, options))}")
             if (lo is not None and v < lo) or (hi is not None and v > hi):
                 raise ValueError(f"outside {lo}..{hi}")
         except ValueError as e:
@@ -76,6 +83,12 @@ class Inputs:
         opts = list(options)
         key = self._init(name, default if default in opts else opts[0], opts)
         self.values[name] = where.selectbox(label, opts, key=key, **kw)
+        return self.values[name]
+
+    def multi(self, name: str, label: str, options: Sequence, default: Sequence, where=st, **kw) -> list:
+        opts = list(options)
+        key = self._init(name, [d for d in default if d in opts], opts)
+        self.values[name] = where.multiselect(label, opts, key=key, **kw)
         return self.values[name]
 
     def number(self, name: str, label: str, default: int | float, lo=None, hi=None, where=st, **kw):
@@ -98,7 +111,7 @@ class Inputs:
         """Write the page's inputs into the address bar (and show ignored URL values)."""
         for w in self.warnings:
             st.warning(w)
-        want = {k: str(v) for k, v in self.values.items()}
+        want = {k: _url_text(v) for k, v in self.values.items()}
         if dict(st.query_params) != want:
             st.query_params.from_dict(want)
 

@@ -135,22 +135,23 @@ def plan_parts(rows) -> go.Figure:
 
 
 def timeline_figure(tl) -> go.Figure:
-    """Gantt chart of one step: a bar per forward / backward chunk, one row per pipeline stage.
-    Drawn as thick line segments (one trace per kind) so thousands of chunks stay fast."""
+    """Gantt chart of one step: a horizontal bar per forward / backward chunk (start, duration in ms),
+    one row per pipeline stage; the gaps are the bubble."""
     fig = go.Figure()
+    hover = len(tl.intervals) <= 4000          # per-bar hover text only while it stays light
     for kind, name, color in (("F", "forward", "#1f77b4"), ("B", "backward", "#ff7f0e")):
-        xs, ys = [], []
-        for iv in tl.intervals:
-            if iv.kind == kind:
-                xs += [fmt.ms(iv.start_s), fmt.ms(iv.end_s), None]
-                ys += [iv.stage, iv.stage, None]
-        fig.add_trace(go.Scatter(x=xs, y=ys, mode="lines", name=name, line=dict(color=color, width=18),
-                                 hoverinfo="skip"))
+        iv = [i for i in tl.intervals if i.kind == kind]
+        fig.add_trace(go.Bar(
+            base=[fmt.ms(i.start_s) for i in iv], x=[fmt.ms(i.end_s - i.start_s) for i in iv],
+            y=[i.stage for i in iv], orientation="h", name=name, marker=dict(color=color, line_width=0),
+            text=[f"{name} mb {i.microbatch} chunk {i.chunk}" for i in iv] if hover else None,
+            textposition="none", hovertemplate="%{text}: %{base:.1f} ms + %{x:.2f} ms<extra></extra>" if hover
+            else None, hoverinfo=None if hover else "skip"))
     fig.update_yaxes(autorange="reversed", tickmode="array", tickvals=list(range(tl.pp)),
                      ticktext=[f"stage {s}" for s in range(tl.pp)], title="pipeline stage")
     return _layout(fig, f"One step, {tl.schedule} (pp={tl.pp}, vp={tl.vp}, {tl.n_microbatches} micro-batches): "
-                   f"{fmt.time_s(tl.step_s)}; white = bubble", xaxis_title="time (ms)",
-                   height=max(260, 80 + 40 * tl.pp))
+                   f"{fmt.time_s(tl.step_s)}; gaps = bubble", xaxis_title="time (ms)", barmode="overlay",
+                   bargap=0.25, height=max(260, 80 + 40 * tl.pp))
 
 
 # ---- validation -------------------------------------------------------------------------------
@@ -169,3 +170,33 @@ def validation_errors(summary, limits) -> go.Figure:
     fig.add_trace(go.Scatter(x=kinds, y=[limits[k]["mape"] * 100 for k in kinds], mode="markers", name="threshold",
                              marker=dict(symbol="line-ew", size=28, line=dict(width=3, color="red"))))
     return fig
+
+
+# ---- serving ----------------------------------------------------------------------------------
+
+def serving_curves(points, ttft_s: float | None, tpot_s: float | None, title: str = "") -> go.Figure:
+    """TTFT and TPOT (ms) of one replica vs load (requests/s), with the targets as dashed lines."""
+    from plotly.subplots import make_subplots
+    fig = make_subplots(rows=1, cols=2, subplot_titles=("time to first token", "time per output token"))
+    x = [p.rate_per_s for p in points]
+    for col, (name, attr, target) in enumerate((("TTFT", "ttft_s", ttft_s), ("TPOT", "tpot_s", tpot_s)), 1):
+        fig.add_trace(go.Scatter(x=x, y=[fmt.ms(getattr(p, attr)) for p in points], mode="lines+markers", name=name,
+                                 hovertemplate=f"%{{x:.3g}} req/s: {name} %{{y:.1f}} ms<extra></extra>"), row=1, col=col)
+        if target is not None:
+            fig.add_hline(y=fmt.ms(target), line_dash="dash", line_color="red", row=1, col=col,
+                          annotation_text=f"target {fmt.ms(target):g} ms")
+        fig.update_xaxes(title_text="load (requests/s per replica)", row=1, col=col)
+        fig.update_yaxes(title_text="ms", row=1, col=col)
+    return _layout(fig, title or "Latency vs load", height=400, showlegend=False)
+
+
+def serving_candidates(plan) -> go.Figure:
+    """Max rate within the targets and output tokens/s per GPU of each tp the search tried."""
+    c = plan.candidates
+    names = [f"tp={d['tp']}" for d in c]
+    fig = go.Figure([go.Bar(x=names, y=[d["output_tokens_per_s_per_gpu"] for d in c], name="output tokens/s per GPU",
+                            marker_color=["#1f77b4" if d["feasible"] else "#bbbbbb" for d in c],
+                            text=[d["reason"] for d in c], hovertemplate="%{x}: %{y:.0f} tok/s/GPU<br>%{text}"
+                            "<extra></extra>")])
+    return _layout(fig, "Throughput per GPU of each tp (grey: misses the targets)", yaxis_title="tokens/s per GPU",
+                   height=360)

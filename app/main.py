@@ -26,7 +26,7 @@ PAGES = (
 
 
 def pages() -> list:
-    return [st.Page(HERE / f, title=t, url_path=u, icon=i, default=(n == 0))
+    return [st.Page(f, title=t, url_path=u, icon=i, default=(n == 0))
             for n, (t, f, u, i) in enumerate(PAGES) if (HERE / f).exists()]
 
 
