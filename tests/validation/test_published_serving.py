@@ -67,3 +67,12 @@ def test_report_returns_the_overall_mape(compared):
     assert "MAPE" in text and "not predicted" in text and "assumptions:" in text
     for src in ASSUMPTIONS:
         assert src in text
+
+
+def test_flagged_groups_are_real_and_the_rest_within_15_percent(compared):
+    from mechsim.validation.published_serving import FLAGGED, MODE_SHORT
+    rows, _ = compared
+    groups = {(r.source, r.gpu, MODE_SHORT[r.mode]) for r in rows}
+    assert set(FLAGGED) <= groups
+    kept = [r for r in rows if (r.source, r.gpu, MODE_SHORT[r.mode]) not in FLAGGED]
+    assert len(kept) >= 120 and mape(kept) <= 0.15
