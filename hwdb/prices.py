@@ -156,10 +156,11 @@ class PriceBook(_Frozen):
         return self.purchase[system]
 
     def with_overrides(self, overrides: Mapping[str, Any] | None) -> PriceBook:
-        """A copy with user values (source "user", kind "assumed", today's date). Negative or
-        non-numeric values raise ValueError naming the path."""
+        """A copy with user values (source "user", kind "assumed", today's date). A bare GPU name
+        is a cloud USD/GPU-h for it. Negative or non-numeric values raise ValueError naming the path."""
         book = self
         for path, val in (overrides or {}).items():
+            path = path if "." in path else f"cloud.{_gpu_key(path)}"   # {"h100": 2.5}: a cloud price
             book = book._override(path, _user_value(path, val))
         return book
 

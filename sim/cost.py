@@ -16,7 +16,9 @@ Training run (``training_run``):
     wall      = reliability.wall_time_s(work)               (checkpoints + failures)
     GPU-hours = (gpus + spare nodes * gpus/node) * wall / 3600
     cost      = GPU-hours * (capex/h + hosting/h, or the cloud price) + energy of the wall time
-Serving: $/1M output tokens = $/GPU-h / (3600 * output tokens/s/GPU) * 1e6.
+Serving (``serving_cost``, from sim.serving.best_serving_plan's output tokens/s/GPU at the latency
+targets): $/1M output tokens = $/GPU-h / (3600 * output tokens/s/GPU) * 1e6;
+kWh/1M tokens = facility W per GPU / (output tokens/s/GPU) * 1e6 / 3.6e6.
 """
 
 from __future__ import annotations
@@ -173,3 +175,31 @@ def usd_per_million_tokens(usd_per_gpu_hour: float, tokens_per_s_per_gpu: float)
     if not tokens_per_s_per_gpu > 0:
         raise ValueError(f"tokens_per_s_per_gpu must be > 0, got {tokens_per_s_per_gpu}")
     return usd_per_gpu_hour / (3600.0 * tokens_per_s_per_gpu) * 1e6
+
+
+@dataclass(frozen=True)
+class ServingCost:
+    """Cost, energy and carbon per million output tokens of a serving plan, and per hour."""
+
+    gpus: int
+    output_tokens_per_s_per_gpu: float
+    usd_per_million_tokens: float
+    kwh_per_million_tokens: float
+    co2_kg_per_million_tokens: float
+    usd_per_hour: float
+    usd_per_gpu_hour: GpuHourCost
+
+    @property
+    def total(self) -> float:
+        return self.usd_per_million_tokens
+
+
+def serving_cost(gpus: int, tokens_per_s_per_gpu: float, hour: GpuHourCost, facility_w_per_gpu: float,
+                 grid_g_per_kwh: float) -> ServingCost:
+    """$/1M tokens, kWh/1M tokens and kg CO2/1M tokens of ``gpus`` GPUs each emitting
+    ``tokens_per_s_per_gpu`` output tokens/s (module docstring)."""
+    if gpus < 1:
+        raise ValueError(f"gpus must be >= 1, got {gpus}")
+    usd = usd_per_million_tokens(hour.total, tokens_per_s_per_gpu)
+    kwh = facility_w_per_gpu / tokens_per_s_per_gpu * 1e6 / J_PER_KWH
+    return ServingCost(gpus, tokens_per_s_per_gpu, usd, kwh, kwh * grid_g_per_kwh / 1000.0, gpus * hour.total, hour)

@@ -72,6 +72,13 @@ def activity(by_category: Mapping[str, float], step_time_s: float, weights: Mapp
     return min(1.0, max(0.0, busy / step_time_s))
 
 
+def decode_activity(by_category: Mapping[str, float], step_time_s: float, weights: Mapping[str, float]) -> float:
+    """activity() of a decode step: attention there streams the KV cache (memory-bound), so its
+    time takes the memory_bound weight instead of the tensor-core one."""
+    w = {**weights, "attention": weights.get("memory_bound", 0.0)}
+    return activity(by_category, step_time_s, w)
+
+
 @dataclass(frozen=True)
 class PowerModel:
     """Per-GPU power parameters of one system (W), resolved from hwdb + power.toml."""

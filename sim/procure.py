@@ -15,6 +15,7 @@ Per option (a GPU or system name; a GPU maps to its HGX node or NVL72 rack):
    ``sustained_clock`` (thermal/power throttling, sim.whatif).
 3. Energy (sim.energy), failures and goodput (sim.reliability), $/GPU-h and run cost
    (sim.cost). Rank: ascending ``rank_by`` (cost_usd by default) among feasible rows.
+Serving (a ServingSpec): capacity and $ / kWh / CO2 per 1M output tokens (sim/procure_serving.py).
 Sensitivity (no new searches): each option's price and throughput scaled by 1 +- ``swing``
 alone (its cost and its rank against the unchanged others), and the failure rate x0.5 / x2
 for all options at once.
@@ -37,16 +38,11 @@ from ..model.config import TransformerConfig
 from .cluster import Cluster
 from .cost import GpuHourCost, RunCost, cloud_gpu_hour, owned_gpu_hour, training_run
 from .energy import EnergyEstimate, PowerModel, power_model, step_energy
-from .reliability import (
-    ReliabilityParams,
-    RunReliability,
-    checkpoint_bytes,
-    reliability_params,
-    run_reliability,
-)
+from .procure_serving import ServingSpec, evaluate_serving
+from .reliability import ReliabilityParams, RunReliability, checkpoint_bytes, reliability_params, run_reliability
 
 DEFAULT_OPTIONS = ("h100", "h200", "b200", "gb200-nvl72")
-RANK_KEYS = ("cost_usd", "time_to_train_s", "energy_kwh")
+RANK_KEYS = ("cost_usd", "time_to_train_s", "energy_kwh", "usd_per_million_tokens", "kwh_per_million_tokens")
 DAY = 86400.0
 
 
@@ -111,6 +107,11 @@ class ComparisonRow:
     avg_power_kw: float = math.nan
     tokens_per_usd: float = math.nan
     tokens_per_kwh: float = math.nan
+    requests_per_s: float = math.nan             # serving capacity
+    usd_per_hour: float = math.nan               # serving: all GPUs
+    usd_per_million_tokens: float = math.nan     # serving: output tokens
+    kwh_per_million_tokens: float = math.nan
+    co2_kg_per_million_tokens: float = math.nan
 
     @property
     def time_to_train_days(self) -> float:
@@ -119,7 +120,8 @@ class ComparisonRow:
 
 @dataclass(frozen=True)
 class SensitivityRow:
-    """An option's cost and rank when one assumption moves (``change``: factor applied)."""
+    """An option's cost and rank when one assumption moves (``change``: factor applied).
+    cost_usd: the run cost (training) or USD per 1M output tokens (serving)."""
 
     parameter: str
     change: float
@@ -143,6 +145,7 @@ class Comparison:
     rows: tuple[ComparisonRow, ...]
     sensitivity: tuple[SensitivityRow, ...] = ()
     assumptions: tuple[dict, ...] = ()
+    kind: str = "training"
 
     @property
     def ranked(self) -> tuple[ComparisonRow, ...]:
@@ -151,10 +154,6 @@ class Comparison:
     @property
     def best(self) -> ComparisonRow | None:
         return self.ranked[0] if self.ranked else None
-
-    @property
-    def total(self) -> int:
-        return len(self.rows)
 
     def to_records(self, table: str = "options") -> list[dict]:
         """'options' (one dict per row, plus time_to_train_days), 'sensitivity' or 'assumptions'."""
@@ -178,7 +177,7 @@ class Comparison:
 
     def to_json(self, indent: int | None = 2) -> str:
         """Every table and the header fields; non-finite numbers become null."""
-        doc = {"workload": self.workload, "tokens": self.tokens, "pricing": self.pricing, "rank_by": self.rank_by,
+        doc = {"workload": self.workload, "kind": self.kind, "tokens": self.tokens, "pricing": self.pricing, "rank_by": self.rank_by,
                "budget_usd": self.budget_usd, **{t: self.to_records(t) for t in ("options", "sensitivity", "assumptions")}}
         return json.dumps(_finite(doc), indent=indent)
 
@@ -364,6 +363,19 @@ def _metric(row: ComparisonRow, rank_by: str) -> float:
     return getattr(row, rank_by)
 
 
+def _scaled(m: _Model, s: _Settings, rank_by: str, price: float = 1.0, tput: float = 1.0,
+            fail: float = 1.0) -> tuple[float, float, float]:
+    """(cost, time, rank metric) of an option with its price, throughput or failure rate scaled."""
+    if isinstance(s.spec, ServingSpec):
+        h = m.hour
+        usd = (h.fixed * price + (h.energy if h.pricing == "owned" else 0.0)) * m.row.usd_per_million_tokens / h.total / tput
+        kwh = m.row.kwh_per_million_tokens / tput
+        return usd, math.nan, usd if rank_by == "usd_per_million_tokens" else kwh
+    _, run = _run(m, s, price, tput, fail)
+    val = {"cost_usd": run.cost_usd, "time_to_train_s": run.wall_s, "energy_kwh": run.energy_kwh}[rank_by]
+    return run.cost_usd, run.wall_s, val
+
+
 def _sensitivity(models: list[_Model], s: _Settings, rank_by: str, swing: float) -> list[SensitivityRow]:
     base = {m.row.option: _metric(m.row, rank_by) for m in models}
     base_rank = _ranks(base)
@@ -371,16 +383,15 @@ def _sensitivity(models: list[_Model], s: _Settings, rank_by: str, swing: float)
     for param, kw in (("price", "price"), ("throughput", "tput")):
         for f in (1.0 - swing, 1.0 + swing):
             for m in models:
-                _, run = _run(m, s, **{kw: f})
-                val = run.cost_usd if rank_by == "cost_usd" else run.wall_s if rank_by == "time_to_train_s" else run.energy_kwh
+                cost, t, val = _scaled(m, s, rank_by, **{kw: f})
                 rank = _ranks({**base, m.row.option: val})[m.row.option]
-                out.append(SensitivityRow(param, f, m.row.option, run.cost_usd, run.wall_s, rank, base_rank[m.row.option]))
+                out.append(SensitivityRow(param, f, m.row.option, cost, t, rank, base_rank[m.row.option]))
+    if isinstance(s.spec, ServingSpec):
+        return out
     for f in (0.5, 2.0):
-        runs = {m.row.option: _run(m, s, fail=f)[1] for m in models}
-        vals = {k: (r.cost_usd if rank_by == "cost_usd" else r.wall_s if rank_by == "time_to_train_s" else r.energy_kwh)
-                for k, r in runs.items()}
-        ranks = _ranks(vals)
-        out += [SensitivityRow("failure_rate", f, k, r.cost_usd, r.wall_s, ranks[k], base_rank[k]) for k, r in runs.items()]
+        res = {m.row.option: _scaled(m, s, rank_by, fail=f) for m in models}
+        ranks = _ranks({k: v[2] for k, v in res.items()})
+        out += [SensitivityRow("failure_rate", f, k, v[0], v[1], ranks[k], base_rank[k]) for k, v in res.items()]
     return out
 
 
@@ -398,7 +409,9 @@ def _assumptions(book: PriceBook, s: _Settings, models: list[_Model]) -> tuple[d
 
 
 # ------------------------------------------------------------------------------- public entry point
-def _spec(workload: Any, tokens: float | None) -> TrainingSpec:
+def _spec(workload: Any, tokens: float | None) -> TrainingSpec | ServingSpec:
+    if isinstance(workload, ServingSpec):
+        return workload
     if isinstance(workload, TrainingSpec):
         return workload if tokens is None else replace(workload, tokens=tokens)
     if isinstance(workload, (str, TransformerConfig)):
@@ -407,26 +420,17 @@ def _spec(workload: Any, tokens: float | None) -> TrainingSpec:
         return TrainingSpec(model=workload, tokens=tokens)
     if isinstance(workload, Mapping):
         d = dict(workload)
+        if "input_len" in d:
+            return ServingSpec(**d)
         if tokens is not None:
             d["tokens"] = tokens
         return TrainingSpec(**d)
-    raise TypeError(f"workload: expected a preset name, TransformerConfig, TrainingSpec or dict, "
+    raise TypeError(f"workload: expected a preset name, TransformerConfig, TrainingSpec, ServingSpec or dict, "
                     f"got {type(workload).__name__}")
 
 
 def _book(prices: PriceBook | Mapping[str, Any] | None) -> PriceBook:
-    if isinstance(prices, PriceBook):
-        return prices
-    return load_prices().with_overrides(_price_paths(prices or {}))
-
-
-def _price_paths(prices: Mapping[str, Any]) -> dict[str, Any]:
-    """Short forms: {"h100": 2.5} -> cloud.h100_sxm and, for owned pricing, nothing else
-    (a bare GPU name is always a cloud $/GPU-h); dotted paths pass through."""
-    out = {}
-    for k, v in prices.items():
-        out[k if "." in k else f"cloud.{hwdb.get_gpu(k).key}"] = v
-    return out
+    return prices if isinstance(prices, PriceBook) else load_prices().with_overrides(prices)
 
 
 def compare(workload: Any, options: Sequence[str] = DEFAULT_OPTIONS, *, tokens: float | None = None,
@@ -434,27 +438,32 @@ def compare(workload: Any, options: Sequence[str] = DEFAULT_OPTIONS, *, tokens: 
             prices: PriceBook | Mapping[str, Any] | None = None, provider: str | None = None,
             plan: str | None = "on_demand", reliability: Mapping[str, float] | None = None,
             sustained_clock: float | Mapping[str, float] = 1.0, pue: float | None = None,
-            grid_g_per_kwh: float | None = None, rank_by: str = "cost_usd", swing: float = 0.2,
+            grid_g_per_kwh: float | None = None, rank_by: str | None = None, swing: float = 0.2,
             space: Any = None) -> Comparison:
-    """Compare hardware options for a training token budget (module docstring).
+    """Compare hardware options for a training token budget or a serving job (module docstring).
 
-    workload: preset name (with ``tokens``), TransformerConfig, TrainingSpec or dict of its fields.
+    workload: preset name (with ``tokens``), TransformerConfig, TrainingSpec, ServingSpec, or a dict of
+    either's fields (a dict with ``input_len`` is a ServingSpec).
     gpus: GPUs per option; or budget: owned -> capex that buys the cluster, cloud -> spend cap.
     pricing: "owned" (TCO) or "cloud"; prices: overrides ({"h100": 2.5} = cloud USD/GPU-h, or dotted
     paths like "purchase.hgx_h100", "finance.interest_rate"); reliability: SI overrides of
     ReliabilityParams; sustained_clock: a fraction for every option or {option: fraction};
-    space: a sim.search_space.SearchSpace limiting the plan search (e.g. SearchSpace(tp=(1,))).
+    space: a sim.search_space.SearchSpace limiting the plan search (e.g. SearchSpace(tp=(1,)));
+    rank_by: default cost_usd (training) or usd_per_million_tokens (serving).
     """
     spec = _spec(workload, tokens)
+    serving = isinstance(spec, ServingSpec)
+    rank_by = rank_by or ("usd_per_million_tokens" if serving else "cost_usd")
     s = _settings(spec, options, gpus, budget, pricing, prices, provider, plan, reliability,
                   sustained_clock, pue, grid_g_per_kwh, rank_by, swing)
     s = replace(s, space=space)
-    evaluated = [_evaluate(o, s) for o in options]
+    evaluated = [(evaluate_serving if serving else _evaluate)(o, s) for o in options]
     models = [e for e in evaluated if isinstance(e, _Model)]
     ranks = _ranks({m.row.option: _metric(m.row, rank_by) for m in models})
     rows = tuple(replace(e.row, rank=ranks[e.row.option]) if isinstance(e, _Model) else e for e in evaluated)
-    return Comparison(spec.name, spec.tokens, pricing, rank_by, budget, rows,
-                      tuple(_sensitivity(models, s, rank_by, swing)), _assumptions(s.book, s, models))
+    return Comparison(spec.name, math.nan if serving else spec.tokens, pricing, rank_by, budget, rows,
+                      tuple(_sensitivity(models, s, rank_by, swing)), _assumptions(s.book, s, models),
+                      "serving" if serving else "training")
 
 
 def _settings(spec, options, gpus, budget, pricing, prices, provider, plan, reliability, clock, pue, grid,
@@ -467,13 +476,16 @@ def _settings(spec, options, gpus, budget, pricing, prices, provider, plan, reli
         raise ValueError("options: give at least one hardware option")
     if len(set(options)) != len(options):
         raise ValueError(f"options: duplicates in {list(options)}")
-    if gpus is None and budget is None:
-        raise ValueError("give gpus (GPUs per option) or budget (USD)")
+    serving = isinstance(spec, ServingSpec)
+    if gpus is None and budget is None and not (serving and spec.rate):
+        raise ValueError("give gpus (GPUs per option) or budget (USD)" + (" or a request rate" if serving else ""))
+    if (rank_by in RANK_KEYS[3:]) != serving:
+        raise ValueError(f"rank_by: {rank_by!r} does not apply to a {'serving' if serving else 'training'} comparison")
     if gpus is not None and gpus < 1:
         raise ValueError(f"gpus must be >= 1, got {gpus}")
     if budget is not None and not budget > 0:
         raise ValueError(f"budget must be > 0 USD, got {budget}")
-    if pricing == "cloud" and gpus is None:
+    if pricing == "cloud" and gpus is None and not serving:
         raise ValueError("cloud pricing: give gpus (the budget is then the spend cap); a budget alone sizes "
                          "an owned cluster (pricing='owned')")
     if not 0 <= swing < 1:

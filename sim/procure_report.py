@@ -24,7 +24,10 @@ def _feasible(c: Comparison):
 
 
 def figure_cost_vs_time(c: Comparison) -> go.Figure:
-    """Each feasible option at (time-to-train in days, run cost in USD); lower-left is better."""
+    """Each feasible option at (time-to-train in days, run cost in USD); lower-left is better.
+    Serving: (capacity in requests/s, USD per 1M output tokens)."""
+    if c.kind == "serving":
+        return _figure_serving(c)
     rows = _feasible(c)
     fig = go.Figure(go.Scatter(
         x=[r.time_to_train_s / DAY for r in rows], y=[r.cost_usd for r in rows], mode="markers+text",
@@ -35,6 +38,19 @@ def figure_cost_vs_time(c: Comparison) -> go.Figure:
                       "<br>%{customdata[2]:,.0f} kWh<extra></extra>"))
     fig.update_layout(title=f"{c.workload}: {c.tokens:.3g} tokens ({c.pricing} pricing)",
                       xaxis_title="time to train incl. failures (days)", yaxis_title="run cost (USD)")
+    return fig
+
+
+def _figure_serving(c: Comparison) -> go.Figure:
+    rows = _feasible(c)
+    fig = go.Figure(go.Scatter(
+        x=[r.requests_per_s for r in rows], y=[r.usd_per_million_tokens for r in rows], mode="markers+text",
+        text=[f"#{r.rank} {r.option}" for r in rows], textposition="top center",
+        customdata=[[r.gpus, r.plan, r.kwh_per_million_tokens] for r in rows],
+        hovertemplate="%{text}<br>%{x:.1f} req/s, $%{y:.3f} per 1M tokens<br>%{customdata[0]} GPUs, "
+                      "%{customdata[1]}<br>%{customdata[2]:.3f} kWh per 1M tokens<extra></extra>"))
+    fig.update_layout(title=f"{c.workload} serving ({c.pricing} pricing)", xaxis_title="capacity (requests/s)",
+                      yaxis_title="USD per 1M output tokens")
     return fig
 
 
@@ -52,7 +68,8 @@ def figure_perf(c: Comparison) -> go.Figure:
 def figure_sensitivity(c: Comparison) -> go.Figure:
     """Tornado: each option's run cost at the low/high end of every sensitivity parameter."""
     fig = go.Figure()
-    base = {r.option: r.cost_usd for r in _feasible(c)}
+    key = "usd_per_million_tokens" if c.kind == "serving" else "cost_usd"
+    base = {r.option: getattr(r, key) for r in _feasible(c)}
     params = sorted({s.parameter for s in c.sensitivity})
     for p in params:
         pts = [s for s in c.sensitivity if s.parameter == p]
@@ -62,16 +79,23 @@ def figure_sensitivity(c: Comparison) -> go.Figure:
             hovertemplate="%{text}<br>$%{x:,.0f}<extra></extra>"))
     fig.add_trace(go.Scatter(x=list(base.values()), y=list(base), mode="markers", name="base",
                              marker={"symbol": "line-ns-open", "size": 18, "color": "black"}))
-    fig.update_layout(title="sensitivity of run cost (price, throughput: one option at a time; failures: all)",
-                      xaxis_title="run cost (USD)")
+    fig.update_layout(title="sensitivity (price, throughput: one option at a time; failures: all)",
+                      xaxis_title="USD per 1M output tokens" if c.kind == "serving" else "run cost (USD)")
     return fig
 
 
 FIGURES = (figure_cost_vs_time, figure_perf, figure_sensitivity)
 
 
+SERVING_COLUMNS = [("rank", "rank", "{}"), ("option", "option", "{}"), ("gpus", "GPUs", "{:,}"),
+                   ("plan", "plan", "{}"), ("tokens_per_s_per_gpu", "tok/s/GPU", "{:,.0f}"),
+                   ("requests_per_s", "req/s", "{:.2f}"), ("usd_per_gpu_hour", "$/GPU-h", "{:.2f}"),
+                   ("usd_per_million_tokens", "$/1M tok", "{:.3f}"), ("kwh_per_million_tokens", "kWh/1M", "{:.3f}"),
+                   ("co2_kg_per_million_tokens", "kg CO2/1M", "{:.3f}"), ("reason", "infeasible because", "{}")]
+
+
 def _table_html(c: Comparison) -> str:
-    cols = [("rank", "rank", "{}"), ("option", "option", "{}"), ("gpus", "GPUs", "{:,}"), ("plan", "plan", "{}"),
+    cols = SERVING_COLUMNS if c.kind == "serving" else [("rank", "rank", "{}"), ("option", "option", "{}"), ("gpus", "GPUs", "{:,}"), ("plan", "plan", "{}"),
             ("mfu", "MFU", "{:.1%}"), ("goodput", "goodput", "{:.1%}"), ("time_to_train_days", "days", "{:.1f}"),
             ("usd_per_gpu_hour", "$/GPU-h", "{:.2f}"), ("cost_usd", "cost $", "{:,.0f}"),
             ("energy_kwh", "kWh", "{:,.0f}"), ("co2_kg", "kg CO2", "{:,.0f}"), ("reason", "infeasible because", "{}")]
@@ -102,8 +126,9 @@ def report_html(c: Comparison) -> str:
     """One self-contained HTML page: ranked table, figures (plotly.js inline), assumptions."""
     figs = [pio.to_html(f(c), full_html=False, include_plotlyjs=(i == 0)) for i, f in enumerate(FIGURES)]
     budget = f", budget ${c.budget_usd:,.0f}" if c.budget_usd else ""
+    what = "serving" if c.kind == "serving" else f"{c.tokens:.3g} tokens"
     return (f"<html><head><meta charset='utf-8'><title>mechsim compare: {html.escape(c.workload)}</title></head>"
-            f"<body><h1>{html.escape(c.workload)}: {c.tokens:.3g} tokens, {c.pricing} pricing{budget}</h1>"
+            f"<body><h1>{html.escape(c.workload)}: {what}, {c.pricing} pricing{budget}</h1>"
             f"<p>ranked by {c.rank_by}; sources of every price in the assumptions table</p>"
             f"{_table_html(c)}{''.join(figs)}<h2>Assumptions and sources</h2>{_assumptions_html(c)}</body></html>")
 

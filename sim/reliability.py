@@ -144,12 +144,12 @@ class ReliabilityParams:
     @classmethod
     def from_book(cls, book: PriceBook | None = None, **changes: float) -> ReliabilityParams:
         r = (book or load_prices()).reliability
-        base = dict(gpu_mtbf_s=r["gpu_mtbf"].value * HOUR, node_mtbf_s=r["node_mtbf"].value * HOUR,
-                    restart_s=r["restart"].value, node_repair_s=r["node_repair"].value * HOUR,
-                    spare_availability=r["spare_availability"].value,
-                    write_Bps_per_gpu=r["storage_write_per_gpu"].value,
-                    read_Bps_per_gpu=r["storage_read_per_gpu"].value,
-                    burn_in_failure_fraction=r["burn_in_failure_fraction"].value)
+        base = {"gpu_mtbf_s": r["gpu_mtbf"].value * HOUR, "node_mtbf_s": r["node_mtbf"].value * HOUR,
+                "restart_s": r["restart"].value, "node_repair_s": r["node_repair"].value * HOUR,
+                "spare_availability": r["spare_availability"].value,
+                "write_Bps_per_gpu": r["storage_write_per_gpu"].value,
+                "read_Bps_per_gpu": r["storage_read_per_gpu"].value,
+                "burn_in_failure_fraction": r["burn_in_failure_fraction"].value}
         unknown = set(changes) - set(base) - {"failure_rate_scale"}
         if unknown:
             raise ValueError(f"unknown reliability parameter(s) {sorted(unknown)}; known: {sorted(base)}")

@@ -55,3 +55,11 @@ def test_unknown_workload_field(tmp_path, capsys):
     p.write_text('model = "llama3.2-1b"\ntokens = 1e9\nbatch = 3\n')
     assert main(["compare", "--workload", str(p), "--gpus", "8"]) == 2
     assert "batch" in capsys.readouterr().err
+
+
+def test_compare_serving_from_a_file(tmp_path, capsys):
+    p = tmp_path / "serve.json"
+    p.write_text(json.dumps({"model": "llama3.2-1b", "input": 512, "output": 128, "ttft": 1.0, "tpot": 0.05}))
+    assert main(["compare", "--workload", str(p), "--hw", "h100", "--gpus", "8"]) == 0
+    out = capsys.readouterr().out
+    assert "serving" in out and "$/1M tok" in out

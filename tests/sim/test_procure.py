@@ -9,6 +9,7 @@ import math
 
 import pytest
 from mechsim.sim.procure import (
+    ServingSpec,
     Comparison,
     TrainingSpec,
     compare,
@@ -154,3 +155,45 @@ def test_bad_workload_and_options():
         compare(SPEC, ["h1000"], gpus=8)
     with pytest.raises(ValueError, match="duplicates"):
         compare(SPEC, ["h100", "h100"], gpus=8)
+
+
+# ------------------------------------------------------------------------------- serving
+SERVE = ServingSpec(model="llama3.2-1b", input_len=512, output_len=128, ttft_s=1.0, tpot_s=0.05)
+
+
+@pytest.fixture(scope="module")
+def serving() -> Comparison:
+    return compare(SERVE, ["h100", "b200"], gpus=8, pricing="cloud", prices={"h100": 2.0, "b200": 4.0})
+
+
+def test_serving_rows_are_priced_per_million_tokens(serving):
+    assert serving.kind == "serving" and serving.rank_by == "usd_per_million_tokens"
+    for r in serving.rows:
+        assert r.feasible and r.gpus == 8
+        # $/1M = $/GPU-h / (3600 * tokens/s/GPU) * 1e6
+        assert r.usd_per_million_tokens == pytest.approx(r.usd_per_gpu_hour / (3600 * r.tokens_per_s_per_gpu) * 1e6)
+        assert r.kwh_per_million_tokens == pytest.approx(r.avg_power_kw / r.gpus / r.tokens_per_s_per_gpu * 1e6 / 3600)
+        assert r.usd_per_hour == pytest.approx(8 * r.usd_per_gpu_hour) and r.requests_per_s > 0
+    assert [r.rank for r in serving.ranked] == [1, 2]
+    assert serving.ranked[0].usd_per_million_tokens <= serving.ranked[1].usd_per_million_tokens
+
+
+def test_serving_rate_sizes_the_gpus_and_capacity_limits_are_reported(serving):
+    h100 = serving.rows[0]
+    sized = compare(ServingSpec(**{**SERVE.__dict__, "rate": h100.requests_per_s * 2.5}), ["h100"], pricing="cloud",
+                    prices={"h100": 2.0})
+    assert sized.rows[0].requests_per_s >= h100.requests_per_s * 2.5 > sized.rows[0].requests_per_s - h100.requests_per_s
+    short = compare(ServingSpec(**{**SERVE.__dict__, "rate": h100.requests_per_s * 2.5}), ["h100"], gpus=8,
+                    pricing="cloud", prices={"h100": 2.0})
+    assert not short.rows[0].feasible and "requests/s" in short.rows[0].reason
+
+
+def test_unreachable_latency_target_is_infeasible_with_reason():
+    c = compare(ServingSpec(model="llama3.2-1b", input_len=512, output_len=128, tpot_s=1e-5), ["h100"], gpus=8)
+    assert not c.rows[0].feasible and "target" in c.rows[0].reason and c.best is None
+
+
+def test_serving_report(serving):
+    page = report_html(serving)
+    assert "$/1M tok" in page and all(len(f(serving).data) >= 1 for f in FIGURES)
+    assert json.loads(serving.to_json())["kind"] == "serving"
