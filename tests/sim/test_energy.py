@@ -79,3 +79,18 @@ def test_step_energy_of_an_estimate_is_bounded_and_consistent():
     assert kwh == pytest.approx(e.kwh_per_million_tokens) and usd == pytest.approx(kwh * e.usd_per_kwh)
     assert kg == pytest.approx(kwh * e.grid_g_per_kwh / 1000)
     assert 0.3 < e.activity <= 1.0   # a compute-heavy train step is mostly tensor-core time
+
+
+def test_gpt3_175b_energy_per_token_against_the_published_all_in_figure():
+    """SemiAnalysis (2025-08, secondary): GPT-3 175B on 128 H100, NeMo BF16 at 54 % MFU, 3.63 J/token
+    all-in utility energy (CPUs, network, storage, 'typical colo' PUE). Our model at the same MFU, PUE 1.25,
+    without storage: 2.5 J/token, i.e. 0.6-1.0 of the published figure (storage and a colo PUE ~1.4 are the
+    known gap). A drift outside that band means the power model changed materially."""
+    from mechsim.model.parallel import Parallelism
+    from mechsim.sim.cluster import Cluster
+    par = Parallelism(tp=2, pp=16, vp=6, dp=2, cp=2, zero=1, sp=True, schedule="interleaved")
+    w = TrainingWorkload(model=preset("gpt3-175b"), seq=2048, precision="bf16", stack="megatron_te", mbs=1,
+                         grad_accum=128, parallel=par)
+    est = estimate(w, Cluster(system="hgx_h100", nodes=16))
+    assert 0.5 < est.mfu < 0.6
+    assert 0.6 < step_energy(est, "hgx_h100").joules_per_token / 3.63 < 1.0

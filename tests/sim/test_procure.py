@@ -97,6 +97,7 @@ def test_throttled_cluster_takes_longer_and_costs_more(cloud):
     base = next(r for r in cloud.rows if r.option == "h100")
     assert hot.rows[0].sustained_clock == 0.8
     assert hot.rows[0].time_to_train_s > base.time_to_train_s and hot.rows[0].cost_usd > base.cost_usd
+    assert hot.rows[0].mfu < base.mfu   # MFU is of the nominal peak: a throttled cluster does less useful work
 
 
 def test_sensitivity_tables(cloud):
