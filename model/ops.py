@@ -29,6 +29,8 @@ OpKind = Literal[
     "memcpy",       # device copies, zero-fill of grads, etc.
     "reduction",    # a whole tensor reduced to a few values (x.sum(), a loss mean): one
                     # streaming pass plus a combine across thread blocks
+    "copy_engine",  # cudaMemcpyAsync device-to-device (Tensor.copy_ of contiguous same-dtype
+                    # tensors): the driver's "Memcpy DtoD", not an SM kernel
 ]
 Phase = Literal["fwd", "bwd", "optimizer"]
 DType = Literal["fp64", "fp32", "tf32", "bf16", "fp16", "fp8", "fp4", "int8", "int4"]

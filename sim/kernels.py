@@ -22,6 +22,7 @@ from .optable import DTYPES, KINDS, OpTable
 from .rowkernels import softmax_fwd_s
 
 MATMUL, ATTENTION, REDUCTION = KINDS.index("matmul"), KINDS.index("attention"), KINDS.index("reduction")
+COPY_ENGINE = KINDS.index("copy_engine")
 FWD, BWD = 0, 1
 
 
@@ -279,12 +280,19 @@ def streaming_memory_s(t: OpTable, hw: HwRates, eff: Efficiency) -> np.ndarray:
     reads, runs at half the bytes/s of the fp32->bf16 one), so
         memory_s = max(read / (HBM * read_fraction), written / (HBM * write_fraction)).
     GEMMs (whose traffic is almost all reads when memory-bound) use
-        memory_s = bytes / (HBM * gemm.mem_fraction).
+        memory_s = bytes / (HBM * gemm.mem_fraction),
+    and device-to-device cudaMemcpy (the driver's copy path, not a kernel; measured on
+    H200: the same ~4.2 TB/s of read + written bytes from 64 MiB to 768 MiB)
+        memory_s = bytes / (HBM * memory.copy_fraction).
     """
     read = (t.bytes - t.bytes_written) / (hw.hbm_bandwidth * eff.get("memory.read_fraction"))
     write = t.bytes_written / (hw.hbm_bandwidth * eff.get("memory.write_fraction"))
-    return np.where(t.kind == MATMUL, t.bytes / (hw.hbm_bandwidth * eff.get("gemm.mem_fraction")),
-                    np.maximum(read, write))
+    out = np.where(t.kind == MATMUL, t.bytes / (hw.hbm_bandwidth * eff.get("gemm.mem_fraction")),
+                   np.maximum(read, write))
+    copy = t.kind == COPY_ENGINE
+    if copy.any():
+        out[copy] = t.bytes[copy] / (hw.hbm_bandwidth * eff.get("memory.copy_fraction"))
+    return out
 
 
 def streaming_fixed_s(bytes_per_kernel: np.ndarray, eff: Efficiency) -> np.ndarray:
@@ -302,6 +310,7 @@ def _fixed_s(t: OpTable, eff: Efficiency, impl: str) -> np.ndarray:
     fixed[t.kind == MATMUL] = eff.get("gemm.fixed_s")
     fixed[t.kind == REDUCTION] += eff.get("memory.reduce_combine_s")
     fixed[t.kind == ATTENTION] = eff.get(f"attention.{impl}.fixed_s")
+    fixed[t.kind == COPY_ENGINE] = eff.get("memory.copy_fixed_s")
     return fixed
 
 

@@ -13,7 +13,7 @@ import numpy as np
 from ..model.ops import DTYPE_BYTES, Op
 
 KINDS = ("matmul", "attention", "elementwise", "norm", "softmax", "cast",
-         "embedding", "optimizer", "collective", "memcpy", "reduction")
+         "embedding", "optimizer", "collective", "memcpy", "reduction", "copy_engine")
 PHASES = ("fwd", "bwd", "optimizer")
 DTYPES = tuple(DTYPE_BYTES)
 

@@ -33,6 +33,8 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+
 from .calibration import Efficiency
 
 WARP_MAX_COLS, WARP_MAX_BYTES = 2048, 8192
@@ -66,4 +68,13 @@ def softmax_fwd_s(rows: int, cols: int, elem_bytes: int, out_bytes: int, hbm_ban
         hbm = read * (1.0 + 2.0 * miss) + write
         return hbm / (hbm_bandwidth * eff.get("rowsoftmax.bw_fraction"))
     t_bw = (read + write) / (hbm_bandwidth * eff.get("rowsoftmax.bw_fraction"))
-    return max(t_bw, n / eff.get(f"rowsoftmax.{fam}_elem_rate"))
+    return max(t_bw, n / elem_rate(fam, cols, eff))
+
+
+def elem_rate(fam: str, cols: int, eff: Efficiency) -> float:
+    """Elements/s of a one-pass family; Reg<k> (k = ceil(cols / 1024) registers per thread)
+    from the per-k table where the efficiency data has one (linear in k, flat outside)."""
+    if fam == "reg" and "rowsoftmax.reg_elem_rates" in eff.params:
+        table = eff.get("rowsoftmax.reg_elem_rates")
+        return float(np.interp(math.ceil(cols / BLOCK_THREADS), [r[0] for r in table], [r[1] for r in table]))
+    return eff.get(f"rowsoftmax.{fam}_elem_rate")

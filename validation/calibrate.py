@@ -32,7 +32,7 @@ GEMM_PARAMS = ("gemm.peak_fraction_bf16", "gemm.peak_fraction_fp16", "gemm.peak_
 MEMORY_PARAMS = ("memory.read_fraction", "memory.write_fraction", "memory.fixed_s", "memory.floor_s",
                  "memory.ramp_bytes", "memory.reduce_combine_s")
 # Streaming kernels the memory parameters are fitted on. cudaMemcpy D2D copies are
-# left out (their rate differs from kernels' below 1 GiB: see validation/LOG.md),
+# left out (the driver's copy path has its own memory.copy_* parameters: see validation/LOG.md),
 # so are softmax and norms (several passes over the input): their own mechanism.
 MEMORY_CHAINS = ("residual_add", "cast")
 
@@ -175,7 +175,7 @@ def fit_launch(paths, gpu) -> tuple[dict[str, float], tuple[float, float, int]]:
     import dataclasses
     from ..sim.estimate import estimate
     from ..sim.stacks import get_stack
-    from .predict import inference_workload, train_workload
+    from .predict import host_scale, inference_workload, train_workload
     cases = []
     for run, rec in iter_records(run_paths(paths or [DATA_DIR])):
         p = rec["params"]
@@ -184,13 +184,14 @@ def fit_launch(paths, gpu) -> tuple[dict[str, float], tuple[float, float, int]]:
                 or p.get("compile") or p.get("mode") == "graph"):
             continue
         w = train_workload(p) if rec["kind"] == "train_step" else inference_workload(p, rec["kind"])
-        cases.append((w, rec["timing"]["median_s"]))
+        cases.append((w, rec["timing"]["median_s"], host_scale(run, rec)))
     base = get_stack("eager")
-    meas = np.array([m for _, m in cases])
+    meas = np.array([m for _, m, _ in cases])
 
     def pred(x):
-        st = dataclasses.replace(base, launch_host_s=x[0] * 1e-6, launch_host_bwd_s=x[1] * 1e-6)
-        return np.array([estimate(w, gpu, st).step_time_s for w, _ in cases])
+        def st(s):
+            return dataclasses.replace(base, launch_host_s=x[0] * s * 1e-6, launch_host_bwd_s=x[1] * s * 1e-6)
+        return np.array([estimate(w, gpu, st(s)).step_time_s for w, _, s in cases])
 
     x0 = np.array([base.launch_host_s, base.launch_host_bwd_s]) * 1e6
     res = least_squares(lambda x: np.log(pred(x) / meas), x0, bounds=(0.1, 200.0))

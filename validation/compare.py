@@ -88,7 +88,7 @@ def compare(paths=None) -> tuple[list[Row], list[Unused]]:
             unused.append(Unused(rid, rec["case_id"], rec["kind"], f"not measured: {str(rec.get('error'))[:80]}"))
             continue
         try:
-            pred = predict(rec, run["env"])
+            pred = predict(rec, run["env"], run)
         except NotPredicted as e:
             unused.append(Unused(rid, rec["case_id"], rec["kind"], str(e)))
             continue

@@ -38,7 +38,23 @@ def predict_memory(p: dict, gpu: str) -> float:
         return p["bytes"] / (g.host_link_bw_per_dir * efficiency(g).get("host_link.bw_fraction"))
     if p["op"] == "reduce_sum":
         return estimate_op(reduction(p["bytes_read"], p["bytes_written"]), gpu).time_s
+    if p["op"] == "d2d_copy":
+        return predict_d2d_copy(p, gpu)
     return estimate_op(memory_kernel(p["bytes_read"], p["bytes_written"], kind="memcpy"), gpu).time_s
+
+
+ALIAS_PERIOD = 512 * 2**20
+
+
+def predict_d2d_copy(p: dict, gpu: str) -> float:
+    """cudaMemcpy D2D. The runner allocates source and destination back to back, so copies of
+    a multiple of 512 MiB (one buffer pair, no rotation) have them a multiple of 512 MiB apart:
+    DRAM channel aliasing slows the transfer to memory.copy_aliased_fraction (LOG 2026-11-30)."""
+    e = estimate_op(memory_kernel(p["bytes_read"], p["bytes_written"], kind="copy_engine"), gpu)
+    if p["bytes_read"] % ALIAS_PERIOD:
+        return e.time_s
+    from ..sim.estimate import efficiency
+    return e.fixed_s + e.memory_s / efficiency(resolve_gpu(gpu)).get("memory.copy_aliased_fraction")
 
 
 def predict_launch(p: dict, gpu: str) -> float:
@@ -160,8 +176,44 @@ def train_workload(p: dict) -> TrainingWorkload:
                             optimizer="adamw", stack="compile" if p.get("compile") else "eager")
 
 
-def predict_train(p: dict, gpu: str) -> float:
-    return estimate(train_workload(p), gpu).step_time_s
+def predict_train(p: dict, gpu: str, host_scale: float = 1.0) -> float:
+    w = train_workload(p)
+    return estimate(w, gpu, host_scaled_stack(w.stack, gpu, host_scale)).step_time_s
+
+
+# Host speed. A shared VM's CPU drifts by up to 1.5x between minutes (validation/LOG.md), so
+# the runners time a probe (eager launches of a 1-element add_) around every host-bound case;
+# the stack's launch costs, stated for a host whose probe reads HOST_PROBE_REF_S, are scaled
+# by probe / HOST_PROBE_REF_S. HOST_PROBE_REF_S is the eager stack's own measured launch cost
+# (stacks.toml: launch/eager_host/add_1elem, 9.29 us, run 20261130T115625Z_full_251040).
+HOST_PROBE_REF_S = 9.29e-6
+PROBE_LAUNCHES_AT_2F0E9C2 = 300   # that runner divided the per-launch probe by its 300 launches again
+
+
+def host_probe_s(run: dict | None, rec: dict) -> float | None:
+    """Host seconds per eager launch when ``rec`` ran (its own probe), else None. The run's
+    launch/eager_host record is not used: one reading minutes away from the case predicted
+    worse than none (LOG 2026-11-30)."""
+    hp = rec.get("extra", {}).get("host_probe_s")
+    if hp:
+        return hp["mean"] * (1 if "unit" in hp else PROBE_LAUNCHES_AT_2F0E9C2)
+    return None
+
+
+def host_scale(run: dict | None, rec: dict) -> float:
+    probe = host_probe_s(run, rec)
+    return probe / HOST_PROBE_REF_S if probe else 1.0
+
+
+def host_scaled_stack(name: str, gpu: str, scale: float):
+    """The stack ``name`` as calibrated for ``gpu`` with its host launch costs x ``scale``
+    (None when scale is 1: estimate() then picks the stack itself)."""
+    if scale == 1.0:
+        return None
+    import dataclasses
+    from ..sim.estimate import calibrated_stack
+    st = calibrated_stack(resolve_gpu(gpu), get_stack(name))
+    return dataclasses.replace(st, launch_host_s=st.launch_host_s * scale, launch_host_bwd_s=st.launch_host_bwd_s * scale)
 
 
 def inference_workload(p: dict, phase: str) -> InferenceWorkload:
@@ -174,12 +226,14 @@ def inference_workload(p: dict, phase: str) -> InferenceWorkload:
     return InferenceWorkload(prompt_len=p["ctx"], context_len=p["ctx"] + 1, **common)
 
 
-def predict_prefill(p: dict, gpu: str) -> float:
-    return estimate(inference_workload(p, "prefill"), gpu).step_time_s
+def predict_prefill(p: dict, gpu: str, host_scale: float = 1.0) -> float:
+    w = inference_workload(p, "prefill")
+    return estimate(w, gpu, host_scaled_stack(w.stack, gpu, host_scale)).step_time_s
 
 
-def predict_decode(p: dict, gpu: str) -> float:
-    return estimate(inference_workload(p, "decode"), gpu).step_time_s
+def predict_decode(p: dict, gpu: str, host_scale: float = 1.0) -> float:
+    w = inference_workload(p, "decode")
+    return estimate(w, gpu, host_scaled_stack(w.stack, gpu, host_scale)).step_time_s
 
 
 def predict_train_memory(p: dict, gpu: str) -> float:
@@ -213,8 +267,12 @@ def predict_data_parallel(p: dict, gpu: str, world: int) -> float:
     return estimate(w, gpu).step_time_s
 
 
-def predict(record: dict, env: dict) -> float:
-    """Predicted seconds for one record; NotPredicted with a reason otherwise."""
+HOST_BOUND_KINDS = ("train_step", "prefill", "decode")
+
+
+def predict(record: dict, env: dict, run: dict | None = None) -> float:
+    """Predicted seconds for one record (at the host speed it ran with, from ``run``'s
+    probes); NotPredicted with a reason otherwise."""
     kind, p = record["kind"], record["params"]
     try:
         if kind == "collective":
@@ -223,6 +281,8 @@ def predict(record: dict, env: dict) -> float:
             return predict_data_parallel(p, gpu_key(env), int(env.get("gpu_count", 2)))
         if kind not in PREDICTORS:
             raise NotPredicted(f"kind {kind!r} has no predictor yet")
+        if kind in HOST_BOUND_KINDS:
+            return PREDICTORS[kind](p, gpu_key(env), host_scale(run, record))
         return PREDICTORS[kind](p, gpu_key(env))
     except (KeyError, ValueError) as e:
         raise NotPredicted(f"cannot build the case from its params: {e}") from None

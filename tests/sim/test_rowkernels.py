@@ -40,3 +40,23 @@ def test_eager_loss_times_its_log_softmax_with_the_row_kernel():
 def test_fused_loss_has_no_row_softmax_op():
     w = TrainingWorkload(model="llama3.2-1b", mbs=1, seq=2048, stack="megatron_te")
     assert not [o for o in estimate(w, "h200").ops if o.name == "loss/log_softmax"]
+
+
+def test_reg_kernel_rate_table_interpolates_in_registers_per_thread():
+    from mechsim.sim.rowkernels import elem_rate
+    eff = efficiency_for(get_gpu("h200"))
+    table = dict((int(k), v) for k, v in eff.get("rowsoftmax.reg_elem_rates"))
+    assert elem_rate("reg", 3072, eff) == table[3] and elem_rate("reg", 8192, eff) == table[8]
+    assert min(table[3], table[6]) <= elem_rate("reg", 4096, eff) <= max(table[3], table[6])
+    assert elem_rate("reg", 9216, eff) == table[8]        # flat outside the table
+
+
+def test_d2d_copy_engine_time_is_traffic_over_copy_rate_plus_fixed():
+    from mechsim.model.microops import memory_kernel
+    from mechsim.sim.estimate import estimate_op
+    g = get_gpu("h200")
+    eff = efficiency_for(g)
+    b = 256 * 2**20
+    t = estimate_op(memory_kernel(b, b, kind="copy_engine"), "h200").time_s
+    want = 2 * b / (g.hbm_bandwidth * eff.get("memory.copy_fraction")) + eff.get("memory.copy_fixed_s")
+    assert abs(t - want) < 1e-12

@@ -540,11 +540,11 @@ def host_probe_s(device: str, launches: int = 300, reps: int = 5) -> float | Non
         return None
     import torch
     x = torch.zeros(1, device=device)
-    t = host_time_per_call(lambda i: x.add_(1.0), device, launches, reps)
-    return t["median_s"] / launches
+    return host_time_per_call(lambda i: x.add_(1.0), device, launches, reps)["median_s"]
 
 
 def add_host_probe(extra: dict, before: float | None, after: float | None) -> None:
     """extra["host_probe_s"] = the host speed around a timing: before, after, mean."""
     if before is not None and after is not None:
-        extra["host_probe_s"] = {"before": before, "after": after, "mean": (before + after) / 2}
+        extra["host_probe_s"] = {"before": before, "after": after, "mean": (before + after) / 2,
+                                 "unit": "s per launch"}

@@ -1,0 +1,22 @@
+"""Host-speed probes scale the eager stack's launch costs in predictions (validation/predict.py)."""
+
+from mechsim.validation.predict import HOST_PROBE_REF_S, host_probe_s, host_scale, predict_decode
+
+P = {"model": "1b", "vocab": 128256, "d_model": 2048, "n_layers": 16, "n_heads": 32, "n_kv_heads": 8,
+     "ffn": 8192, "tie_embeddings": True, "batch": 1, "ctx": 512, "mode": "eager"}
+
+
+def test_probe_units_and_the_2f0e9c2_runner():
+    new = {"extra": {"host_probe_s": {"before": 1e-5, "after": 1.2e-5, "mean": 1.1e-5, "unit": "s per launch"}}}
+    old = {"extra": {"host_probe_s": {"before": 1e-5 / 300, "after": 1.2e-5 / 300, "mean": 1.1e-5 / 300}}}
+    assert host_probe_s(None, new) == 1.1e-5
+    assert abs(host_probe_s(None, old) - 1.1e-5) < 1e-15
+    assert host_probe_s(None, {"extra": {}}) is None and host_scale(None, {}) == 1.0
+    assert abs(host_scale(None, new) - 1.1e-5 / HOST_PROBE_REF_S) < 1e-12
+
+
+def test_a_slower_host_predicts_a_slower_host_bound_decode_step():
+    base, slow = predict_decode(P, "h200_sxm"), predict_decode(P, "h200_sxm", host_scale=1.5)
+    assert slow > 1.3 * base          # batch-1 eager decode of a 1B model is host-bound
+    assert predict_decode({**P, "mode": "graph"}, "h200_sxm", host_scale=1.5) == \
+        predict_decode({**P, "mode": "graph"}, "h200_sxm")   # CUDA graphs: no host launches
