@@ -142,6 +142,10 @@ def timeline(inp: SearchInputs, index: int):
 
 @st.cache_resource(max_entries=4, show_spinner="Comparing with the measured records ...")
 def validation():
+    return run_validation()
+
+
+def run_validation():
     """(rows, unused, summary, limits, failures) of `mechsim validate compare` on the committed records."""
     from ..validation.compare import compare, failures, summarize, thresholds
     rows, unused = compare()
@@ -187,6 +191,10 @@ LOAD_FRACTIONS = tuple(i / 20 for i in range(1, 20)) + (0.97, 0.99)   # sampling
 
 @st.cache_resource(max_entries=64, show_spinner=False)
 def load_curve(inp: ServingInputs, tp: int) -> tuple:
+    return run_load_curve(inp, tp)
+
+
+def run_load_curve(inp: ServingInputs, tp: int) -> tuple:
     """Operating points of one replica at loads spread up to its saturation rate (the API's
     saturation_rate_per_s times LOAD_FRACTIONS: where to sample the curve, not a model)."""
     sat = run_serve(inp, tp).saturation_rate_per_s

@@ -88,7 +88,8 @@ def roofline(est, gpu, dtypes: tuple[str, ...] = ("bf16", "fp8")) -> go.Figure:
                                      mode="lines", name=f"ceiling {d} {fmt.tflops(peak):.0f} TFLOP/s, "
                                      f"HBM {bw / 1e12:.2f} TB/s", line=dict(dash="dash", width=1.5)))
     return _layout(fig, f"Roofline on {gpu.key} (dense peaks, per GPU)", xaxis_type="log", yaxis_type="log",
-                   xaxis_title="arithmetic intensity (FLOP/byte)", yaxis_title="achieved TFLOP/s", height=460)
+                   xaxis_title="arithmetic intensity (FLOP/byte)", yaxis_title="achieved TFLOP/s", height=520,
+                   legend=dict(orientation="h", yanchor="top", y=-0.2))
 
 
 def _peak(gpu, dtype: str) -> float | None:

@@ -1,0 +1,186 @@
+"""The app in a real browser: `mechsim app` on 127.0.0.1, Debian's Chromium driven by Playwright
+(executable_path=/usr/bin/chromium, no browser download). Each page loads, shows the API's
+numbers, takes an input change, and is saved as a screenshot.
+
+Screenshots go to pytest's tmp dir, and also to $MECHSIM_SCREENSHOTS when set (how
+app/screenshots/ was made)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from mechsim import hwdb
+from mechsim.app import cached, fmt
+
+CHROMIUM = "/usr/bin/chromium"
+ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
+        "--disable-component-update", "--disable-sync"]
+TIMEOUT_MS = 90_000
+
+try:
+    from playwright.sync_api import expect, sync_playwright
+except ImportError:  # pragma: no cover - CI installs it (.ci/run, the test extra)
+    sync_playwright = None
+
+pytestmark = [
+    pytest.mark.browser,
+    pytest.mark.skipif(not Path(CHROMIUM).exists(), reason=f"no {CHROMIUM} (apt-get install chromium; .ci/run does)"),
+    pytest.mark.skipif(sync_playwright is None, reason="playwright not installed (pip install -e '.[test]')"),
+]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _wait_ready(url: str, proc: subprocess.Popen, timeout: float = 90) -> None:
+    end = time.time() + timeout
+    while time.time() < end:
+        if proc.poll() is not None:
+            raise RuntimeError(f"mechsim app exited with {proc.returncode}")
+        try:
+            with urllib.request.urlopen(url + "/_stcore/health", timeout=2) as r:
+                if r.read().strip() == b"ok":
+                    return
+        except OSError:
+            time.sleep(0.3)
+    raise TimeoutError(f"mechsim app did not answer on {url} in {timeout} s")
+
+
+@pytest.fixture(scope="module")
+def server():
+    port = _free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "mechsim.cli", "app", "--port", str(port)],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        _wait_ready(url, proc)
+        yield url
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+
+
+@pytest.fixture(scope="module")
+def page(server):
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+        pg = browser.new_page(viewport={"width": 1500, "height": 2400})
+        pg.set_default_timeout(TIMEOUT_MS)
+        expect.set_options(timeout=TIMEOUT_MS)     # a cold first render on a busy 2-core CI box
+        yield pg
+        browser.close()
+
+
+@pytest.fixture(scope="module")
+def shots(tmp_path_factory):
+    return tmp_path_factory.mktemp("screenshots")
+
+
+def metric(pg, label: str):
+    return pg.locator('[data-testid="stMetric"]', has_text=label).locator('[data-testid="stMetricValue"]')
+
+
+def snap(pg, shots: Path, name: str) -> None:
+    pg.wait_for_timeout(1500)          # let Plotly finish drawing
+    path = shots / f"{name}.png"
+    pg.screenshot(path=str(path))
+    assert path.stat().st_size > 10_000
+    extra = os.environ.get("MECHSIM_SCREENSHOTS")
+    if extra:
+        Path(extra).mkdir(parents=True, exist_ok=True)
+        shutil.copy(path, Path(extra) / path.name)
+
+
+def set_number(pg, label: str, value) -> None:
+    box = pg.get_by_label(label, exact=True)
+    box.fill(str(value))
+    box.press("Enter")
+
+
+def test_estimate_page(server, page, shots):
+    page.goto(server + "/")
+    est = cached.run_estimate(cached.EstimateInputs())
+    expect(metric(page, "Step time")).to_have_text(fmt.time_s(est.step_time_s))
+    expect(metric(page, "MFU")).to_have_text(fmt.pct(est.mfu))
+    assert "model=llama3-70b" in page.url and "tp=4" in page.url
+    snap(page, shots, "estimate")
+    set_number(page, "Micro-batches per step (grad_accum)", 16)
+    est16 = cached.run_estimate(cached.EstimateInputs(grad_accum=16))
+    expect(metric(page, "Step time")).to_have_text(fmt.time_s(est16.step_time_s))
+    page.wait_for_url("**ga=16**")
+    set_number(page, "tp", 3)                            # an impossible plan: a message, no traceback
+    expect(page.get_by_text("tp=3 does not divide", exact=False)).to_be_visible()
+    assert page.locator('[data-testid="stException"]').count() == 0
+    snap(page, shots, "estimate_bad_input")
+
+
+def test_shared_url_reproduces_the_view(server, page):
+    page.goto(server + "/?model=llama3-8b&ga=8&seq=2048&tp=2&pp=2&vp=1&dp=2&schedule=1f1b&zero=0")
+    est = cached.run_estimate(cached.EstimateInputs(model="llama3-8b", grad_accum=8, seq=2048,
+                                                    plan=cached.Plan(tp=2, pp=2, dp=2, sp=True)))
+    expect(metric(page, "Step time")).to_have_text(fmt.time_s(est.step_time_s))
+
+
+def test_scaleout_page(server, page, shots):
+    q = dict(model="llama3-8b", nodes=1, gbs=64, seq=2048)
+    page.goto(server + "/scaleout?" + "&".join(f"{k}={v}" for k, v in q.items()))
+    res = cached.run_search(cached.SearchInputs(**q))
+    expect(metric(page, "Best step time")).to_have_text(fmt.time_s(res.best.step_time_s))
+    set_number(page, "Global batch (sequences)", 128)
+    res2 = cached.run_search(cached.SearchInputs(**(q | {"gbs": 128})))
+    expect(metric(page, "Best step time")).to_have_text(fmt.time_s(res2.best.step_time_s))
+    snap(page, shots, "scaleout")
+
+
+def test_serving_page(server, page, shots):
+    page.goto(server + "/serving?model=llama3-8b")
+    plan = cached.run_best_serving(cached.ServingInputs(model="llama3-8b"))
+    expect(metric(page, "Capacity (requests/s)")).to_have_text(f"{plan.max_rate_per_s:.3g}")
+    set_number(page, "TPOT target (ms, 0 = none)", 30)
+    plan2 = cached.run_best_serving(cached.ServingInputs(model="llama3-8b", tpot_s=0.03))
+    expect(metric(page, "Capacity (requests/s)")).to_have_text(f"{plan2.max_rate_per_s:.3g}")
+    snap(page, shots, "serving")
+
+
+def test_procurement_page(server, page, shots):
+    page.goto(server + "/procurement?model=llama3-8b&options=h100_sxm,b200&gpus=8&seq=2048&gbs=64&tokens_b=100.0")
+    best = cached.run_compare(cached.ProcureInputs(model="llama3-8b", options=("h100_sxm", "b200"), gpus=8,
+                                                   seq=2048, gbs=64, tokens=100e9)).best
+    expect(metric(page, "Best option")).to_have_text(best.option)
+    expect(metric(page, "Run cost")).to_have_text(fmt.usd(best.cost_usd))
+    set_number(page, "GPUs per option", 16)
+    best16 = cached.run_compare(cached.ProcureInputs(model="llama3-8b", options=("h100_sxm", "b200"), gpus=16,
+                                                     seq=2048, gbs=64, tokens=100e9)).best
+    expect(metric(page, "Run cost")).to_have_text(fmt.usd(best16.cost_usd))
+    snap(page, shots, "procurement")
+
+
+def test_validation_page(server, page, shots):
+    page.goto(server + "/validation")
+    rows = cached.run_validation()[0]
+    expect(metric(page, "Cases compared")).to_have_text(str(len(rows)))
+    snap(page, shots, "validation")
+
+
+def test_hardware_page(server, page, shots):
+    page.goto(server + "/hardware?name=b200")
+    expect(metric(page, "Specs shown")).to_have_text(str(len(hwdb.get_gpu("b200").specs)))
+    page.goto(server + "/hardware?name=b200&kind=assumed")
+    n = sum(1 for s in hwdb.get_gpu("b200").specs.values() if s.kind == "assumed")
+    expect(metric(page, "Specs shown")).to_have_text(str(n))
+    snap(page, shots, "hardware")
