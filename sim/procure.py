@@ -96,6 +96,8 @@ class ComparisonRow:
     job_mtbf_h: float = math.nan
     interruptions_per_day: float = math.nan
     checkpoint_interval_s: float = math.nan
+    checkpoint_write_s: float = math.nan
+    burn_in_failures: float = math.nan             # expected GPUs failing acceptance on a new cluster
     time_to_train_s: float = math.nan
     gpu_hours: float = math.nan
     usd_per_gpu_hour: float = math.nan
@@ -342,6 +344,7 @@ def _costed(m: _Model, s: _Settings) -> _Model | ComparisonRow:
     rel, run = _run(m, s)
     row = replace(m.row, spare_gpus=run.spare_gpus, goodput=run.goodput, job_mtbf_h=rel.job_mtbf_s / 3600,
                   interruptions_per_day=rel.interruptions_per_day, checkpoint_interval_s=rel.interval_s,
+                  checkpoint_write_s=rel.write_s, burn_in_failures=rel.burn_in_failures,
                   time_to_train_s=run.wall_s, gpu_hours=run.gpu_hours, usd_per_gpu_hour=m.hour.total,
                   cost_usd=run.cost_usd, energy_kwh=run.energy_kwh, co2_kg=run.co2_kg,
                   avg_power_kw=run.energy_kwh / (run.wall_s / 3600) if run.feasible else math.nan,
@@ -359,10 +362,6 @@ def _ranks(values: Mapping[str, float]) -> dict[str, int]:
     return {k: i + 1 for i, k in enumerate(order)}
 
 
-def _metric(row: ComparisonRow, rank_by: str) -> float:
-    return getattr(row, rank_by)
-
-
 def _scaled(m: _Model, s: _Settings, rank_by: str, price: float = 1.0, tput: float = 1.0,
             fail: float = 1.0) -> tuple[float, float, float]:
     """(cost, time, rank metric) of an option with its price, throughput or failure rate scaled."""
@@ -377,7 +376,7 @@ def _scaled(m: _Model, s: _Settings, rank_by: str, price: float = 1.0, tput: flo
 
 
 def _sensitivity(models: list[_Model], s: _Settings, rank_by: str, swing: float) -> list[SensitivityRow]:
-    base = {m.row.option: _metric(m.row, rank_by) for m in models}
+    base = {m.row.option: getattr(m.row, rank_by) for m in models}
     base_rank = _ranks(base)
     out = []
     for param, kw in (("price", "price"), ("throughput", "tput")):
@@ -459,7 +458,7 @@ def compare(workload: Any, options: Sequence[str] = DEFAULT_OPTIONS, *, tokens: 
     s = replace(s, space=space)
     evaluated = [(evaluate_serving if serving else _evaluate)(o, s) for o in options]
     models = [e for e in evaluated if isinstance(e, _Model)]
-    ranks = _ranks({m.row.option: _metric(m.row, rank_by) for m in models})
+    ranks = _ranks({m.row.option: getattr(m.row, rank_by) for m in models})
     rows = tuple(replace(e.row, rank=ranks[e.row.option]) if isinstance(e, _Model) else e for e in evaluated)
     return Comparison(spec.name, math.nan if serving else spec.tokens, pricing, rank_by, budget, rows,
                       tuple(_sensitivity(models, s, rank_by, swing)), _assumptions(s.book, s, models),

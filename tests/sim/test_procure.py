@@ -60,6 +60,7 @@ def test_row_numbers_are_consistent(cloud):
         assert r.tokens_per_usd == pytest.approx(SPEC.tokens / r.cost_usd)
         assert r.tokens_per_kwh == pytest.approx(SPEC.tokens / r.energy_kwh)
         assert r.price_source.startswith("cloud.")
+        assert r.burn_in_failures == pytest.approx(0.02 * r.gpus) and r.checkpoint_write_s > 0
 
 
 def test_a_cheaper_price_never_ranks_an_option_lower(cloud):
