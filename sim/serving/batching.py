@@ -11,7 +11,8 @@ Per replica, requests arrive at rate lam (Poisson), each with L_in prompt and L_
                                         decoding: (1 - a^(k+1)) / (1 - a), whatif.py)
     B     = lam * (L_out - 1) * TPOT    Little's law for the decode phase (prefill emits the
                                         first token); solved as a fixed point in B
-    cap   = min(KV sequences of L_in + L_out tokens (kvcache.py), max_batch); B > cap: unstable
+    cap   = min(KV sequences of L_in + L_out tokens (kvcache.py; x ep attention ranks), max_batch);
+            B > cap: unstable
     TTFT  = rho P / (2 (1 - rho))       M/D/1 wait for the prefill server
           + D(B) / 2                    the running iteration finishes first
           + prefill_s(1, L_in) + D(B)   own prefill, in an iteration that also decodes B tokens
@@ -143,10 +144,10 @@ class Server:
             raise ValueError(f"prefix_hit: a fraction in [0, 1), got {prefix_hit}")
         self.dep, self.len, self.engine, self.prefix_hit, self.spec = dep, lengths, engine, prefix_hit, spec
         self.kv = kv or kv_capacity(dep.model, dep.gpu, dep.tp, dep.weight_dtype, dep.kv_dtype,
-                                    dep.act_dtype, max_num_tokens=engine.max_num_tokens)
+                                    dep.act_dtype, max_num_tokens=engine.max_num_tokens, ep=dep.ep)
         per_seq = lengths.mean_in + (lengths.mean_out if engine.kv_policy == "reserve" else lengths.mean_out / 2)
-        self.kv_sequences = self.kv.sequences(per_seq) if self.kv.fits else 0
-        self.cap = min(self.kv_sequences, engine.max_batch)
+        self.kv_sequences = self.kv.sequences(per_seq) * dep.ep if self.kv.fits else 0
+        self.cap = min(self.kv_sequences, engine.max_batch * dep.ep)   # one scheduler per ep rank
         self.prefill_per_request_s = float(np.mean([self._prefill_amortized(L) for L in lengths.inputs]))
         self.prefill_latency_s = float(np.mean([prefill_s(dep, 1, self._new_tokens(L)) for L in lengths.inputs]))
 
@@ -156,7 +157,7 @@ class Server:
 
     def _prefill_amortized(self, L: int) -> float:
         n = self._new_tokens(L)
-        k = max(1, self.engine.max_num_tokens // n)
+        k = max(1, self.engine.max_num_tokens // n) * self.dep.ep    # each ep rank fills its budget
         return prefill_s(self.dep, k, n) / k
 
     def iteration(self, batch: float) -> tuple[float, float]:
@@ -226,7 +227,7 @@ class Server:
             return "kv_cache"
         if self.len.decode_steps == 0:
             return "prefill"
-        return "kv_cache" if self.kv_sequences <= self.engine.max_batch else "max_batch"
+        return "kv_cache" if self.kv_sequences <= self.engine.max_batch * self.dep.ep else "max_batch"
 
     def _saturated(self, rate: float) -> OperatingPoint:
         sat = self.saturation_rate()

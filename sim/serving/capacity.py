@@ -5,8 +5,9 @@
         found by bisection on (0, saturation rate). When even an idle replica misses a target
         the answer is infeasible and carries that closest point (the lowest-load latencies).
     best_serving_plan(...): every tp that fits (1, 2, 4, 8, ... within the NVLink domain and
-        dividing the heads) -> its max rate per replica meeting the targets -> the one with the
-        most output tokens/s per GPU; for a target ``rate``, replicas = ceil(rate / max_rate).
+        dividing the heads; for MoE models also every ep dividing the experts with tp * ep in the
+        domain) -> its max rate per replica meeting the targets -> the one with the most output
+        tokens/s per GPU; for a target ``rate``, replicas = ceil(rate / max_rate).
 """
 
 from __future__ import annotations
@@ -87,7 +88,7 @@ def _infeasible_text(p: OperatingPoint, ttft_s, tpot_s) -> str:
 class ServingPlan:
     """The chosen serving configuration (SI units; rates in requests/s, tokens/s).
 
-    gpus = tp * replicas. max_rate_per_s: requests/s the whole plan serves within the targets.
+    gpus = tp * ep * replicas. max_rate_per_s: requests/s the whole plan serves within the targets.
     ttft_s / tpot_s / e2e_s / batch: per replica at the plan's load (``rate`` / replicas, or the
     max rate when no rate was given). When no tp meets the targets, meets_targets is False and
     the fields describe the closest achievable point (the idle latencies of the best tp)."""
@@ -110,6 +111,7 @@ class ServingPlan:
     meets_targets: bool
     reason: str
     candidates: tuple = field(default=())
+    ep: int = 1
 
     def to_dict(self) -> dict:
         d = asdict(self)
@@ -124,6 +126,18 @@ def tp_options(model, hw: str, tps=None) -> tuple[int, ...]:
     return tuple(t for t in base if t <= dom and model.n_heads % t == 0)
 
 
+def ep_options(model, hw: str, tp: int, eps=None) -> tuple[int, ...]:
+    """ep degrees to try with ``tp``: ``eps`` or 1 for dense models; for MoE 1, 2, 4, ... dividing
+    the experts with tp * ep inside the NVLink domain."""
+    if model.moe is None:
+        if eps is not None and any(e > 1 for e in eps):
+            raise ValueError(f"ep: {model.name} is dense; expert parallelism needs a MoE model")
+        return (1,)
+    dom = nvlink_domain(hw)
+    base = TP_CHOICES if eps is None else tuple(eps)
+    return tuple(e for e in base if tp * e <= dom and model.moe.n_experts % e == 0) or (1,)
+
+
 def _candidate(dep: Deployment, lengths, engine, ttft_s, tpot_s, **kw) -> tuple[Server, RateLimit] | None:
     try:
         server = Server(dep, lengths, engine, **kw)
@@ -134,7 +148,7 @@ def _candidate(dep: Deployment, lengths, engine, ttft_s, tpot_s, **kw) -> tuple[
 
 def _summary(dep: Deployment, srv: Server, lim: RateLimit) -> dict:
     p = lim.point
-    return {"tp": dep.tp, "feasible": lim.feasible, "max_rate_per_s": lim.max_rate_per_s,
+    return {"tp": dep.tp, "ep": dep.ep, "gpus": dep.gpus, "feasible": lim.feasible, "max_rate_per_s": lim.max_rate_per_s,
             "output_tokens_per_s_per_gpu": p.output_tokens_per_s_per_gpu, "ttft_s": p.ttft_s,
             "tpot_s": p.tpot_s, "kv_sequences": srv.kv_sequences, "reason": lim.reason}
 
@@ -148,11 +162,12 @@ def _closeness(lim: RateLimit, ttft_s, tpot_s) -> float:
 def best_serving_plan(model, hw, input_len, output_len, ttft_s=None, tpot_s=None, rate=None,
                       weight_dtype="bf16", kv_dtype="bf16", stack="serving", tps=None,
                       max_batch=None, max_num_tokens=None, overrides=None, prefix_hit=0.0,
-                      spec=None) -> ServingPlan:
+                      spec=None, eps=None) -> ServingPlan:
     """Best tp (and replica count for ``rate``) serving ``model`` on ``hw`` within the targets.
 
     input_len / output_len: tokens (or samples); ttft_s / tpot_s: targets in seconds (None: no
-    target); rate: requests/s to serve (None: one replica at its max rate)."""
+    target); rate: requests/s to serve (None: one replica at its max rate); tps / eps: the
+    degrees to try (default: module docstring)."""
     if rate is not None and not (rate > 0 and math.isfinite(rate)):
         raise ValueError(f"rate: must be a positive number of requests/s, got {rate}")
     engine = Engine.default(max_batch, max_num_tokens)
@@ -160,10 +175,11 @@ def best_serving_plan(model, hw, input_len, output_len, ttft_s=None, tpot_s=None
     lengths = Lengths.of(input_len, output_len, first.model.max_seq)
     found = []
     for tp in tp_options(first.model, hw, tps):
-        dep = Deployment.make(first.model, hw, tp, weight_dtype, kv_dtype, stack=stack, overrides=overrides)
-        c = _candidate(dep, lengths, engine, ttft_s, tpot_s, prefix_hit=prefix_hit, spec=spec)
-        if c is not None and c[0].kv_sequences >= 1:
-            found.append((dep, *c))
+        for ep in ep_options(first.model, hw, tp, eps):
+            dep = Deployment.make(first.model, hw, tp, weight_dtype, kv_dtype, stack=stack, overrides=overrides, ep=ep)
+            c = _candidate(dep, lengths, engine, ttft_s, tpot_s, prefix_hit=prefix_hit, spec=spec)
+            if c is not None and c[0].kv_sequences >= 1:
+                found.append((dep, *c))
     if not found:
         raise ValueError(f"model: {first.model.name} does not fit on {hw} at any tp in "
                          f"{tp_options(first.model, hw, tps)} with {weight_dtype} weights")
@@ -175,9 +191,10 @@ def _choose(found, lengths, ttft_s, tpot_s, rate) -> ServingPlan:
     ok = [f for f in found if f[2].feasible]
     if not ok:
         dep, srv, lim = min(found, key=lambda f: _closeness(f[2], ttft_s, tpot_s))
+        where = f"tp={dep.tp}" + (f", ep={dep.ep}" if dep.ep > 1 else "")
         return _plan(dep, srv, lim, 1, lim.point, False,
-                     f"no configuration meets the targets; closest: tp={dep.tp}, {lim.reason}", cands)
-    dep, srv, lim = max(ok, key=lambda f: (f[2].point.output_tokens_per_s_per_gpu, -f[0].tp))
+                     f"no configuration meets the targets; closest: {where}, {lim.reason}", cands)
+    dep, srv, lim = max(ok, key=lambda f: (f[2].point.output_tokens_per_s_per_gpu, -f[0].gpus))
     if rate is None:
         return _plan(dep, srv, lim, 1, lim.point, True, lim.reason, cands)
     reps = max(1, math.ceil(rate / lim.max_rate_per_s * (1 - 1e-12)))
@@ -186,6 +203,7 @@ def _choose(found, lengths, ttft_s, tpot_s, rate) -> ServingPlan:
 
 
 def _plan(dep, srv, lim, reps, point, ok, reason, cands) -> ServingPlan:
-    return ServingPlan(dep.model.name, dep.hw, dep.tp * reps, dep.tp, reps, dep.weight_dtype, dep.kv_dtype,
+    return ServingPlan(dep.model.name, dep.hw, dep.gpus * reps, dep.tp, reps, dep.weight_dtype, dep.kv_dtype,
                        point.output_tokens_per_s_per_gpu, lim.max_rate_per_s * reps, point.rate_per_s * reps,
-                       point.ttft_s, point.tpot_s, point.e2e_s, point.batch, srv.kv_sequences, ok, reason, cands)
+                       point.ttft_s, point.tpot_s, point.e2e_s, point.batch, srv.kv_sequences, ok, reason, cands,
+                       dep.ep)

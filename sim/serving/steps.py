@@ -50,10 +50,13 @@ def _resolve_model(model) -> TransformerConfig:
 
 @dataclass(frozen=True)
 class Deployment:
-    """One serving replica: a model on ``tp`` GPUs of ``hw`` with dtypes and a software stack.
+    """One serving replica: a model on ``tp * ep`` GPUs of ``hw`` with dtypes and a software stack.
 
     hw: a GPU or system key (a system gives the NVLink domain for tp > 1). overrides: what-if
-    hardware changes (sim/whatif.py), as a tuple of (name, value) pairs so the record hashes."""
+    hardware changes (sim/whatif.py), as a tuple of (name, value) pairs so the record hashes.
+    ep > 1 (MoE): ep data-parallel attention ranks of tp GPUs each, the routed experts split over
+    the ep ranks with all-to-all dispatch / combine (Parallelism(tp, dp=ep, ep=ep): DeepSeek-style
+    "DP attention + EP"); the replica's sequences are spread evenly over the ep ranks."""
 
     model: TransformerConfig
     hw: str = "h200_sxm"
@@ -63,10 +66,11 @@ class Deployment:
     act_dtype: str = "bf16"
     stack: str = "serving"
     overrides: tuple = field(default=())
+    ep: int = 1
 
     @classmethod
     def make(cls, model, hw="h200_sxm", tp=1, weight_dtype="bf16", kv_dtype="bf16", act_dtype="bf16",
-             stack="serving", overrides=None) -> "Deployment":
+             stack="serving", overrides=None, ep=1) -> "Deployment":
         """Validated constructor: resolves presets and dtype aliases, checks tp and the GPU's units."""
         cfg = _resolve_model(model)
         if not isinstance(tp, int) or tp < 1:
@@ -76,7 +80,8 @@ class Deployment:
         wd = normalize_dtype(weight_dtype, "weight_dtype", WEIGHT_DTYPES)
         kd = normalize_dtype(kv_dtype, "kv_dtype", KV_DTYPES)
         ov = tuple(sorted((overrides or {}).items()))
-        dep = cls(cfg, str(hw), tp, wd, kd, act_dtype, stack, ov)
+        _check_ep(cfg, ep)
+        dep = cls(cfg, str(hw), tp, wd, kd, act_dtype, stack, ov, ep)
         check_quant(dep.gpu, wd, kd, act_dtype)
         dep.check_domain()
         return dep
@@ -87,25 +92,40 @@ class Deployment:
 
     @property
     def gpus(self) -> int:
-        return self.tp
+        return self.tp * self.ep
+
+    @property
+    def parallel(self) -> Parallelism:
+        return Parallelism(tp=self.tp, dp=self.ep, ep=self.ep) if self.ep > 1 else Parallelism(tp=self.tp)
 
     def check_domain(self) -> None:
-        """tp must fit in one NVLink domain of the system (tp all-reduces every layer)."""
-        if self.tp == 1:
+        """tp * ep must fit in one NVLink domain of the system (tp all-reduces and ep all-to-alls
+        every layer)."""
+        if self.gpus == 1:
             return
         dom = nvlink_domain(self.hw)
-        if self.tp > dom:
-            raise ValueError(f"tp: {self.tp} exceeds the {dom}-GPU NVLink domain of {self.hw}")
+        if self.gpus > dom:
+            what = "tp" if self.ep == 1 else "tp * ep"
+            raise ValueError(f"{what}: {self.gpus} GPUs exceed the {dom}-GPU NVLink domain of {self.hw}")
 
     def workload(self, phase: str, batch: int, length: int) -> InferenceWorkload:
         kw = {"prompt_len": length} if phase == "prefill" else {"context_len": length}
         return InferenceWorkload(model=self.model, batch=batch, phase=phase, weight_dtype=self.weight_dtype,
                                  kv_dtype=self.kv_dtype, act_dtype=self.act_dtype, stack=self.stack,
-                                 parallel=Parallelism(tp=self.tp), **kw)
+                                 parallel=self.parallel, **kw)
 
     def system(self) -> str:
         """The hw key estimate() gets: a system key as given, else the GPU's reference node."""
         return self.hw
+
+
+def _check_ep(cfg, ep) -> None:
+    if not isinstance(ep, int) or ep < 1:
+        raise ValueError(f"ep: must be a positive integer, got {ep!r}")
+    if ep > 1 and cfg.moe is None:
+        raise ValueError(f"ep: {cfg.name} is dense; expert parallelism needs a MoE model")
+    if ep > 1 and cfg.moe.n_experts % ep:
+        raise ValueError(f"ep: {ep} does not divide the {cfg.moe.n_experts} experts of {cfg.name}")
 
 
 def nvlink_domain(hw: str) -> int:
@@ -129,7 +149,7 @@ def _estimate_s(dep: Deployment, phase: str, batch: int, length: int) -> float:
 
 @functools.lru_cache(maxsize=64)
 def _linear_params_per_gpu(dep: Deployment) -> float:
-    loc = local_config(dep.model, Parallelism(tp=dep.tp)) if dep.tp > 1 else dep.model
+    loc = local_config(dep.model, dep.parallel) if dep.gpus > 1 else dep.model
     return float(linear_weight_params(loc, layers_only=True))
 
 
@@ -139,9 +159,11 @@ def _round_ctx(dep: Deployment, ctx: float) -> int:
 
 
 def decode_s(dep: Deployment, batch: float, ctx: float) -> float:
-    """Decode iteration seconds at ``batch`` sequences (fractional: interpolated) of ``ctx`` tokens."""
+    """Decode iteration seconds at ``batch`` sequences of the replica (fractional: interpolated;
+    with ep, batch / ep per attention rank) of ``ctx`` tokens."""
     if batch <= 0:
         raise ValueError(f"batch: must be > 0, got {batch}")
+    batch = batch / dep.ep
     c = _round_ctx(dep, ctx)
     if batch <= 1:
         return _estimate_s(dep, "decode", 1, c)
@@ -156,8 +178,10 @@ def decode_s(dep: Deployment, batch: float, ctx: float) -> float:
 
 
 def prefill_s(dep: Deployment, n: int, length: int) -> float:
-    """Seconds of one prefill of ``n`` prompts of ``length`` tokens (+ weight-only dequant)."""
+    """Seconds of one prefill of ``n`` prompts of ``length`` tokens (+ weight-only dequant); with
+    ep the prompts are spread over the ep attention ranks (ceil(n / ep) each)."""
     if n < 1 or length < 1:
         raise ValueError(f"prefill: n and length must be >= 1, got n={n}, length={length}")
+    n = math.ceil(n / dep.ep)
     t = _estimate_s(dep, "prefill", int(n), int(length))
     return t + dequant_time_s(_linear_params_per_gpu(dep), n * length, dep.weight_dtype, dep.gpu)

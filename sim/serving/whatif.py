@@ -56,7 +56,7 @@ def expected_tokens(k: int, a: float) -> float:
 
 def _draft_dep(dep: Deployment, name: str) -> Deployment:
     return Deployment.make(name, dep.hw, dep.tp, dep.weight_dtype, dep.kv_dtype, dep.act_dtype,
-                           dep.stack, dict(dep.overrides))
+                           dep.stack, dict(dep.overrides))   # a dense draft: no ep
 
 
 def spec_iteration(dep: Deployment, spec: SpecDecode, batch: float, ctx: float) -> tuple[float, float]:
@@ -95,7 +95,7 @@ def kv_transfer_s(server: Server) -> float:
     L_in * kv_bytes_per_token(one GPU) / NIC bandwidth per GPU per direction (of the system, or
     for a GPU key of the hwdb node it is built into)."""
     from ..distributed import resolve_cluster
-    system = resolve_cluster(server.dep.hw, server.dep.tp).system     # a GPU key: its reference node
+    system = resolve_cluster(server.dep.hw, server.dep.gpus).system     # a GPU key: its reference node
     bw = float(hwdb.get_system(system).scaleout_bw_per_gpu_per_dir)
     return server.len.mean_in * server.kv.bytes_per_token / bw
 

@@ -58,3 +58,11 @@ def test_bad_input_is_one_line(capsys, extra, field):
     assert main(argv) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("error:") and field in err and "\n" not in err
+
+
+def test_expert_parallel_flag(capsys):
+    assert main(["serve", "--model", "deepseek-v3", "--hw", "hgx_h200", "--tp", "1", "--ep", "8",
+                 "--weight-dtype", "fp8", "--kv-dtype", "fp8", "--input", "1024", "--output", "128"]) == 0
+    assert "tp=1, ep=8" in capsys.readouterr().out
+    assert main(["serve", "--model", "llama3-8b", "--ep", "2"]) == 2
+    assert "dense" in capsys.readouterr().err

@@ -150,3 +150,33 @@ def test_int4_weights_halve_decode_weight_reads_vs_fp8_on_ampere():
     q = Deployment.make("llama3-8b", "a100_sxm_80gb", 1, "int4", "bf16")
     from mechsim.sim.serving import decode_s
     assert decode_s(q, 1, 512) < 0.6 * decode_s(a, 1, 512)
+
+
+def test_expert_parallel_moe_deployment():
+    from mechsim.sim.serving import kv_capacity
+    ep8 = Deployment.make("deepseek-v3", "hgx_h200", 1, "fp8", "fp8", ep=8)
+    tp8 = Deployment.make("deepseek-v3", "hgx_h200", 8, "fp8", "fp8")
+    assert ep8.gpus == tp8.gpus == 8
+    L = Lengths.of(1024, 256, 8192)
+
+    s_ep = Server(ep8, L, Engine.default())
+    one = kv_capacity(ep8.model, ep8.gpu, 1, "fp8", "fp8", ep=8)
+    assert s_ep.kv_sequences == 8 * one.sequences(1280)          # each attention rank keeps its own KV
+    # routed experts split over 8 GPUs, attention replicated: more weight bytes per GPU than tp=8
+    assert one.weights_bytes > kv_capacity(tp8.model, tp8.gpu, 8, "fp8", "fp8").weights_bytes
+    plan = best_serving_plan("deepseek-v3", "hgx_h200", 1024, 256, tpot_s=0.05, weight_dtype="fp8", kv_dtype="fp8")
+    assert any(c["ep"] > 1 for c in plan.candidates) and plan.gpus == plan.tp * plan.ep * plan.replicas
+
+
+@pytest.mark.parametrize("kw,field", [
+    (dict(model="llama3-8b", ep=2), "ep"), (dict(model="deepseek-v3", ep=3), "ep"),
+    (dict(model="deepseek-v3", tp=8, ep=2), "tp \\* ep"),
+])
+def test_bad_ep(kw, field):
+    args = dict(hw="hgx_h200", weight_dtype="fp8")
+    args.update(kw)
+    with pytest.raises(ValueError, match=field):
+        Deployment.make(**args)
+    if kw["model"] == "llama3-8b":
+        with pytest.raises(ValueError, match="ep"):
+            best_serving_plan("llama3-8b", "hgx_h200", 128, 128, eps=(2,))
