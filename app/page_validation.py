@@ -38,7 +38,10 @@ def render() -> None:
     st.markdown("Every committed measurement (validation/data) that mechsim predicts: predicted vs measured, "
                 "error per kind on the calibration and held-out splits, and the thresholds CI enforces "
                 "(`mechsim validate compare`).")
-    rows, unused, summary, limits, bad = cached.validation()
+    got = common.attempt(cached.validation, "comparison")
+    if got is None:
+        return
+    rows, unused, summary, limits, bad = got
     ui = common.Inputs("validation")
     c = st.columns(2)
     kind = ui.select("kind", "Kind", [ALL, *sorted({r.kind for r in rows})], ALL, c[0])
