@@ -7,7 +7,10 @@ Ring algorithm, latency-bandwidth form (nccl-tests' bus-bandwidth convention):
 ``bytes`` is the nccl-tests size (the whole buffer per GPU; for all_gather the
 gathered output). link_bw_per_dir is the GPU's NVLink bandwidth per direction
 (hwdb); latency_s and bw_fraction per operation are efficiency data, calibrated
-on two-GPU H200 runs. Multi-node, tree, NVLS and contention come with issue 4.
+on two-GPU H200 runs. Multi-node, NVLS and contention: sim/network.py.
+
+NCCL's Tree all_reduce forced inside one NVLink domain (NCCL_ALGO=Tree; NCCL implements
+Tree for all_reduce only) is ``tree_all_reduce_time_s``.
 """
 
 from __future__ import annotations
@@ -35,3 +38,30 @@ def collective_time_s(op: str, nbytes: float, n: int, link_bw_per_dir: float, ef
     lat = eff.get(f"collective.{op}.latency_s")
     frac = eff.get(f"collective.{op}.bw_fraction")
     return lat + bus_factor(op, n) * nbytes / (link_bw_per_dir * frac)
+
+
+def tree_bus_factor(n: int) -> float:
+    """Bytes the busiest GPU sends per byte of an all_reduce buffer with NCCL's Tree inside
+    one NVLink domain. NCCL lays the intra-node tree out as a chain: partial sums flow up,
+    results flow down, pipelined. The two end GPUs send the buffer once; each of the n-2
+    middle GPUs sends it twice (its partial sum up, the result down) over the one egress
+    its NVLink ports give it: 1 for n = 2, 2 for n >= 3. NCCL's own tuning model charges
+    2 for every n (src/graph/tuning.cc, ncclTopoTuneModel: algorithm bandwidth = tree bus
+    bandwidth x 0.5)."""
+    if n < 2:
+        raise ValueError(f"n: a collective needs at least 2 GPUs, got n={n}")
+    return 1.0 if n == 2 else 2.0
+
+
+def tree_all_reduce_time_s(nbytes: float, n: int, link_bw_per_dir: float, eff: Efficiency) -> float:
+    """NCCL Tree (chain) all_reduce over ``n`` GPUs of one NVLink domain:
+        time = lat_ar + tree_bus_factor(n) * bytes / (link_bw_per_dir * f_ar)
+    lat_ar and f_ar are the ring all_reduce's calibrated latency and link fraction (assumed
+    to carry over: the same NVLink, the same reduction kernels). Like the ring's, the
+    latency is one calibrated constant: per-hop growth with n is not modelled (assumed;
+    the chain fills over n - 1 hops each way, the ring over 2(n - 1) steps)."""
+    if nbytes <= 0:
+        raise ValueError(f"nbytes: collective bytes must be positive, got {nbytes}")
+    lat = eff.get("collective.all_reduce.latency_s")
+    frac = eff.get("collective.all_reduce.bw_fraction")
+    return lat + tree_bus_factor(n) * nbytes / (link_bw_per_dir * frac)
