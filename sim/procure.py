@@ -31,7 +31,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
-from .. import hwdb
 from ..hwdb.prices import PriceBook, all_records, load_prices
 from ..model import TrainingWorkload, preset
 from ..model.config import TransformerConfig
@@ -39,6 +38,7 @@ from .cluster import Cluster
 from .cost import GpuHourCost, RunCost, cloud_gpu_hour, owned_gpu_hour, training_run
 from .energy import EnergyEstimate, PowerModel, power_model, step_energy
 from .procure_serving import ServingSpec, evaluate_serving
+from .procure_sizing import fit_gbs, node_choices, resolve_system, size
 from .reliability import ReliabilityParams, RunReliability, checkpoint_bytes, reliability_params, run_reliability
 
 DEFAULT_OPTIONS = ("h100", "h200", "b200", "gb200-nvl72")
@@ -194,37 +194,6 @@ def _finite(x: Any) -> Any:
     return x
 
 
-# ------------------------------------------------------------------------------- options -> systems
-def resolve_system(name: str) -> hwdb.System:
-    """An hwdb system from a system name/alias, or from a GPU name (its HGX node, else its rack)."""
-    try:
-        return hwdb.get_system(name)
-    except hwdb.UnknownHardwareError:
-        gpu = hwdb.get_gpu(name)  # raises with close matches when neither
-    systems = [hwdb.get_system(s) for s in hwdb.list_systems()]
-    mine = sorted((s for s in systems if s.gpu.key == gpu.key), key=lambda s: (s.category == "instance", s.key))
-    if not mine:
-        raise ValueError(f"option {name!r}: GPU {gpu.key} has no system in hwdb (systems: {', '.join(hwdb.list_systems())})")
-    return mine[0]
-
-
-def unit_gpus(sysobj: hwdb.System) -> int:
-    """GPUs per purchasable unit: a node, or a whole rack for NVL72 (one NVLink domain)."""
-    return int(sysobj.spec("gpus").si)
-
-
-def _odd_part(n: int) -> int:
-    while n % 2 == 0 and n > 0:
-        n //= 2
-    return n
-
-
-def fit_gbs(gbs: int, gpus: int) -> int:
-    """gbs rounded to the nearest positive multiple of the odd factor of ``gpus`` (module docstring)."""
-    odd = _odd_part(gpus)
-    return max(odd, round(gbs / odd) * odd)
-
-
 # ------------------------------------------------------------------------------- one option
 @dataclass(frozen=True)
 class _Model:
@@ -238,6 +207,7 @@ class _Model:
     energy: EnergyEstimate
     pm: PowerModel
     params: ReliabilityParams = field(repr=False, default=None)
+    idle_nodes: int = 0          # bought but left out of the job: they serve as warm spares
 
 
 @dataclass(frozen=True)
@@ -261,23 +231,6 @@ def _infeasible(option: str, sysobj, reason: str, **kw) -> ComparisonRow:
     return ComparisonRow(option, sysobj.key if sysobj is not None else "", gpu, False, reason, **kw)
 
 
-def _size(option: str, sysobj, s: _Settings) -> tuple[int, float, str]:
-    """(nodes of the cluster, capex USD, reason if none)."""
-    unit, per_node = unit_gpus(sysobj), sysobj.gpus_per_node
-    capex_unit = s.book.purchase[sysobj.key].all_in.value if sysobj.key in s.book.purchase else math.nan
-    if s.gpus is not None:
-        units = s.gpus // unit if s.gpus >= unit else 0
-        nodes = units * unit // per_node if units else s.gpus // per_node
-        return nodes, capex_unit * nodes * per_node / unit, "" if nodes else f"{s.gpus} GPUs is less than one node ({per_node} GPUs)"
-    if math.isnan(capex_unit):
-        return 0, math.nan, f"no purchase price for {sysobj.key} (give purchase.{sysobj.key}=USD)"
-    units = int(s.budget // capex_unit)
-    if units < 1:
-        return 0, math.nan, (f"budget ${s.budget:,.0f} buys nothing: one {sysobj.key} "
-                             f"{'rack' if unit > per_node else 'node'} costs ${capex_unit:,.0f}")
-    return units * unit // per_node, units * capex_unit, ""
-
-
 def _no_plan_reason(res) -> str:
     c = res.counts
     top = next(iter(c.invalid.items()), None)
@@ -299,18 +252,13 @@ def _hour_cost(sysobj, pm: PowerModel, act: float, s: _Settings) -> GpuHourCost:
 def _evaluate(option: str, s: _Settings) -> _Model | ComparisonRow:
     """The option's model, or an infeasible row with the reason."""
     from .estimate import estimate
-    from .search import search_plans
     sysobj = resolve_system(option)
-    nodes, capex, why = _size(option, sysobj, s)
+    bought, capex, why = size(sysobj, s.book, s.gpus, s.budget)
     if why:
         return _infeasible(option, sysobj, why)
-    try:
-        cluster = Cluster(system=sysobj.key, nodes=nodes)
-    except ValueError as e:
-        return _infeasible(option, sysobj, f"cluster: {e}")
-    gbs = fit_gbs(s.spec.gbs, cluster.gpus)
-    res = search_plans(s.spec.config, cluster, gbs, s.spec.seq, s.spec.precision, s.spec.stack, top=1,
-                       constraints=s.space)
+    found = [_search(sysobj, n, s) for n in node_choices(sysobj, bought, s.budget is not None)]
+    cluster, gbs, res = max(found, key=lambda f: f[2].best.tokens_per_s_per_gpu * f[0].gpus if f[2].best else -1)
+    nodes = cluster.nodes
     if res.best is None:
         return _infeasible(option, sysobj, _no_plan_reason(res), gpus=cluster.gpus, nodes=nodes, gbs=gbs)
     clock = float(s.clocks.get(option, s.clocks.get("*", 1.0)))
@@ -326,14 +274,25 @@ def _evaluate(option: str, s: _Settings) -> _Model | ComparisonRow:
                          plan=res.best.plan, gbs=gbs, step_time_s=est.step_time_s, tokens_per_s=est.tokens_per_s,
                          tokens_per_s_per_gpu=est.tokens_per_s / est.gpus, mfu=est.mfu * clock, sustained_clock=clock,
                          capex_usd=capex, price_source=hour.source)
-    m = _Model(base, est.tokens_per_s, cluster.gpus_per_node, checkpoint_bytes(w), hour, en, pm, s.params)
+    m = _Model(base, est.tokens_per_s, cluster.gpus_per_node, checkpoint_bytes(w), hour, en, pm, s.params,
+               bought - nodes)
     return _costed(m, s)
+
+
+def _search(sysobj, nodes: int, s: _Settings):
+    """(cluster, gbs, SearchResult) of the fastest plan on ``nodes`` nodes."""
+    from .search import search_plans
+    cluster = Cluster(system=sysobj.key, nodes=nodes)
+    gbs = fit_gbs(s.spec.gbs, cluster.gpus)
+    return cluster, gbs, search_plans(s.spec.config, cluster, gbs, s.spec.seq, s.spec.precision, s.spec.stack,
+                                      top=1, constraints=s.space)
 
 
 def _run(m: _Model, s: _Settings, price: float = 1.0, tput: float = 1.0, fail: float = 1.0) -> tuple[RunReliability, RunCost]:
     r = m.row
     params = replace(m.params, failure_rate_scale=m.params.failure_rate_scale * fail)
     rel = run_reliability(r.gpus, r.nodes, m.ckpt_bytes, params, m.gpus_per_node)
+    rel = replace(rel, spare_nodes=max(rel.spare_nodes, m.idle_nodes))
     hour = replace(m.hour, capex=m.hour.capex * price, hosting=m.hour.hosting * price, cloud=m.hour.cloud * price)
     run = training_run(s.spec.tokens, m.tokens_per_s * tput, rel, hour, m.energy.facility_power_w / r.gpus,
                        m.pm.facility_power_w(0.0), m.gpus_per_node, m.energy.usd_per_kwh, m.energy.grid_g_per_kwh)

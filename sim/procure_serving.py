@@ -19,6 +19,7 @@ from ..model import preset
 from ..model.config import TransformerConfig
 from .cost import serving_cost
 from .energy import power_model
+from .procure_sizing import resolve_system, size
 
 
 @dataclass(frozen=True)
@@ -61,8 +62,7 @@ def _serving_size(sysobj, s, plan) -> tuple[int, int, float, str]:
     if s.gpus is None and s.budget is None:
         nodes = math.ceil(need * plan.tp / per_node)
         return need, nodes, _capex_per_gpu(sysobj, s) * nodes * per_node, ""
-    from .procure import _size
-    nodes, capex, why = _size(sysobj.key, sysobj, s)
+    nodes, capex, why = size(sysobj, s.book, s.gpus, s.budget)
     replicas = nodes * per_node // plan.tp
     if not why and replicas < 1:
         why = f"{nodes * per_node} GPUs are fewer than one tp={plan.tp} replica"
@@ -91,7 +91,7 @@ def _decode_activity(spec: ServingSpec, plan, gpu: str, overrides, weights) -> f
 
 def evaluate_serving(option: str, s):
     """Serving capacity and $/1M output tokens of one option (module docstring)."""
-    from .procure import ComparisonRow, _hour_cost, _infeasible, _Model, resolve_system
+    from .procure import ComparisonRow, _hour_cost, _infeasible, _Model
     from .serving import best_serving_plan
     sp, sysobj = s.spec, resolve_system(option)
     clock = float(s.clocks.get(option, s.clocks.get("*", 1.0)))

@@ -43,6 +43,21 @@ def test_resolve_and_gbs():
     assert fit_gbs(1024, 1024) == 1024 and fit_gbs(1024, 1008) == 1008 and fit_gbs(10, 72) == 9
 
 
+def test_budget_counts_try_better_factored_node_counts():
+    from mechsim.hwdb import get_system
+    from mechsim.sim.procure_sizing import node_choices
+    assert node_choices(get_system("hgx_h200"), 187, bought=True) == [187, 160, 128]
+    assert node_choices(get_system("hgx_h200"), 187, bought=False) == [187]
+    assert node_choices(get_system("gb200_nvl72"), 18 * 11, bought=True) == [18 * 11, 18 * 10, 18 * 8]  # racks
+
+
+def test_bought_nodes_left_out_of_the_job_are_its_spares():
+    c = compare(SPEC, ["h100"], budget=3 * 250000 + 1, space=SPACE)
+    r = c.rows[0]
+    assert r.capex_usd == pytest.approx(750000) and r.gpus in (16, 24)
+    assert r.gpus + r.spare_gpus >= 24
+
+
 def test_feasible_rows_are_ranked_by_cost(cloud):
     assert all(r.feasible for r in cloud.rows)
     ranked = cloud.ranked
