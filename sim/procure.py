@@ -256,7 +256,10 @@ def _evaluate(option: str, s: _Settings) -> _Model | ComparisonRow:
     bought, capex, why = size(sysobj, s.book, s.gpus, s.budget)
     if why:
         return _infeasible(option, sysobj, why)
-    found = [_search(sysobj, n, s) for n in node_choices(sysobj, bought, s.budget is not None)]
+    try:
+        found = [_search(sysobj, n, s) for n in node_choices(sysobj, bought, s.budget is not None)]
+    except ValueError as e:
+        return _infeasible(option, sysobj, f"plan search: {e}")
     cluster, gbs, res = max(found, key=lambda f: f[2].best.tokens_per_s_per_gpu * f[0].gpus if f[2].best else -1)
     nodes = cluster.nodes
     if res.best is None:
