@@ -31,6 +31,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
+from .. import hwdb
 from ..hwdb.prices import PriceBook, all_records, load_prices
 from ..model import TrainingWorkload, preset
 from ..model.config import TransformerConfig
@@ -357,16 +358,27 @@ def _sensitivity(models: list[_Model], s: _Settings, rank_by: str, swing: float)
 
 
 def _assumptions(book: PriceBook, s: _Settings, models: list[_Model]) -> tuple[dict, ...]:
+    """Every price/default used, with its source's title and url, plus the hwdb power specs."""
     used = {"finance.amortization_years", "finance.interest_rate", "finance.hosting", "finance.electricity",
             "pue.default", "grid.default", *(f"reliability.{k}" for k in book.reliability),
             *(f"power.{t}.{k}" for t, recs in book.power.items() for k in recs)}
     used |= {m.hour.source for m in models}
-    recs = all_records(book)
-    out = [{"path": p, **recs[p].model_dump()} for p in sorted(used) if p in recs]
-    if s.pue is not None:
-        out.append({"path": "pue", "value": s.pue, "unit": "ratio", "source": "user", "kind": "assumed",
-                    "date": "", "note": "compare(pue=...)"})
-    return tuple(out)
+    recs, src = all_records(book), book.sources
+    out = [{"path": p, **recs[p].model_dump(), "source_title": getattr(src.get(recs[p].source), "title", ""),
+            "source_url": getattr(src.get(recs[p].source), "url", "") or ""} for p in sorted(used) if p in recs]
+    for m in models:
+        sysobj = hwdb.get_system(m.row.system)
+        for obj, key in ((sysobj.gpu, "tdp"), (sysobj, "node_power_max")):
+            sp, hs = obj.spec(key), hwdb.get_source(obj.spec(key).source)
+            out.append({"path": f"hwdb.{obj.key}.{key}", "value": sp.value, "unit": sp.unit, "source": sp.source,
+                        "kind": sp.kind, "date": hs.date, "note": sp.note, "source_title": hs.title,
+                        "source_url": hs.url or ""})
+    for name, v in (("pue", s.pue), ("grid", s.grid)):
+        if v is not None:
+            out.append({"path": name, "value": v, "unit": "ratio" if name == "pue" else "gCO2/kWh", "source": "user",
+                        "kind": "assumed", "date": "", "note": f"compare({name}=...)", "source_title": "",
+                        "source_url": ""})
+    return tuple({d["path"]: d for d in out}.values())
 
 
 # ------------------------------------------------------------------------------- public entry point

@@ -113,9 +113,15 @@ def _table_html(c: Comparison) -> str:
     return f"<table border=1 cellpadding=4><tr>{head}</tr>{''.join(body)}</table>"
 
 
+def _source_cell(a: dict) -> str:
+    title = html.escape(a.get("source_title") or str(a["source"]))
+    url = a.get("source_url") or ""
+    return f"<a href='{html.escape(url)}'>{title}</a>" if url.startswith("http") else title
+
+
 def _assumptions_html(c: Comparison) -> str:
     rows = "".join(f"<tr><td>{html.escape(a['path'])}</td><td>{a['value']:g} {html.escape(a['unit'])}</td>"
-                   f"<td>{html.escape(a['kind'])}</td><td>{html.escape(str(a['source']))}</td>"
+                   f"<td>{html.escape(a['kind'])}</td><td>{_source_cell(a)}</td>"
                    f"<td>{html.escape(str(a['date']))}</td><td>{html.escape(a.get('note') or '')}</td></tr>"
                    for a in c.assumptions)
     return ("<table border=1 cellpadding=4><tr><th>assumption</th><th>value</th><th>kind</th><th>source</th>"
