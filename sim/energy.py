@@ -153,6 +153,15 @@ class EnergyEstimate:
         return self.step_energy_j / J_PER_KWH
 
     @property
+    def step_usd(self) -> float:
+        """Electricity cost of one step = kWh * USD/kWh."""
+        return self.step_kwh * self.usd_per_kwh
+
+    @property
+    def step_co2_kg(self) -> float:
+        return co2_kg(self.step_kwh, self.grid_g_per_kwh)
+
+    @property
     def joules_per_token(self) -> float:
         return self.step_energy_j / self.tokens
 

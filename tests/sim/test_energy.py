@@ -74,6 +74,8 @@ def test_step_energy_of_an_estimate_is_bounded_and_consistent():
     pm = power_model("hgx_h100")
     assert pm.facility_power_w(0.0) <= e.facility_power_w <= pm.facility_power_w(1.0)
     assert e.step_energy_j == pytest.approx(e.facility_power_w * est.step_time_s)
+    assert e.step_usd == pytest.approx(e.step_energy_j / J_PER_KWH * e.usd_per_kwh)
+    assert e.step_co2_kg == pytest.approx(e.step_energy_j / J_PER_KWH * e.grid_g_per_kwh / 1000)
     assert e.kwh_per_million_tokens == pytest.approx(e.step_energy_j / est.tokens * 1e6 / J_PER_KWH)
     kwh, usd, kg = e.for_tokens(1e6)
     assert kwh == pytest.approx(e.kwh_per_million_tokens) and usd == pytest.approx(kwh * e.usd_per_kwh)
