@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass
-from typing import Sequence
 
 import numpy as np
 

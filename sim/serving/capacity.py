@@ -33,6 +33,9 @@ class RateLimit:
     binding: str                   # "ttft", "tpot", "kv_cache", "max_batch", "prefill" or "" (none given)
     reason: str
 
+    def to_dict(self) -> dict:
+        return {**asdict(self), "point": self.point.to_dict()}
+
 
 def _meets(p: OperatingPoint, ttft_s, tpot_s) -> bool:
     return p.stable and (ttft_s is None or p.ttft_s <= ttft_s) and (tpot_s is None or p.tpot_s <= tpot_s)
@@ -135,7 +138,8 @@ def ep_options(model, hw: str, tp: int, eps=None) -> tuple[int, ...]:
         return (1,)
     dom = nvlink_domain(hw)
     base = TP_CHOICES if eps is None else tuple(eps)
-    return tuple(e for e in base if tp * e <= dom and model.moe.n_experts % e == 0) or (1,)
+    m = model.moe
+    return tuple(e for e in base if tp * e <= dom and m.n_experts % e == 0 and m.n_experts // e >= m.top_k) or (1,)
 
 
 def _candidate(dep: Deployment, lengths, engine, ttft_s, tpot_s, **kw) -> tuple[Server, RateLimit] | None:

@@ -49,7 +49,7 @@ class ServingReport:
         d = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
         d["kv"] = self.kv.to_dict()
         d["point"] = self.point.to_dict()
-        d["limit"] = None if self.limit is None else {**dataclasses.asdict(self.limit), "point": self.limit.point.to_dict()}
+        d["limit"] = None if self.limit is None else self.limit.to_dict()
         d["spec"] = None if self.spec is None else dataclasses.asdict(self.spec)
         d["disagg"] = None if self.disagg is None else self.disagg.to_dict()
         return _finite(d)

@@ -126,6 +126,9 @@ def _check_ep(cfg, ep) -> None:
         raise ValueError(f"ep: {cfg.name} is dense; expert parallelism needs a MoE model")
     if ep > 1 and cfg.moe.n_experts % ep:
         raise ValueError(f"ep: {ep} does not divide the {cfg.moe.n_experts} experts of {cfg.name}")
+    if ep > 1 and cfg.moe.n_experts // ep < cfg.moe.top_k:   # model/shard.py keeps >= top_k local experts
+        raise ValueError(f"ep: {ep} leaves {cfg.moe.n_experts // ep} experts per GPU, fewer than top_k "
+                         f"{cfg.moe.top_k} (not modelled)")
 
 
 def nvlink_domain(hw: str) -> int:
