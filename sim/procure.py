@@ -43,7 +43,8 @@ from .procure_sizing import fit_gbs, node_choices, resolve_system, size
 from .reliability import ReliabilityParams, RunReliability, checkpoint_bytes, reliability_params, run_reliability
 
 DEFAULT_OPTIONS = ("h100", "h200", "b200", "gb200-nvl72")
-RANK_KEYS = ("cost_usd", "time_to_train_s", "energy_kwh", "usd_per_million_tokens", "kwh_per_million_tokens")
+RANK_KEYS = ("cost_usd", "time_to_train_s", "energy_kwh")                   # training comparisons
+SERVING_RANK_KEYS = ("usd_per_million_tokens", "kwh_per_million_tokens")     # serving comparisons
 DAY = 86400.0
 
 
@@ -443,8 +444,8 @@ def _settings(spec, options, gpus, budget, pricing, prices, provider, plan, reli
               rank_by, swing) -> _Settings:
     if pricing not in ("owned", "cloud"):
         raise ValueError(f"pricing: expected 'owned' or 'cloud', got {pricing!r}")
-    if rank_by not in RANK_KEYS:
-        raise ValueError(f"rank_by: expected one of {RANK_KEYS}, got {rank_by!r}")
+    if rank_by not in RANK_KEYS + SERVING_RANK_KEYS:
+        raise ValueError(f"rank_by: expected one of {RANK_KEYS + SERVING_RANK_KEYS}, got {rank_by!r}")
     if not options:
         raise ValueError("options: give at least one hardware option")
     if len(set(options)) != len(options):
@@ -452,7 +453,7 @@ def _settings(spec, options, gpus, budget, pricing, prices, provider, plan, reli
     serving = isinstance(spec, ServingSpec)
     if gpus is None and budget is None and not (serving and spec.rate):
         raise ValueError("give gpus (GPUs per option) or budget (USD)" + (" or a request rate" if serving else ""))
-    if (rank_by in RANK_KEYS[3:]) != serving:
+    if (rank_by in SERVING_RANK_KEYS) != serving:
         raise ValueError(f"rank_by: {rank_by!r} does not apply to a {'serving' if serving else 'training'} comparison")
     if gpus is not None and gpus < 1:
         raise ValueError(f"gpus must be >= 1, got {gpus}")

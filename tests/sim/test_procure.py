@@ -214,3 +214,16 @@ def test_serving_report(serving):
     page = report_html(serving)
     assert "$/1M tok" in page and all(len(f(serving).data) >= 1 for f in FIGURES)
     assert json.loads(serving.to_json())["kind"] == "serving"
+
+
+def test_rank_by_must_fit_the_kind_of_comparison():
+    with pytest.raises(ValueError, match="does not apply"):
+        compare(SPEC, ["h100"], gpus=8, rank_by="usd_per_million_tokens", space=SPACE)
+    with pytest.raises(ValueError, match="rank_by"):
+        compare(SPEC, ["h100"], gpus=8, rank_by="speed", space=SPACE)
+
+
+def test_ranking_by_time_puts_the_fastest_first(cloud):
+    c = compare(SPEC, ["h100", "b200", "gb200"], gpus=8, pricing="cloud", space=SPACE, rank_by="time_to_train_s",
+                prices={"h100": 2.0, "b200": 4.0, "gb200": 5.0})
+    assert [r.time_to_train_s for r in c.ranked] == sorted(r.time_to_train_s for r in c.rows)
