@@ -133,6 +133,15 @@ class RunCost:
         return self.tokens / self.cost_usd if self.cost_usd > 0 else math.inf
 
     @property
+    def breakdown(self) -> dict[str, float]:
+        """USD by part: capex, hosting, cloud = GPU-hours x that part's $/GPU-h; energy = the rest
+        (owned: kWh x USD/kWh; cloud: 0, the price includes it). Sums to cost_usd."""
+        h = self.usd_per_gpu_hour
+        parts = {"capex": self.gpu_hours * h.capex, "hosting": self.gpu_hours * h.hosting,
+                 "cloud": self.gpu_hours * h.cloud}
+        return {**parts, "energy": self.cost_usd - sum(parts.values())}
+
+    @property
     def tokens_per_kwh(self) -> float:
         return self.tokens / self.energy_kwh if self.energy_kwh > 0 else math.inf
 

@@ -106,6 +106,10 @@ class ComparisonRow:
     price_source: str = ""
     capex_usd: float = math.nan
     cost_usd: float = math.nan
+    cost_capex_usd: float = math.nan               # parts of cost_usd (owned: capex + hosting + energy;
+    cost_hosting_usd: float = math.nan             # cloud: the cloud price, energy included)
+    cost_energy_usd: float = math.nan
+    cost_cloud_usd: float = math.nan
     energy_kwh: float = math.nan
     co2_kg: float = math.nan
     avg_power_kw: float = math.nan
@@ -311,6 +315,7 @@ def _costed(m: _Model, s: _Settings) -> _Model | ComparisonRow:
                   checkpoint_write_s=rel.write_s, burn_in_failures=rel.burn_in_failures,
                   time_to_train_s=run.wall_s, gpu_hours=run.gpu_hours, usd_per_gpu_hour=m.hour.total,
                   cost_usd=run.cost_usd, energy_kwh=run.energy_kwh, co2_kg=run.co2_kg,
+                  **{f"cost_{k}_usd": v for k, v in run.breakdown.items()},
                   avg_power_kw=run.energy_kwh / (run.wall_s / 3600) if run.feasible else math.nan,
                   tokens_per_usd=run.tokens_per_usd, tokens_per_kwh=run.tokens_per_kwh)
     if not run.feasible:

@@ -65,6 +65,15 @@ def figure_perf(c: Comparison) -> go.Figure:
     return fig
 
 
+def figure_cost_breakdown(c: Comparison) -> go.Figure:
+    """Stacked run cost of each feasible training option: capex, hosting, energy (owned) or cloud."""
+    rows = [r for r in _feasible(c) if c.kind == "training"]
+    fig = go.Figure([go.Bar(name=part, x=[r.option for r in rows], y=[getattr(r, f"cost_{part}_usd") for r in rows])
+                     for part in ("capex", "hosting", "energy", "cloud")])
+    fig.update_layout(barmode="stack", title="run cost by part (USD)", yaxis_title="USD")
+    return fig
+
+
 def figure_sensitivity(c: Comparison) -> go.Figure:
     """Tornado: each option's run cost at the low/high end of every sensitivity parameter."""
     fig = go.Figure()
@@ -84,7 +93,7 @@ def figure_sensitivity(c: Comparison) -> go.Figure:
     return fig
 
 
-FIGURES = (figure_cost_vs_time, figure_perf, figure_sensitivity)
+FIGURES = (figure_cost_vs_time, figure_perf, figure_cost_breakdown, figure_sensitivity)
 
 
 SERVING_COLUMNS = [("rank", "rank", "{}"), ("option", "option", "{}"), ("gpus", "GPUs", "{:,}"),

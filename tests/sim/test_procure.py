@@ -72,6 +72,7 @@ def test_row_numbers_are_consistent(cloud):
         assert r.time_to_train_s == pytest.approx(SPEC.tokens / r.tokens_per_s / r.goodput, rel=1e-9)
         assert r.gpu_hours == pytest.approx((r.gpus + r.spare_gpus) * r.time_to_train_s / 3600)
         assert r.cost_usd == pytest.approx(r.gpu_hours * r.usd_per_gpu_hour)   # cloud: energy included
+        assert r.cost_cloud_usd == pytest.approx(r.cost_usd) and r.cost_energy_usd == pytest.approx(0, abs=1e-6)
         assert r.tokens_per_usd == pytest.approx(SPEC.tokens / r.cost_usd)
         assert r.tokens_per_kwh == pytest.approx(SPEC.tokens / r.energy_kwh)
         assert r.price_source.startswith("cloud.")
@@ -89,6 +90,9 @@ def test_a_cheaper_price_never_ranks_an_option_lower(cloud):
 def test_one_infeasible_option_keeps_its_row_and_the_rest_are_ranked(budgeted):
     h100, gb = budgeted.rows
     assert h100.feasible and h100.rank == 1 and h100.gpus == 16 and h100.capex_usd == pytest.approx(5e5)
+    parts = h100.cost_capex_usd + h100.cost_hosting_usd + h100.cost_energy_usd
+    assert parts == pytest.approx(h100.cost_usd) and h100.cost_cloud_usd == 0
+    assert h100.cost_energy_usd == pytest.approx(h100.energy_kwh * 0.0806)   # owned: kWh x the EIA price
     assert not gb.feasible and gb.rank is None and "buys nothing" in gb.reason and "3,900,000" in gb.reason
     assert budgeted.ranked == (h100,)
     assert math.isnan(gb.cost_usd)
