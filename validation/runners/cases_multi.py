@@ -1,0 +1,563 @@
+"""Cases for a whole node of n >= 2 GPUs (kinds "collective", "prefill_tp", "decode_tp", "pp_step").
+
+run_suite spawns `world` workers per group (n = all GPUs, --world to limit; gloo on CPU) and
+every record carries n: params["world"] (and "tp" / "pp" = n), extra["world"].
+
+Collectives (kind "collective", params["algo"]): the NCCL algorithm is forced per group with
+NCCL_ALGO in the workers' environment before init (NCCL reads it once per communicator):
+  ring  NCCL_ALGO=Ring: all_reduce, all_gather, reduce_scatter, broadcast, all_to_all
+        (all_to_all is NCCL send/recv: NCCL_ALGO does not apply to it)
+  tree  NCCL_ALGO=Tree: all_reduce only (NCCL implements Tree for all_reduce alone; forcing it
+        for another collective fails with "no algorithm/protocol available"). The group's own
+        bookkeeping uses all_reduce only (rank values are summed, never all_gathered).
+NVLink multicast (NVLS) stays OFF (NCCL_NVLS_ENABLE=0, forced as in cases_dist). Sizes are
+nccl-tests sizes (all_gather: the gathered output; reduce_scatter and all_to_all: the input;
+broadcast and all_reduce: the buffer); busbw = size / t x factor: all_reduce 2(n-1)/n,
+all_gather / reduce_scatter / all_to_all (n-1)/n, broadcast 1 (nccl-tests' factors).
+
+Tensor-parallel inference (kinds "prefill_tp", "decode_tp"): llama_ref in bf16 split
+Megatron-style over tp = n: column-parallel q/k/v and gate/up (H/tp, Hkv/tp heads, F/tp),
+row-parallel o_proj and down_proj each followed by an all_reduce of the [B, S, d] output;
+VOCAB-PARALLEL embedding (vocab padded to a multiple of 128 tp as Megatron does; ids outside
+the shard masked to 0, then all_reduce) and vocab-parallel lm_head whose [B, S, V/tp] logits
+are all_gathered ([tp B S, V/tp], not permuted) - what mechsim's InferenceWorkload models.
+Prefill: eager, fixed 1 x reps calls. Decode: one step at a fixed position in a CUDA graph
+(a fixed number of steps per graph, the same on every rank); on CPU eager wall time.
+
+Pipeline-parallel training (kind "pp_step"): llama_ref amp_bf16 layers split evenly over pp = n
+stages (stage 0 also the embedding, stage n-1 the final norm, lm_head and loss; embeddings
+untied so no stage pair shares a weight), m micro-batches per step, Megatron's
+non-interleaved 1F1B (forward_backward_pipelining_without_interleaving: warm-up
+min(p - r - 1, m) forwards, steady 1F1B, cool-down) or GPipe (all forwards, then all
+backwards); activations / their grads ([mbs, seq, d] fp32 residual stream) move by
+batch_isend_irecv (P2P), then AdamW(fused) on each stage. timing = rank 0's step (the first
+stage runs the step's last backward); extra has every rank's median and peak memory.
+
+DDP and FSDP on n GPUs are cases_dist's (run_suite --match ddp/,fsdp/); not repeated here.
+
+Estimated durations (spawn + NCCL init ~20 s per group, 4 groups):
+  2 H200s  quick ~2 min; full ~5.5 min (collectives ~1.5, TP ~1.8, PP ~1.5 min)
+  8 H200s  full ~6.5 min (NCCL init and model builds take longer; per-GPU work is smaller)
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import tempfile
+import warnings
+from dataclasses import dataclass, field, replace
+from datetime import timedelta
+from typing import Callable
+
+for _k, _v in (("NCCL_NVLS_ENABLE", "0"), ("TORCH_SYMM_MEM_DISABLE_MULTICAST", "1"), ("NVSHMEM_DISABLE_NVLS", "1")):
+    if os.environ.get(_k) != _v:  # never allow multicast on the shared host (KINDS.md)
+        os.environ[_k] = _v
+
+import torch  # noqa: E402
+import torch.distributed as dist  # noqa: E402
+import torch.nn as nn  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+
+import cases_dist  # noqa: E402
+from common import GiB, MiB, Case, Ctx, Group, clean_baseline, execute, randn, result, size_tag, skipped  # noqa: E402
+from llama_ref import MLP, Block, RMSNorm, apply_rope, init_weights, loss_fn, rope_tables  # noqa: E402
+from models import _default_dtype, batch, make_optimizer, model_params, ref_config  # noqa: E402
+from timing import Clock, graph_timing, measure, measure_steps  # noqa: E402
+
+TAG = "multi"   # every case carries it: run_suite --match multi selects this module's cases
+BUS_FACTOR = {"all_reduce": lambda n: 2 * (n - 1) / n, "all_gather": lambda n: (n - 1) / n,
+              "reduce_scatter": lambda n: (n - 1) / n, "all_to_all": lambda n: (n - 1) / n,
+              "broadcast": lambda n: 1.0}
+ALGO_OPS = {"ring": ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "all_to_all"),
+            "tree": ("all_reduce",)}
+SIZES = {"smoke": [64 * 1024, 1 * MiB], "quick": [1 * MiB, 64 * MiB, 1 * GiB],
+         "full": [1 * MiB, 4 * MiB, 16 * MiB, 64 * MiB, 256 * MiB, 1 * GiB, 4 * GiB]}
+VOCAB_ALIGN = 128      # Megatron make_vocab_size_divisible_by (x tp)
+TP_MAX_SEQ = {"tiny": 64, "1b": 8320, "8b": 8320}   # rope tables; >= longest context + 1
+DECODE_INNER = 8       # decode steps per CUDA graph replay (fixed: every rank replays the same)
+
+
+@dataclass
+class MultiGroup(Group):
+    """A dist group run by this module's launch() with extra worker environment (NCCL_ALGO;
+    a value None removes the variable)."""
+    env: dict = field(default_factory=dict)
+    launcher: Callable | None = None
+
+
+# ---- helpers --------------------------------------------------------------------------------
+
+def rank_values(x: float, device: str) -> list[float]:
+    """Every rank's x, by an all_reduce of a one-hot vector (no all_gather: see the Tree group)."""
+    t = torch.zeros(dist.get_world_size(), dtype=torch.float64, device=device)
+    t[dist.get_rank()] = float(x)
+    dist.all_reduce(t)
+    return t.tolist()
+
+
+def padded_vocab(v: int, tp: int) -> int:
+    """Megatron pads the vocabulary to a multiple of 128 tp when tp > 1."""
+    m = VOCAB_ALIGN * tp
+    return v if tp == 1 else -(-v // m) * m
+
+
+def check_divides(cfg, n: int, what: str, fields: tuple[str, ...]) -> None:
+    for f in fields:
+        if getattr(cfg, f) % n:
+            raise ValueError(f"{f} = {getattr(cfg, f)} is not divisible by {what} = {n}")
+
+
+# ---- collectives ----------------------------------------------------------------------------
+
+def coll_call(op: str, nbytes: int, ctx: Ctx):
+    """One call of ``op`` on bf16 buffers of the nccl-tests size ``nbytes``."""
+    n = dist.get_world_size()
+    if op in ("all_reduce", "all_gather", "reduce_scatter"):
+        return cases_dist._coll_call(op, nbytes, ctx)
+    numel = (nbytes // 2) // n * n
+    buf = randn(numel, "bf16", ctx.device)
+    if op == "broadcast":
+        return lambda i: dist.broadcast(buf, src=0)
+    out = torch.empty_like(buf)
+    return lambda i: dist.all_to_all_single(out, buf)
+
+
+def run_collective(ctx: Ctx, p: dict) -> dict:
+    n = dist.get_world_size()
+    call = coll_call(p["op"], p["bytes"], ctx)
+    inner = max(1, min(50, -(-64 * MiB // p["bytes"])))   # fixed: every rank issues the same calls
+    reps = 10 if p["bytes"] <= 256 * MiB else 5
+    timing, extra = measure(call, ctx.device, graph=False, inner=inner, reps=reps, warmup=5, flush=False)
+    algbw = p["bytes"] / timing["median_s"]
+    meds = rank_values(timing["median_s"], ctx.device)
+    extra.update(world=n, algbw_GBps=algbw / 1e9, busbw_GBps=algbw * BUS_FACTOR[p["op"]](n) / 1e9,
+                 bus_factor=BUS_FACTOR[p["op"]](n), rank_medians_s=meds, rank_max_s=max(meds),
+                 nccl_algo_env=os.environ.get("NCCL_ALGO"), nccl_nvls_enable=os.environ.get("NCCL_NVLS_ENABLE"))
+    return result(timing, extra)
+
+
+def coll_case(algo: str, op: str, nbytes: int) -> Case:
+    p = {"op": op, "bytes": nbytes, "dtype": "bf16", "algo": algo, "nccl_algo": algo.capitalize(),
+         "size_convention": "nccl-tests size", "tags": [TAG],
+         "impl": "dist.all_to_all_single (NCCL send/recv)" if op == "all_to_all" else f"dist.{op}"}
+    return Case(f"collective/nccl_{algo}/{op}/{size_tag(nbytes)}", "collective", p,
+                lambda ctx: run_collective(ctx, p), 1.0 + 20 * nbytes / 150e9)
+
+
+# ---- tensor-parallel inference model --------------------------------------------------------
+
+def all_reduce_(x: torch.Tensor) -> torch.Tensor:
+    dist.all_reduce(x)
+    return x
+
+
+class TPAttention(nn.Module):
+    """llama_ref Attention with H/tp query and Hkv/tp KV heads; o_proj row-parallel + all_reduce."""
+
+    def __init__(self, cfg, tp: int):
+        super().__init__()
+        self.hq, self.hkv, self.hd = cfg.n_heads // tp, cfg.n_kv_heads // tp, cfg.head_dim
+        self.q_proj = nn.Linear(cfg.d_model, self.hq * self.hd, bias=False)
+        self.k_proj = nn.Linear(cfg.d_model, self.hkv * self.hd, bias=False)
+        self.v_proj = nn.Linear(cfg.d_model, self.hkv * self.hd, bias=False)
+        self.o_proj = nn.Linear(self.hq * self.hd, cfg.d_model, bias=False)
+
+    def forward(self, x, cos, sin, kv_cache, pos: int):
+        B, S, _ = x.shape
+        q = self.q_proj(x).view(B, S, self.hq, self.hd).transpose(1, 2)
+        k = self.k_proj(x).view(B, S, self.hkv, self.hd).transpose(1, 2)
+        v = self.v_proj(x).view(B, S, self.hkv, self.hd).transpose(1, 2)
+        q, k = apply_rope(q, k, cos[pos:pos + S], sin[pos:pos + S])
+        kc, vc = kv_cache
+        kc[:, :, pos:pos + S] = k
+        vc[:, :, pos:pos + S] = v
+        y = F.scaled_dot_product_attention(q, kc[:, :, :pos + S], vc[:, :, :pos + S], is_causal=S > 1,
+                                           enable_gqa=self.hkv != self.hq)
+        return all_reduce_(self.o_proj(y.transpose(1, 2).reshape(B, S, self.hq * self.hd)))
+
+
+class TPBlock(nn.Module):
+    def __init__(self, cfg, tp: int):
+        super().__init__()
+        self.input_layernorm = RMSNorm(cfg.d_model, cfg.eps)
+        self.self_attn = TPAttention(cfg, tp)
+        self.post_attention_layernorm = RMSNorm(cfg.d_model, cfg.eps)
+        self.mlp = MLP(replace(cfg, ffn=cfg.ffn // tp))   # gate/up column-, down row-parallel
+
+    def forward(self, x, cos, sin, kv_cache, pos: int):
+        x = x + self.self_attn(self.input_layernorm(x), cos, sin, kv_cache, pos)
+        return x + all_reduce_(self.mlp(self.post_attention_layernorm(x)))
+
+
+class TPLlama(nn.Module):
+    """One tp rank of llama_ref (module docstring): returns the all_gathered logits."""
+
+    def __init__(self, cfg, tp: int, rank: int):
+        super().__init__()
+        check_divides(cfg, tp, "tp", ("n_heads", "n_kv_heads", "ffn"))
+        self.cfg, self.tp = cfg, tp
+        self.v_local = padded_vocab(cfg.vocab, tp) // tp
+        self.v0 = rank * self.v_local
+        self.embed_tokens = nn.Embedding(self.v_local, cfg.d_model)
+        self.layers = nn.ModuleList(TPBlock(cfg, tp) for _ in range(cfg.n_layers))
+        self.norm = RMSNorm(cfg.d_model, cfg.eps)
+        self.lm_head = nn.Linear(cfg.d_model, self.v_local, bias=False)
+        self.rope: tuple | None = None
+
+    def embed(self, idx):
+        """Megatron VocabParallelEmbedding: local lookup, rows of other shards zeroed, all_reduce."""
+        local = idx - self.v0
+        outside = (local < 0) | (local >= self.v_local)
+        x = self.embed_tokens(local.masked_fill(outside, 0)).masked_fill(outside.unsqueeze(-1), 0.0)
+        return all_reduce_(x)
+
+    def forward(self, idx, kv_caches, pos: int):
+        x = self.embed(idx)
+        if self.rope is None:
+            cos, sin = rope_tables(self.cfg, self.cfg.max_seq, idx.device)
+            self.rope = (cos.to(x.dtype), sin.to(x.dtype))
+        for layer, kv in zip(self.layers, kv_caches):
+            x = layer(x, *self.rope, kv, pos)
+        logits = self.lm_head(self.norm(x)).reshape(-1, self.v_local)
+        out = torch.empty((self.tp * logits.shape[0], self.v_local), dtype=logits.dtype, device=logits.device)
+        dist.all_gather_into_tensor(out, logits)
+        return out
+
+
+_TP: dict = {}   # the model shared by consecutive TP cases of one worker
+
+
+def tp_model(ctx: Ctx, name: str, max_seq: int):
+    key = (name, max_seq)
+    if _TP.get("key") != key:
+        _TP.clear()
+        clean_baseline()
+        cfg = ref_config(name, max_seq)
+        with _default_dtype(torch.bfloat16), torch.device(ctx.device):
+            model = TPLlama(cfg, dist.get_world_size(), dist.get_rank())
+        init_weights(model, seed=dist.get_rank())
+        _TP.update(key=key, cfg=cfg, model=model.eval())
+    return _TP["cfg"], _TP["model"]
+
+
+def tp_caches(cfg, tp: int, b: int, smax: int, device: str) -> list:
+    shape = (b, cfg.n_kv_heads // tp, smax, cfg.head_dim)
+    return [(torch.randn(shape, dtype=torch.bfloat16, device=device),
+             torch.randn(shape, dtype=torch.bfloat16, device=device)) for _ in range(cfg.n_layers)]
+
+
+def _peaks(ctx: Ctx, extra: dict, base: int) -> None:
+    if ctx.is_cuda:
+        extra["peak_mem_bytes"] = torch.cuda.max_memory_allocated()
+        extra["baseline_allocated_bytes"] = base
+        extra["rank_peak_mem_bytes"] = rank_values(extra["peak_mem_bytes"], ctx.device)
+
+
+def run_tp(ctx: Ctx, p: dict) -> dict:
+    tp = dist.get_world_size()
+    cfg, model = tp_model(ctx, p["model"], p["max_seq"])
+    prefill = p["phase"] == "prefill"
+    s, pos, smax = (p["prompt"], 0, p["prompt"]) if prefill else (1, p["ctx"], p["ctx"] + 1)
+    with torch.inference_mode():
+        caches = tp_caches(cfg, tp, p["batch"], smax, ctx.device)
+        idx = torch.randint(0, cfg.vocab, (p["batch"], s), device=ctx.device)
+        call = lambda i: model(idx, caches, pos)  # noqa: E731
+        base = int(torch.cuda.memory_allocated()) if ctx.is_cuda else 0
+        if ctx.is_cuda:
+            torch.cuda.reset_peak_memory_stats()
+        if prefill or not ctx.is_cuda:
+            timing, extra = measure(call, ctx.device, graph=False, inner=1, reps=p["reps"], warmup=2, flush=False)
+        else:
+            for i in range(3):
+                call(i)
+            timing, _ = graph_timing(call, Clock(ctx.device), DECODE_INNER, 1, p["reps"], adapt=False)
+            extra = {}
+        _peaks(ctx, extra, base)
+    meds = rank_values(timing["median_s"], ctx.device)
+    extra.update(world=tp, tp=tp, padded_vocab=model.v_local * tp, rank_medians_s=meds, rank_max_s=max(meds),
+                 tokens_per_s=p["batch"] * s / timing["median_s"])
+    del caches
+    return result(timing, extra)
+
+
+def tp_case(phase: str, model: str, b: int, n: int) -> Case:
+    """prefill: prompt n; decode: context n (one new token at position n)."""
+    cfg = ref_config(model, TP_MAX_SEQ[model])
+    p = {**model_params(model, cfg), "phase": phase, "batch": b, "max_seq": cfg.max_seq,
+         "dtype": "bf16", "embedding": "vocab-parallel (all_reduce)", "lm_head": "vocab-parallel + all_gather logits",
+         "sdpa_backend": "default", "tags": [TAG]}
+    if phase == "prefill":
+        p.update(prompt=n, tokens=b * n, mode="eager", reps=5)
+        cid, est = f"prefill_tp/{model}/eager/b{b}_s{n}", 2.0 + 8 * 2 * p["n_params"] * b * n / 8e14
+    else:
+        p.update(ctx=n, mode="graph", reps=10, graph_inner=DECODE_INNER)
+        cid, est = f"decode_tp/{model}/graph/b{b}_ctx{n}", 2.0 + 100 * (p["n_params"] + 64 * b * n * 1e3) / 4e12
+    return Case(cid, f"{phase}_tp", p, lambda ctx: run_tp(ctx, p), est)
+
+
+# ---- pipeline-parallel training -------------------------------------------------------------
+
+class Stage(nn.Module):
+    """Layers [r L/p, (r+1) L/p) of llama_ref; the first stage embeds, the last computes the loss."""
+
+    def __init__(self, cfg, rank: int, pp: int):
+        super().__init__()
+        check_divides(cfg, pp, "pp", ("n_layers",))
+        self.cfg, self.first, self.last = cfg, rank == 0, rank == pp - 1
+        self.embed_tokens = nn.Embedding(cfg.vocab, cfg.d_model) if self.first else None
+        self.layers = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layers // pp))
+        self.norm = RMSNorm(cfg.d_model, cfg.eps) if self.last else None
+        self.lm_head = nn.Linear(cfg.d_model, cfg.vocab, bias=False) if self.last else None
+        self.rope: tuple | None = None
+
+    def forward(self, x, tgt):
+        if self.first:
+            x = self.embed_tokens(x)
+        if self.rope is None:   # fp32 tables: under amp the residual stream is fp32 (llama_ref)
+            self.rope = rope_tables(self.cfg, self.cfg.max_seq, x.device)
+        for layer in self.layers:
+            x = layer(x, *self.rope)
+        return loss_fn(self.lm_head(self.norm(x)), tgt) if self.last else x
+
+
+class P2P:
+    """Megatron p2p_communication for one stage: batched isend/irecv with the neighbours."""
+
+    def __init__(self, shape: tuple, device: str, rank: int, pp: int):
+        self.shape, self.device = shape, device
+        self.prev = rank - 1 if rank > 0 else None
+        self.next = rank + 1 if rank < pp - 1 else None
+
+    def _run(self, send: torch.Tensor | None, send_to: int | None, recv_from: int | None):
+        ops, buf = [], None
+        if send is not None and send_to is not None:
+            ops.append(dist.P2POp(dist.isend, send.detach().contiguous(), send_to))
+        if recv_from is not None:
+            buf = torch.empty(self.shape, dtype=torch.float32, device=self.device)
+            ops.append(dist.P2POp(dist.irecv, buf, recv_from))
+        if ops:
+            for req in dist.batch_isend_irecv(ops):
+                req.wait()
+        return buf
+
+    def recv_forward(self):
+        return self._run(None, None, self.prev)
+
+    def send_forward(self, y):
+        self._run(y, self.next, None)
+
+    def send_forward_recv_backward(self, y):
+        return self._run(y, self.next, self.next)
+
+    def send_backward_recv_forward(self, g):
+        return self._run(g, self.prev, self.prev)
+
+    def recv_backward(self):
+        return self._run(None, None, self.next)
+
+    def send_backward(self, g):
+        self._run(g, self.prev, None)
+
+
+class MicroBatches:
+    """Forward / backward of one micro-batch on a stage, FIFO (both schedules run them in order)."""
+
+    def __init__(self, stage: Stage, idx, tgt, device_type: str):
+        self.stage, self.idx, self.tgt, self.device_type = stage, idx, tgt, device_type
+        self.queue: list = []
+
+    def fwd(self, inp):
+        x = self.idx if self.stage.first else inp.requires_grad_()
+        with torch.autocast(self.device_type, dtype=torch.bfloat16):
+            out = self.stage(x, self.tgt)
+        self.queue.append((inp, out))
+        return out
+
+    def bwd(self, grad):
+        inp, out = self.queue.pop(0)
+        if self.stage.last:
+            out.backward()
+        else:
+            torch.autograd.backward(out, grad_tensors=grad)
+        return None if self.stage.first else inp.grad
+
+
+def one_f_one_b(mb: MicroBatches, p2p: P2P, m: int, rank: int, pp: int) -> None:
+    """Megatron forward_backward_pipelining_without_interleaving (1F1B, PipeDream-Flush)."""
+    warm = min(pp - rank - 1, m)
+    rest = m - warm
+    for _ in range(warm):
+        p2p.send_forward(mb.fwd(p2p.recv_forward()))
+    inp = p2p.recv_forward() if rest > 0 else None
+    for i in range(rest):
+        grad = p2p.send_forward_recv_backward(mb.fwd(inp))
+        g_in = mb.bwd(grad)
+        if i == rest - 1:
+            p2p.send_backward(g_in)
+        else:
+            inp = p2p.send_backward_recv_forward(g_in)
+    for _ in range(warm):
+        p2p.send_backward(mb.bwd(p2p.recv_backward()))
+
+
+def gpipe(mb: MicroBatches, p2p: P2P, m: int, rank: int, pp: int) -> None:
+    """GPipe: all m forwards, then all m backwards (same order)."""
+    for _ in range(m):
+        p2p.send_forward(mb.fwd(p2p.recv_forward()))
+    for _ in range(m):
+        p2p.send_backward(mb.bwd(p2p.recv_backward()))
+
+
+SCHEDULES = {"1f1b": one_f_one_b, "gpipe": gpipe}
+
+
+def pp_config(model: str, seq: int):
+    return replace(ref_config(model, seq), tie_embeddings=False)
+
+
+def run_pp(ctx: Ctx, p: dict) -> dict:
+    pp, rank = dist.get_world_size(), dist.get_rank()
+    cfg = pp_config(p["model"], p["seq"])
+    base = clean_baseline()
+    with torch.device(ctx.device):
+        stage = Stage(cfg, rank, pp)
+    init_weights(stage, seed=rank)
+    opt, opt_impl = make_optimizer(stage)
+    idx, tgt = batch(cfg, p["mbs"], p["seq"], ctx.device, seed=1)
+    p2p = P2P((p["mbs"], p["seq"], cfg.d_model), ctx.device, rank, pp)
+    sched = SCHEDULES[p["schedule"]]
+
+    def step(_r: int = 0):
+        sched(MicroBatches(stage, idx, tgt, ctx.device_type), p2p, p["m"], rank, pp)
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+    timing, extra = measure_steps(step, ctx.device, warmup=3, reps=p["reps"])
+    meds = rank_values(timing["median_s"], ctx.device)
+    extra.update(world=pp, pp=pp, layers_per_stage=cfg.n_layers // pp, optimizer=opt_impl, rank_medians_s=meds,
+                 rank_max_s=max(meds), tokens_per_s=p["m"] * p["mbs"] * p["seq"] / timing["median_s"],
+                 stage_params=sum(x.numel() for x in stage.parameters()))
+    if ctx.is_cuda:
+        extra["baseline_allocated_bytes"] = base
+        extra["stage_peak_mem_bytes"] = rank_values(extra["peak_mem_bytes"] - base, ctx.device)
+    del step, opt, stage
+    return result(timing, extra)
+
+
+def pp_case(model: str, schedule: str, m: int, mbs: int, seq: int, reps: int = 5) -> Case:
+    cfg = pp_config(model, seq)
+    p = {**model_params(model, cfg), "schedule": schedule, "m": m, "grad_accum": m, "mbs": mbs, "seq": seq,
+         "precision": "amp_bf16 (fp32 params, autocast bf16)", "reps": reps, "tags": [TAG],
+         "p2p": "batch_isend_irecv of the fp32 [mbs, seq, d] residual stream (Megatron p2p_communication)",
+         "split": "even layers; embedding on the first stage, norm + lm_head + loss on the last; untied"}
+    step_s = 6 * p["n_params"] * m * mbs * seq / 6e14
+    return Case(f"pp_step/{model}/{schedule}/m{m}_mbs{mbs}_seq{seq}", "pp_step", p,
+                lambda ctx: run_pp(ctx, p), 4.0 + (reps + 3) * step_s)
+
+
+# ---- case lists ---------------------------------------------------------------------------
+
+FULL_TP = [("1b", [(1, 512), (1, 2048), (4, 2048), (1, 8192)], [(1, 512), (1, 8192), (16, 2048), (64, 2048)]),
+           ("8b", [(1, 512), (1, 2048), (4, 2048), (1, 8192)], [(1, 2048), (1, 8192), (16, 2048), (64, 2048)])]
+QUICK_TP = [("1b", [(1, 2048)], [(1, 2048)]), ("8b", [(1, 2048)], [(1, 2048)])]
+SMOKE_TP = [("tiny", [(1, 16)], [(2, 16)])]
+FULL_PP = [("1b", "1f1b", m, 1, 2048) for m in (2, 4, 8, 16)] + [("1b", "gpipe", m, 1, 2048) for m in (4, 8)] + \
+    [("1b", "1f1b", 8, 2, 2048), ("8b_l8", "1f1b", 4, 1, 2048), ("8b_l8", "1f1b", 8, 1, 2048),
+     ("8b_l8", "gpipe", 8, 1, 2048)]
+QUICK_PP = [("1b", "1f1b", 8, 1, 2048), ("1b", "gpipe", 8, 1, 2048), ("8b_l8", "1f1b", 8, 1, 2048)]
+SMOKE_PP = [("tiny", "1f1b", 4, 2, 32), ("tiny", "gpipe", 2, 2, 32)]
+
+
+def case_lists(suite: str) -> dict[str, list[Case]]:
+    tp = {"smoke": SMOKE_TP, "quick": QUICK_TP, "full": FULL_TP}[suite]
+    pp = {"smoke": SMOKE_PP, "quick": QUICK_PP, "full": FULL_PP}[suite]
+    return {
+        "ring": [coll_case("ring", op, b) for op in ALGO_OPS["ring"] for b in SIZES[suite]],
+        "tree": [coll_case("tree", op, b) for op in ALGO_OPS["tree"] for b in SIZES[suite]],
+        "tp": [tp_case("prefill", mdl, b, s) for mdl, pre, _ in tp for b, s in pre]
+        + [tp_case("decode", mdl, b, c) for mdl, _, dec in tp for b, c in dec],
+        "pp": [pp_case(*row, reps=3 if suite == "smoke" else 5) for row in pp],
+    }
+
+
+GROUP_ENV = {"ring": {"NCCL_ALGO": "Ring"}, "tree": {"NCCL_ALGO": "Tree"}, "tp": {"NCCL_ALGO": None},
+             "pp": {"NCCL_ALGO": None}}
+
+
+def all_cases(suite: str) -> list[Case]:
+    return [c for cs in case_lists(suite).values() for c in cs]
+
+
+def groups(suite: str) -> list[Group]:
+    return [MultiGroup(f"multi/{k}", cs, dist=True, env=GROUP_ENV[k], launcher=launch)
+            for k, cs in case_lists(suite).items()]
+
+
+# ---- process launch -----------------------------------------------------------------------
+
+def world_params(kind: str, world: int) -> dict:
+    return {"world": world, **({"tp": world} if kind.endswith("_tp") else {}),
+            **({"pp": world} if kind == "pp_step" else {})}
+
+
+def _apply_env(env: dict) -> None:
+    for k, v in env.items():
+        if v is None:
+            os.environ.pop(k, None)
+        else:
+            os.environ[k] = v
+
+
+def worker(rank: int, world: int, cuda: bool, suite: str, case_ids: list[str], out_path: str, port: int,
+           env: dict) -> None:
+    _apply_env(env)   # before init: NCCL reads NCCL_ALGO when the communicator is created
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    warnings.filterwarnings("ignore", category=FutureWarning)
+    device = f"cuda:{rank}" if cuda else "cpu"
+    if cuda:
+        torch.cuda.set_device(rank)
+    else:
+        torch.set_num_threads(1)   # world processes share the host's cores (gloo smoke runs)
+    dist.init_process_group("nccl" if cuda else "gloo", rank=rank, world_size=world, timeout=timedelta(seconds=180))
+    dist.all_reduce(torch.ones(1, device=device))   # the communicator exists before any batched P2P
+    from env import l2_bytes  # noqa: PLC0415
+    ctx = Ctx(device, suite, l2_bytes(device))
+    wanted = set(case_ids)
+    cases = [c for c in all_cases(suite) if c.case_id in wanted]
+    records = []
+    for i, case in enumerate(cases):
+        rec = execute(case, ctx)
+        if rank == 0:
+            rec["params"] = {**rec["params"], **world_params(case.kind, world)}
+            rec["extra"].setdefault("world", world)
+            records.append(rec)
+            cases_dist._write_json(out_path, records)
+            med = rec["timing"]["median_s"] if rec["timing"] else None
+            print(f"[multi {i + 1}/{len(cases)} world {world}] {case.case_id}: "
+                  f"{'ERROR ' + rec['error'].splitlines()[0] if rec['error'] else f'median {med:.6g} s'}",
+                  file=sys.stderr, flush=True)
+    _TP.clear()
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+def launch(group: MultiGroup, ctx: Ctx, world: int, on_partial) -> list[dict]:
+    """cases_dist.launch with this module's worker and the group's environment."""
+    import torch.multiprocessing as mp  # noqa: PLC0415
+    fd, out_path = tempfile.mkstemp(prefix="mechsim_multi_", suffix=".json")
+    os.close(fd)
+    cases_dist._write_json(out_path, [])
+    ids = [c.case_id for c in group.cases]
+    args = (world, ctx.is_cuda, ctx.suite, ids, out_path, cases_dist._free_port(), dict(group.env))
+    proc = mp.start_processes(worker, args=args, nprocs=world, join=False, start_method="spawn")
+    failure = None
+    try:
+        while not proc.join(timeout=5):
+            on_partial(cases_dist._read(out_path))
+    except Exception as e:  # noqa: BLE001 - a dead worker: keep what rank 0 wrote
+        failure = f"{type(e).__name__}: {str(e)[:1500]}"
+    records = cases_dist._read(out_path)
+    os.unlink(out_path)
+    done = {r["case_id"] for r in records}
+    why = f"worker failed before this case finished: {failure}" if failure else "no record from rank 0"
+    return records + [{**skipped(c, ""), "error": why} for c in group.cases if c.case_id not in done]
