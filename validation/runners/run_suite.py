@@ -23,6 +23,7 @@ if HERE not in sys.path:
     sys.path.insert(0, HERE)
 
 import argparse  # noqa: E402
+import dataclasses  # noqa: E402
 import importlib.util  # noqa: E402
 import json  # noqa: E402
 import secrets  # noqa: E402
@@ -38,14 +39,16 @@ import cases_e2e  # noqa: E402
 import cases_elementwise  # noqa: E402
 import cases_gemm  # noqa: E402
 import cases_inference  # noqa: E402
+import cases_multi  # noqa: E402
 import cases_memory  # noqa: E402
 from common import Ctx, Group, execute, free_memory, skipped  # noqa: E402
 from env import collect_env, gpu_slug, l2_bytes, sample_clocks  # noqa: E402
 
 SCHEMA = "mechsim.validation.run/1"
-MODULES = [cases_memory, cases_gemm, cases_attention, cases_elementwise, cases_inference, cases_e2e, cases_dist]
+MODULES = [cases_memory, cases_gemm, cases_attention, cases_elementwise, cases_inference, cases_e2e, cases_dist,
+           cases_multi]
 KINDS = ["memory", "launch", "gemm", "attention", "elementwise", "norm", "softmax", "cross_entropy",
-         "train_step", "prefill", "decode", "collective", "ddp", "fsdp"]
+         "train_step", "prefill", "decode", "collective", "ddp", "fsdp", "prefill_tp", "decode_tp", "pp_step"]
 STARTUP_EST_S = 15.0  # python + torch import + CUDA context + cuBLAS handles
 
 
@@ -64,7 +67,7 @@ def build_groups(suite: str, only: list[str] | None = None, match: str | None = 
         for g in mod.groups(suite):
             cases = [c for c in g.cases if (not only or c.kind in only) and _matches(c, match)]
             if cases:
-                out.append(Group(g.name, cases, g.dist, g.teardown))
+                out.append(dataclasses.replace(g, cases=cases))  # keeps a subclass's launcher
     return out
 
 
@@ -179,7 +182,8 @@ class Runner:
             def partial(rs: list[dict]) -> None:
                 self.run["records"] = base + rs
                 self.rf.write(self.run)
-            recs = cases_dist.launch(g, self.ctx, min(world, n_gpu) if self.ctx.is_cuda else world, partial)
+            launch = getattr(g, "launcher", None) or cases_dist.launch
+            recs = launch(g, self.ctx, min(world, n_gpu) if self.ctx.is_cuda else world, partial)
             self.run["records"] = base
         for rec in recs:
             self._add(rec)
