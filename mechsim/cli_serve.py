@@ -19,6 +19,7 @@ def add_parser(sub) -> None:
     p.add_argument("--hw", default="h200", help="GPU or system key (default h200)")
     p.add_argument("--tp", type=int, default=None, help="tensor-parallel GPUs per replica (default: search)")
     p.add_argument("--ep", type=int, default=1, help="expert-parallel ranks for MoE models (GPUs = tp * ep)")
+    p.add_argument("--pp", type=int, default=1, help="pipeline stages (GPUs = tp * ep * pp)")
     p.add_argument("--input", type=int, default=2048, help="prompt tokens (default 2048)")
     p.add_argument("--output", type=int, default=256, help="output tokens (default 256)")
     p.add_argument("--ttft-ms", type=float, default=None, help="time-to-first-token target (ms)")
@@ -46,15 +47,15 @@ def run(args: argparse.Namespace) -> int:
     common = dict(weight_dtype=args.weight_dtype, kv_dtype=args.kv_dtype, stack=args.stack,
                   max_batch=args.max_batch, prefix_hit=args.prefix_hit)
     plan = None
-    tp, ep = args.tp, args.ep
+    tp, ep, pp = args.tp, args.ep, args.pp
     if tp is None:
         plan = best_serving_plan(args.model, args.hw, args.input, args.output, ttft, tpot, rate=args.rate,
-                                 eps=None if ep == 1 else (ep,), **common)
-        tp, ep = plan.tp, plan.ep
+                                 eps=None if ep == 1 else (ep,), pps=(pp,), **common)
+        tp, ep, pp = plan.tp, plan.ep, plan.pp
     rate = args.rate if plan is None or args.rate is None else args.rate / plan.replicas
     rep = serve(args.model, args.hw, tp, args.input, args.output, rate=rate, ttft_s=ttft, tpot_s=tpot,
                 spec_k=args.spec_k, spec_accept=args.spec_accept, draft_model=args.draft_model,
-                disagg=args.disagg, ep=ep, **common)
+                disagg=args.disagg, ep=ep, pp=pp, **common)
     if args.json:
         out = rep.to_dict()
         if plan is not None:
@@ -79,8 +80,8 @@ def format_report(rep, plan=None) -> str:
     """Human-readable serving report (ms, GiB, tokens/s)."""
     p, kv = rep.point, rep.kv
     seq = rep.input_len + rep.output_len
-    par = f"tp={rep.tp}" + (f", ep={rep.ep}" if rep.ep > 1 else "")
-    lines = [f"{rep.model} on {rep.tp * rep.ep} x {rep.gpu} ({rep.hw}), {par}, weights {rep.weight_dtype}, "
+    par = f"tp={rep.tp}" + (f", ep={rep.ep}" if rep.ep > 1 else "") + (f", pp={rep.pp}" if rep.pp > 1 else "")
+    lines = [f"{rep.model} on {rep.tp * rep.ep * rep.pp} x {rep.gpu} ({rep.hw}), {par}, weights {rep.weight_dtype}, "
              f"KV {rep.kv_dtype}, stack {rep.stack}",
              f"lengths: input {rep.input_len:g}, output {rep.output_len:g} tokens"
              + (f"; prefix-cache hit {rep.prefix_hit:.0%}" if rep.prefix_hit else "")
@@ -108,10 +109,11 @@ def format_report(rep, plan=None) -> str:
                      f"TTFT {d.ttft_s * 1e3:.1f} ms (KV transfer {d.kv_transfer_s * 1e3:.2f} ms), "
                      f"TPOT {d.tpot_s * 1e3:.2f} ms, {d.output_tokens_per_s_per_gpu:,.0f} output tokens/s/GPU")
     if plan is not None:
-        shape = f"tp{plan.tp}" + (f"ep{plan.ep}" if plan.ep > 1 else "")
+        shape = f"tp{plan.tp}" + (f"ep{plan.ep}" if plan.ep > 1 else "") + (f"pp{plan.pp}" if plan.pp > 1 else "")
         lines.append(f"plan: {plan.gpus} GPUs = {plan.replicas} x {shape}, serves {plan.max_rate_per_s:.3g} req/s "
                      f"within targets ({'meets' if plan.meets_targets else 'does NOT meet'} them: {plan.reason})")
         for c in plan.candidates:
-            lines.append(f"  tp={c['tp']}{' ep=' + str(c['ep']) if c['ep'] > 1 else ''}: {c['max_rate_per_s']:.3g} req/s, {c['output_tokens_per_s_per_gpu']:,.0f} "
+            extra = (f" ep={c['ep']}" if c["ep"] > 1 else "") + (f" pp={c['pp']}" if c["pp"] > 1 else "")
+            lines.append(f"  tp={c['tp']}{extra}: {c['max_rate_per_s']:.3g} req/s, {c['output_tokens_per_s_per_gpu']:,.0f} "
                          f"tok/s/GPU, KV {c['kv_sequences']} seqs ({c['reason']})")
     return "\n".join(lines)

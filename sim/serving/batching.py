@@ -2,7 +2,8 @@
 
 Per replica, requests arrive at rate lam (Poisson), each with L_in prompt and L_out output tokens.
     P     = GPU seconds of prefill per request, prompts batched up to the iteration token budget:
-            prefill_s(k, L_in) / k, k = max(1, max_num_tokens // L_in)
+            prefill_s(k, L_in) / k, k = max(1, max_num_tokens // L_in) (x ep ranks; / pp: each
+            stage is busy 1 / pp of a prefill's pass through the pipeline)
     rho   = lam * P                     fraction of GPU time spent on prefill (< 1 to be stable)
     D(B)  = decode iteration seconds at B running sequences, mean context L_in + L_out / 2
             (attention bytes are linear in context, so the mean context is exact for them)
@@ -143,7 +144,7 @@ class Server:
             raise ValueError(f"prefix_hit: a fraction in [0, 1), got {prefix_hit}")
         self.dep, self.len, self.engine, self.prefix_hit, self.spec = dep, lengths, engine, prefix_hit, spec
         self.kv = kv or kv_capacity(dep.model, dep.gpu, dep.tp, dep.weight_dtype, dep.kv_dtype,
-                                    dep.act_dtype, max_num_tokens=engine.max_num_tokens, ep=dep.ep)
+                                    dep.act_dtype, max_num_tokens=engine.max_num_tokens, ep=dep.ep, pp=dep.pp)
         per_seq = lengths.mean_in + (lengths.mean_out if engine.kv_policy == "reserve" else lengths.mean_out / 2)
         self.kv_sequences = self.kv.sequences(per_seq) * dep.ep if self.kv.fits else 0
         self.cap = min(self.kv_sequences, engine.max_batch * dep.ep)   # one scheduler per ep rank
@@ -157,7 +158,7 @@ class Server:
     def _prefill_amortized(self, L: int) -> float:
         n = self._new_tokens(L)
         k = max(1, self.engine.max_num_tokens // n) * self.dep.ep    # each ep rank fills its budget
-        return prefill_s(self.dep, k, n) / k
+        return prefill_s(self.dep, k, n) / k / self.dep.pp            # pp micro-batches in flight
 
     def iteration(self, batch: float) -> tuple[float, float]:
         """(seconds, tokens per sequence) of one decode iteration at ``batch`` sequences."""

@@ -91,7 +91,7 @@ def _infeasible_text(p: OperatingPoint, ttft_s, tpot_s) -> str:
 class ServingPlan:
     """The chosen serving configuration (SI units; rates in requests/s, tokens/s).
 
-    gpus = tp * ep * replicas. max_rate_per_s: requests/s the whole plan serves within the targets.
+    gpus = tp * ep * pp * replicas. max_rate_per_s: requests/s the whole plan serves within the targets.
     ttft_s / tpot_s / e2e_s / batch: per replica at the plan's load (``rate`` / replicas, or the
     max rate when no rate was given). When no tp meets the targets, meets_targets is False and
     the fields describe the closest achievable point (the idle latencies of the best tp)."""
@@ -115,6 +115,7 @@ class ServingPlan:
     reason: str
     candidates: tuple = field(default=())
     ep: int = 1
+    pp: int = 1
 
     def to_dict(self) -> dict:
         d = asdict(self)
@@ -150,9 +151,19 @@ def _candidate(dep: Deployment, lengths, engine, ttft_s, tpot_s, **kw) -> tuple[
     return server, max_rate(server, ttft_s, tpot_s)
 
 
+def _deployment(model, hw, tp, wd, kd, stack, overrides, ep, pp) -> Deployment | None:
+    """The deployment, or None where pp does not split the layers (tried, not asked for)."""
+    try:
+        return Deployment.make(model, hw, tp, wd, kd, stack=stack, overrides=overrides, ep=ep, pp=pp)
+    except ValueError:
+        if pp == 1:
+            raise
+        return None
+
+
 def _summary(dep: Deployment, srv: Server, lim: RateLimit) -> dict:
     p = lim.point
-    return {"tp": dep.tp, "ep": dep.ep, "gpus": dep.gpus, "feasible": lim.feasible, "max_rate_per_s": lim.max_rate_per_s,
+    return {"tp": dep.tp, "ep": dep.ep, "pp": dep.pp, "gpus": dep.gpus, "feasible": lim.feasible, "max_rate_per_s": lim.max_rate_per_s,
             "output_tokens_per_s_per_gpu": p.output_tokens_per_s_per_gpu, "ttft_s": p.ttft_s,
             "tpot_s": p.tpot_s, "kv_sequences": srv.kv_sequences, "reason": lim.reason}
 
@@ -166,12 +177,12 @@ def _closeness(lim: RateLimit, ttft_s, tpot_s) -> float:
 def best_serving_plan(model, hw, input_len, output_len, ttft_s=None, tpot_s=None, rate=None,
                       weight_dtype="bf16", kv_dtype="bf16", stack="serving", tps=None,
                       max_batch=None, max_num_tokens=None, overrides=None, prefix_hit=0.0,
-                      spec=None, eps=None) -> ServingPlan:
+                      spec=None, eps=None, pps=(1,)) -> ServingPlan:
     """Best tp (and replica count for ``rate``) serving ``model`` on ``hw`` within the targets.
 
     input_len / output_len: tokens (or samples); ttft_s / tpot_s: targets in seconds (None: no
-    target); rate: requests/s to serve (None: one replica at its max rate); tps / eps: the
-    degrees to try (default: module docstring)."""
+    target); rate: requests/s to serve (None: one replica at its max rate); tps / eps / pps: the
+    degrees to try (default: module docstring; pipeline parallelism only when pps asks for it)."""
     if rate is not None and not (rate > 0 and math.isfinite(rate)):
         raise ValueError(f"rate: must be a positive number of requests/s, got {rate}")
     engine = Engine.default(max_batch, max_num_tokens)
@@ -180,10 +191,12 @@ def best_serving_plan(model, hw, input_len, output_len, ttft_s=None, tpot_s=None
     found = []
     for tp in tp_options(first.model, hw, tps):
         for ep in ep_options(first.model, hw, tp, eps):
-            dep = Deployment.make(first.model, hw, tp, weight_dtype, kv_dtype, stack=stack, overrides=overrides, ep=ep)
-            c = _candidate(dep, lengths, engine, ttft_s, tpot_s, prefix_hit=prefix_hit, spec=spec)
-            if c is not None and c[0].kv_sequences >= 1:
-                found.append((dep, *c))
+            for pp in pps:
+                dep = _deployment(first.model, hw, tp, weight_dtype, kv_dtype, stack, overrides, ep, pp)
+                c = None if dep is None else _candidate(dep, lengths, engine, ttft_s, tpot_s,
+                                                        prefix_hit=prefix_hit, spec=spec)
+                if c is not None and c[0].kv_sequences >= 1:
+                    found.append((dep, *c))
     if not found:
         raise ValueError(f"model: {first.model.name} does not fit on {hw} at any tp in "
                          f"{tp_options(first.model, hw, tps)} with {weight_dtype} weights")
@@ -195,7 +208,7 @@ def _choose(found, lengths, ttft_s, tpot_s, rate) -> ServingPlan:
     ok = [f for f in found if f[2].feasible]
     if not ok:
         dep, srv, lim = min(found, key=lambda f: _closeness(f[2], ttft_s, tpot_s))
-        where = f"tp={dep.tp}" + (f", ep={dep.ep}" if dep.ep > 1 else "")
+        where = f"tp={dep.tp}" + (f", ep={dep.ep}" if dep.ep > 1 else "") + (f", pp={dep.pp}" if dep.pp > 1 else "")
         return _plan(dep, srv, lim, 1, lim.point, False,
                      f"no configuration meets the targets; closest: {where}, {lim.reason}", cands)
     dep, srv, lim = max(ok, key=lambda f: (f[2].point.output_tokens_per_s_per_gpu, -f[0].gpus))
@@ -210,4 +223,4 @@ def _plan(dep, srv, lim, reps, point, ok, reason, cands) -> ServingPlan:
     return ServingPlan(dep.model.name, dep.hw, dep.gpus * reps, dep.tp, reps, dep.weight_dtype, dep.kv_dtype,
                        point.output_tokens_per_s_per_gpu, lim.max_rate_per_s * reps, point.rate_per_s * reps,
                        point.ttft_s, point.tpot_s, point.e2e_s, point.batch, srv.kv_sequences, ok, reason, cands,
-                       dep.ep)
+                       dep.ep, dep.pp)

@@ -10,7 +10,8 @@
 L_local, Hkv_local: the layers and KV heads one GPU holds (model/shard.py: Hkv / tp, or 1 when
 tp > Hkv -- the KV head is then replicated); with ep (MoE) each GPU also holds only its ep share of
 the routed experts, and each of the ep attention ranks keeps the KV of its own sequences (a replica
-holds ep x the sequences of one GPU). The activation workspace is one iteration of
+holds ep x the sequences of one GPU); with pp each GPU holds the KV of its L / pp layers for every
+sequence of the replica. The activation workspace is one iteration of
 ``max_num_tokens`` tokens (model.memory.inference_activation_bytes + logits).
 """
 
@@ -60,26 +61,26 @@ class KVCapacity:
         return {**asdict(self), "tokens": self.tokens}
 
 
-def _parallel(tp: int, ep: int) -> Parallelism:
-    return Parallelism(tp=tp, dp=ep, ep=ep) if ep > 1 else Parallelism(tp=tp)
+def _parallel(tp: int, ep: int, pp: int = 1) -> Parallelism:
+    return Parallelism(tp=tp, pp=pp, dp=ep, ep=ep) if ep > 1 else Parallelism(tp=tp, pp=pp)
 
 
-def kv_bytes_per_token(cfg, kv_dtype: str, tp: int = 1, ep: int = 1) -> float:
+def kv_bytes_per_token(cfg, kv_dtype: str, tp: int = 1, ep: int = 1, pp: int = 1) -> float:
     """KV bytes one GPU stores per token (all of its layers); see the module docstring."""
-    loc = local_config(cfg, _parallel(tp, ep)) if tp * ep > 1 else cfg
+    loc = local_config(cfg, _parallel(tp, ep, pp)) if tp * ep * pp > 1 else cfg
     return float(loc.kv_bytes_per_token(DTYPE_BYTES[kv_dtype]))
 
 
-def _local_workload(cfg, tp: int, ep: int, weight_dtype: str, act_dtype: str, tokens: int) -> InferenceWorkload:
-    loc = local_config(cfg, _parallel(tp, ep)) if tp * ep > 1 else cfg
+def _local_workload(cfg, tp: int, ep: int, pp: int, weight_dtype: str, act_dtype: str, tokens: int) -> InferenceWorkload:
+    loc = local_config(cfg, _parallel(tp, ep, pp)) if tp * ep * pp > 1 else cfg
     return InferenceWorkload(model=loc, batch=tokens, phase="decode", context_len=1,
                              weight_dtype=weight_dtype, act_dtype=act_dtype)
 
 
 def kv_capacity(cfg, gpu, tp: int = 1, weight_dtype: str = "bf16", kv_dtype: str = "bf16",
                 act_dtype: str = "bf16", block_tokens: int | None = None,
-                free_fraction: float | None = None, max_num_tokens: int | None = None, ep: int = 1) -> KVCapacity:
-    """KV capacity of one GPU of a tp (x ep) group (module docstring). Defaults: sim/data/serving.toml."""
+                free_fraction: float | None = None, max_num_tokens: int | None = None, ep: int = 1, pp: int = 1) -> KVCapacity:
+    """KV capacity of one GPU of a tp (x ep x pp) group (module docstring). Defaults: sim/data/serving.toml."""
     bt = int(param("kv_block_tokens") if block_tokens is None else block_tokens)
     frac = float(param("kv_free_fraction") if free_fraction is None else free_fraction)
     if bt <= 0:
@@ -89,12 +90,12 @@ def kv_capacity(cfg, gpu, tp: int = 1, weight_dtype: str = "bf16", kv_dtype: str
     tokens = int(param("max_num_tokens") if max_num_tokens is None else max_num_tokens)
     if tokens < 1:
         raise ValueError(f"max_num_tokens: must be >= 1, got {tokens}")
-    w = _local_workload(cfg, tp, ep, weight_dtype, act_dtype, tokens)
+    w = _local_workload(cfg, tp, ep, pp, weight_dtype, act_dtype, tokens)
     weights = float(M.weight_bytes(w))
     act = float(M.inference_activation_bytes(w) + M.logits_bytes(w))
     reserve = float(param("framework_reserve_bytes"))
     cap = float(gpu.hbm_capacity)
     pool = max(0.0, frac * (cap - weights - act - reserve))
-    per_tok = kv_bytes_per_token(cfg, kv_dtype, tp, ep)
+    per_tok = kv_bytes_per_token(cfg, kv_dtype, tp, ep, pp)
     block = bt * per_tok
     return KVCapacity(per_tok, bt, block, pool, int(pool // block), cap, weights, act, reserve)

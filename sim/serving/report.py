@@ -28,6 +28,7 @@ class ServingReport:
     gpu: str
     tp: int
     ep: int
+    pp: int
     weight_dtype: str
     kv_dtype: str
     stack: str
@@ -69,22 +70,23 @@ def _finite(x):
 def serve(model, hw="h200_sxm", tp=1, input_len=2048, output_len=256, rate=None, ttft_s=None, tpot_s=None,
           weight_dtype="bf16", kv_dtype="bf16", stack="serving", max_batch=None, max_num_tokens=None,
           kv_policy="reserve", spec_k=None, spec_accept=None, draft_model=None, prefix_hit=0.0,
-          disagg=False, overrides=None, ep=1) -> ServingReport:
+          disagg=False, overrides=None, ep=1, pp=1) -> ServingReport:
     """Serve ``model`` on ``tp`` GPUs of ``hw`` (module docstring). Lengths in tokens (or samples),
     rate in requests/s, targets in seconds; spec_k / spec_accept switch speculative decoding on;
-    ep > 1 splits a MoE model's experts over ep data-parallel attention ranks (tp * ep GPUs)."""
-    dep = Deployment.make(model, hw, tp, weight_dtype, kv_dtype, stack=stack, overrides=overrides, ep=ep)
+    ep > 1 splits a MoE model's experts over ep data-parallel attention ranks; pp > 1 pipelines
+    the layers over pp stages (tp * ep * pp GPUs; steps.Deployment)."""
+    dep = Deployment.make(model, hw, tp, weight_dtype, kv_dtype, stack=stack, overrides=overrides, ep=ep, pp=pp)
     lengths = Lengths.of(input_len, output_len, dep.model.max_seq)
     spec = _spec(spec_k, spec_accept, draft_model)
     srv = Server(dep, lengths, Engine.default(max_batch, max_num_tokens, kv_policy), prefix_hit=prefix_hit, spec=spec)
     if srv.kv_sequences < 1:
         raise ValueError(f"tp: {dep.model.name} with {dep.weight_dtype} weights leaves no room for the KV cache "
-                         f"on {dep.gpus} x {dep.gpu.key}; raise tp (or ep) or quantize the weights")
+                         f"on {dep.gpus} x {dep.gpu.key}; raise tp (or ep / pp) or quantize the weights")
     targets = ttft_s is not None or tpot_s is not None
     lim = max_rate(srv, ttft_s, tpot_s) if targets else None
     point, meets, reason = _point(srv, rate, lim, ttft_s, tpot_s)
     dis = disaggregate(srv, srv, rate or max(point.rate_per_s, 1e-9)) if disagg else None
-    return ServingReport(dep.model.name, dep.hw, dep.gpu.key, dep.tp, dep.ep, dep.weight_dtype, dep.kv_dtype, dep.stack,
+    return ServingReport(dep.model.name, dep.hw, dep.gpu.key, dep.tp, dep.ep, dep.pp, dep.weight_dtype, dep.kv_dtype, dep.stack,
                          lengths.mean_in, lengths.mean_out, srv.kv, srv.kv_sequences, srv.cap, point,
                          srv.saturation_rate(), lim, meets, reason, spec, prefix_hit, dis)
 

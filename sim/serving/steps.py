@@ -56,7 +56,10 @@ class Deployment:
     hardware changes (sim/whatif.py), as a tuple of (name, value) pairs so the record hashes.
     ep > 1 (MoE): ep data-parallel attention ranks of tp GPUs each, the routed experts split over
     the ep ranks with all-to-all dispatch / combine (Parallelism(tp, dp=ep, ep=ep): DeepSeek-style
-    "DP attention + EP"); the replica's sequences are spread evenly over the ep ranks."""
+    "DP attention + EP"); the replica's sequences are spread evenly over the ep ranks.
+    pp > 1: pp pipeline stages (layers / pp each, crossing nodes if need be) with pp micro-batches
+    in flight; one micro-batch holds B / (ep * pp) sequences, and a token of a sequence takes one
+    pass through all stages (estimate's step time: pp stage times + the p2p sends)."""
 
     model: TransformerConfig
     hw: str = "h200_sxm"
@@ -67,10 +70,11 @@ class Deployment:
     stack: str = "serving"
     overrides: tuple = field(default=())
     ep: int = 1
+    pp: int = 1
 
     @classmethod
     def make(cls, model, hw="h200_sxm", tp=1, weight_dtype="bf16", kv_dtype="bf16", act_dtype="bf16",
-             stack="serving", overrides=None, ep=1) -> "Deployment":
+             stack="serving", overrides=None, ep=1, pp=1) -> "Deployment":
         """Validated constructor: resolves presets and dtype aliases, checks tp and the GPU's units."""
         cfg = _resolve_model(model)
         if not isinstance(tp, int) or tp < 1:
@@ -81,9 +85,12 @@ class Deployment:
         kd = normalize_dtype(kv_dtype, "kv_dtype", KV_DTYPES)
         ov = tuple(sorted((overrides or {}).items()))
         _check_ep(cfg, ep)
-        dep = cls(cfg, str(hw), tp, wd, kd, act_dtype, stack, ov, ep)
+        if not isinstance(pp, int) or pp < 1:
+            raise ValueError(f"pp: must be a positive integer, got {pp!r}")
+        dep = cls(cfg, str(hw), tp, wd, kd, act_dtype, stack, ov, ep, pp)
         check_quant(dep.gpu, wd, kd, act_dtype)
         dep.check_domain()
+        dep.workload("decode", 1, 1)      # the layer split (n_layers / pp) is checked here
         return dep
 
     @property
@@ -92,21 +99,24 @@ class Deployment:
 
     @property
     def gpus(self) -> int:
-        return self.tp * self.ep
+        return self.tp * self.ep * self.pp
 
     @property
     def parallel(self) -> Parallelism:
-        return Parallelism(tp=self.tp, dp=self.ep, ep=self.ep) if self.ep > 1 else Parallelism(tp=self.tp)
+        if self.ep > 1:
+            return Parallelism(tp=self.tp, pp=self.pp, dp=self.ep, ep=self.ep)
+        return Parallelism(tp=self.tp, pp=self.pp)
 
     def check_domain(self) -> None:
         """tp * ep must fit in one NVLink domain of the system (tp all-reduces and ep all-to-alls
         every layer)."""
-        if self.gpus == 1:
+        n = self.tp * self.ep
+        if n == 1:
             return
         dom = nvlink_domain(self.hw)
-        if self.gpus > dom:
+        if n > dom:
             what = "tp" if self.ep == 1 else "tp * ep"
-            raise ValueError(f"{what}: {self.gpus} GPUs exceed the {dom}-GPU NVLink domain of {self.hw}")
+            raise ValueError(f"{what}: {n} GPUs exceed the {dom}-GPU NVLink domain of {self.hw}")
 
     def workload(self, phase: str, batch: int, length: int) -> InferenceWorkload:
         kw = {"prompt_len": length} if phase == "prefill" else {"context_len": length}
@@ -162,11 +172,12 @@ def _round_ctx(dep: Deployment, ctx: float) -> int:
 
 
 def decode_s(dep: Deployment, batch: float, ctx: float) -> float:
-    """Decode iteration seconds at ``batch`` sequences of the replica (fractional: interpolated;
-    with ep, batch / ep per attention rank) of ``ctx`` tokens."""
+    """Seconds between two tokens of a sequence when the replica runs ``batch`` sequences
+    (fractional: interpolated) of ``ctx`` tokens: one decode step of batch / (ep * pp) sequences
+    per attention rank and micro-batch (Deployment docstring)."""
     if batch <= 0:
         raise ValueError(f"batch: must be > 0, got {batch}")
-    batch = batch / dep.ep
+    batch = batch / (dep.ep * dep.pp)
     c = _round_ctx(dep, ctx)
     if batch <= 1:
         return _estimate_s(dep, "decode", 1, c)
@@ -181,8 +192,8 @@ def decode_s(dep: Deployment, batch: float, ctx: float) -> float:
 
 
 def prefill_s(dep: Deployment, n: int, length: int) -> float:
-    """Seconds of one prefill of ``n`` prompts of ``length`` tokens (+ weight-only dequant); with
-    ep the prompts are spread over the ep attention ranks (ceil(n / ep) each)."""
+    """Seconds of one prefill of ``n`` prompts of ``length`` tokens (+ weight-only dequant), through
+    all pp stages; with ep the prompts are spread over the ep attention ranks (ceil(n / ep) each)."""
     if n < 1 or length < 1:
         raise ValueError(f"prefill: n and length must be >= 1, got n={n}, length={length}")
     n = math.ceil(n / dep.ep)

@@ -180,3 +180,20 @@ def test_bad_ep(kw, field):
     if kw["model"] == "llama3-8b":
         with pytest.raises(ValueError, match="ep"):
             best_serving_plan("llama3-8b", "hgx_h200", 128, 128, eps=(2,))
+
+
+def test_pipeline_parallel_deployment():
+    from mechsim.sim.serving import decode_s, kv_bytes_per_token
+    from mechsim.sim.serving.steps import _estimate_s
+    cfg = mechsim.model.preset("llama3.1-405b")
+    assert kv_bytes_per_token(cfg, "fp8", tp=8, pp=2) == kv_bytes_per_token(cfg, "fp8", tp=8) / 2
+    dep = Deployment.make("llama3.1-405b", "hgx_h200", 8, "fp8", "fp8", pp=2)
+    assert dep.gpus == 16
+    # a token of a sequence passes both stages; each micro-batch carries half of the sequences
+    assert decode_s(dep, 64, 2048) == pytest.approx(_estimate_s(dep, "decode", 32, 2048))
+    plan = best_serving_plan("llama3.1-405b", "hgx_h200", 2048, 256, tpot_s=0.06, weight_dtype="fp8",
+                             kv_dtype="fp8", tps=(8,), pps=(1, 2))
+    assert {(c["tp"], c["pp"]) for c in plan.candidates} == {(8, 1), (8, 2)}
+    assert plan.gpus == plan.tp * plan.pp * plan.replicas
+    with pytest.raises(ValueError, match="pp"):
+        Deployment.make("llama3.1-405b", "hgx_h200", 1, "fp8", pp=8)     # 126 layers
