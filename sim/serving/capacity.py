@@ -7,7 +7,8 @@
     best_serving_plan(...): every tp that fits (1, 2, 4, 8, ... within the NVLink domain and
         dividing the heads; for MoE models also every ep dividing the experts with tp * ep in the
         domain) -> its max rate per replica meeting the targets -> the one with the most output
-        tokens/s per GPU; for a target ``rate``, replicas = ceil(rate / max_rate).
+        tokens/s per GPU; for a target ``rate``, replicas = ceil(rate / max_rate) and the plan
+        with the fewest GPUs (then the most tokens/s per GPU) wins.
 """
 
 from __future__ import annotations
@@ -211,12 +212,18 @@ def _choose(found, lengths, ttft_s, tpot_s, rate) -> ServingPlan:
         where = f"tp={dep.tp}" + (f", ep={dep.ep}" if dep.ep > 1 else "") + (f", pp={dep.pp}" if dep.pp > 1 else "")
         return _plan(dep, srv, lim, 1, lim.point, False,
                      f"no configuration meets the targets; closest: {where}, {lim.reason}", cands)
-    dep, srv, lim = max(ok, key=lambda f: (f[2].point.output_tokens_per_s_per_gpu, -f[0].gpus))
     if rate is None:
+        dep, srv, lim = max(ok, key=lambda f: (f[2].point.output_tokens_per_s_per_gpu, -f[0].gpus))
         return _plan(dep, srv, lim, 1, lim.point, True, lim.reason, cands)
-    reps = max(1, math.ceil(rate / lim.max_rate_per_s * (1 - 1e-12)))
+    # a target rate: the fewest GPUs in whole replicas, then the most tokens/s per GPU
+    dep, srv, lim = min(ok, key=lambda f: (_replicas(rate, f[2]) * f[0].gpus, -f[2].point.output_tokens_per_s_per_gpu))
+    reps = _replicas(rate, lim)
     point = srv.at_rate(rate / reps)
     return _plan(dep, srv, lim, reps, point, True, lim.reason, cands)
+
+
+def _replicas(rate: float, lim: RateLimit) -> int:
+    return max(1, math.ceil(rate / lim.max_rate_per_s * (1 - 1e-12)))
 
 
 def _plan(dep, srv, lim, reps, point, ok, reason, cands) -> ServingPlan:

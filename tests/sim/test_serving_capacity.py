@@ -197,3 +197,11 @@ def test_pipeline_parallel_deployment():
     assert plan.gpus == plan.tp * plan.pp * plan.replicas
     with pytest.raises(ValueError, match="pp"):
         Deployment.make("llama3.1-405b", "hgx_h200", 1, "fp8", pp=8)     # 126 layers
+
+
+def test_plan_for_a_rate_uses_the_fewest_gpus():
+    plan = best_serving_plan("llama3-70b", "hgx_h200", 2048, 256, ttft_s=0.5, tpot_s=0.04, rate=30,
+                             weight_dtype="fp8", kv_dtype="fp8")
+    for c in plan.candidates:
+        if c["feasible"]:
+            assert plan.gpus <= c["gpus"] * math.ceil(30 / c["max_rate_per_s"] - 1e-9)
