@@ -274,11 +274,14 @@ def predict(record: dict, env: dict, run: dict | None = None) -> float:
     """Predicted seconds for one record (at the host speed it ran with, from ``run``'s
     probes); NotPredicted with a reason otherwise."""
     kind, p = record["kind"], record["params"]
+    from .predict_multi import is_multi, predict_multi, world_of  # n-GPU records (runners/cases_multi.py)
     try:
+        if is_multi(record):
+            return predict_multi(record, env, run)
         if kind == "collective":
-            return predict_collective(p, gpu_key(env), int(env.get("gpu_count", 2)))
+            return predict_collective(p, gpu_key(env), world_of(record, env))
         if kind in ("ddp", "fsdp"):
-            return predict_data_parallel(p, gpu_key(env), int(env.get("gpu_count", 2)))
+            return predict_data_parallel(p, gpu_key(env), world_of(record, env))
         if kind not in PREDICTORS:
             raise NotPredicted(f"kind {kind!r} has no predictor yet")
         if kind in HOST_BOUND_KINDS:
