@@ -63,7 +63,7 @@ import cases_dist  # noqa: E402
 from common import GiB, MiB, Case, Ctx, Group, clean_baseline, execute, randn, result, size_tag, skipped  # noqa: E402
 from llama_ref import MLP, Block, RMSNorm, apply_rope, init_weights, loss_fn, rope_tables  # noqa: E402
 from models import _default_dtype, batch, make_optimizer, model_params, ref_config  # noqa: E402
-from timing import Clock, graph_timing, measure, measure_steps  # noqa: E402
+from timing import Clock, add_host_probe, graph_timing, host_probe_s, measure, measure_steps  # noqa: E402
 
 TAG = "multi"   # every case carries it: run_suite --match multi selects this module's cases
 BUS_FACTOR = {"all_reduce": lambda n: 2 * (n - 1) / n, "all_gather": lambda n: (n - 1) / n,
@@ -266,8 +266,10 @@ def run_tp(ctx: Ctx, p: dict) -> dict:
         base = int(torch.cuda.memory_allocated()) if ctx.is_cuda else 0
         if ctx.is_cuda:
             torch.cuda.reset_peak_memory_stats()
-        if prefill or not ctx.is_cuda:
+        if prefill or not ctx.is_cuda:   # eager: the host's speed is recorded around it (predict.py)
+            probe = host_probe_s(ctx.device)
             timing, extra = measure(call, ctx.device, graph=False, inner=1, reps=p["reps"], warmup=2, flush=False)
+            add_host_probe(extra, probe, host_probe_s(ctx.device))
         else:
             for i in range(3):
                 call(i)
@@ -432,7 +434,9 @@ def run_pp(ctx: Ctx, p: dict) -> dict:
         sched(MicroBatches(stage, idx, tgt, ctx.device_type), p2p, p["m"], rank, pp)
         opt.step()
         opt.zero_grad(set_to_none=True)
+    probe = host_probe_s(ctx.device)
     timing, extra = measure_steps(step, ctx.device, warmup=3, reps=p["reps"])
+    add_host_probe(extra, probe, host_probe_s(ctx.device))
     meds = rank_values(timing["median_s"], ctx.device)
     extra.update(world=pp, pp=pp, layers_per_stage=cfg.n_layers // pp, optimizer=opt_impl, rank_medians_s=meds,
                  rank_max_s=max(meds), tokens_per_s=p["m"] * p["mbs"] * p["seq"] / timing["median_s"],
