@@ -6,7 +6,8 @@ per million output tokens at a latency target.
     activity  = decode step of the plan's batch at mid-generation context (sim.energy.decode_activity)
     $/1M      = $/GPU-h / (3600 * output tokens/s/GPU) * 1e6                          (sim.cost)
 
-Prefill time is not in the activity (decode dominates the GPU time of long generations).
+Prefill time is not in the activity (decode dominates the GPU time of long generations); the
+activity's decode step uses the plan's tp only (ep/pp replicas draw power like their tp shard).
 Kept apart from procure.py for size; procure imports ServingSpec and evaluate_serving from here.
 """
 
@@ -60,15 +61,25 @@ def _serving_size(sysobj, s, plan) -> tuple[int, int, float, str]:
     per_node, rate = sysobj.gpus_per_node, s.spec.rate
     need = math.ceil(rate / plan.max_rate_per_s * (1 - 1e-12)) if rate else None
     if s.gpus is None and s.budget is None:
-        nodes = math.ceil(need * plan.tp / per_node)
+        nodes = math.ceil(need * _per_replica(plan) / per_node)
         return need, nodes, _capex_per_gpu(sysobj, s) * nodes * per_node, ""
     nodes, capex, why = size(sysobj, s.book, s.gpus, s.budget)
-    replicas = nodes * per_node // plan.tp
+    replicas = nodes * per_node // _per_replica(plan)
     if not why and replicas < 1:
-        why = f"{nodes * per_node} GPUs are fewer than one tp={plan.tp} replica"
+        why = f"{nodes * per_node} GPUs are fewer than one {_layout(plan)} replica"
     if not why and need and replicas < need:
         why = f"capacity {replicas * plan.max_rate_per_s:.3g} requests/s < rate {rate:g} ({need} replicas needed)"
     return replicas, nodes, capex, why
+
+
+def _per_replica(plan) -> int:
+    """GPUs of one replica (tp x ep x pp): the plan asked without a rate is one replica."""
+    return plan.gpus // plan.replicas
+
+
+def _layout(plan) -> str:
+    extra = "".join(f" {k}={getattr(plan, k)}" for k in ("ep", "pp") if getattr(plan, k, 1) > 1)
+    return f"tp={plan.tp}{extra}"
 
 
 def _capex_per_gpu(sysobj, s) -> float:
@@ -104,7 +115,7 @@ def evaluate_serving(option: str, s):
     if not plan.meets_targets:
         return _infeasible(option, sysobj, plan.reason)
     replicas, nodes, capex, why = _serving_size(sysobj, s, plan)
-    gpus = replicas * plan.tp
+    gpus = replicas * _per_replica(plan)
     if why:
         return _infeasible(option, sysobj, why, gpus=gpus, nodes=nodes)
     pm = power_model(sysobj, s.book, s.pue)
@@ -116,7 +127,7 @@ def evaluate_serving(option: str, s):
     grid = s.book.value("grid.default") if s.grid is None else s.grid
     c = serving_cost(gpus, plan.output_tokens_per_s_per_gpu, hour, pm.facility_power_w(act), grid)
     row = ComparisonRow(option, sysobj.key, sysobj.gpu.key, True, gpus=gpus, nodes=nodes,
-                        plan=f"tp={plan.tp} x {replicas} replicas", tokens_per_s=gpus * c.output_tokens_per_s_per_gpu,
+                        plan=f"{_layout(plan)} x {replicas} replicas", tokens_per_s=gpus * c.output_tokens_per_s_per_gpu,
                         tokens_per_s_per_gpu=c.output_tokens_per_s_per_gpu, sustained_clock=clock,
                         usd_per_gpu_hour=hour.total, price_source=hour.source, capex_usd=capex,
                         avg_power_kw=pm.facility_power_w(act) * gpus / 1e3, tokens_per_usd=1e6 / c.usd_per_million_tokens,
