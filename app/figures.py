@@ -21,7 +21,8 @@ COLORS = {  # one colour per step category (sim/results.py CATEGORIES), fixed ac
 
 
 def _layout(fig: go.Figure, title: str, **kw) -> go.Figure:
-    fig.update_layout(title=title, margin=dict(l=10, r=10, t=50, b=10), legend_title_text="", **kw)
+    fig.update_layout(title=title, margin=dict(l=10, r=10, t=50, b=10), legend_title_text="")
+    fig.update_layout(**kw)
     return fig
 
 
@@ -59,7 +60,8 @@ def ops_treemap(est) -> go.Figure:
     ids, labels, parents, values = _tree_nodes(est.ops)
     fig = go.Figure(go.Treemap(ids=ids, labels=labels, parents=parents, values=values, branchvalues="remainder",
                                hovertemplate="%{id}: %{value:.2f} ms<extra></extra>", maxdepth=4))
-    return _layout(fig, "Op time by path (ms per step, one GPU)", height=480)
+    return _layout(fig, "Op time by path (ms per step, one GPU; collectives at their full time on the "
+                   "comm stream, partly hidden under compute)", height=480)
 
 
 def _roofline_ops(ops):
@@ -68,7 +70,9 @@ def _roofline_ops(ops):
 
 def roofline(est, gpu, dtypes: tuple[str, ...] = ("bf16", "fp8")) -> go.Figure:
     """Ops as points (arithmetic intensity, achieved FLOP/s per GPU) under the GPU's ceilings:
-    the HBM slope (bandwidth x intensity) and one flat line per tensor-core dtype peak."""
+    the HBM slope (bandwidth x intensity) and one flat line per tensor-core dtype peak. A point
+    above the slope is an op the kernel model times with fewer HBM bytes than its nominal ones
+    (e.g. re-reads served by L2, sim/rowkernels.py)."""
     ops = _roofline_ops(est.ops)
     fig = go.Figure()
     for cat in sorted({o.category for o in ops}):
@@ -89,7 +93,8 @@ def roofline(est, gpu, dtypes: tuple[str, ...] = ("bf16", "fp8")) -> go.Figure:
                                      f"HBM {bw / 1e12:.2f} TB/s", line=dict(dash="dash", width=1.5)))
     return _layout(fig, f"Roofline on {gpu.key} (dense peaks, per GPU)", xaxis_type="log", yaxis_type="log",
                    xaxis_title="arithmetic intensity (FLOP/byte)", yaxis_title="achieved TFLOP/s", height=520,
-                   legend=dict(orientation="h", yanchor="top", y=-0.2))
+                   legend=dict(orientation="h", yanchor="top", y=-0.2), xaxis_dtick=1, yaxis_dtick=1,
+                   margin_l=70)
 
 
 def _peak(gpu, dtype: str) -> float | None:

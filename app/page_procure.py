@@ -86,7 +86,8 @@ def render() -> None:
         return
     metrics(cmp)
     recs = cmp.to_records("options")
-    st.dataframe([{k: r[k] for k in COLUMNS} for r in recs], hide_index=True)
+    shown = sorted(recs, key=lambda r: (r["rank"] is None, r["rank"] or 0))     # best first, infeasible last
+    st.dataframe([{k: r[k] for k in COLUMNS} for r in shown], hide_index=True)
     c = st.columns(2)
     c[0].plotly_chart(procure_report.figure_cost_vs_time(cmp), key="pr.cost")
     c[1].plotly_chart(procure_report.figure_perf(cmp), key="pr.perf")
