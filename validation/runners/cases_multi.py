@@ -75,6 +75,7 @@ SIZES = {"smoke": [64 * 1024, 1 * MiB], "quick": [1 * MiB, 64 * MiB, 1 * GiB],
          "full": [1 * MiB, 4 * MiB, 16 * MiB, 64 * MiB, 256 * MiB, 1 * GiB, 4 * GiB]}
 VOCAB_ALIGN = 128      # Megatron make_vocab_size_divisible_by (x tp)
 TP_MAX_SEQ = {"tiny": 64, "1b": 8320, "8b": 8320}   # rope tables; >= longest context + 1
+SPAWN_EST_S = 20.0     # per group on an H200 node: spawn, torch import, CUDA context, NCCL init
 DECODE_INNER = 8       # decode steps per CUDA graph replay (fixed: every rank replays the same)
 
 
@@ -363,16 +364,20 @@ class P2P:
 
 
 class MicroBatches:
-    """Forward / backward of one micro-batch on a stage, FIFO (both schedules run them in order)."""
+    """Forward / backward of one micro-batch on a stage, FIFO (both schedules run them in order);
+    forward k takes batches[k % len(batches)] ((idx, tgt): the first stage reads idx, the last tgt)."""
 
-    def __init__(self, stage: Stage, idx, tgt, device_type: str):
-        self.stage, self.idx, self.tgt, self.device_type = stage, idx, tgt, device_type
+    def __init__(self, stage: Stage, batches: list, device_type: str):
+        self.stage, self.batches, self.device_type = stage, batches, device_type
         self.queue: list = []
+        self.n_fwd = 0
 
     def fwd(self, inp):
-        x = self.idx if self.stage.first else inp.requires_grad_()
+        idx, tgt = self.batches[self.n_fwd % len(self.batches)]
+        self.n_fwd += 1
+        x = idx if self.stage.first else inp.requires_grad_()
         with torch.autocast(self.device_type, dtype=torch.bfloat16):
-            out = self.stage(x, self.tgt)
+            out = self.stage(x, tgt)
         self.queue.append((inp, out))
         return out
 
@@ -431,7 +436,7 @@ def run_pp(ctx: Ctx, p: dict) -> dict:
     sched = SCHEDULES[p["schedule"]]
 
     def step(_r: int = 0):
-        sched(MicroBatches(stage, idx, tgt, ctx.device_type), p2p, p["m"], rank, pp)
+        sched(MicroBatches(stage, [(idx, tgt)], ctx.device_type), p2p, p["m"], rank, pp)
         opt.step()
         opt.zero_grad(set_to_none=True)
     probe = host_probe_s(ctx.device)
