@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 
 from .ops import Op
-from .ops_common import Ctx, Kern, Pair, chain, times
+from .ops_common import CAT, Ctx, Kern, Pair, chain, nv, nv_class, times
 
 
 def _norm_fwd_eager(c: Ctx, R: int, W: int, r: float, consumers: int) -> list[Kern]:
@@ -26,10 +26,10 @@ def _norm_fwd_eager(c: Ctx, R: int, W: int, r: float, consumers: int) -> list[Ke
     else:
         ks = [(0, r * e, 4 * e)] if r != 4 else []
         ks += [(e, 4 * e, 4 * e), (e, 4 * e, 4 * R), (R, 4 * R, 4 * R), (R, 4 * R, 4 * R),
-               (e, 4 * e + 4 * R, 4 * e)]
+               nv(e, 4 * e + 4 * R, 4 * e, nv_class((4,), 4))]          # x * rstd: rstd broadcast
         ks += [(0, 4 * e, r * e)] if r != 4 else []
         out = max(r, pw)
-        ks.append((e, r * e + pw * W, out * e))
+        ks.append(nv(e, r * e + pw * W, out * e, nv_class((r, pw), out)))  # * weight: broadcast
     if c.autocast:
         ks += [(0, 4 * e, 2 * e)] * consumers
     return ks
@@ -87,20 +87,26 @@ def norm(c: Ctx, name: str, R: int, W: int, n: int, consumers: int, resid_in: bo
     return Pair(fwd, chain(name, "norm", "bwd", bwd_k, cnt, e) if c.train else [])
 
 
-def _rope_eager(c: Ctx, n: float, t: float, tb: float | None = None) -> tuple[list[Kern], list[Kern]]:
+def _rope_eager(c: Ctx, n: float, t: float, tb: float | None = None,
+               views: bool = True) -> tuple[list[Kern], list[Kern]]:
     """One tensor of n elements: x*cos, neg(x2), cat, rot*sin, add [+ autocast cast for SDPA].
     Under autocast the fp32 cos/sin tables (llama_ref) promote the products to fp32.
     ``tb``: bytes per table element (default: 4 under autocast, else the act dtype); the
     products and their sum are at the wider of act and table (fp32 tables promote bf16 q/k
-    even without autocast). Backward: [cast of the SDPA grad to fp32], g*sin [+ cast], neg,
+    even without autocast). Forward kernels run on TensorIterator's non-vectorised path (nv():
+    the tables broadcast, the halves are strided views) and cat is a CatArrayBatchedCopy;
+    ``views``: q/k are transposed projections ([B, S, H, D] -> [B, H, S, D], llama_ref/HF), so
+    the final add is non-vectorised too (contiguous q/k: vectorised).
+    Backward: [cast of the SDPA grad to fp32], g*sin [+ cast], neg,
     cat (chunk backward), g*cos [+ cast], add of the two paths, and the reshape copy of the
     grad into the projection's [B, S, H*D] layout (H200 trace: 8 kernels per tensor under
     autocast)."""
     a = c.act
     tb = (4.0 if c.autocast else a) if tb is None else tb
     o = max(a, tb)
-    fwd: list[Kern] = [(n, a * n + tb * t, o * n), (n / 2, a * n / 2, a * n / 2), (0, a * n, a * n),
-                       (n, a * n + tb * t, o * n), (n, 2 * o * n, o * n)]
+    mul = nv(n, a * n + tb * t, o * n, nv_class((a, tb), o))
+    add = nv(n, 2 * o * n, o * n, nv_class((o, o), o)) if views else (n, 2 * o * n, o * n)
+    fwd: list[Kern] = [mul, nv(n / 2, a * n / 2, a * n / 2, nv_class((a,), a)), nv(n, a * n, a * n, CAT), mul, add]
     bwd: list[Kern] = [(n, o * n + tb * t, o * n), (n / 2, a * n / 2, a * n / 2), (0, a * n, a * n),
                        (n, o * n + tb * t, o * n), (n, 2 * a * n, a * n)]
     if c.autocast:
@@ -111,7 +117,7 @@ def _rope_eager(c: Ctx, n: float, t: float, tb: float | None = None) -> tuple[li
 
 
 def rope(c: Ctx, name: str, nq: float, nk: float, table: float, n: int, cat: float = 0.0,
-         table_bytes: float | None = None) -> Pair:
+         table_bytes: float | None = None, views: bool = True) -> Pair:
     """Rotary embedding on nq query and nk key elements (per instance), cos/sin tables of
     ``table`` elements each (``table_bytes`` per element: see _rope_eager; eager only).
     ``cat``: elements of MLA's cat(nope, rope) outputs (eager: one copy kernel each for q and
@@ -121,7 +127,7 @@ def rope(c: Ctx, name: str, nq: float, nk: float, table: float, n: int, cat: flo
         fwd_k = [(3 * (nq + nk), a * (nq + nk + cat) + 2 * a * table, a * (nq + nk + cat))]
         bwd_k = [(3 * (nq + nk), a * (nq + nk + cat) + 2 * a * table, a * (nq + nk + cat))]
     else:
-        (fq, bq), (fk, bk) = _rope_eager(c, nq, table, table_bytes), _rope_eager(c, nk, table, table_bytes)
+        (fq, bq), (fk, bk) = (_rope_eager(c, x, table, table_bytes, views) for x in (nq, nk))
         cats: list[Kern] = [(0, a * cat / 2, a * cat / 2)] * 2 if cat else []
         fwd_k, bwd_k = fq + fk + cats, bq + bk
     fwd = chain(name, "elementwise", "fwd", fwd_k, cnt, nq + nk)

@@ -120,7 +120,7 @@ def rope_chain(b: int, s: int, hq: int, hkv: int, hd: int, table_dtype: str = "f
     _positive(b=b, s=s, hq=hq, hkv=hkv, hd=hd)
     c = _chain_ctx(dtype, train=backward, fused={"rope"} if fused else ())
     pr = rope(c, "rope", float(b * s * hq * hd), float(b * s * hkv * hd), float(s * hd), 1,
-              table_bytes=DTYPE_BYTES[table_dtype])
+              table_bytes=DTYPE_BYTES[table_dtype], views=False)   # the runner's q, k are contiguous
     return pr.fwd + pr.bwd
 
 

@@ -29,6 +29,8 @@ OpKind = Literal[
     "memcpy",       # device copies, zero-fill of grads, etc.
     "reduction",    # a whole tensor reduced to a few values (x.sum(), a loss mean): one
                     # streaming pass plus a combine across thread blocks
+    "strided",      # pointwise kernels on TensorIterator's non-vectorised path (a broadcast or
+                    # non-contiguous operand) and torch.cat copies: shape (elements, class)
     "copy_engine",  # cudaMemcpyAsync device-to-device (Tensor.copy_ of contiguous same-dtype
                     # tensors): the driver's "Memcpy DtoD", not an SM kernel
 ]

@@ -20,7 +20,26 @@ from .ops import DTYPE_BYTES, Op
 
 SPLIT_SMS = 132  # H100/H200 SM count: cuBLAS / cuDNN split work (split-K, split-KV) below it
 
-Kern = tuple  # (flops, bytes read, bytes written[, kernels]): totals of `kernels` (default 1) launches
+Kern = tuple  # (flops, bytes read, bytes written[, kernels[, (strided class, elements)]]): totals of
+              # `kernels` (default 1) launches; the 5th entry marks a non-vectorised kernel (nv()).
+
+# Strided classes: kernels TensorIterator runs on its non-vectorised path (a broadcast or
+# non-contiguous operand: elementwise_kernel<128, N>), or torch.cat's CatArrayBatchedCopy.
+# Their time is set by elements per second, not bytes (sim/kernels.py strided_s).
+NV_NOCAST_2B, NV_NOCAST_4B, NV_CAST, CAT = 0, 1, 2, 3
+
+
+def nv(elems: float, read: float, write: float, cls: int, kernels: int = 1) -> Kern:
+    """A non-vectorised kernel writing ``elems`` elements (see the classes above)."""
+    return (elems if cls != CAT else 0.0, read, write, kernels, (cls, elems))
+
+
+def nv_class(in_bytes: tuple[float, ...], out_bytes: float) -> int:
+    """The class of a non-vectorised pointwise kernel: casting when any input dtype differs from
+    the output's (gpu_kernel_impl with dynamic casts), else by the output element size."""
+    if any(b != out_bytes for b in in_bytes):
+        return NV_CAST
+    return NV_NOCAST_4B if out_bytes >= 4 else NV_NOCAST_2B
 
 
 def times(k: Kern, n: int) -> Kern:
@@ -94,9 +113,18 @@ def chain(name: str, kind: str, phase: str, ks: list[Kern], count: int, numel: i
     """One Op aggregating the kernels ``ks`` (kernels = their launch count); [] when none."""
     if not ks or count <= 0:
         return []
-    launches = sum(k[3] if len(k) > 3 else 1 for k in ks)
-    return [Op(name, kind, phase, sum(k[0] for k in ks), sum(k[1] for k in ks), sum(k[2] for k in ks),
-               dtype, (int(numel),), count, launches)]
+    plain = [k for k in ks if len(k) < 5]
+    out = []
+    if plain:
+        launches = sum(k[3] if len(k) > 3 else 1 for k in plain)
+        out.append(Op(name, kind, phase, sum(k[0] for k in plain), sum(k[1] for k in plain),
+                      sum(k[2] for k in plain), dtype, (int(numel),), count, launches))
+    for cls in sorted({k[4][0] for k in ks if len(k) >= 5}):
+        sk = [k for k in ks if len(k) >= 5 and k[4][0] == cls]
+        out.append(Op(f"{name}/strided{cls}", "strided", phase, sum(k[0] for k in sk), sum(k[1] for k in sk),
+                      sum(k[2] for k in sk), dtype, (int(sum(k[4][1] for k in sk)), cls), count,
+                      sum(k[3] for k in sk)))
+    return out
 
 
 def mm(c: Ctx, name: str, phase: str, M: float, N: int, K: int, count: int, batch: int = 1,

@@ -256,9 +256,20 @@ def kernel_times(t: OpTable, hw: HwRates, eff: Efficiency, attention_impl: str) 
     if is_at.any():
         memory[is_at] = attention_memory_s(t.attn[is_at], t.bytes[is_at], hw, eff, attention_impl, t.phase[is_at])
     fixed = t.kernels * _fixed_s(t, eff, attention_impl)
+    nv = np.flatnonzero(t.strided[:, 0] > 0)
+    memory[nv] = np.maximum(memory[nv], strided_s(t, nv, hw, eff))
     rows = np.flatnonzero((t.rows_cols[:, 0] > 0) & (t.phase == FWD))
     memory[rows], fixed[rows] = row_softmax_s(t, rows, hw, eff), 0.0
     return KernelTimes(compute, memory, fixed, np.maximum(compute, memory) + fixed, efficiency)
+
+
+def strided_s(t: OpTable, idx: np.ndarray, hw: HwRates, eff: Efficiency) -> np.ndarray:
+    """Element-rate time of non-vectorised pointwise kernels and cat copies (model/ops_common
+    classes): elements / (rate[class] x clock fraction). Measured on H200 these run at a fixed
+    number of elements per second whatever their bytes (bf16 and fp32 <128,N> kernels alike,
+    1.3-2.7 TB/s): index arithmetic per element, not HBM, bounds them; the SM clock scales it."""
+    rates = np.asarray(eff.get("memory.strided_elem_rates"), dtype=float)
+    return t.strided[idx, 0] / (rates[t.strided[idx, 1].astype(int)] * hw.clock_fraction)
 
 
 def row_softmax_s(t: OpTable, idx: np.ndarray, hw: HwRates, eff: Efficiency) -> np.ndarray:

@@ -13,7 +13,7 @@ import numpy as np
 from ..model.ops import DTYPE_BYTES, Op
 
 KINDS = ("matmul", "attention", "elementwise", "norm", "softmax", "cast",
-         "embedding", "optimizer", "collective", "memcpy", "reduction", "copy_engine")
+         "embedding", "optimizer", "collective", "memcpy", "reduction", "copy_engine", "strided")
 PHASES = ("fwd", "bwd", "optimizer")
 DTYPES = tuple(DTYPE_BYTES)
 
@@ -36,6 +36,7 @@ class OpTable:
     block_starts: np.ndarray  # first op of each run of consecutive ops with equal count
     align_bytes: np.ndarray   # matmul: largest power of two (<= 16) dividing N and K in bytes
     rows_cols: np.ndarray     # [n_ops, 2] row softmax (kind softmax, shape (rows, cols)); 0 elsewhere
+    strided: np.ndarray       # [n_ops, 2] kind strided: (elements, class); 0 elsewhere
 
     def mask(self, kind: str) -> np.ndarray:
         return self.kind == KINDS.index(kind)
@@ -89,6 +90,7 @@ def build_table(ops: tuple[Op, ...]) -> OpTable:
                       dtype=float).reshape(len(ops), 8),
         block_starts=block_starts(count),
         align_bytes=leading_dim_alignment(mnkb, dtype),
+        strided=np.array([o.shape if o.kind == "strided" else (0, 0) for o in ops], dtype=float).reshape(len(ops), 2),
         rows_cols=np.array([o.shape if _is_row_softmax(o) else (0, 0) for o in ops], dtype=float).reshape(len(ops), 2),
     )
 

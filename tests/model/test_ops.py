@@ -158,14 +158,19 @@ def test_fused_norm_fewer_bytes_one_kernel():
         assert f.bytes_read + f.bytes_written < e.bytes_read + e.bytes_written
 
 
+def _chain_kernels(ops, name: str, phase: str = "fwd") -> int:
+    """Kernels of one chain: its op plus its non-vectorised part (name/strided<class>)."""
+    return sum(o.kernels for o in ops if o.phase == phase and (o.name == name or o.name.startswith(name + "/strided")))
+
+
 def test_eager_kernel_counts_follow_llama_ref():
     ops = build_ops(TrainingWorkload(model="llama3-8b", mbs=1, seq=1024))
-    assert _op(ops, "layer/norm_attn").kernels == 6 + 3     # pow mean add rsqrt mul mul-w + 3 autocast casts
-    assert _op(ops, "layer/norm_mlp").kernels == 6 + 2
-    assert _op(ops, "layer/attn/rope").kernels == 12        # (mul, neg, cat, mul, add, cast) x q, k
-    assert _op(ops, "layer/mlp/act").kernels == 2           # silu, mul
+    assert _chain_kernels(ops, "layer/norm_attn") == 6 + 3     # pow mean add rsqrt mul mul-w + 3 autocast casts
+    assert _chain_kernels(ops, "layer/norm_mlp") == 6 + 2
+    assert _chain_kernels(ops, "layer/attn/rope") == 12        # (mul, neg, cat, mul, add, cast) x q, k
+    assert _chain_kernels(ops, "layer/mlp/act") == 2           # silu, mul
     inf = _decode("llama3-8b")
-    assert _op(inf, "layer/norm_attn").kernels == 8         # + to-fp32 and to-bf16 casts
+    assert _chain_kernels(inf, "layer/norm_attn") == 8         # + to-fp32 and to-bf16 casts
 
 
 @pytest.mark.parametrize("group", sorted(FUSION_GROUPS))
@@ -234,4 +239,4 @@ def test_build_is_fast_and_short(name):
     for _ in range(20):
         ops = _build.__wrapped__(w, frozenset())
     assert (time.perf_counter() - t0) / 20 < 5e-3
-    assert len(ops) < 120
+    assert len(ops) < 140     # eager chains split their non-vectorised kernels into /strided ops
