@@ -16,7 +16,8 @@ Per replica, requests arrive at rate lam (Poisson), each with L_in prompt and L_
             B > cap: unstable
     TTFT  = rho P / (2 (1 - rho))       M/D/1 wait for the prefill server
           + D(B) / 2                    the running iteration finishes first
-          + prefill_s(1, L_in) + D(B)   own prefill, in an iteration that also decodes B tokens
+          + prefill_s(1, L_in) + c D(B) own prefill, in c = ceil(L_in / max_num_tokens) chunked
+                                        iterations that each also decode the B running sequences
     E2E   = TTFT + (L_out - 1) TPOT;    concurrency = lam * E2E (Little)
 At saturation (B = cap) the rate is lam_max = cap / ((L_out - 1) D(cap) / E + cap P): the
 offline max-throughput operating point that trtllm-bench / vLLM's throughput benchmark measure.
@@ -150,6 +151,8 @@ class Server:
         self.cap = min(self.kv_sequences, engine.max_batch * dep.ep)   # one scheduler per ep rank
         self.prefill_per_request_s = float(np.mean([self._prefill_amortized(L) for L in lengths.inputs]))
         self.prefill_latency_s = float(np.mean([prefill_s(dep, 1, self._new_tokens(L)) for L in lengths.inputs]))
+        self.prefill_chunks = float(np.mean([math.ceil(self._new_tokens(L) / engine.max_num_tokens)
+                                             for L in lengths.inputs]))
 
     def _new_tokens(self, L: int) -> int:
         """Prompt tokens computed after a prefix-cache hit of ``prefix_hit`` of the prompt."""
@@ -242,7 +245,7 @@ class Server:
         d = self.iteration(max(b, 1.0))[0]
         tpot = self.token_time(max(b, 1.0)) / (1.0 - rho)
         wait = rho * self.prefill_per_request_s / (2.0 * (1.0 - rho)) if stable else math.inf
-        ttft = wait + d / 2.0 + self.prefill_latency_s + d
+        ttft = wait + d / 2.0 + self.prefill_latency_s + self.prefill_chunks * d
         e2e = ttft + self.len.decode_steps * tpot
         out = lam * self.len.mean_out
         return OperatingPoint(rate, b, self.cap, self.kv_sequences, rho, ttft, tpot, e2e, lam * e2e if stable else math.inf,

@@ -166,3 +166,14 @@ def test_bad_options_name_the_field(dep):
         SpecDecode(0, 0.5)
     with pytest.raises(ValueError, match="spec_accept"):
         SpecDecode(2, 1.5)
+
+
+def test_chunked_prefill_adds_one_decode_iteration_per_chunk(dep):
+    L = Lengths.of(8000, 64, 8192)
+    big, small = Server(dep, L, Engine.default(max_num_tokens=8192)), Server(dep, L, Engine.default(max_num_tokens=2048))
+    assert big.prefill_chunks == 1 and small.prefill_chunks == 4
+    assert big.prefill_per_request_s == small.prefill_per_request_s      # one prompt per prefill either way
+    a, b = big.at_rate(0.2), small.at_rate(0.2)
+    assert a.batch == pytest.approx(b.batch)
+    d = decode_s(dep, max(b.batch, 1.0), L.mean_context)
+    assert b.ttft_s - a.ttft_s == pytest.approx(3 * d, rel=1e-6)
