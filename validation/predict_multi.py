@@ -109,6 +109,8 @@ def predict_multi(record: dict, env: dict, run: dict | None = None) -> float:
     if kind == "collective":
         return predict_collective_algo(p, gpu, n)
     if kind in ("prefill_tp", "decode_tp"):
+        if record.get("extra", {}).get("graph_error"):   # the runner fell back to eager steps
+            p = {**p, "mode": "eager"}
         return predict_tp(p, gpu, n, host_scale(run, record))
     if kind == "pp_step":
         return predict_pp(p, gpu, n, host_scale(run, record))

@@ -1,43 +1,34 @@
-"""Cases for a whole node of n >= 2 GPUs (kinds "collective", "prefill_tp", "decode_tp", "pp_step").
+"""Cases for a node of n >= 2 GPUs (kinds "collective", "prefill_tp", "decode_tp", "pp_step").
 
-run_suite spawns `world` workers per group (n = all GPUs, --world to limit; gloo on CPU) and
-every record carries n: params["world"] (and "tp" / "pp" = n), extra["world"].
+run_suite spawns n workers per group (n = all GPUs, --world to limit; gloo on CPU); every
+record carries n: params["world"] (and "tp" / "pp" = n), extra["world"].
 
-Collectives (kind "collective", params["algo"]): the NCCL algorithm is forced per group with
-NCCL_ALGO in the workers' environment before init (NCCL reads it once per communicator):
-  ring  NCCL_ALGO=Ring: all_reduce, all_gather, reduce_scatter, broadcast, all_to_all
-        (all_to_all is NCCL send/recv: NCCL_ALGO does not apply to it)
-  tree  NCCL_ALGO=Tree: all_reduce only (NCCL implements Tree for all_reduce alone; forcing it
-        for another collective fails with "no algorithm/protocol available"). The group's own
-        bookkeeping uses all_reduce only (rank values are summed, never all_gathered).
-NVLink multicast (NVLS) stays OFF (NCCL_NVLS_ENABLE=0, forced as in cases_dist). Sizes are
-nccl-tests sizes (all_gather: the gathered output; reduce_scatter and all_to_all: the input;
-broadcast and all_reduce: the buffer); busbw = size / t x factor: all_reduce 2(n-1)/n,
-all_gather / reduce_scatter / all_to_all (n-1)/n, broadcast 1 (nccl-tests' factors).
+Collectives (params["algo"]): NCCL_ALGO is set in the workers before init (NCCL reads it per
+communicator). ring: all_reduce, all_gather, reduce_scatter, broadcast, all_to_all (NCCL
+send/recv: no algorithm applies). tree: all_reduce only - NCCL has no Tree for the others
+("no algorithm/protocol available"), so that group's bookkeeping sums rank values with
+all_reduce and never all_gathers. NVLS stays OFF (NCCL_NVLS_ENABLE=0). Sizes and busbw as
+nccl-tests: all_gather the output, reduce_scatter / all_to_all the input; factors all_reduce
+2(n-1)/n, all_gather / reduce_scatter / all_to_all (n-1)/n, broadcast 1.
 
-Tensor-parallel inference (kinds "prefill_tp", "decode_tp"): llama_ref in bf16 split
-Megatron-style over tp = n: column-parallel q/k/v and gate/up (H/tp, Hkv/tp heads, F/tp),
-row-parallel o_proj and down_proj each followed by an all_reduce of the [B, S, d] output;
-VOCAB-PARALLEL embedding (vocab padded to a multiple of 128 tp as Megatron does; ids outside
-the shard masked to 0, then all_reduce) and vocab-parallel lm_head whose [B, S, V/tp] logits
-are all_gathered ([tp B S, V/tp], not permuted) - what mechsim's InferenceWorkload models.
-Prefill: eager, fixed 1 x reps calls. Decode: one step at a fixed position in a CUDA graph
-(a fixed number of steps per graph, the same on every rank); on CPU eager wall time.
+TP inference (prefill_tp, decode_tp): llama_ref bf16 split Megatron-style over tp = n:
+column-parallel q/k/v and gate/up (H/tp, Hkv/tp heads, F/tp), row-parallel o_proj and
+down_proj each followed by an all_reduce of [B, S, d]; VOCAB-PARALLEL embedding (vocab padded
+to a multiple of 128 tp as Megatron does; other shards' ids zeroed, then all_reduce) and
+lm_head, whose [B S, V/tp] logits are all_gathered ([tp B S, V/tp], not permuted): what
+mechsim's InferenceWorkload models. Prefill eager; decode one step at a fixed position,
+DECODE_INNER steps per CUDA graph (NCCL captured), the same count on every rank.
 
-Pipeline-parallel training (kind "pp_step"): llama_ref amp_bf16 layers split evenly over pp = n
-stages (stage 0 also the embedding, stage n-1 the final norm, lm_head and loss; embeddings
-untied so no stage pair shares a weight), m micro-batches per step, Megatron's
-non-interleaved 1F1B (forward_backward_pipelining_without_interleaving: warm-up
-min(p - r - 1, m) forwards, steady 1F1B, cool-down) or GPipe (all forwards, then all
-backwards); activations / their grads ([mbs, seq, d] fp32 residual stream) move by
-batch_isend_irecv (P2P), then AdamW(fused) on each stage. timing = rank 0's step (the first
-stage runs the step's last backward); extra has every rank's median and peak memory.
+PP training (pp_step): llama_ref amp_bf16 layers split evenly over pp = n stages (embedding
+on the first, norm + lm_head + loss on the last; untied), m micro-batches, Megatron's
+non-interleaved 1F1B (warm-up min(p - r - 1, m) forwards, steady 1F1B, cool-down) or GPipe;
+the fp32 [mbs, seq, d] activations and their grads move by batch_isend_irecv, then
+AdamW(fused) per stage. timing = rank 0's step (the first stage runs the last backward);
+extra: every rank's median, per-stage peak memory. DDP / FSDP on n GPUs: cases_dist's.
 
-DDP and FSDP on n GPUs are cases_dist's (run_suite --match ddp/,fsdp/); not repeated here.
-
-Estimated durations (spawn + NCCL init ~20 s per group, 4 groups):
-  2 H200s  quick ~2 min; full ~5.5 min (collectives ~1.5, TP ~1.8, PP ~1.5 min)
-  8 H200s  full ~6.5 min (NCCL init and model builds take longer; per-GPU work is smaller)
+Durations on 2 H200s (2-GPU runs of cases_dist: spawn + NCCL init ~8 s, a collective case
+0.01-0.13 s): full ~2 min, quick ~1 min; the --list estimates (SPAWN_EST_S per group
+on top) are ~2x that. 8 H200s: full ~3 min (init and spawns slower).
 """
 
 from __future__ import annotations
@@ -63,7 +54,7 @@ import cases_dist  # noqa: E402
 from common import GiB, MiB, Case, Ctx, Group, clean_baseline, execute, randn, result, size_tag, skipped  # noqa: E402
 from llama_ref import MLP, Block, RMSNorm, apply_rope, init_weights, loss_fn, rope_tables  # noqa: E402
 from models import _default_dtype, batch, make_optimizer, model_params, ref_config  # noqa: E402
-from timing import Clock, add_host_probe, graph_timing, host_probe_s, measure, measure_steps  # noqa: E402
+from timing import Clock, add_host_probe, graph_timing, host_probe_s, measure, measure_steps, short_error  # noqa: E402
 
 TAG = "multi"   # every case carries it: run_suite --match multi selects this module's cases
 BUS_FACTOR = {"all_reduce": lambda n: 2 * (n - 1) / n, "all_gather": lambda n: (n - 1) / n,
@@ -255,6 +246,30 @@ def _peaks(ctx: Ctx, extra: dict, base: int) -> None:
         extra["rank_peak_mem_bytes"] = rank_values(extra["peak_mem_bytes"], ctx.device)
 
 
+def time_eager(call, ctx: Ctx, reps: int) -> tuple[dict, dict]:
+    """1 x reps eager calls between events, the host's speed probed around them (predict.py)."""
+    probe = host_probe_s(ctx.device)
+    timing, extra = measure(call, ctx.device, graph=False, inner=1, reps=reps, warmup=2, flush=False)
+    add_host_probe(extra, probe, host_probe_s(ctx.device))
+    return timing, extra
+
+
+def time_graph(call, ctx: Ctx, reps: int) -> tuple[dict, dict]:
+    """Replays of a CUDA graph of DECODE_INNER steps (NCCL calls captured in it); eager calls
+    (with extra.graph_error) if the capture fails, and on CPU."""
+    if not ctx.is_cuda:
+        return time_eager(call, ctx, reps)
+    for i in range(3):
+        call(i)
+    try:
+        return graph_timing(call, Clock(ctx.device), DECODE_INNER, 1, reps, adapt=False)[0], {}
+    except Exception as e:  # noqa: BLE001 - every rank fails the same capture: all fall back alike
+        torch.cuda.synchronize()
+        timing, extra = time_eager(call, ctx, reps)
+        extra["graph_error"] = short_error(e)
+        return timing, extra
+
+
 def run_tp(ctx: Ctx, p: dict) -> dict:
     tp = dist.get_world_size()
     cfg, model = tp_model(ctx, p["model"], p["max_seq"])
@@ -263,19 +278,10 @@ def run_tp(ctx: Ctx, p: dict) -> dict:
     with torch.inference_mode():
         caches = tp_caches(cfg, tp, p["batch"], smax, ctx.device)
         idx = torch.randint(0, cfg.vocab, (p["batch"], s), device=ctx.device)
-        call = lambda i: model(idx, caches, pos)  # noqa: E731
         base = int(torch.cuda.memory_allocated()) if ctx.is_cuda else 0
         if ctx.is_cuda:
             torch.cuda.reset_peak_memory_stats()
-        if prefill or not ctx.is_cuda:   # eager: the host's speed is recorded around it (predict.py)
-            probe = host_probe_s(ctx.device)
-            timing, extra = measure(call, ctx.device, graph=False, inner=1, reps=p["reps"], warmup=2, flush=False)
-            add_host_probe(extra, probe, host_probe_s(ctx.device))
-        else:
-            for i in range(3):
-                call(i)
-            timing, _ = graph_timing(call, Clock(ctx.device), DECODE_INNER, 1, p["reps"], adapt=False)
-            extra = {}
+        timing, extra = (time_eager if prefill else time_graph)(lambda i: model(idx, caches, pos), ctx, p["reps"])
         _peaks(ctx, extra, base)
     meds = rank_values(timing["median_s"], ctx.device)
     extra.update(world=tp, tp=tp, padded_vocab=model.v_local * tp, rank_medians_s=meds, rank_max_s=max(meds),
