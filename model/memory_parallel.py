@@ -33,13 +33,16 @@ def inflight_microbatches(p: Parallelism, stage: int = 0, n_microbatches: int | 
     stage's activations. gpipe: all n; 1f1b / zero_bubble (ZB-H1 keeps 1F1B's peak): pp - stage;
     interleaved (Megatron forward_backward_pipelining_with_interleaving): warm-up model chunks
     (pp - stage - 1)*2 + (vp - 1)*pp, plus the one in steady state, capped at n*vp chunks,
-    each chunk 1/vp of the stage. ``n_microbatches`` None: unbounded."""
+    each chunk 1/vp of the stage; dualpipe: pp + 1 (DeepSeek-V3 report, table 2; its second
+    copy of the parameters is not counted here). ``n_microbatches`` None: unbounded."""
     n = n_microbatches if n_microbatches is not None else 10 ** 9
     if p.schedule == "gpipe":
         return float(n if n_microbatches is not None else p.pp)
     if p.schedule == "interleaved":
         chunks = (p.pp - stage - 1) * 2 + (p.vp - 1) * p.pp + 1
         return min(chunks, n * p.vp) / p.vp
+    if p.schedule == "dualpipe":
+        return float(min(p.pp + 1, n))
     return float(min(p.pp - stage, n))
 
 

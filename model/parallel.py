@@ -22,7 +22,7 @@ from pydantic import BaseModel, ConfigDict, NonNegativeInt, PositiveInt, model_v
 
 COLLECTIVE_OPS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "sendrecv", "broadcast")
 GROUPS = ("tp", "cp", "ep", "dp", "pp")
-PipelineSchedule = Literal["gpipe", "1f1b", "interleaved", "zero_bubble"]
+PipelineSchedule = Literal["gpipe", "1f1b", "interleaved", "zero_bubble", "dualpipe"]
 
 
 class Parallelism(BaseModel):

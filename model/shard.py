@@ -142,9 +142,10 @@ def _local(cfg: TransformerConfig, p: Parallelism, stage: int) -> TransformerCon
     kv = max(1, cfg.n_kv_heads // p.tp) if not (cfg.mla and cfg.n_kv_heads == cfg.n_heads) else H
     data = cfg.model_dump(exclude={"moe"})
     data.update(n_layers=n_layers, n_heads=H, n_kv_heads=kv, head_dim=cfg.head_dim,
-                ffn=max(1, cfg.ffn // p.tp), vocab=padded_vocab(cfg.vocab, p.tp) // p.tp,
-                moe=_local_moe(cfg, p, n_layers, n_moe))
-    return TransformerConfig(**data)
+                ffn=max(1, cfg.ffn // p.tp), vocab=padded_vocab(cfg.vocab, p.tp) // p.tp)
+    # the local MoE is set without re-validation: E/ep local experts may be fewer than top_k
+    # (a token still picks top_k of all E); pydantic re-validates a nested instance otherwise
+    return TransformerConfig(**data).model_copy(update={"moe": _local_moe(cfg, p, n_layers, n_moe)})
 
 
 def kv_replicated_weight_bytes(cfg: TransformerConfig, p: Parallelism, param_bytes: float,

@@ -141,15 +141,32 @@ def fsdp_step_exposure(t: OpTable, c: CommTimes, fwd_s: float, bwd_s: float, m: 
     return overlap.Exposure("fsdp", e.comm_s * m, e.exposed_s * m, e.hidden_s * m, e.slowdown_s * m)
 
 
+def wgrad_s(t: OpTable, k_total: np.ndarray) -> float:
+    """Weight-gradient GEMM seconds of the step (ops ``*/wgrad``): the part of backward that
+    zero-bubble and DualPipe schedules move into the bubbles."""
+    return float(sum(k_total[i] for i, op in enumerate(t.ops) if op.name.endswith("/wgrad")))
+
+
+def dualpipe_ep_exposed_s(ep_s: float, compute_s: float) -> float:
+    """DualPipe pairs the forward chunk of one micro-batch with the backward chunk of another and
+    runs each one's EP all-to-all under the other's compute (DeepSeek-V3 report, arXiv:2412.19437
+    section 3.2.1, figure 4): over the step, max(0, all-to-all - compute) stays exposed."""
+    return max(0.0, ep_s - compute_s)
+
+
 def step_parts(t: OpTable, k: KernelTimes, gpu_s: np.ndarray, c: CommTimes, par, m: int,
                stack_key: str, launch_idle_s: float) -> StepParts:
     """Compose a multi-GPU step (module docstring)."""
     k_total = np.where(t.kind == COLLECTIVE, 0.0, gpu_s * t.count)
     fwd, bwd, opt = phase_compute(t, k_total)
     crit = critical_comm(t, c, k_total, stack_key)
+    if par.schedule == "dualpipe":
+        ep = dualpipe_ep_exposed_s(sum(crit["ep"]), fwd + bwd)
+        crit["ep"] = (ep / 2, ep / 2)
     t_f = (fwd + sum(v[0] for v in crit.values())) / m
     t_b = (bwd + sum(v[1] for v in crit.values())) / m
-    pipe = pipeline.pipeline_for(par, m, t_f, t_b, p2p_per_microbatch(t, c, m))
+    t_bw = min(wgrad_s(t, k_total) / m, t_b) if par.schedule in ("zero_bubble", "dualpipe") else None
+    pipe = pipeline.pipeline_for(par, m, t_f, t_b, p2p_per_microbatch(t, c, m), t_bw)
     dp = fsdp_step_exposure(t, c, fwd, bwd, m) if par.zero == 3 else dp_exposure(t, c, t_b)
     after_opt = _sum(c.total_s, (c.group == GROUPS.index("dp")) & (t.phase == OPT))
     exposed = {g: v[0] + v[1] for g, v in crit.items()}
