@@ -80,6 +80,8 @@ def _parser() -> argparse.ArgumentParser:
     pub = vs.add_parser("published", help="predict published at-scale training results (validation/published)")
     pub.add_argument("--source", default=None, help="one source id (e.g. megatron_bridge_a8)")
     pub.add_argument("-v", "--verbose", action="store_true", help="print every row and every unpredicted row")
+    pub.add_argument("--inference", action="store_true", help="the serving rows (validation/published/inference)")
+    pub.add_argument("--header", action="store_true", help="print a header line over the per-row table")
     cal = vs.add_parser("calibrate", help="fit efficiency parameters on the calibration split")
     cal.add_argument("--gpu", default="h200_sxm")
     cal.add_argument("paths", nargs="*", help="run files or folders (default: validation/data)")
@@ -122,8 +124,15 @@ def _fit_data_parallel(a: argparse.Namespace) -> None:
 
 def cmd_published(a: argparse.Namespace) -> int:
     from collections import Counter
+    if a.inference:
+        from .validation.published_serving import format_inference_report
+        text, _ = format_inference_report(a.verbose)
+        print(text)
+        return 0
     from .validation.published_compare import by_system, compare_published
     rows, unused = compare_published(a.source)
+    if a.verbose and a.header:
+        print(f"{'row':<70} {'published':>10} {'predicted':>10} {'error':>7}")
     if a.verbose:
         for r in sorted(rows, key=lambda r: r.row_id):
             print(f"{r.row_id:<70} {r.published:10.0f} {r.predicted:10.0f} {r.error:+7.1%}")
