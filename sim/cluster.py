@@ -47,6 +47,17 @@ def network_data() -> dict:
     return load_toml(DATA / "network.toml")
 
 
+@functools.lru_cache(maxsize=64)
+def _system(key: str, whatif: tuple[tuple[str, str], ...]) -> System:
+    """hwdb system ``key`` with the GPU what-if overrides applied (its NVLink, its HBM...)."""
+    system = get_system(key)
+    if not whatif:
+        return system
+    from .whatif import apply_overrides
+    gpu, _ = apply_overrides(system.gpu, dict(whatif))
+    return system.model_copy(update={"gpu": gpu})
+
+
 class Cluster(BaseModel):
     """``nodes`` hwdb nodes of ``system`` on a two-level fat tree (module docstring)."""
 
@@ -57,6 +68,7 @@ class Cluster(BaseModel):
     oversubscription: PositiveFloat = 1.0
     topology: Topology = "rail_optimized"
     gpus_used: PositiveInt | None = None   # a part of ONE node (e.g. the 2 GPUs of a validation machine)
+    whatif: tuple[tuple[str, str], ...] = ()   # GPU spec overrides (sim/whatif.py), e.g. (("nvlink_bandwidth_per_dir", "-50%"),)
 
     @model_validator(mode="after")
     def _check(self) -> "Cluster":
@@ -78,7 +90,7 @@ class Cluster(BaseModel):
 
     @property
     def sys(self) -> System:
-        return get_system(self.system)
+        return _system(self.system, self.whatif)
 
     @property
     def nic(self) -> NIC:

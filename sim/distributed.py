@@ -240,6 +240,9 @@ def estimate_parallel(workload, hw, stack=None, overrides=None):
     from .whatif import apply_overrides
     par = workload.parallel
     cluster = resolve_cluster(hw, par.gpus)
+    spec_overrides = tuple(sorted((k, str(v)) for k, v in (overrides or {}).items() if k != "sustained_clock"))
+    if spec_overrides:   # the network sees the what-if GPU too (NVLink bandwidth)
+        cluster = cluster.model_copy(update={"whatif": cluster.whatif + spec_overrides})
     gpu, clock = apply_overrides(hwdb.get_system(cluster.system).gpu, overrides or {})
     st = stack if isinstance(stack, Stack) else calibrated_stack(gpu, get_stack(stack or workload.stack))
     p = prepare(workload, st.fused)

@@ -158,8 +158,6 @@ def test_tp_includes_its_all_reduces():
     assert _tp_estimate().exposed_comm["tp"] > 0
 
 
-@pytest.mark.xfail(strict=True, reason="sim/distributed.comm_times reads cluster.sys.gpu's NVLink bandwidth, "
-                   "so a what-if override of nvlink_bandwidth_per_dir does not reach multi-GPU collectives")
 def test_tp_slower_nvlink_slower_step():
     assert _tp_estimate({"nvlink_bandwidth_per_dir": "-50%"}).step_time_s > _tp_estimate().step_time_s
 
