@@ -54,7 +54,8 @@ import cases_dist  # noqa: E402
 from common import GiB, MiB, Case, Ctx, Group, clean_baseline, execute, randn, result, size_tag, skipped  # noqa: E402
 from llama_ref import MLP, Block, RMSNorm, apply_rope, init_weights, loss_fn, rope_tables  # noqa: E402
 from models import _default_dtype, batch, make_optimizer, model_params, ref_config  # noqa: E402
-from timing import Clock, add_host_probe, graph_timing, host_probe_s, measure, measure_steps, short_error  # noqa: E402
+from timing import (Clock, add_host_probe, host_probe_s, measure, measure_steps, sample, short_error,  # noqa: E402
+                    summarize)
 
 TAG = "multi"   # every case carries it: run_suite --match multi selects this module's cases
 BUS_FACTOR = {"all_reduce": lambda n: 2 * (n - 1) / n, "all_gather": lambda n: (n - 1) / n,
@@ -67,6 +68,7 @@ SIZES = {"smoke": [64 * 1024, 1 * MiB], "quick": [1 * MiB, 64 * MiB, 1 * GiB],
 VOCAB_ALIGN = 128      # Megatron make_vocab_size_divisible_by (x tp)
 TP_MAX_SEQ = {"tiny": 64, "1b": 8320, "8b": 8320}   # rope tables; >= longest context + 1
 SPAWN_EST_S = 20.0     # per group on an H200 node: spawn, torch import, CUDA context, NCCL init
+PG_TIMEOUT_S = 90      # a hung collective kills the group's workers after this (its cases: errors)
 DECODE_INNER = 8       # decode steps per CUDA graph replay (fixed: every rank replays the same)
 
 
@@ -254,6 +256,26 @@ def time_eager(call, ctx: Ctx, reps: int) -> tuple[dict, dict]:
     return timing, extra
 
 
+def graph_replays(call, ctx: Ctx, reps: int) -> dict:
+    """timing.graph_timing without its adaptive recapture (every rank must replay the same
+    NCCL calls), captured in "thread_local" mode: the NCCL watchdog thread keeps querying
+    events during the capture, which the default "global" mode would refuse."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for i in range(2):
+            call(i)
+    torch.cuda.current_stream().wait_stream(side)
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph, capture_error_mode="thread_local"):
+        for i in range(DECODE_INNER):
+            call(i)
+    graph.replay()
+    torch.cuda.synchronize()
+    return summarize(sample(Clock(ctx.device), lambda r: graph.replay(), reps), "graph_rotating", DECODE_INNER)
+
+
 def time_graph(call, ctx: Ctx, reps: int) -> tuple[dict, dict]:
     """Replays of a CUDA graph of DECODE_INNER steps (NCCL calls captured in it); eager calls
     (with extra.graph_error) if the capture fails, and on CPU."""
@@ -262,7 +284,7 @@ def time_graph(call, ctx: Ctx, reps: int) -> tuple[dict, dict]:
     for i in range(3):
         call(i)
     try:
-        return graph_timing(call, Clock(ctx.device), DECODE_INNER, 1, reps, adapt=False)[0], {}
+        return graph_replays(call, ctx, reps), {}
     except Exception as e:  # noqa: BLE001 - every rank fails the same capture: all fall back alike
         torch.cuda.synchronize()
         timing, extra = time_eager(call, ctx, reps)
@@ -486,12 +508,12 @@ SMOKE_PP = [("tiny", "1f1b", 4, 2, 32), ("tiny", "gpipe", 2, 2, 32)]
 def case_lists(suite: str) -> dict[str, list[Case]]:
     tp = {"smoke": SMOKE_TP, "quick": QUICK_TP, "full": FULL_TP}[suite]
     pp = {"smoke": SMOKE_PP, "quick": QUICK_PP, "full": FULL_PP}[suite]
-    return {
+    return {   # Tree last: if this NCCL cannot run it, the hang costs only PG_TIMEOUT_S at the end
         "ring": [coll_case("ring", op, b) for op in ALGO_OPS["ring"] for b in SIZES[suite]],
-        "tree": [coll_case("tree", op, b) for op in ALGO_OPS["tree"] for b in SIZES[suite]],
         "tp": [tp_case("prefill", mdl, b, s) for mdl, pre, _ in tp for b, s in pre]
         + [tp_case("decode", mdl, b, c) for mdl, _, dec in tp for b, c in dec],
         "pp": [pp_case(*row, reps=3 if suite == "smoke" else 5) for row in pp],
+        "tree": [coll_case("tree", op, b) for op in ALGO_OPS["tree"] for b in SIZES[suite]],
     }
 
 
@@ -533,7 +555,8 @@ def worker(rank: int, world: int, cuda: bool, suite: str, case_ids: list[str], o
         torch.cuda.set_device(rank)
     else:
         torch.set_num_threads(1)   # world processes share the host's cores (gloo smoke runs)
-    dist.init_process_group("nccl" if cuda else "gloo", rank=rank, world_size=world, timeout=timedelta(seconds=180))
+    dist.init_process_group("nccl" if cuda else "gloo", rank=rank, world_size=world,
+                            timeout=timedelta(seconds=PG_TIMEOUT_S))
     dist.all_reduce(torch.ones(1, device=device))   # the communicator exists before any batched P2P
     from env import l2_bytes  # noqa: PLC0415
     ctx = Ctx(device, suite, l2_bytes(device))
