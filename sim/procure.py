@@ -39,7 +39,7 @@ from .cluster import Cluster
 from .cost import GpuHourCost, RunCost, cloud_gpu_hour, owned_gpu_hour, training_run
 from .energy import EnergyEstimate, PowerModel, power_model, step_energy
 from .procure_serving import ServingSpec, evaluate_serving
-from .procure_sizing import fit_gbs, node_choices, resolve_system, size
+from .procure_sizing import ModelRef, fit_gbs, node_choices, resolve_system, size
 from .reliability import ReliabilityParams, RunReliability, checkpoint_bytes, reliability_params, run_reliability
 
 DEFAULT_OPTIONS = ("h100", "h200", "b200", "gb200-nvl72")
@@ -49,7 +49,7 @@ DAY = 86400.0
 
 
 @dataclass(frozen=True)
-class TrainingSpec:
+class TrainingSpec(ModelRef):
     """A training job to buy hardware for: ``tokens`` tokens of ``model`` at seq x gbs."""
 
     model: str | TransformerConfig
@@ -64,14 +64,6 @@ class TrainingSpec:
             raise ValueError(f"tokens: the token budget must be > 0, got {self.tokens}")
         if self.seq < 1 or self.gbs < 1:
             raise ValueError(f"seq and gbs must be >= 1, got seq={self.seq}, gbs={self.gbs}")
-
-    @property
-    def config(self) -> TransformerConfig:
-        return preset(self.model) if isinstance(self.model, str) else self.model
-
-    @property
-    def name(self) -> str:
-        return self.model if isinstance(self.model, str) else self.config.name
 
 
 @dataclass(frozen=True)

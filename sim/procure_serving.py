@@ -20,11 +20,11 @@ from ..model import preset
 from ..model.config import TransformerConfig
 from .cost import serving_cost
 from .energy import power_model
-from .procure_sizing import resolve_system, size
+from .procure_sizing import ModelRef, resolve_system, size
 
 
 @dataclass(frozen=True)
-class ServingSpec:
+class ServingSpec(ModelRef):
     """A serving job: requests of ``input_len`` prompt and ``output_len`` generated tokens within the
     TTFT / TPOT targets (seconds; None = no target), at ``rate`` requests/s if given."""
 
@@ -45,14 +45,6 @@ class ServingSpec:
             v = getattr(self, k)
             if v is not None and not v > 0:
                 raise ValueError(f"{k} must be > 0 (or None), got {v}")
-
-    @property
-    def config(self) -> TransformerConfig:
-        return preset(self.model) if isinstance(self.model, str) else self.model
-
-    @property
-    def name(self) -> str:
-        return self.model if isinstance(self.model, str) else self.config.name
 
 
 

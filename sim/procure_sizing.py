@@ -16,6 +16,8 @@ from __future__ import annotations
 import math
 
 from .. import hwdb
+from ..model import preset
+from ..model.config import TransformerConfig
 from ..hwdb.prices import PriceBook
 
 MAX_ODD = 7
@@ -81,3 +83,17 @@ def size(sysobj: hwdb.System, book: PriceBook, gpus: int | None, budget: float |
         return 0, math.nan, (f"budget ${budget:,.0f} buys nothing: one {sysobj.key} "
                              f"{'rack' if unit > per_node else 'node'} costs ${capex_unit:,.0f}")
     return units * unit // per_node, units * capex_unit, ""
+
+
+class ModelRef:
+    """A spec's ``model``: a preset name or a TransformerConfig (mixin of TrainingSpec, ServingSpec)."""
+
+    model: "str | TransformerConfig"
+
+    @property
+    def config(self) -> TransformerConfig:
+        return preset(self.model) if isinstance(self.model, str) else self.model
+
+    @property
+    def name(self) -> str:
+        return self.model if isinstance(self.model, str) else self.config.name
