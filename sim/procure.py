@@ -33,7 +33,7 @@ from typing import Any
 
 from .. import hwdb
 from ..hwdb.prices import PriceBook, all_records, load_prices
-from ..model import TrainingWorkload, preset
+from ..model import TrainingWorkload
 from ..model.config import TransformerConfig
 from .cluster import Cluster
 from .cost import GpuHourCost, RunCost, cloud_gpu_hour, owned_gpu_hour, training_run

@@ -16,7 +16,6 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from ..model import preset
 from ..model.config import TransformerConfig
 from .cost import serving_cost
 from .energy import power_model
