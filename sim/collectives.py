@@ -25,18 +25,31 @@ def bus_factor(op: str, n: int) -> float:
     if n < 2:
         raise ValueError(f"a collective needs at least 2 GPUs, got n={n}")
     factors = {"all_reduce": 2.0 * (n - 1) / n, "all_gather": (n - 1) / n,
-               "reduce_scatter": (n - 1) / n, "sendrecv": 1.0, "broadcast": 1.0}
+               "reduce_scatter": (n - 1) / n, "sendrecv": 1.0, "broadcast": 1.0, "all_to_all": (n - 1) / n}
     if op not in factors:
         raise ValueError(f"unknown collective {op!r}; known: {', '.join(OPS)}")
     return factors[op]
 
 
-def collective_time_s(op: str, nbytes: float, n: int, link_bw_per_dir: float, eff: Efficiency) -> float:
+FALLBACK = {"all_to_all": "all_gather", "broadcast": "all_gather"}   # same (n-1)/n-like ring traffic
+
+
+def collective_params(op: str, eff: Efficiency, algo: str | None = None) -> tuple[float, float]:
+    """(latency_s, bw_fraction) of ``op``: calibrated for NCCL_ALGO=``algo`` when the data has
+    them (collective.<op>.<algo>.*), else for NCCL's own choice (collective.<op>.*), else (no
+    measurement of that op yet) the all_gather's, whose ring moves the same bytes per GPU."""
+    for key in ([f"{op}.{algo}"] if algo else []) + [op, FALLBACK.get(op, op)]:
+        if f"collective.{key}.latency_s" in eff.params:
+            return eff.get(f"collective.{key}.latency_s"), eff.get(f"collective.{key}.bw_fraction")
+    raise KeyError(f"collective.{op}: no calibrated or assumed parameters")
+
+
+def collective_time_s(op: str, nbytes: float, n: int, link_bw_per_dir: float, eff: Efficiency,
+                      algo: str | None = None) -> float:
     """Ring time of one collective over ``n`` GPUs of one NVLink domain (module docstring)."""
     if nbytes <= 0:
         raise ValueError(f"collective bytes must be positive, got {nbytes}")
-    lat = eff.get(f"collective.{op}.latency_s")
-    frac = eff.get(f"collective.{op}.bw_fraction")
+    lat, frac = collective_params(op, eff, algo)
     return lat + bus_factor(op, n) * nbytes / (link_bw_per_dir * frac)
 
 
@@ -62,6 +75,5 @@ def tree_all_reduce_time_s(nbytes: float, n: int, link_bw_per_dir: float, eff: E
     the chain fills over n - 1 hops each way, the ring over 2(n - 1) steps)."""
     if nbytes <= 0:
         raise ValueError(f"nbytes: collective bytes must be positive, got {nbytes}")
-    lat = eff.get("collective.all_reduce.latency_s")
-    frac = eff.get("collective.all_reduce.bw_fraction")
+    lat, frac = collective_params("all_reduce", eff, "tree")
     return lat + tree_bus_factor(n) * nbytes / (link_bw_per_dir * frac)

@@ -201,17 +201,20 @@ def fit_launch(paths, gpu) -> tuple[dict[str, float], tuple[float, float, int]]:
 def fit_collectives(paths, gpu) -> tuple[dict[str, float], dict[str, tuple[float, float, int]]]:
     """latency_s and bw_fraction of each NCCL operation, on the calibration split
     of the multi-GPU collective records (sim/collectives.py has the formula)."""
-    from ..sim.collectives import bus_factor
+    from ..sim.collectives import bus_factor, tree_bus_factor
     from ..sim.estimate import resolve_gpu as _gpu
+    from .predict_multi import world_of
     link = _gpu(gpu).nvlink_bw_per_dir
     by_op: dict[str, list[tuple[float, float]]] = {}
     for run, rec in iter_records(run_paths(paths or [DATA_DIR])):
         if (rec["kind"] != "collective" or gpu_key(run["env"]) != gpu or fit_split(run, rec) != "calibration"
                 or not rec.get("timing")):
             continue
-        n = int(run["env"].get("gpu_count", 2))
-        p = rec["params"]
-        by_op.setdefault(p["op"], []).append((bus_factor(p["op"], n) * p["bytes"] / link, rec["timing"]["median_s"]))
+        n, p = world_of(rec, run["env"]), rec["params"]
+        algo = p.get("algo")   # NCCL_ALGO forced by the runner (cases_multi), else NCCL's choice
+        factor = tree_bus_factor(n) if algo == "tree" else bus_factor(p["op"], n)
+        key = f"{p['op']}.{algo}" if algo else p["op"]
+        by_op.setdefault(key, []).append((factor * p["bytes"] / link, rec["timing"]["median_s"]))
     fitted, report = {}, {}
     for op, pts in sorted(by_op.items()):
         x = np.array([a for a, _ in pts])

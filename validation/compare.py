@@ -57,6 +57,8 @@ def split_of(record: dict) -> str:
     if kind == "gemm":
         tags = " ".join(p.get("tags", []))
         held = any(t in tags for t in SPLITS["gemm"]["held_out_tags"])
+    elif "held_out_bytes" in SPLITS.get(kind, {}):    # collectives: every other message size
+        held = int(p.get("bytes", 0)) in SPLITS[kind]["held_out_bytes"]
     elif "held_out_models" in SPLITS.get(kind, {}):   # train_step, prefill, decode, ddp, fsdp
         held = p.get("model") in SPLITS[kind]["held_out_models"]
     else:
@@ -66,9 +68,12 @@ def split_of(record: dict) -> str:
 
 def row_kind(rec: dict) -> str:
     """The kind accuracy is judged by: decode splits into CUDA-graph and eager
-    (different targets: eager decode is host-bound and varies with the host CPU)."""
+    (different targets: eager decode is host-bound and varies with the host CPU); collectives
+    with a forced NCCL algorithm are judged apart from NCCL's own choice."""
     if rec["kind"] == "decode":
         return "decode_graph" if rec["params"].get("mode") == "graph" else "decode_eager"
+    if rec["kind"] == "collective" and rec["params"].get("algo"):
+        return "collective_algo"   # NCCL_ALGO forced (ring vs tree, issue 8): not what a job runs by default
     return rec["kind"]
 
 

@@ -63,11 +63,8 @@ def predict_collective_algo(p: dict, gpu: str, n: int) -> float:
             raise NotPredicted(f"NCCL Tree runs all_reduce only, not {p['op']}")
         from ..sim.collectives import tree_all_reduce_time_s
         return tree_all_reduce_time_s(p["bytes"], n, g.nvlink_bw_per_dir, efficiency(g))
-    from ..sim.cluster import layout
-    from ..sim.network import collective_time_s
-    cluster = cluster_for(gpu, n)
-    lay = layout(Parallelism(dp=n), cluster, "dp")
-    return collective_time_s(p["op"], p["bytes"], "dp", lay, cluster, efficiency(g), algorithm="ring").time_s
+    from ..sim.collectives import collective_time_s
+    return collective_time_s(p["op"], p["bytes"], n, g.nvlink_bw_per_dir, efficiency(g), algo="ring")
 
 
 def tp_workload(p: dict, n: int):

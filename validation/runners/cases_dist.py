@@ -51,7 +51,8 @@ from timing import measure, measure_steps  # noqa: E402
 BUS_FACTOR = {"all_reduce": lambda n: 2 * (n - 1) / n, "all_gather": lambda n: (n - 1) / n,
               "reduce_scatter": lambda n: (n - 1) / n, "sendrecv": lambda n: 1.0}
 SIZES = {"smoke": [64 * 1024, 1 * MiB], "quick": [1 * MiB, 64 * MiB, 1 * GiB],
-         "full": [1 * MiB, 4 * MiB, 16 * MiB, 64 * MiB, 256 * MiB, 1 * GiB, 4 * GiB]}
+         "full": [8 * 1024, 32 * 1024, 128 * 1024, 512 * 1024,   # latency-bound: TP decode all-reduces are KiBs
+                  1 * MiB, 4 * MiB, 16 * MiB, 64 * MiB, 256 * MiB, 1 * GiB, 4 * GiB]}
 
 
 # ---- collectives --------------------------------------------------------------------------
