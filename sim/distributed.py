@@ -254,7 +254,8 @@ def estimate_parallel(workload, hw, stack=None, overrides=None):
     host = dp_host_times(t, np.where(compute, host_times(t, st), 0.0), st.graphs)
     busy = float(np.dot(gpu_s, t.count))
     idle = max(0.0, tandem_step_time(host, gpu_s, t.count, t.block_starts) - busy)
-    c = comm_times(t, par, cluster, eff)
+    from .collectives import in_cuda_graph
+    c = comm_times(t, par, cluster, in_cuda_graph(eff) if st.graphs else eff)
     parts = step_parts(t, k, gpu_s, c, par, workload.grad_accum if hasattr(workload, "grad_accum") else 1,
                        st.key, idle)
     by_cat, by_phase = _sums(t, k, gpu_s * t.count, idle)

@@ -54,15 +54,18 @@ def test_tree_bus_factor_closed_form():
         tree_bus_factor(1)
 
 
-def test_tree_equals_ring_on_two_gpus_and_is_slower_on_eight():
+def test_tree_is_a_chain_with_its_own_calibrated_parameters():
+    """Tree all_reduce = lat + tree_bus_factor(n) * S / (b * frac), with the NCCL_ALGO=Tree
+    parameters when calibrated (else the default all_reduce's): 1x S at n = 2, 2x S at n >= 3."""
+    from mechsim.sim.collectives import collective_params
     g = resolve_gpu(GPU)
     e, b = efficiency(g), g.nvlink_bw_per_dir
     S = 2**30
-    assert tree_all_reduce_time_s(S, 2, b, e) == pytest.approx(collective_time_s("all_reduce", S, 2, b, e))
-    lat = e.get("collective.all_reduce.latency_s")
-    ring8 = collective_time_s("all_reduce", S, 8, b, e) - lat
-    tree8 = tree_all_reduce_time_s(S, 8, b, e) - lat
-    assert tree8 / ring8 == pytest.approx(2.0 / 1.75)     # 2 S vs 2(n-1)/n S on the busiest link
+    lat, frac = collective_params("all_reduce", e, "tree")
+    assert tree_all_reduce_time_s(S, 2, b, e) == pytest.approx(lat + S / (b * frac))
+    assert tree_all_reduce_time_s(S, 8, b, e) == pytest.approx(lat + 2 * S / (b * frac))
+    ring_lat, ring_frac = collective_params("all_reduce", e, "ring")
+    assert collective_time_s("all_reduce", S, 8, b, e, algo="ring") == pytest.approx(ring_lat + 1.75 * S / (b * ring_frac))
 
 
 def test_tree_more_bandwidth_never_slower_and_bad_bytes():
@@ -83,14 +86,14 @@ def test_collective_positive_and_bigger_message_never_faster(op, algo, n):
     assert all(b >= a for a, b in zip(times, times[1:]))
 
 
-def test_ring_matches_the_two_gpu_predictor_and_tree_differs_at_eight():
-    """A ring record at n = 2 predicts what the existing 2-GPU collective path predicts."""
+def test_ring_uses_its_forced_algorithm_parameters_and_tree_differs_at_eight():
+    """A NCCL_ALGO=Ring record predicts the ring formula with the ring's calibrated parameters."""
+    from mechsim.sim.collectives import collective_time_s
+    g = resolve_gpu(GPU)
     for op in ("all_reduce", "all_gather", "reduce_scatter"):
-        plain = {"case_id": f"collective/{op}/1GiB", "kind": "collective", "params": {"op": op, "bytes": 2**30},
-                 "extra": {"world": 2}}
-        assert predict(coll(op, 2**30, "ring", 2), ENV) == pytest.approx(predict(plain, ENV))
-    assert predict(coll("all_reduce", 2**30, "tree", 2), ENV) == pytest.approx(predict(coll("all_reduce", 2**30, "ring", 2), ENV))
-    assert predict(coll("all_reduce", 2**30, "tree", 8), ENV) > 1.1 * predict(coll("all_reduce", 2**30, "ring", 8), ENV)
+        want = collective_time_s(op, 2**30, 2, g.nvlink_bw_per_dir, efficiency(g), algo="ring")
+        assert predict(coll(op, 2**30, "ring", 2), ENV) == pytest.approx(want)
+    assert predict(coll("all_reduce", 2**30, "tree", 8), ENV) > 1.05 * predict(coll("all_reduce", 2**30, "ring", 8), ENV)
 
 
 def test_more_gpus_move_more_bytes_per_gpu():
@@ -219,7 +222,7 @@ def test_compare_reports_the_new_kinds(tmp_path):
     (tmp_path / "h200" / "run.json").write_text(json.dumps(run))
     rows, unused = compare([tmp_path])
     assert not unused, unused
-    assert {r.kind for r in rows} == {"collective", "prefill_tp", "decode_tp", "pp_step"}
+    assert {r.kind for r in rows} == {"collective_algo", "prefill_tp", "decode_tp", "pp_step"}
     assert all(r.predicted > 0 for r in rows)
 
 
