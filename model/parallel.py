@@ -73,6 +73,7 @@ class Parallelism(BaseModel):
     pp_split_loss: bool = False
     layout: tuple[NonNegativeInt, ...] | None = None
     fsdp_param_dtype: Literal["fp32", "bf16"] | None = None
+    tp_comm_overlap: bool = False   # TransformerEngine userbuffers: TP AG/RS pipelined with the GEMMs
 
     @model_validator(mode="after")
     def _check(self) -> "Parallelism":
@@ -80,6 +81,8 @@ class Parallelism(BaseModel):
             raise ValueError("vp: virtual pipeline stages need pp > 1")
         if self.sp and self.tp == 1:
             raise ValueError("sp: sequence parallelism needs tp > 1")
+        if self.tp_comm_overlap and not self.sp:
+            raise ValueError("tp_comm_overlap: TP communication overlap needs sequence parallelism (sp=True, tp > 1)")
         if (self.dp * self.cp) % self.ep:
             raise ValueError(f"ep ({self.ep}) must divide the data-parallel x context-parallel GPUs "
                              f"(dp*cp = {self.dp * self.cp})")

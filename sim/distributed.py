@@ -86,12 +86,13 @@ def _group_phase(c: CommTimes, t: OpTable, group: str, phase: int) -> float:
     return _sum(c.total_s, (c.group == GROUPS.index(group)) & (t.phase == phase))
 
 
-def critical_comm(t: OpTable, c: CommTimes, k_total: np.ndarray, stack_key: str) -> dict[str, tuple[float, float]]:
+def critical_comm(t: OpTable, c: CommTimes, k_total: np.ndarray, stack_key: str,
+                  par=None) -> dict[str, tuple[float, float]]:
     """Exposed (forward, backward) seconds of TP, CP and EP communication over the step.
 
     TP: (1 - stack overlap fraction) of it; EP all-to-all: all of it; CP ring send/recv:
     what the attention compute of the same phase cannot hide."""
-    f = overlap.tp_overlap_fraction(stack_key)
+    f = overlap.tp_overlap_fraction(stack_key, par.tp if par else 1, bool(par and par.tp_comm_overlap))
     attn = t.kind == KINDS.index("attention")
     out = {}
     for ph_name, ph in (("fwd", FWD), ("bwd", BWD)):
@@ -159,7 +160,7 @@ def step_parts(t: OpTable, k: KernelTimes, gpu_s: np.ndarray, c: CommTimes, par,
     """Compose a multi-GPU step (module docstring)."""
     k_total = np.where(t.kind == COLLECTIVE, 0.0, gpu_s * t.count)
     fwd, bwd, opt = phase_compute(t, k_total)
-    crit = critical_comm(t, c, k_total, stack_key)
+    crit = critical_comm(t, c, k_total, stack_key, par)
     if par.schedule == "dualpipe":
         ep = dualpipe_ep_exposed_s(sum(crit["ep"]), fwd + bwd)
         crit["ep"] = (ep / 2, ep / 2)

@@ -84,8 +84,16 @@ def default_contention() -> float:
     return overlap_param("contention.compute_slowdown")
 
 
-def tp_overlap_fraction(stack: str) -> float:
-    """Fraction of TP comm hidden under GEMMs for a software stack key (0 unless listed)."""
+def tp_overlap_fraction(stack: str, tp: int = 1, comm_overlap: bool = False) -> float:
+    """Fraction of TP comm hidden under GEMMs.
+
+    ``comm_overlap`` (Megatron's tp_comm_overlap, TransformerEngine userbuffers): each
+    sequence-parallel all-gather / reduce-scatter is split into tp chunks exchanged ring-wise
+    while the GEMM works on the chunk already there, so only the first chunk's transfer stays
+    exposed: f = 1 - 1/tp (TransformerEngine comm_gemm_overlap: ring-exchange AG, pipelined
+    RS with tp splits). Otherwise the stack's listed fraction (0 unless listed)."""
+    if comm_overlap and tp > 1:
+        return 1.0 - 1.0 / tp
     p = overlap_params()
     return float(p[f"tp_overlap.{stack}"].value) if f"tp_overlap.{stack}" in p else 0.0
 

@@ -220,8 +220,9 @@ class PublishedRow(_Row):
     def parallelism(self, **fill) -> Parallelism:
         """The row as a mechsim Parallelism. Degrees the source does not state (often sp, zero,
         vp) must be given as keyword arguments; giving one the source does state is an error."""
-        names = ("tp", "pp", "vp", "dp", "cp", "ep", "sp", "zero")
-        vals = {k: getattr(self, k) for k in names}
+        names = ("tp", "pp", "vp", "dp", "cp", "ep", "sp", "zero", "tp_comm_overlap")
+        vals = {k: getattr(self, k, None) for k in names}
+        vals["tp_comm_overlap"] = fill.pop("tp_comm_overlap", False)   # a recipe setting, never in the tables
         for k, v in fill.items():
             if k not in vals or vals[k] is not None:
                 raise ValueError(f"{self.path}: row {self.id!r}: field {k}: published (or unknown); not overridable")

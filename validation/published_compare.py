@@ -41,10 +41,20 @@ class PublishedRow:
         return self.predicted / self.published - 1.0
 
 
+# NeMo / Megatron-Bridge performance recipes turn TransformerEngine's TP communication overlap on
+# whenever tp > 1 (NVIDIA-NeMo/Megatron-Bridge scripts/performance/configs/llama/llama3_llm_pretrain.py:
+# CommOverlapConfig(tp_comm_overlap=tp > 1), userbuffers configs per GPU); Megatron-LM 2021, torchtitan
+# and the other tables did not have it.
+TP_OVERLAP_SOURCES = ("megatron_bridge", "nemo")
+
+
 def _fill(row) -> dict:
     fill = {}
     if row.sp is None:
         fill["sp"] = bool(row.tp and row.tp > 1)
+    sp = fill.get("sp", row.sp)
+    if sp and row.source_id.startswith(TP_OVERLAP_SOURCES):
+        fill["tp_comm_overlap"] = True
     if row.zero is None:
         fill["zero"] = ASSUMED["zero"]
     return fill

@@ -27,3 +27,16 @@ def test_zero_bubble_and_dualpipe_schedules():
     assert zb.exposed_comm["ep"] == e1.exposed_comm["ep"]          # zero bubble hides no all-to-all
     assert dp.exposed_comm["ep"] < e1.exposed_comm["ep"]           # DualPipe: a2a under the paired compute
     assert dp.step_time_s < zb.step_time_s < e1.step_time_s
+
+
+def test_tp_comm_overlap_leaves_one_chunk_of_tp_comm_exposed():
+    import pytest
+    base = dict(tp=4, sp=True, pp=1, dp=2, zero=1)
+    w = lambda **kw: TrainingWorkload(model="llama3-70b", mbs=1, seq=4096, grad_accum=2, precision="bf16",  # noqa: E731
+                                      stack="megatron_te", parallel=Parallelism(**base, **kw))
+    cl = Cluster(system="hgx_h100", nodes=1)
+    off, on = estimate(w(), cl), estimate(w(tp_comm_overlap=True), cl)
+    assert on.exposed_comm["tp"] == pytest.approx(off.exposed_comm["tp"] / 4, rel=1e-9)   # 1 - 1/tp hidden
+    assert on.step_time_s < off.step_time_s
+    with pytest.raises(ValueError, match="sequence parallelism"):
+        Parallelism(tp=4, tp_comm_overlap=True)
