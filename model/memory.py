@@ -25,7 +25,7 @@ and with flash attention (no 5*a*s^2*b term).
 from __future__ import annotations
 
 from .config import TransformerConfig
-from .ops import DTYPE_BYTES
+from .ops import DTYPE_BYTES, STORED_BYTES
 from .ops_train import linear_weight_params
 from .workload import InferenceWorkload, TrainingWorkload, train_dtypes
 
@@ -39,7 +39,7 @@ def weight_bytes(w: TrainingWorkload | InferenceWorkload) -> float:
     if isinstance(w, TrainingWorkload):
         return P * train_dtypes(w.precision).param
     lin = linear_weight_params(cfg, layers_only=True)
-    return lin * DTYPE_BYTES[w.weight_dtype] + (P - lin) * DTYPE_BYTES[w.act_dtype]
+    return lin * STORED_BYTES[w.weight_dtype] + (P - lin) * DTYPE_BYTES[w.act_dtype]
 
 
 def weight_cast_cache_bytes(w: TrainingWorkload) -> float:

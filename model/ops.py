@@ -43,6 +43,12 @@ DTYPE_BYTES: dict[str, float] = {
     "fp8": 1.0, "int8": 1.0, "fp4": 0.5, "int4": 0.5,
 }
 
+# Bytes per element of a tensor STORED in a block-scaled format, scales included. fp4 is
+# NVFP4 (the Blackwell inference format: 16-element blocks, one FP8 E4M3 scale per block, plus
+# one FP32 scale per tensor): 0.5 + 1/16 B. int4 weight-only (AWQ/GPTQ, group 128, one fp16
+# scale per group): 0.5 + 2/128 B. Others carry per-tensor or per-channel scales (negligible).
+STORED_BYTES: dict[str, float] = {**DTYPE_BYTES, "fp4": 0.5 + 1.0 / 16, "int4": 0.5 + 2.0 / 128}
+
 
 @dataclass(frozen=True, slots=True)
 class Op:

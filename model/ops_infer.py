@@ -19,7 +19,7 @@ from dataclasses import replace
 
 from .chains import embedding, norm, sample
 from .comm import coll, pp_p2p, tp_in, tp_out
-from .ops import DTYPE_BYTES, Op
+from .ops import DTYPE_BYTES, STORED_BYTES, Op
 from .ops_common import Ctx, linear
 from .ops_layer import layer_pairs
 from .shard import local_config
@@ -36,7 +36,7 @@ def _ctx(w: InferenceWorkload, fused: frozenset) -> Ctx:
     Skv = w.prompt_len if w.phase == "prefill" else w.context_len
     a, g, p = DTYPE_BYTES[w.act_dtype], gemm_dtype(w), w.parallel
     return Ctx(cfg=local_config(w.model, p), B=w.batch, S=S, Skv=Skv, act=a, resid=a, gemm=g,
-               gin=DTYPE_BYTES[g], wb=DTYPE_BYTES[w.weight_dtype], pw=a, mb=1, train=False,
+               gin=STORED_BYTES[g], wb=STORED_BYTES[w.weight_dtype], pw=a, mb=1, train=False,
                kvb=DTYPE_BYTES[w.kv_dtype], fused=fused, tp=p.tp, sp=p.sp, ep=p.ep, embed=p.pp == 1)
 
 
