@@ -142,6 +142,30 @@ def fsdp_step_exposure(t: OpTable, c: CommTimes, fwd_s: float, bwd_s: float, m: 
     return overlap.Exposure("fsdp", e.comm_s * m, e.exposed_s * m, e.hidden_s * m, e.slowdown_s * m)
 
 
+TP_LINEARS = ("layer/attn/qkv_proj", "layer/attn/o_proj", "layer/mlp/gate_up", "layer/mlp/down")
+
+
+def chunked_tp_gemms(t: OpTable, gpu_s: np.ndarray, tp: int, rates, eff, impl: str) -> np.ndarray:
+    """GPU time of each op when TransformerEngine's TP comm overlap splits the TP linears'
+    forward GEMMs and their input-gradient (dgrad) GEMMs into tp chunks of M/tp tokens, one per
+    all-gather / reduce-scatter step: tp x time(M/tp) instead of time(M) (smaller GEMMs lose
+    tile and wave efficiency and pay tp fixed costs). Weight-gradient GEMMs run whole."""
+    idx = [i for i, op in enumerate(t.ops) if op.kind == "matmul" and not op.name.endswith("/wgrad")
+           and any(op.name in (n, n + "/dgrad") for n in TP_LINEARS)]
+    if tp <= 1 or not idx:
+        return gpu_s
+    from dataclasses import replace
+    from .kernels import kernel_times
+    mnkb = t.mnkb.copy()
+    mnkb[idx, 0] = np.maximum(1.0, np.round(mnkb[idx, 0] / tp))
+    scale = np.ones(len(t.ops))
+    scale[idx] = 1.0 / tp
+    chunk = replace(t, mnkb=mnkb, flops=t.flops * scale, bytes=t.bytes * scale, bytes_written=t.bytes_written * scale)
+    out = gpu_s.copy()
+    out[idx] = tp * kernel_times(chunk, rates, eff, impl).gpu_s[idx]
+    return out
+
+
 def wgrad_s(t: OpTable, k_total: np.ndarray) -> float:
     """Weight-gradient GEMM seconds of the step (ops ``*/wgrad``): the part of backward that
     zero-bubble and DualPipe schedules move into the bubbles."""
@@ -252,6 +276,8 @@ def estimate_parallel(workload, hw, stack=None, overrides=None):
     k = kernel_times(t, rates, eff, st.attention)
     compute = t.kind != COLLECTIVE
     gpu_s = np.where(compute, k.gpu_s, 0.0)
+    if par.tp_comm_overlap:
+        gpu_s = chunked_tp_gemms(t, gpu_s, par.tp, rates, eff, st.attention)
     host = dp_host_times(t, np.where(compute, host_times(t, st), 0.0), st.graphs)
     busy = float(np.dot(gpu_s, t.count))
     idle = max(0.0, tandem_step_time(host, gpu_s, t.count, t.block_starts) - busy)

@@ -40,3 +40,23 @@ def test_tp_comm_overlap_leaves_one_chunk_of_tp_comm_exposed():
     assert on.step_time_s < off.step_time_s
     with pytest.raises(ValueError, match="sequence parallelism"):
         Parallelism(tp=4, tp_comm_overlap=True)
+
+
+def test_tp_overlap_chunks_the_tp_gemms_and_never_speeds_them_up():
+    from mechsim.sim.distributed import chunked_tp_gemms
+    from mechsim.sim.estimate import calibrated_stack, efficiency, hw_rates, prepare
+    from mechsim.sim.kernels import kernel_times
+    from mechsim.sim.stacks import get_stack
+    from mechsim import hwdb
+    par = Parallelism(tp=4, sp=True, dp=2, zero=1, tp_comm_overlap=True)
+    w = TrainingWorkload(model="llama3-70b", mbs=1, seq=4096, precision="bf16", stack="megatron_te", parallel=par)
+    g = hwdb.get_gpu("h100")
+    st = calibrated_stack(g, get_stack("megatron_te"))
+    t = prepare(w, st.fused).table
+    rates, eff = hw_rates(g, 1.0), efficiency(g)
+    base = kernel_times(t, rates, eff, st.attention).gpu_s
+    ch = chunked_tp_gemms(t, base, 4, rates, eff, st.attention)
+    names = [o.name for o in t.ops]
+    i, j = names.index("layer/mlp/gate_up"), names.index("layer/mlp/gate_up/wgrad")
+    assert ch[i] >= base[i] and ch[j] == base[j]            # wgrad runs whole
+    assert (ch >= base - 1e-15).all() and ch.sum() > base.sum()
