@@ -103,12 +103,14 @@ def attention_efficiency(attn: np.ndarray, phase: np.ndarray, sm_count: int,
                          eff: Efficiency, impl: str) -> np.ndarray:
     """Fraction of the bf16 peak an attention kernel reaches.
 
-    eff = fraction[impl, fwd|bwd] * wave_eff * L / (L + len_overhead) * row_fill, with
+    eff = fraction[impl, fwd|bwd] * wave_eff * L / (L + len_overhead[fwd|bwd]) * row_fill, with
     the thread blocks of ``attention_launch`` over the SMs. L is the length each CTA's
     inner loop runs over (KV length in the forward, divided among split-KV blocks;
     query length in the backward; halved when causal), so each CTA's fixed
     prologue/epilogue/softmax-rescale work is amortized over it: short sequences
-    run far below the long-sequence rate (FA2/FA3 papers' curves rise with length).
+    run far below the long-sequence rate (FA2/FA3 papers' curves rise with length). The
+    backward's per-CTA fixed work (dQ accumulation, the dK/dV epilogue) differs from the
+    forward's: bwd_len_overhead where the data has it, else len_overhead.
     row_fill = useful query rows / rows of the padded tiles: a tile computes all of its
     block_m rows whatever the queries (FA2 decode: 4 useful rows of 64 or 128).
     """
@@ -118,8 +120,13 @@ def attention_efficiency(attn: np.ndarray, phase: np.ndarray, sm_count: int,
     ctas, splits, row_fill, _ = attention_launch(attn, phase, sm_count, eff, impl)
     waves = np.ceil(np.maximum(ctas, 1) / sm_count)
     length = np.where(bwd, attn[:, 3], attn[:, 4] / splits) * np.where(attn[:, 7] > 0, 0.5, 1.0)
-    amort = length / (length + eff.get(a + "len_overhead"))
+    overhead = np.where(bwd, _param_or(eff, a + "bwd_len_overhead", a + "len_overhead"), eff.get(a + "len_overhead"))
+    amort = length / (length + overhead)
     return frac * np.minimum(ctas / (waves * sm_count), 1.0) * amort * row_fill
+
+
+def _param_or(eff: Efficiency, name: str, fallback: str) -> float:
+    return eff.get(name) if name in eff.params else eff.get(fallback)
 
 
 def attention_exp_s(attn: np.ndarray, hw: "HwRates", eff: Efficiency, impl: str,

@@ -37,7 +37,7 @@ MEMORY_PARAMS = ("memory.read_fraction", "memory.write_fraction", "memory.fixed_
 MEMORY_CHAINS = ("residual_add", "cast")
 
 MIN_FOR_ALL = 8   # distinct op configurations (repeat runs of one case count once)
-START_IF_ZERO = {"len_overhead": 256.0}   # a parameter at 0 has no scale to search from
+START_IF_ZERO = {"len_overhead": 256.0, "bwd_len_overhead": 256.0}   # a parameter at 0 has no scale to search from
 
 
 @dataclass(frozen=True)
@@ -112,7 +112,7 @@ def _group(key: str, ops, owner, meas) -> Group:
     if key.startswith("attention."):
         impl = key.split(".")[1]
         names = ("fwd_fraction", "bwd_fraction", "fixed_s", "decode_bw_fraction", "len_overhead", "per_cta_bw",
-                 "gqa_reread") if len({(o.shape, o.phase) for o in ops}) >= MIN_FOR_ALL \
+                 "gqa_reread", "bwd_len_overhead") if len({(o.shape, o.phase) for o in ops}) >= MIN_FOR_ALL \
             else ("fwd_fraction", "bwd_fraction")   # too few distinct configurations to pin the rest
         if len({o.shape[5] for o in ops}) > 1:   # exp exposure is only identifiable across head dims
             names += ("exp_exposed",)
