@@ -22,7 +22,7 @@ from .optable import DTYPES, KINDS, OpTable
 from .rowkernels import softmax_fwd_s
 
 MATMUL, ATTENTION, REDUCTION = KINDS.index("matmul"), KINDS.index("attention"), KINDS.index("reduction")
-COPY_ENGINE = KINDS.index("copy_engine")
+COPY_ENGINE, NORM = KINDS.index("copy_engine"), KINDS.index("norm")
 FWD, BWD = 0, 1
 
 
@@ -301,7 +301,10 @@ def streaming_memory_s(t: OpTable, hw: HwRates, eff: Efficiency) -> np.ndarray:
         memory_s = bytes / (HBM * gemm.mem_fraction),
     and device-to-device cudaMemcpy (the driver's copy path, not a kernel; measured on
     H200: the same ~4.2 TB/s of read + written bytes from 64 MiB to 768 MiB)
-        memory_s = bytes / (HBM * memory.copy_fraction).
+        memory_s = bytes / (HBM * memory.copy_fraction),
+    and a one-kernel forward norm (F.rms_norm / layer_norm: vectorized_layer_norm_kernel, a row
+    per block, read and write overlapping: 3.0-3.7 TB/s of read + written bytes on H200)
+        memory_s = bytes / (HBM * memory.fused_norm_fraction).
     """
     read = (t.bytes - t.bytes_written) / (hw.hbm_bandwidth * eff.get("memory.read_fraction"))
     write = t.bytes_written / (hw.hbm_bandwidth * eff.get("memory.write_fraction"))
@@ -310,6 +313,9 @@ def streaming_memory_s(t: OpTable, hw: HwRates, eff: Efficiency) -> np.ndarray:
     copy = t.kind == COPY_ENGINE
     if copy.any():
         out[copy] = t.bytes[copy] / (hw.hbm_bandwidth * eff.get("memory.copy_fraction"))
+    norm = (t.kind == NORM) & (t.phase == FWD) & (t.kernels == 1)
+    if norm.any() and "memory.fused_norm_fraction" in eff.params:
+        out[norm] = t.bytes[norm] / (hw.hbm_bandwidth * eff.get("memory.fused_norm_fraction"))
     return out
 
 
