@@ -72,6 +72,10 @@ def run_attn(ctx: Ctx, p: dict) -> dict:
     extra["tflops"] = p["flops"] / timing["median_s"] / 1e12
     extra["sdpa_backend_chosen"] = chosen_backend(sets[0], causal, gqa, backend)
     extra["kv_bytes_read_min"] = 2 * b * hkv * sk * hd * 2
+    if "decode" in p["tags"] and ctx.is_cuda:   # which kernels (split-KV or not, combine) and their times
+        from models import kernel_summary
+        with torch.set_grad_enabled(False):
+            extra.update(kernel_summary(call, ctx.device, top=6))
     return result(timing, extra)
 
 
