@@ -24,6 +24,20 @@ from ..sim.estimate import estimate
 from .published import load_published
 
 ASSUMED = {"sp": "tp > 1", "zero": 1}
+# Megatron-LM 2021 Table 1 gives no micro-batch size: assumed 1, the size its pipeline analysis
+# favours (a smaller micro-batch, more micro-batches, a smaller bubble; paper section 3.3).
+ASSUMED_MBS = {"megatron2021_a1": 1}
+
+
+def megatron2021_tokens_per_s(row) -> float | None:
+    """tokens/s/GPU from the paper's TFLOP/s/GPU: its eq. (3) counts, per token (recompute included),
+        F_token = 96 l h^2 (1 + s / (6 h) + V / (16 l h))."""
+    f = row.metrics.model_flops_per_s_per_gpu
+    if f is None:
+        return None
+    c = row.transformer_config()
+    l, h, s, v = c.n_layers, c.d_model, row.seq, c.vocab
+    return f / (96 * l * h * h * (1 + s / (6 * h) + v / (16 * l * h)))
 STACK = "megatron_te"
 
 
@@ -96,10 +110,11 @@ def workload_for(row) -> TrainingWorkload:
     if split:
         par = par.model_copy(update=split)
         par = type(par)(**par.model_dump())     # re-validate
-    ga = row.gbs // (row.mbs * par.dp) if row.mbs else None
-    if not ga or row.gbs % (row.mbs * par.dp):
-        raise ValueError(f"gbs={row.gbs} is not mbs={row.mbs} x dp={par.dp} x an integer")
-    return TrainingWorkload(model=row.transformer_config(), mbs=row.mbs, seq=row.seq, grad_accum=ga,
+    mbs = row.mbs or ASSUMED_MBS.get(row.source_id)
+    ga = row.gbs // (mbs * par.dp) if mbs else None
+    if not ga or row.gbs % (mbs * par.dp):
+        raise ValueError(f"gbs={row.gbs} is not mbs={mbs} x dp={par.dp} x an integer")
+    return TrainingWorkload(model=row.transformer_config(), mbs=mbs, seq=row.seq, grad_accum=ga,
                             precision="fp8" if row.precision == "fp8" else "bf16",
                             recompute=row.recompute or "none", stack=STACK, parallel=par)
 
@@ -115,6 +130,8 @@ def predict_row(row) -> PublishedRow:
     if not row.predictable:
         raise ValueError("model, system or a parallel degree is not published")
     tok = row.metrics.tokens_per_s_per_gpu
+    if tok is None and row.source_id == "megatron2021_a1":
+        tok = megatron2021_tokens_per_s(row)
     if tok is None:
         raise ValueError("no tokens/s/GPU published")
     e = estimate(workload_for(row), cluster_for(row))

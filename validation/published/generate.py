@@ -245,9 +245,7 @@ def a1_rows(sec: list[str]) -> list[dict]:
     r["notes"].append("text claim: 'X = 140 TFLOP/s/GPU', estimated 34 days for 300B tokens")
     rows.append(r)
     for r in rows:
-        r.update(system_as_published="DGX A100 (Selene)", gpu="a100_sxm_80gb")
-        r["missing"].insert(0, "system")
-        r["notes"].append("hwdb has the A100 SXM 80GB GPU but no DGX A100 system (NVLink3 + 8x HDR 200 Gb/s)")
+        r.update(system_as_published="DGX A100 (Selene)", system="dgx_a100", gpu="a100_sxm_80gb")
     return rows
 
 
