@@ -20,14 +20,15 @@ Every collective call is timed by the network model (network.op_time) on the clu
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
 from ..model.parallel import GROUPS
 from . import netfast, overlap, pipeline
 from .cluster import Cluster
-from .kernels import KernelTimes
+from .collectives import in_cuda_graph
+from .kernels import KernelTimes, kernel_times
 from .network import op_time
 from .optable import KINDS, PHASES, OpTable
 
@@ -154,8 +155,6 @@ def chunked_tp_gemms(t: OpTable, gpu_s: np.ndarray, tp: int, rates, eff, impl: s
            and any(op.name in (n, n + "/dgrad") for n in TP_LINEARS)]
     if tp <= 1 or not idx:
         return gpu_s
-    from dataclasses import replace
-    from .kernels import kernel_times
     mnkb = t.mnkb.copy()
     mnkb[idx, 0] = np.maximum(1.0, np.round(mnkb[idx, 0] / tp))
     scale = np.ones(len(t.ops))
@@ -257,7 +256,7 @@ def estimate_parallel(workload, hw, stack=None, overrides=None):
     from ..model import hardware_flops_per_step, model_flops_per_step
     from . import errorband
     from .estimate import calibrated_stack, efficiency, hw_rates, prepare, _sums, op_estimates
-    from .kernels import check_rates, kernel_times
+    from .kernels import check_rates
     from .launch import LaunchTimes, host_times, tandem_step_time
     from .memory import fit_memory
     from .results import Estimate
@@ -281,7 +280,6 @@ def estimate_parallel(workload, hw, stack=None, overrides=None):
     host = dp_host_times(t, np.where(compute, host_times(t, st), 0.0), st.graphs)
     busy = float(np.dot(gpu_s, t.count))
     idle = max(0.0, tandem_step_time(host, gpu_s, t.count, t.block_starts) - busy)
-    from .collectives import in_cuda_graph
     c = comm_times(t, par, cluster, in_cuda_graph(eff) if st.graphs else eff)
     parts = step_parts(t, k, gpu_s, c, par, workload.grad_accum if hasattr(workload, "grad_accum") else 1,
                        st.key, idle)
