@@ -217,7 +217,9 @@ def attention_launch(attn: np.ndarray, phase: np.ndarray, sm_count: int, eff: Ef
     block_m = eff.get(f"attention.{impl}.block_m")
     ones = np.ones(len(attn))
     if impl not in _FA2_IMPLS:
-        return attention_ctas(attn, block_m), ones, ones, np.zeros(len(attn), bool)
+        ctas = attention_ctas(attn, block_m)
+        splits = lean_splits(attn, phase, ctas, sm_count, eff, impl)
+        return ctas * splits, splits, ones, np.zeros(len(attn), bool)
     fwd = phase != BWD
     packed = fwd & (sq == 1) & (hq > hkv)
     rows = np.where(packed, hq / np.maximum(hkv, 1), np.maximum(sq, 1))
@@ -227,6 +229,23 @@ def attention_launch(attn: np.ndarray, phase: np.ndarray, sm_count: int, eff: Ef
     tile_m = np.where(splits > 1, float(_FA2_SPLIT_BLOCK_M), block_m)
     m_blocks = np.ceil(rows / tile_m)
     return b * heads * m_blocks * splits, splits, rows / (m_blocks * tile_m), packed
+
+
+def lean_splits(attn: np.ndarray, phase: np.ndarray, ctas: np.ndarray, sm_count: int, eff: Efficiency,
+                impl: str) -> np.ndarray:
+    """KV splits of a "lean" (stream-K) decode kernel: cuDNN's decode forward (Sq = 1) with fewer
+    than units = lean_units_per_sm * SMs (batch, head) blocks spreads the KV loop evenly over
+    ``units`` work units and merges them with a reduction kernel, so
+        splits = units / ctas   when ctas < units (Sq = 1, forward), else 1
+    (fractional: the split is over KV blocks, not whole heads). Every SM streams, so a batch-1
+    decode is not bound by a few blocks' bandwidth. Measured on H200 (profiles of run c28034:
+    ``lean_reduction_kernel`` after the fprop kernel at b*Hq = 32..256, absent at 512+)."""
+    name = f"attention.{impl}.lean_units_per_sm"
+    if name not in eff.params:
+        return np.ones(len(attn))
+    units = eff.get(name) * sm_count
+    lean = (phase != BWD) & (attn[:, 3] == 1) & (ctas < units)
+    return np.where(lean, units / np.maximum(ctas, 1.0), 1.0)
 
 
 def attention_memory_s(attn: np.ndarray, nbytes: np.ndarray, hw: "HwRates", eff: Efficiency, impl: str,
