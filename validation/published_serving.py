@@ -24,6 +24,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..sim.serving import Deployment, Engine, Lengths, Server, decode_s, kv_capacity, prefill_s
+from ..sim.serving.trtllm_bench import bench_settings, unchunked_tokens
 from .published import load_published_inference
 
 FP = {"fp8": "fp8", "fp4": "fp4", "nvfp4": "fp4", "bf16": "bf16", "fp16": "fp16", None: "bf16"}
@@ -35,6 +36,9 @@ ASSUMPTIONS = {
         "kv_free_fraction": (0.90, "source: 'KV-cache free-memory fraction 0.90-0.95'; the lower end"),
         "metric": ("output", "source metric_notes: 'Total Output Throughput (tokens/sec)'"),
         "stack": ("serving", "TRT-LLM PyTorch backend with CUDA graphs"),
+        "scheduler": ("trtllm_bench_pytorch", "no --max_batch_size / --max_num_tokens in the perf-overview command: "
+                      "trtllm-bench sizes them from the dataset's ISL/OSL (bench/build/tuning.py) at "
+                      "--kv_cache_free_gpu_mem_fraction 0.90, chunked prefill off (bench/benchmark/utils/general.py)"),
     },
     "azure_b3": {
         "kv_dtype": ("fp8", "trtllm-bench build --quantization FP8 (Azure LLMBenchmark.py)"),
@@ -42,6 +46,10 @@ ASSUMPTIONS = {
                                    "trtllm-bench throughput --kv_cache_free_gpu_mem_fraction 0.83"),
         "metric": ("total", "LLMBenchmark.py parses trtllm-bench's 'Token Throughput (tokens/sec)' line: input + output"),
         "stack": ("serving", "trtllm-bench engine with CUDA graphs"),
+        "scheduler": ("trtllm_bench_engine", "LLMBenchmark.py builds one engine per model with `trtllm-bench build "
+                      "--dataset` of its longest ISL+OSL pair (2048/2048) and reuses it for every row: the engine's "
+                      "max_batch_size / max_num_tokens come from bench/build/tuning.py at the build's 0.95 "
+                      "(chunked context on at run time, trtllm-bench ExecutorSettingsConfig)"),
         "small_batch_stack": ("serving", "small-batch table: TensorRT-LLM engines timed by TensorRT-LLM's "
                                          "benchmarks/python/benchmark.py -m dec (Azure LLMBenchmark.py, commit bbbe98d)"),
         "small_batch_precision": ("fp8", "Azure config.json (commit 091b83d): Llama-3 8B / 70B 'precision': 'fp8', "
@@ -119,10 +127,32 @@ def _server(row) -> Server:
     hw = _hw(row)
     wd = FP[row.precision]
     dep = Deployment.make(cfg, hw, row.tp, wd, _assume(row, "kv_dtype") or "fp8", stack=_assume(row, "stack") or "serving")
-    engine = Engine.default()
+    engine = _engine(row, cfg, dep)
     kv = kv_capacity(cfg, dep.gpu, row.tp, wd, dep.kv_dtype, free_fraction=_assume(row, "kv_free_fraction"),
                      max_num_tokens=engine.max_num_tokens)
     return Server(dep, Lengths.of(row.isl, row.osl, cfg.max_seq), engine, kv=kv)
+
+
+def _engine(row, cfg, dep) -> Engine:
+    """Scheduler limits of the row's benchmark (ASSUMPTIONS[source]['scheduler']); engine defaults otherwise."""
+    how = _assume(row, "scheduler")
+    if how == "trtllm_bench_pytorch":
+        bs, tok = bench_settings(cfg, dep.gpu, row.tp, dep.weight_dtype, dep.kv_dtype, row.isl, row.osl, 0.90)
+        return Engine.default(max_batch=bs, max_num_tokens=unchunked_tokens(tok, bs, row.isl))
+    if how == "trtllm_bench_engine":
+        isl, osl = _engine_dataset(row)
+        bs, tok = bench_settings(cfg, dep.gpu, row.tp, dep.weight_dtype, dep.kv_dtype, isl, osl, 0.95)
+        return Engine.default(max_batch=bs, max_num_tokens=tok)
+    return Engine.default()
+
+
+def _engine_dataset(row) -> tuple[int, int]:
+    """(isl, osl) of the longest ISL+OSL row of the same source, model, system and tp: the dataset the
+    engine was built with."""
+    same = [r for r in load_published_inference() if (r.source_id, r.model, r.system, r.tp, r.mode) ==
+            (row.source_id, row.model, row.system, row.tp, row.mode) and r.isl and r.osl]
+    best = max(same, key=lambda r: r.isl + r.osl)
+    return best.isl, best.osl
 
 
 def _tokens(row, rate: float) -> float:

@@ -1,0 +1,85 @@
+"""The scheduler limits trtllm-bench picks when none are given (max batch size, max num tokens).
+
+trtllm-bench (TensorRT-LLM's benchmark CLI) sizes the in-flight-batching scheduler from the
+dataset when the user passes no --max_batch_size / --max_num_tokens: ``trtllm-bench build``
+for a TensorRT engine (the engine keeps them) and ``trtllm-bench throughput --backend pytorch``
+at start-up. Source: NVIDIA/TensorRT-LLM tensorrt_llm/bench/build/tuning.py
+(calc_engine_setting, finetune_setting) and bench/benchmark/utils/general.py (get_settings):
+
+    gib_per_token = 2 * L * max(tp, Hkv) * Dh * b_kv / 2^30          (whole TP group)
+    engine_gib    = N_params * b_w / 2^30                             (b_w: fp8 1, nvfp4 0.5, else 2)
+    requests      = kv_fraction * (tp * pp * HBM_GiB - engine_gib) / (gib_per_token * (isl + osl))
+    raw_bs        = min(requests, 4096) / pp
+    raw_tokens    = min(raw_bs * (1 + isl / osl), 32768)
+    max_bs        = max(64, 32 ceil(raw_bs / 32))     raw_bs < 256
+                    128 ceil(raw_bs / 128)            raw_bs < 1024
+                    256 ceil(raw_bs / 256)            otherwise
+    max_tokens    = max(2048, 256 ceil(raw_tokens / 256))   raw_tokens < 4096
+                    512 ceil(raw_tokens / 512)              raw_tokens < 8192
+                    1024 ceil(raw_tokens / 1024)            otherwise
+isl / osl are the dataset's average lengths. The estimate is deliberately optimistic (it leaves
+out activations and runtime buffers), so the real KV pool usually binds before max_bs does;
+max_tokens, the per-iteration token budget shared by context and generation tokens, does bind.
+The PyTorch backend runs with chunked prefill off unless asked, and then raises the budget to
+hold the longest prompt next to a full batch of generation tokens: max(max_tokens, max_isl + max_bs).
+"""
+
+from __future__ import annotations
+
+import math
+
+GIB = float(1 << 30)
+BYTES_PER_WEIGHT = {"fp8": 1.0, "fp4": 0.5}       # tuning.py BYTES_PER_ELEM (FP8, NVFP4); others 2
+BS_CAP = 4096
+TOKENS_CAP = 32768
+
+
+def finetune_setting(requests: float, isl: float, osl: float, pp: int = 1) -> tuple[int, int]:
+    """(max_bs, max_tokens) from the KV-estimated request count (module docstring, finetune_setting)."""
+    if requests <= 0 or isl <= 0 or osl <= 0 or pp < 1:
+        raise ValueError(f"finetune_setting: requests, isl, osl must be > 0 and pp >= 1 "
+                         f"(got {requests}, {isl}, {osl}, {pp})")
+    raw_bs = min(requests, BS_CAP) / pp
+    raw_tok = min(raw_bs * (1.0 + isl / osl), TOKENS_CAP)
+    if raw_bs < 256:
+        bs = max(64, 32 * math.ceil(raw_bs / 32))
+    elif raw_bs < 1024:
+        bs = 128 * math.ceil(raw_bs / 128)
+    else:
+        bs = 256 * math.ceil(raw_bs / 256)
+    if raw_tok < 4096:
+        tok = max(2048, 256 * math.ceil(raw_tok / 256))
+    elif raw_tok < 8192:
+        tok = 512 * math.ceil(raw_tok / 512)
+    else:
+        tok = 1024 * math.ceil(raw_tok / 1024)
+    return int(bs), int(tok)
+
+
+def kv_requests(cfg, gpu, tp: int, pp: int, weight_dtype: str, kv_dtype: str, isl: float, osl: float,
+                kv_fraction: float) -> float:
+    """Requests of isl + osl tokens trtllm-bench's estimate fits in the KV cache (calc_engine_setting)."""
+    if not 0 < kv_fraction <= 1:
+        raise ValueError(f"kv_fraction: must be in (0, 1], got {kv_fraction}")
+    b_kv = 1.0 if kv_dtype in ("fp8", "fp4") else 2.0
+    gib_per_token = 2 * cfg.n_layers * max(tp, cfg.n_kv_heads) * cfg.head_dim * b_kv / GIB
+    engine_gib = float(cfg.param_count()) * BYTES_PER_WEIGHT.get(weight_dtype, 2.0) / GIB
+    free_gib = tp * pp * float(gpu.hbm_capacity) / GIB - engine_gib
+    if free_gib <= 0:
+        raise ValueError(f"trtllm-bench: {cfg.name} ({engine_gib:.0f} GiB) does not fit {tp * pp} x {gpu.key}")
+    return kv_fraction * free_gib / (gib_per_token * (isl + osl))
+
+
+def bench_settings(cfg, gpu, tp: int, weight_dtype: str, kv_dtype: str, isl: float, osl: float,
+                   kv_fraction: float = 0.95, pp: int = 1) -> tuple[int, int]:
+    """(max_batch_size, max_num_tokens) trtllm-bench picks for a dataset of average isl / osl
+    (module docstring); kv_fraction: 0.95 in ``build``, the --kv_cache_free_gpu_mem_fraction
+    (default 0.90) in ``throughput``."""
+    return finetune_setting(kv_requests(cfg, gpu, tp, pp, weight_dtype, kv_dtype, isl, osl, kv_fraction),
+                            isl, osl, pp)
+
+
+def unchunked_tokens(max_tokens: int, max_bs: int, max_isl: int) -> int:
+    """Token budget with chunked prefill off: the longest prompt must fit next to a full batch of
+    generation tokens (get_settings): max(max_tokens, max_isl + max_bs)."""
+    return int(max(max_tokens, max_isl + max_bs))
