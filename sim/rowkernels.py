@@ -24,6 +24,10 @@ and fp32 rows of 2048 take the same 41 us. Time of one kernel:
 
     t = max(hbm_bytes / (HBM * bw_fraction), rows * cols / elem_rate[family])
 
+(the warp kernel has its own bandwidth fraction: one warp per row with a serial load ->
+reduce -> store chain keeps fewer bytes in flight; fp32 rows of 512-2048 run at ~3.3 TB/s
+of read + written bytes on H200 whatever their length, while bf16 rows stay element-bound)
+
 with hbm_bytes = read * (1 + 2 * miss) + write for the three-pass kernel, where
 miss = max(0, 1 - l2_resident_bytes / (rows_in_flight * row_bytes)), and read + write
 for the others. Rates are data (sim/data/efficiency/*.toml, section [rowsoftmax]).
@@ -67,14 +71,21 @@ def softmax_fwd_s(rows: int, cols: int, elem_bytes: int, out_bytes: int, hbm_ban
         miss = max(0.0, 1.0 - eff.get("rowsoftmax.l2_resident_bytes") / in_flight)
         hbm = read * (1.0 + 2.0 * miss) + write
         return hbm / (hbm_bandwidth * eff.get("rowsoftmax.bw_fraction"))
-    t_bw = (read + write) / (hbm_bandwidth * eff.get("rowsoftmax.bw_fraction"))
+    frac = eff.get("rowsoftmax.warp_bw_fraction") if fam == "warp" and "rowsoftmax.warp_bw_fraction" in eff.params \
+        else eff.get("rowsoftmax.bw_fraction")
+    t_bw = (read + write) / (hbm_bandwidth * frac)
     return max(t_bw, n / elem_rate(fam, cols, eff))
 
 
 def elem_rate(fam: str, cols: int, eff: Efficiency) -> float:
-    """Elements/s of a one-pass family; Reg<k> (k = ceil(cols / 1024) registers per thread)
-    from the per-k table where the efficiency data has one (linear in k, flat outside)."""
+    """Elements/s of a one-pass family; Reg<k> (k = ceil(cols / 1024) elements per thread)
+    from the per-k table where the efficiency data has one, flat outside it. Between two
+    table points the time per element is interpolated linearly in 1/k: a row's fixed latency
+    (block reductions, the load -> reduce -> store chain) is shared by its k elements per
+    thread, so seconds/element = c + d / k."""
     if fam == "reg" and "rowsoftmax.reg_elem_rates" in eff.params:
-        table = eff.get("rowsoftmax.reg_elem_rates")
-        return float(np.interp(math.ceil(cols / BLOCK_THREADS), [r[0] for r in table], [r[1] for r in table]))
+        table = sorted(eff.get("rowsoftmax.reg_elem_rates"), key=lambda r: -r[0])   # ascending 1/k
+        k = math.ceil(cols / BLOCK_THREADS)
+        s_per_elem = np.interp(1.0 / k, [1.0 / r[0] for r in table], [1.0 / r[1] for r in table])
+        return float(1.0 / s_per_elem)
     return eff.get(f"rowsoftmax.{fam}_elem_rate")

@@ -165,6 +165,40 @@ def _is_fraction(name: str) -> bool:
     return "fraction" in name.rsplit(".", 1)[1]
 
 
+WARP_SOFTMAX_PARAMS = ("rowsoftmax.warp_elem_rate", "rowsoftmax.warp_bw_fraction")
+
+
+def fit_warp_softmax(paths, gpu, eff: Efficiency) -> tuple[dict[str, float], tuple[float, float, int]]:
+    """softmax_warp_forward's element rate and bandwidth fraction (sim/rowkernels.py), fitted on
+    the calibration-split softmax forwards that torch dispatches to the warp kernel."""
+    from ..sim.rowkernels import softmax_fwd_s, softmax_kernel
+    g = resolve_gpu(gpu)
+    cases = []
+    for run, rec in iter_records(run_paths(paths or [DATA_DIR])):
+        p = rec["params"]
+        if (gpu_key(run["env"]) != gpu or fit_split(run, rec) != "calibration" or not rec.get("timing")
+                or rec["kind"] != "softmax" or p.get("op") != "softmax" or p.get("pass") != "fwd"):
+            continue
+        e = {"fp32": 4, "bf16": 2, "fp16": 2}[p["dtype"]]
+        if softmax_kernel(p["cols"], e) == "warp":
+            cases.append((p["t"], p["cols"], e, rec["timing"]["median_s"]))
+    if not cases:
+        return {}, (0.0, 0.0, 0)
+    meas = np.array([c[3] for c in cases])
+    x0 = np.array([float(eff.get(p)) for p in WARP_SOFTMAX_PARAMS])
+
+    def pred(x):
+        e = eff.with_values(dict(zip(WARP_SOFTMAX_PARAMS, x * x0)), "fit")
+        return np.array([softmax_fwd_s(r, c, b, b, g.hbm_bandwidth, g.sm_count, e) for r, c, b, _ in cases])
+
+    # several starts: a bandwidth bound that does not bind at the start has no gradient
+    res = min((least_squares(lambda x: np.log(pred(x) / meas), np.array([1.0, b]),
+                             bounds=([1e-3, 1e-3], [np.inf, 1.0 / x0[1]]), jac="3-point")
+               for b in (1.0, 0.8, 0.6)), key=lambda r: r.cost)
+    vals = dict(zip(WARP_SOFTMAX_PARAMS, (res.x * x0).tolist()))
+    return vals, (_mape(pred(np.ones(2)), meas), _mape(pred(res.x), meas), len(cases))
+
+
 LAUNCH_PARAMS = ("stack.eager.launch_host_s", "stack.eager.launch_host_bwd_s")
 
 
@@ -239,6 +273,8 @@ def calibrate(gpu: str = "h200_sxm", paths=None) -> tuple[dict[str, float], dict
         after = _mape(predict_group(g, eff.with_values(vals, "fit"), rates), g.measured)
         fitted.update(vals)
         report[g.name] = (before, after, len(g.measured))
+    vals, report["rowsoftmax.warp"] = fit_warp_softmax(paths, g_obj.key, eff)
+    fitted.update(vals)
     vals, report["launch.eager"] = fit_launch(paths, g_obj.key)
     fitted.update(vals)
     vals, rep = fit_collectives(paths, g_obj.key)
