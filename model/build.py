@@ -11,6 +11,9 @@ FUSION_GROUPS (the simulator's stack data picks a subset; not listed = eager for
   concat_proj    q/k/v (MLA: q_down/kv_down) and gate/up as one concatenated GEMM each
   grouped_gemm   MoE experts as one grouped GEMM instead of a per-expert loop
   moe_permute    MoE top-k, token permute and unpermute as single kernels
+UNFUSED_FORMS (also accepted in ``fused``; the opposite of a fusion, so not in FUSION_GROUPS):
+  math_attention attention as separate kernels (QK^T bmm, fused softmax, dropout, PV bmm;
+                 ops_common.math_attention) for stacks from before FlashAttention
 llama_ref.py (the "eager" stack) uses AdamW(fused=True): its stack lists "optimizer".
 """
 
@@ -27,13 +30,14 @@ FUSION_GROUPS: frozenset[str] = frozenset({
     "norm", "residual_norm", "rope", "act", "cross_entropy", "optimizer", "cast",
     "concat_proj", "grouped_gemm", "moe_permute",
 })
+UNFUSED_FORMS: frozenset[str] = frozenset({"math_attention"})
 
 
 def build_ops(w: TrainingWorkload | InferenceWorkload, fused=frozenset()) -> tuple[Op, ...]:
     """The op list of one step of ``w`` with the groups in ``fused`` fused (default: eager).
     Unknown group names raise ValueError. Results are cached (workloads are frozen)."""
     fused = frozenset(fused)
-    bad = fused - FUSION_GROUPS
+    bad = fused - FUSION_GROUPS - UNFUSED_FORMS
     if bad:
         raise ValueError(f"fused: unknown fusion group(s) {sorted(bad)}; known: {sorted(FUSION_GROUPS)}")
     return _build(w, fused)
