@@ -24,9 +24,42 @@ from ..sim.estimate import estimate
 from .published import load_published
 
 ASSUMED = {"sp": "tp > 1", "zero": 1}
-# Megatron-LM 2021 Table 1 gives no micro-batch size: assumed 1, the size its pipeline analysis
-# favours (a smaller micro-batch, more micro-batches, a smaller bubble; paper section 3.3).
-ASSUMED_MBS = {"megatron2021_a1": 1}
+
+# The software stack a source's rows ran (sim/data/stacks.toml), by the row's ZeRO stage where a
+# source mixes stacks; sources not listed ran Megatron-Core + TransformerEngine (STACK).
+# Megatron-LM 2021 (arXiv:2104.04473): PTD-P rows on the 2021 Megatron-LM code base, the ZeRO-3
+# baseline rows through the DeepSpeed library of the time (paper sec. 5.2, Table 2).
+SOURCE_STACKS = {"megatron2021_a1": {0: "megatron_2021", 3: "deepspeed_zero3_2021"}}
+
+# What the tables leave out, from the configuration the authors ran (each entry's provenance
+# in _RUN_SOURCES). Megatron-LM 2021 had no sequence parallelism and no distributed optimizer
+# (both arrived in 2022), so sp = False and zero = 0 for its PTD-P rows.
+_SC21_T1 = "NVIDIA/Megatron-LM examples/sc21/run_table_1.sh (MBS, --num-layers-per-virtual-pipeline-stage)"
+_SC21_F12 = "NVIDIA/Megatron-LM examples/sc21/run_figure_12.sh (GPT-3 175B: TP 8, PP 12, MBS 1, 2 layers per virtual stage)"
+_PTDP = {"sp": False, "zero": 0}
+RUN_CONFIGS: dict[str, dict] = {
+    "megatron2021-t1-1.7b": {"mbs": 16, **_PTDP},
+    "megatron2021-t1-3.6b": {"mbs": 16, **_PTDP},
+    "megatron2021-t1-7.5b": {"mbs": 16, **_PTDP},
+    "megatron2021-t1-18.4b": {"mbs": 8, **_PTDP},
+    "megatron2021-t1-39.1b": {"mbs": 4, "vp": 1, **_PTDP},       # no virtual stages in the script
+    "megatron2021-t1-76.1b": {"mbs": 2, "vp": 3, **_PTDP},       # 5 of 15 layers per virtual stage
+    "megatron2021-t1-145.6b": {"mbs": 2, "vp": 2, **_PTDP},      # 5 of 10
+    "megatron2021-t1-310.1b": {"mbs": 1, "vp": 2, **_PTDP},      # 3 of 6
+    "megatron2021-t1-529.6b": {"mbs": 1, "vp": 3, **_PTDP},      # 1 of 3
+    "megatron2021-t1-1008.0b": {"mbs": 1, "vp": 1, **_PTDP},     # no virtual stages in the script
+    # Table 2 PTD-P gives only tp*pp (96 / 280): the paper's GPT-3 175B plan of Fig. 12 and the
+    # 530B plan of Table 1 have exactly those model-parallel sizes (assumed to be the ones run).
+    **{f"megatron2021-t2-ptd-p-174.6b-{g}g": {"tp": 8, "pp": 12, "vp": 4, "dp": g // 96, **_PTDP}
+       for g in (384, 768, 1536)},
+    **{f"megatron2021-t2-ptd-p-529.6b-{g}g": {"tp": 8, "pp": 35, "vp": 3, "dp": g // 280, **_PTDP}
+       for g in (560, 1120, 2240)},
+    # ZeRO-3 rows: recompute is not stated, but the FLOP count (eq. 3) includes it and without it
+    # 530B at micro-batch 4 would need ~1.7 TB of activations per GPU.
+    **{f"megatron2021-t2-zero-3-{m}-{g}g": {"recompute": "full"}
+       for m, gs in (("174.6b", (384, 768, 1536)), ("529.6b", (640, 1120, 2240))) for g in gs},
+}
+_RUN_SOURCES = {k: (_SC21_F12 if "174.6b" in k and "ptd-p" in k else _SC21_T1) for k in RUN_CONFIGS}
 
 
 def megatron2021_tokens_per_s(row) -> float | None:
@@ -38,7 +71,15 @@ def megatron2021_tokens_per_s(row) -> float | None:
     c = row.transformer_config()
     l, h, s, v = c.n_layers, c.d_model, row.seq, c.vocab
     return f / (96 * l * h * h * (1 + s / (6 * h) + v / (16 * l * h)))
+
+
 STACK = "megatron_te"
+
+
+def stack_for(row) -> str:
+    """The stack the row's source ran (SOURCE_STACKS), by the row's ZeRO stage."""
+    by_zero = SOURCE_STACKS.get(row.source_id, {})
+    return by_zero.get(row.zero or RUN_CONFIGS.get(row.id, {}).get("zero", 0), STACK)
 
 
 @dataclass(frozen=True)
@@ -62,14 +103,18 @@ class PublishedRow:
 TP_OVERLAP_SOURCES = ("megatron_bridge", "nemo")
 
 
+_DEGREES = ("tp", "pp", "vp", "dp", "sp", "zero")
+
+
 def _fill(row) -> dict:
-    fill = {}
-    if row.sp is None:
+    run = RUN_CONFIGS.get(row.id, {})
+    fill = {k: v for k, v in run.items() if k in _DEGREES and getattr(row, k) is None}
+    if row.sp is None and "sp" not in fill:
         fill["sp"] = bool(row.tp and row.tp > 1)
     sp = fill.get("sp", row.sp)
     if sp and row.source_id.startswith(TP_OVERLAP_SOURCES):
         fill["tp_comm_overlap"] = True
-    if row.zero is None:
+    if row.zero is None and "zero" not in fill:
         fill["zero"] = ASSUMED["zero"]
     return fill
 
@@ -99,6 +144,33 @@ def pipeline_split(cfg, pp: int, vp: int) -> dict:
     return {"pp_split_embedding": True, "pp_split_loss": True}
 
 
+# MoE token dispatcher of the Megatron-Bridge performance recipes (scripts/performance/configs/
+# qwen/qwen3_llm_pretrain.py, qwen3_workload_base_configs.py; gpt_oss/gpt_oss_workload_base_configs.py;
+# docs skills/perf-techniques/moe-hardware-configs: DeepSeek-V3 DeepEP on H100/B200, HybridEP on
+# GB200): "flex" (DeepEP / HybridEP) or the default "alltoall". Keys (model, system or None = any).
+_FLEX = {("qwen3-30b-a3b", None), ("qwen3-235b-a22b", "gb200_nvl72"), ("deepseek-v3", None)}
+# Releases from which a (system, fp8 recipe) runs MoE sync-free: full-iteration CUDA graph with
+# moe_paged_stash / moe_expert_rank_capacity_factor (gpt_oss_workload_base_configs.py
+# GPT_OSS_120B_PRETRAIN_CONFIG_GB200_FP8_MX_V2: cuda_graph_impl="full_iteration"; qwen3_llm_pretrain.py
+# set_full_iter_cg_configs for fp8_mx); the published GB200 MXFP8 rows jump 1.5-1.8x at 26.06.
+_SYNC_FREE_FROM = {("gb200_nvl72", "mxfp8"): (26, 6)}
+
+
+def _release(r: str | None) -> tuple[int, ...]:
+    return tuple(int(x) for x in r.split(".")) if r else ()
+
+
+def moe_software(row, moe) -> dict:
+    """MoEConfig fields for how the row's software ran its MoE layers (see the tables above;
+    moe_token_drop rows: capacity factor 1 with padding, the 25.09 recipes' token-drop mode)."""
+    name = row.model or row.model_ref
+    flex = (name, row.system) in _FLEX or (name, None) in _FLEX
+    start = _SYNC_FREE_FROM.get((row.system, row.fp8_recipe))
+    return {"dispatcher": "flex" if flex else "alltoall",
+            "capacity_factor": 1.0 if row.moe_token_drop else None,
+            "sync_free": bool(start and _release(row.release)[:2] >= start)}
+
+
 def workload_for(row) -> TrainingWorkload:
     if row.precision in ("nvfp4", "fp4"):
         # TE's NVFP4 recipe runs fprop/dgrad/wgrad in FP4 (16-element blocks, Hadamard
@@ -110,13 +182,18 @@ def workload_for(row) -> TrainingWorkload:
     if split:
         par = par.model_copy(update=split)
         par = type(par)(**par.model_dump())     # re-validate
-    mbs = row.mbs or ASSUMED_MBS.get(row.source_id)
+    run = RUN_CONFIGS.get(row.id, {})
+    mbs = row.mbs or run.get("mbs")
     ga = row.gbs // (mbs * par.dp) if mbs else None
     if not ga or row.gbs % (mbs * par.dp):
         raise ValueError(f"gbs={row.gbs} is not mbs={mbs} x dp={par.dp} x an integer")
-    return TrainingWorkload(model=row.transformer_config(), mbs=mbs, seq=row.seq, grad_accum=ga,
+    cfg = row.transformer_config()
+    if cfg.moe is not None:
+        cfg = cfg.model_copy(update={"moe": cfg.moe.model_copy(update=moe_software(row, cfg.moe))})
+    return TrainingWorkload(model=cfg, mbs=mbs, seq=row.seq, grad_accum=ga,
                             precision="fp8" if row.precision == "fp8" else "bf16",
-                            recompute=row.recompute or "none", stack=STACK, parallel=par)
+                            recompute=row.recompute or run.get("recompute", "none"), stack=stack_for(row),
+                            parallel=par)
 
 
 def cluster_for(row) -> Cluster:
@@ -127,7 +204,9 @@ def cluster_for(row) -> Cluster:
 
 
 def predict_row(row) -> PublishedRow:
-    if not row.predictable:
+    run = RUN_CONFIGS.get(row.id, {})
+    if not row.predictable and not (row.system and all(
+            getattr(row, k) is not None or k in run for k in ("tp", "pp", "vp", "dp"))):
         raise ValueError("model, system or a parallel degree is not published")
     tok = row.metrics.tokens_per_s_per_gpu
     if tok is None and row.source_id == "megatron2021_a1":
