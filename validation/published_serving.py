@@ -44,7 +44,14 @@ ASSUMPTIONS = {
         "kv_dtype": ("fp8", "trtllm-bench build --quantization FP8 (Azure LLMBenchmark.py)"),
         "kv_free_fraction": (0.83, "Azure/AI-benchmarking-guide Benchmarks/NVIDIA/LLMBenchmark.py (commit 1d0d87b): "
                                    "trtllm-bench throughput --kv_cache_free_gpu_mem_fraction 0.83"),
-        "metric": ("total", "LLMBenchmark.py parses trtllm-bench's 'Token Throughput (tokens/sec)' line: input + output"),
+        "metric": ("total", "LLMBenchmark.py keeps the one report line containing 'Token Throughput (tokens/sec):'; "
+                            "in the trtllm-bench of the H200 run (NCCL 2.26.2) that is 'Total Token Throughput': input + output"),
+        "metric@gb200": ("output", "the GB200 page lists an older stack (PyTorch 2.6.0, NCCL 2.25.1 vs the H200 page's 2.26.2); "
+                                   "the trtllm-bench of TensorRT-LLM <= 0.18 (the fork later pins tensorrt-llm 0.18.2) prints "
+                                   "'Token Throughput (tokens/sec)' = total output tokens / latency (0.17.0 docs example: "
+                                   "161.6059 req/s x 128 = 20,685.55), the only format whose four lines LLMBenchmark.py's "
+                                   "4-column table accepts together with 'Average Input Length'. Read as total tokens, "
+                                   "GB200 would trail Azure's own H200 (8B 128/128: 41,058 vs 51,802)"),
         "stack": ("serving", "trtllm-bench engine with CUDA graphs"),
         "scheduler": ("trtllm_bench_engine", "LLMBenchmark.py builds one engine per model with `trtllm-bench build "
                       "--dataset` of its longest ISL+OSL pair (2048/2048) and reuses it for every row: the engine's "
@@ -69,12 +76,6 @@ ASSUMPTIONS = {
 # Groups whose miss has a diagnosis that is not a model mechanism (printed with the report; their
 # rows stay in the overall MAPE, which is also printed without them).
 FLAGGED = {
-    ("azure_b3", "gb200", "offline"):
-        "source anomaly: GB200 totals below Azure's own H200 rows for the same engine and lengths "
-        "(8B 128/128: 41,058 vs 51,802 tokens/s) and 70B 128/128 below 128/1024 (13,715 vs 21,626), the "
-        "opposite of every other table; GB200 has 1.67x H200's HBM bandwidth and 2.5x its FP8 peak, so no "
-        "hardware mechanism predicts it (TRT-LLM's own tables put one GB200 at 2.6-3.2x one H200 on "
-        "Llama 3.3 70B)",
     ("azure_b3", "h100_sxm", "batch"):
         "old TensorRT-LLM python GenerationSession (benchmarks/python/benchmark.py, commit a681853): measured "
         "time exceeds the op model by 30-45% at every batch, growing with batch and model (55 ms at 8B b64, "
@@ -110,7 +111,9 @@ class ServingRow:
 
 
 def _assume(row, name: str):
-    return ASSUMPTIONS.get(row.source_id, {}).get(name, (None, ""))[0]
+    """The source's assumption ``name``; a ``name@<gpu>`` entry overrides it for that GPU's rows."""
+    a = ASSUMPTIONS.get(row.source_id, {})
+    return a.get(f"{name}@{row.gpu}", a.get(name, (None, "")))[0]
 
 
 def _hw(row) -> str:
