@@ -82,12 +82,32 @@ def cp_ring(c: Ctx, Hkv: int, dqk: int, dv: int, n: int) -> Pair:
     return Pair(coll("kv_ring", "sendrecv", "cp", kv, c.cp, "fwd", cnt), bwd if c.train else [])
 
 
+def ranks_hit(n_experts: int, local_experts: int, top_k: int, ep: int) -> float:
+    """Expected number of distinct EP ranks a token's top_k experts live on, routing uniform
+    over the E = n_experts experts (E/ep = local_experts per rank), k drawn without replacement:
+        D = ep (1 - C(E - E_l, k) / C(E, k)) = ep (1 - prod_{i<k} (E - E_l - i) / (E - i))
+    (Qwen3-30B-A3B, E 128, k 8, ep 8: 5.3 ranks for 8 copies)."""
+    miss = 1.0
+    for i in range(top_k):
+        miss *= max(0.0, (n_experts - local_experts - i) / (n_experts - i))
+    return ep * (1.0 - miss)
+
+
 def ep_a2a(c: Ctx, name: str, n: int) -> Pair:
-    """MoE token dispatch (after permute) or combine (before unpermute): an all_to_all of the
-    T*top_k token copies (T*k*d*act bytes per GPU) per MoE layer forward, the mirror backward."""
+    """MoE token dispatch (after permute) or combine (before unpermute): an all_to_all per MoE
+    layer forward, the mirror backward. Bytes per GPU, x = T*d*act:
+        alltoall dispatcher (Megatron MoEAlltoAllTokenDispatcher): every copy, k x
+        flex (DeepEP / HybridEP): each token once per destination rank, ranks_hit x; the copies
+            to several experts of one rank are made there (DeepEP README: dispatch sends a
+            token to each rank holding one of its experts). Their inter-node step (once per
+            node, then NVLink forwarding) is not modelled: cross-node bytes stay per rank."""
     if c.ep == 1:
         return NONE
-    b = c.T * c.cfg.moe.top_k * c.cfg.d_model * c.act
+    m = c.cfg.moe
+    copies = m.top_k
+    if m.dispatcher == "flex":
+        copies = ranks_hit(m.n_experts * c.ep, m.n_experts, m.top_k, c.ep)
+    b = c.T * copies * c.cfg.d_model * c.act
     return Pair(coll(name, "all_to_all", "ep", b, c.ep, "fwd", n * c.mb),
                 coll(name, "all_to_all", "ep", b, c.ep, "bwd", n * c.mb) if c.train else [])
 

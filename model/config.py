@@ -36,12 +36,30 @@ class MoEConfig(BaseModel):
     first_k_dense_layers: int = Field(0, ge=0)
     moe_layer_freq: PositiveInt = 1
     router_bias: bool = False                   # DeepSeek-V3 e_score_correction_bias (E params)
+    # How the training software moves and sizes the tokens (not architecture, but carried with the
+    # MoE block because the op list depends on it; defaults = Megatron-Core's defaults):
+    # dispatcher  "alltoall": MoEAlltoAllTokenDispatcher, every token copy (T*top_k) crosses the
+    #             all-to-all; "flex": DeepEP / HybridEP, a token goes once to each GPU holding one
+    #             of its experts and is copied to the experts there (model/comm.py ep_a2a).
+    # capacity_factor  None: dropless; a number: token drop with the experts padded to capacity
+    #             (static shapes: the host never needs the token counts).
+    # sync_free   dropless, but the token counts stay on the device (Megatron-Core's paged stash /
+    #             expert-rank capacity with full-iteration CUDA graphs): no host sync per MoE layer.
+    dispatcher: Literal["alltoall", "flex"] = "alltoall"
+    capacity_factor: float | None = Field(None, gt=0)
+    sync_free: bool = False
 
     @model_validator(mode="after")
     def _check(self) -> "MoEConfig":
         if self.top_k > self.n_experts:
             raise ValueError(f"top_k ({self.top_k}) must be <= n_experts ({self.n_experts})")
         return self
+
+    @property
+    def host_syncs(self) -> bool:
+        """Dropless routing whose token counts the host must read (one sync per MoE layer
+        forward: all-to-all split sizes and grouped-GEMM m_splits are host lists)."""
+        return self.capacity_factor is None and not self.sync_free
 
     @property
     def shared_ffn_total(self) -> int:

@@ -29,6 +29,7 @@ from . import netfast, overlap, pipeline
 from .cluster import Cluster
 from .collectives import in_cuda_graph
 from .kernels import KernelTimes, kernel_times
+from .moe import dropless_sync_per_mb_s
 from .network import op_time
 from .optable import KINDS, PHASES, OpTable
 
@@ -54,6 +55,7 @@ class StepParts:
     bubble_s: float
     launch_idle_s: float
     step_s: float
+    moe_sync_s: float = 0.0  # dropless MoE host syncs (sim/moe.py), inside the pipeline's forward
 
 
 def comm_times(t: OpTable, par, cluster: Cluster, eff, pipelined: bool = True) -> CommTimes:
@@ -178,9 +180,16 @@ def dualpipe_ep_exposed_s(ep_s: float, compute_s: float) -> float:
     return max(0.0, ep_s - compute_s)
 
 
+def moe_layers_per_microbatch(t: OpTable, m: int) -> int:
+    """MoE layers of the stage (forward router calls of the step / micro-batches)."""
+    n = sum(int(t.count[i]) for i, op in enumerate(t.ops) if op.name == "layer/moe/router" and t.phase[i] == FWD)
+    return n // max(m, 1)
+
+
 def step_parts(t: OpTable, k: KernelTimes, gpu_s: np.ndarray, c: CommTimes, par, m: int,
-               stack_key: str, launch_idle_s: float) -> StepParts:
-    """Compose a multi-GPU step (module docstring)."""
+               stack_key: str, launch_idle_s: float, moe=None) -> StepParts:
+    """Compose a multi-GPU step (module docstring). ``moe``: the model's MoE config, for the
+    dropless host syncs added to each micro-batch's forward (sim/moe.py)."""
     k_total = np.where(t.kind == COLLECTIVE, 0.0, gpu_s * t.count)
     fwd, bwd, opt = phase_compute(t, k_total)
     crit = critical_comm(t, c, k_total, stack_key, par)
@@ -188,6 +197,8 @@ def step_parts(t: OpTable, k: KernelTimes, gpu_s: np.ndarray, c: CommTimes, par,
         ep = dualpipe_ep_exposed_s(sum(crit["ep"]), fwd + bwd)
         crit["ep"] = (ep / 2, ep / 2)
     t_f = (fwd + sum(v[0] for v in crit.values())) / m
+    sync = dropless_sync_per_mb_s(moe, stack_key, moe_layers_per_microbatch(t, m), t_f)
+    t_f += sync
     t_b = (bwd + sum(v[1] for v in crit.values())) / m
     t_bw = min(wgrad_s(t, k_total) / m, t_b) if par.schedule in ("zero_bubble", "dualpipe") else None
     pipe = pipeline.pipeline_for(par, m, t_f, t_b, p2p_per_microbatch(t, c, m), t_bw)
@@ -196,7 +207,7 @@ def step_parts(t: OpTable, k: KernelTimes, gpu_s: np.ndarray, c: CommTimes, par,
     exposed = {g: v[0] + v[1] for g, v in crit.items()}
     exposed.update(pp=pipe.p2p_exposed_s, dp=dp.total + after_opt)
     step = pipe.step_s + dp.total + after_opt + opt + launch_idle_s
-    return StepParts(fwd + bwd + opt, exposed, pipe.bubble_s, launch_idle_s, step)
+    return StepParts(fwd + bwd + opt, exposed, pipe.bubble_s, launch_idle_s, step, sync * m)
 
 
 def dp_host_times(t: OpTable, host: np.ndarray, graphs: bool) -> np.ndarray:
@@ -282,8 +293,8 @@ def estimate_parallel(workload, hw, stack=None, overrides=None):
     idle = max(0.0, tandem_step_time(host, gpu_s, t.count, t.block_starts) - busy)
     c = comm_times(t, par, cluster, in_cuda_graph(eff) if st.graphs else eff)
     parts = step_parts(t, k, gpu_s, c, par, workload.grad_accum if hasattr(workload, "grad_accum") else 1,
-                       st.key, idle)
-    by_cat, by_phase = _sums(t, k, gpu_s * t.count, idle)
+                       st.key, idle, getattr(workload.model, "moe", None))
+    by_cat, by_phase = _sums(t, k, gpu_s * t.count, idle + parts.moe_sync_s)
     by_cat["communication"] = float(sum(parts.exposed_s.values()))
     by_cat["pipeline_bubble"] = parts.bubble_s
     single = _single(workload)

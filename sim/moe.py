@@ -1,0 +1,51 @@
+"""Host synchronisation of dropless MoE layers (Megatron-Core + TransformerEngine).
+
+A dropless MoE layer needs its token counts on the host before it can go on: the all-to-all
+dispatcher's split sizes and the grouped GEMM's ``m_splits`` are host lists (Megatron-Core
+MoEAlltoAllTokenDispatcher ``cuda_sync_point``; the flex dispatcher's DeepEP / HybridEP
+backends return the received counts as a host list). The CPU therefore waits, once per MoE
+layer forward, until the GPU has drained its queue: it can never run more than one layer
+ahead. After the sync the GPU idles until the host has issued the work again, so per MoE layer
+forward and micro-batch (between two syncs):
+
+    exposed = t_sync + max(0, H_layer - G_layer)
+
+H_layer = host seconds to issue the work between two syncs (one transformer layer's forward:
+Megatron/TE Python per module, TE's per-expert grouped-GEMM set-up, the router, the dispatcher),
+G_layer = GPU seconds of that forward (the stage's forward per micro-batch, compute and exposed
+communication, over its MoE layers). The backward reuses the counts (no sync). Token drop with
+padding to capacity, or sync-free routing (device-side counts: paged stash + full-iteration CUDA
+graphs), removes the term. Parameters per stack in sim/data/moe.toml.
+"""
+
+from __future__ import annotations
+
+import functools
+
+from ._toml import load_toml
+from .calibration import DATA
+
+MOE_FILE = DATA / "moe.toml"
+
+
+@functools.lru_cache(maxsize=None)
+def moe_params(stack_key: str) -> dict[str, float] | None:
+    """{name: value} of the stack's dropless-sync parameters, None when the stack has none."""
+    rec = load_toml(MOE_FILE).get(stack_key)
+    return None if rec is None else {k: float(v["value"]) for k, v in rec.items()}
+
+
+def sync_exposed_s(host_layer_s: float, gpu_layer_s: float, sync_s: float) -> float:
+    """Exposed seconds of one sync segment: t_sync + max(0, H_layer - G_layer)."""
+    if min(host_layer_s, gpu_layer_s, sync_s) < 0:
+        raise ValueError("host_layer_s, gpu_layer_s and sync_s must be >= 0")
+    return sync_s + max(0.0, host_layer_s - gpu_layer_s)
+
+
+def dropless_sync_per_mb_s(moe, stack_key: str, moe_layers: int, fwd_per_mb_s: float) -> float:
+    """Exposed host-sync seconds of one micro-batch's forward on a stage with ``moe_layers``
+    MoE layers (the MoE config ``moe`` decides whether the layers sync; module docstring)."""
+    p = moe_params(stack_key)
+    if moe is None or not moe.host_syncs or moe_layers <= 0 or p is None:
+        return 0.0
+    return moe_layers * sync_exposed_s(p["host_fwd_layer_s"], fwd_per_mb_s / moe_layers, p["sync_s"])
