@@ -200,7 +200,14 @@ def host_probe_s(run: dict | None, rec: dict) -> float | None:
     return None
 
 
-def host_scale(run: dict | None, rec: dict) -> float:
+def host_scale(run: dict | None, rec: dict, gpu: str | None = None) -> float:
+    """Host-speed factor for the stack's launch costs when ``rec`` ran: from the model probe
+    (a tiny llama_ref's eager decode step, runners/cases_inference.model_probe_s) where the
+    record has one, measured / predicted at the calibrated host speed; else from the add_
+    launch probe, probe / HOST_PROBE_REF_S; 1 without a probe."""
+    mp = rec.get("extra", {}).get("host_model_probe_s")
+    if mp and gpu:
+        return mp["mean"] / predict_decode(mp, gpu)
     probe = host_probe_s(run, rec)
     return probe / HOST_PROBE_REF_S if probe else 1.0
 
@@ -285,7 +292,7 @@ def predict(record: dict, env: dict, run: dict | None = None) -> float:
         if kind not in PREDICTORS:
             raise NotPredicted(f"kind {kind!r} has no predictor yet")
         if kind in HOST_BOUND_KINDS:
-            return PREDICTORS[kind](p, gpu_key(env), host_scale(run, record))
+            return PREDICTORS[kind](p, gpu_key(env), host_scale(run, record, gpu_key(env)))
         return PREDICTORS[kind](p, gpu_key(env))
     except (KeyError, ValueError) as e:
         raise NotPredicted(f"cannot build the case from its params: {e}") from None

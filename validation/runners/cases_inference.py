@@ -23,7 +23,7 @@ import torch
 
 from common import Case, Ctx, Group, free_memory, result
 from models import build_model, kernel_summary, model_params, ref_config
-from timing import add_host_probe, host_probe_s, measure
+from timing import add_host_probe, host_probe_s, host_time_per_call, measure
 
 _STATE: dict = {}  # the model (and decode caches) shared by consecutive cases; see teardowns
 MAX_SEQ = {"tiny": 64, "1b": 8320, "8b": 8320}  # rope tables; >= longest context + 1
@@ -86,6 +86,37 @@ def host_issue_s(call, ctx: Ctx, reps: int = 5) -> float:
     return sorted(times)[len(times) // 2]
 
 
+PROBE_MODEL, PROBE_POS, PROBE_INNER = "tiny", 16, 10
+_PROBE: dict = {}
+
+
+def model_probe_s(ctx: Ctx) -> float | None:
+    """Host seconds to issue one eager decode step of the 2-layer "tiny" llama_ref (batch 1,
+    position 16): the same Python modules and kernels per layer as the measured model, with
+    negligible GPU work, so it reads the host's speed for this code path right now (the
+    1-element add_ probe follows only the launch path; LOG 2026-11-30 session 3). Median of
+    5 bursts of 10 forwards, no sync inside a burst. None on CPU."""
+    if not ctx.is_cuda:
+        return None
+    if "model" not in _PROBE:
+        cfg = ref_config(PROBE_MODEL, MAX_SEQ[PROBE_MODEL])
+        _PROBE.update(model=build_model(cfg, ctx.device, torch.bfloat16).eval(),
+                      caches=kv_caches(cfg, 1, MAX_SEQ[PROBE_MODEL], ctx.device),
+                      idx=_tokens(cfg, 1, 1, ctx.device))
+    m, caches, idx = _PROBE["model"], _PROBE["caches"], _PROBE["idx"]
+    with torch.inference_mode():
+        return host_time_per_call(lambda i: m(idx, caches, PROBE_POS), ctx.device, PROBE_INNER, 5)["median_s"]
+
+
+def add_model_probe(extra: dict, before: float | None, after: float | None) -> None:
+    """extra["host_model_probe_s"]: the tiny model's eager decode host time around a timing."""
+    if before is not None and after is not None:
+        extra["host_model_probe_s"] = {"before": before, "after": after, "mean": (before + after) / 2,
+                                       "unit": "s per forward", "batch": 1, "ctx": PROBE_POS,
+                                       **model_params(PROBE_MODEL, ref_config(PROBE_MODEL, MAX_SEQ[PROBE_MODEL])),
+                                       "max_seq": MAX_SEQ[PROBE_MODEL]}
+
+
 def run_prefill(ctx: Ctx, p: dict) -> dict:
     cfg, model = _model(ctx, p["model"])
     with torch.inference_mode():
@@ -93,9 +124,10 @@ def run_prefill(ctx: Ctx, p: dict) -> dict:
         idx = _tokens(cfg, p["batch"], p["prompt"], ctx.device)
         call = lambda i: model(idx, caches, 0)  # noqa: E731
         _reset_peak(ctx)
-        probe = host_probe_s(ctx.device)
+        probe, mprobe = host_probe_s(ctx.device), model_probe_s(ctx)
         timing, extra = measure(call, ctx.device, graph=False, flush=False, warmup=2)
         add_host_probe(extra, probe, host_probe_s(ctx.device))
+        add_model_probe(extra, mprobe, model_probe_s(ctx))
         _record_peak(ctx, extra)
         if p["profile"]:
             extra.update(kernel_summary(call, ctx.device))
@@ -116,9 +148,11 @@ def run_decode(ctx: Ctx, p: dict) -> dict:
         idx = _tokens(cfg, p["batch"], 1, ctx.device)
         call = lambda i: model(idx, caches, pos)  # noqa: E731
         _reset_peak(ctx)
-        probe = host_probe_s(ctx.device)
-        timing, extra = measure(call, ctx.device, graph=p["mode"] == "graph", flush=False)
+        eager = p["mode"] == "eager"
+        probe, mprobe = host_probe_s(ctx.device), model_probe_s(ctx) if eager else None
+        timing, extra = measure(call, ctx.device, graph=not eager, flush=False)
         add_host_probe(extra, probe, host_probe_s(ctx.device))
+        add_model_probe(extra, mprobe, model_probe_s(ctx) if eager else None)
         _record_peak(ctx, extra)
         if p["profile"]:
             extra.update(kernel_summary(call, ctx.device))
