@@ -41,22 +41,23 @@ def host_times(t: OpTable, stack: Stack) -> np.ndarray:
     return t.kernels * per_kernel
 
 
-def block_bounds(count: np.ndarray) -> list[tuple[int, int]]:
-    """[start, end) index ranges of consecutive ops with equal count."""
-    starts = block_starts(count).tolist()
+def block_bounds(count: np.ndarray, starts: np.ndarray | None = None) -> list[tuple[int, int]]:
+    """[start, end) index ranges of the repeated blocks (optable.block_starts)."""
+    starts = (block_starts(count) if starts is None else starts).tolist()
     return list(zip(starts, starts[1:] + [len(count)]))
 
 
 def tandem_step_time(host: np.ndarray, gpu: np.ndarray, count: np.ndarray,
                      starts: np.ndarray | None = None) -> float:
     """max over block boundaries j of (host time before j + first launch of j
-    + GPU time from j on), and (all host time + the last kernel)."""
+    + GPU time from j on), and (all host time + the last kernel). A block repeats its
+    smallest count times, each repetition issuing every op count/repeats times, so its
+    host and GPU totals are the count-weighted sums."""
     if len(host) == 0:
         return 0.0
     starts = block_starts(count) if starts is None else starts
-    reps = count[starts]
-    H = reps * np.add.reduceat(host, starts)
-    G = reps * np.add.reduceat(gpu, starts)
+    H = np.add.reduceat(host * count, starts)
+    G = np.add.reduceat(gpu * count, starts)
     h_before = np.cumsum(H) - H
     g_after = np.cumsum(G[::-1])[::-1]
     return float(max(np.max(h_before + host[starts] + g_after), H.sum() + gpu[-1]))

@@ -47,11 +47,28 @@ def _padded(shape: tuple[int, ...], n: int, fill: int) -> list[int]:
     return s + [fill] * (n - len(s))
 
 
-def block_starts(count: np.ndarray) -> np.ndarray:
-    """Index of the first op of each maximal run of consecutive ops with equal count."""
-    if len(count) == 0:
+def block_starts(count: np.ndarray, phase: np.ndarray | None = None) -> np.ndarray:
+    """Index of the first op of each repeated block: a maximal run of consecutive ops of one
+    phase whose counts are multiples of the run's smallest count, which is how often the
+    block repeats (a layer of L instances holding ops issued once or twice per layer: GQA's
+    kv_proj at count 2L runs between q_proj and o_proj at count L in every layer, not in a
+    separate run of 2L after all L q_projs). A new block starts where the phase changes, a
+    count neither divides nor is divided by the run's repeat count, or an op issued once meets
+    a repeated one."""
+    n = len(count)
+    if n == 0:
         return np.zeros(0, dtype=np.int64)
-    return np.concatenate(([0], np.flatnonzero(np.diff(count)) + 1)).astype(np.int64)
+    phase = np.zeros(n) if phase is None else phase
+    starts, rep = [0], float(count[0])
+    for i in range(1, n):
+        c = float(count[i])
+        lo, hi = min(rep, c), max(rep, c)
+        if phase[i] != phase[i - 1] or (lo <= 1 < hi) or lo < 1 or hi % lo:
+            starts.append(i)
+            rep = c
+        else:
+            rep = lo
+    return np.array(starts, dtype=np.int64)
 
 
 def leading_dim_alignment(mnkb: np.ndarray, dtype: np.ndarray) -> np.ndarray:
@@ -88,7 +105,7 @@ def build_table(ops: tuple[Op, ...]) -> OpTable:
         mnkb=mnkb,
         attn=np.array([_padded(o.shape, 8, 0) if a else [0] * 8 for o, a in zip(ops, is_at)],
                       dtype=float).reshape(len(ops), 8),
-        block_starts=block_starts(count),
+        block_starts=block_starts(count, np.array([PHASES.index(o.phase) for o in ops])),
         align_bytes=leading_dim_alignment(mnkb, dtype),
         strided=np.array([o.shape if o.kind == "strided" else (0, 0) for o in ops], dtype=float).reshape(len(ops), 2),
         rows_cols=np.array([o.shape if _is_row_softmax(o) else (0, 0) for o in ops], dtype=float).reshape(len(ops), 2),

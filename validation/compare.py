@@ -33,6 +33,7 @@ class Row:
     split: str           # "calibration" | "held_out"
     measured: float
     predicted: float
+    host_probe: str = ""  # host-bound eager kinds: "model", "launch" or "none" (predict.host_scale)
 
     @property
     def error(self) -> float:
@@ -97,9 +98,31 @@ def compare(paths=None) -> tuple[list[Row], list[Unused]]:
         except NotPredicted as e:
             unused.append(Unused(rid, rec["case_id"], rec["kind"], str(e)))
             continue
-        rows.append(Row(rid, rec["case_id"], row_kind(rec), split_of(rec), rec["timing"]["median_s"], pred))
+        rows.append(Row(rid, rec["case_id"], row_kind(rec), split_of(rec), rec["timing"]["median_s"], pred,
+                        host_probe_kind(rec)))
         rows.extend(_memory_row(run, rec))
     return rows, unused
+
+
+HOST_BOUND_EAGER = ("decode_eager", "prefill", "train_step")
+
+
+def host_probe_kind(rec: dict) -> str:
+    """Which host-speed measurement an eager host-bound record carries: the tiny-model probe,
+    the add_ launch probe, or none (records from before the probes existed)."""
+    if row_kind(rec) not in HOST_BOUND_EAGER or rec["params"].get("compile"):
+        return ""
+    extra = rec.get("extra", {})
+    return "model" if "host_model_probe_s" in extra else "launch" if "host_probe_s" in extra else "none"
+
+
+def by_host_probe(rows: list[Row]) -> dict[tuple[str, str, str], dict]:
+    """Held-out host-bound rows per (kind, split, probe): how much the host measurement explains."""
+    out: dict[tuple[str, str, str], list[Row]] = {}
+    for r in rows:
+        if r.host_probe:
+            out.setdefault((r.kind, r.split, r.host_probe), []).append(r)
+    return {k: _stats(v) for k, v in sorted(out.items())}
 
 
 def _memory_row(run: dict, rec: dict) -> list[Row]:

@@ -21,6 +21,12 @@ def text_report(rows, unused, summary, limits, verbose: bool = False) -> str:
         lines.append(f"{kind:<14} {split:<11} {s['n']:>4} {s['mape']:7.1%} {s['max']:7.1%} {s['bias']:+7.1%}  "
                      f"{lim_s:<17} {s['worst']}")
     lines.append("")
+    lines.append("host-bound eager kinds by the host-speed probe each record carries (model: a tiny model's")
+    lines.append("eager decode step; launch: eager add_ launches; none: recorded before the probes):")
+    from .compare import by_host_probe
+    for (kind, split, probe), s in by_host_probe(rows).items():
+        lines.append(f"  {kind:<14} {split:<11} {probe:<7} {s['n']:>4} {s['mape']:7.1%} {s['max']:7.1%} {s['bias']:+7.1%}")
+    lines.append("")
     lines.append(f"not compared: {len(unused)} records")
     for (kind, reason), n in Counter((u.kind, u.reason) for u in unused).most_common():
         lines.append(f"  {n:>4} x {kind}: {reason}")

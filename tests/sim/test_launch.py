@@ -4,14 +4,19 @@ import numpy as np
 import pytest
 
 from mechsim.sim.launch import block_bounds, tandem_step_time
+from mechsim.sim.optable import block_starts
 
 
 def brute_force(host, gpu, count):
-    """Simulate every launch of the repeated blocks in order."""
+    """Simulate every launch of the repeated blocks in order: each repetition of a block
+    issues each of its ops count / repeats times."""
     seq = []
-    for a, b in block_bounds(np.array(count)):
-        for _ in range(int(count[a])):
-            seq += list(zip(host[a:b], gpu[a:b]))
+    count = np.array(count, float)
+    for a, b in block_bounds(count):
+        reps = int(count[a:b].min())
+        for _ in range(reps):
+            for i in range(a, b):
+                seq += [(host[i], gpu[i])] * int(count[i] // reps)
     t_host = gpu_free = 0.0
     for h, g in seq:
         t_host += h
@@ -42,3 +47,20 @@ def test_host_bound_when_kernels_are_tiny():
     host = np.array([5.0, 5.0])
     gpu = np.array([0.1, 0.1])
     assert tandem_step_time(host, gpu, np.array([10.0, 10])) == pytest.approx(100 + 0.1)
+
+
+def test_ops_issued_twice_per_layer_stay_in_the_layer():
+    """A layer (count L) with an op issued twice per layer (count 2L) is one block of L
+    repetitions, not three runs: a host-heavy op and a GPU-heavy op of the same layer overlap."""
+    count = np.array([1.0, 32, 64, 32, 1])
+    assert block_starts(count).tolist() == [0, 1, 4]
+    host = np.array([0.0, 10.0, 0.0, 0.0, 0.0])   # host-heavy first op of the layer
+    gpu = np.array([0.0, 0.0, 5.0, 0.0, 0.0])     # GPU-heavy op issued twice per layer
+    assert tandem_step_time(host, gpu, count) == pytest.approx(brute_force(host, gpu, count), rel=0.05)
+    assert tandem_step_time(host, gpu, count) == pytest.approx(320 + 10, rel=0.01)
+
+
+def test_phase_change_starts_a_block():
+    count = np.array([32.0, 32, 32, 32])
+    assert block_starts(count, np.array([0, 0, 1, 1])).tolist() == [0, 2]
+    assert block_starts(np.array([3.0, 58]), np.zeros(2)).tolist() == [0, 1]

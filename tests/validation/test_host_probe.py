@@ -20,3 +20,27 @@ def test_a_slower_host_predicts_a_slower_host_bound_decode_step():
     assert slow > 1.3 * base          # batch-1 eager decode of a 1B model is host-bound
     assert predict_decode({**P, "mode": "graph"}, "h200_sxm", host_scale=1.5) == \
         predict_decode({**P, "mode": "graph"}, "h200_sxm")   # CUDA graphs: no host launches
+
+
+TINY = {"model": "tiny", "vocab": 512, "d_model": 64, "n_layers": 2, "n_heads": 4, "n_kv_heads": 2, "ffn": 128,
+        "tie_embeddings": False, "max_seq": 64, "batch": 1, "ctx": 16}
+
+
+def test_model_probe_scale_is_measured_over_predicted_tiny_step():
+    """The tiny-model probe reads the host's speed for the eager decode code path: a probe that
+    took exactly the predicted time scales nothing; twice that time doubles host costs."""
+    pred = predict_decode(TINY, "h200_sxm")
+    rec = {"kind": "decode", "params": {**P}, "extra": {
+        "host_model_probe_s": {**TINY, "mean": 2 * pred, "unit": "s per forward"},
+        "host_probe_s": {"mean": HOST_PROBE_REF_S, "unit": "s per launch"}}}
+    assert abs(host_scale(None, rec, "h200_sxm") - 2.0) < 1e-9
+    assert host_scale(None, rec) == 1.0            # without a GPU the launch probe is used
+
+
+def test_rows_carry_their_host_probe_kind():
+    from mechsim.validation.compare import host_probe_kind
+    rec = {"kind": "decode", "params": {"mode": "eager"}, "extra": {"host_probe_s": {}}}
+    assert host_probe_kind(rec) == "launch"
+    assert host_probe_kind({**rec, "extra": {"host_model_probe_s": {}, "host_probe_s": {}}}) == "model"
+    assert host_probe_kind({**rec, "extra": {}}) == "none"
+    assert host_probe_kind({**rec, "params": {"mode": "graph"}}) == ""   # graphs are not host-bound
