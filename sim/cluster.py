@@ -3,6 +3,10 @@
 Cluster: ``nodes`` copies of an hwdb node (an NVL72 "node" is a compute tray of 4 GPUs, so one
 rack is 18 nodes). GPUs of a node (or of a rack, for NVL72) share one NVLink domain of
 ``System.nvlink_domain_size`` GPUs; each node has ``nics_per_node`` scale-out NICs (hwdb).
+A job may use part of each domain (``domain_gpus``: a Slurm block-scheduling segment, e.g. 16
+trays = 64 GPUs of an NVL72 rack): NVLink joins the GPUs of one part, the scale-out network
+joins the parts; the rest of each rack is another job's and is not modelled (its traffic
+neither helps nor contends).
 
 Graph (networkx DiGraph, every edge carries ``bw``, bytes/s per direction, both directions):
     ("gpu", g) - ("nvswitch", d)          GPU's NVLink bandwidth (hwdb GPU.nvlink_bw_per_dir)
@@ -68,6 +72,7 @@ class Cluster(BaseModel):
     oversubscription: PositiveFloat = 1.0
     topology: Topology = "rail_optimized"
     gpus_used: PositiveInt | None = None   # a part of ONE node (e.g. the 2 GPUs of a validation machine)
+    domain_gpus: PositiveInt | None = None  # GPUs the job uses in each NVLink domain (whole nodes); None: all
     whatif: tuple[tuple[str, str], ...] = ()   # GPU spec overrides (sim/whatif.py), e.g. (("nvlink_bandwidth_per_dir", "-50%"),)
 
     @model_validator(mode="after")
@@ -82,10 +87,15 @@ class Cluster(BaseModel):
                 raise ValueError(f"fabric: NIC {nic.key!r} has no fabric class in sim/data/network.toml")
         if self.oversubscription < 1.0:
             raise ValueError(f"oversubscription must be >= 1 (1 = full bisection), got {self.oversubscription}")
-        dom = min(sysobj.nvlink_domain_size, self.gpus)
+        if self.domain_gpus is not None and (self.domain_gpus > sysobj.nvlink_domain_size
+                                             or self.domain_gpus % sysobj.gpus_per_node):
+            raise ValueError(f"domain_gpus must be whole nodes of {sysobj.gpus_per_node} GPUs and at most the "
+                             f"NVLink domain ({sysobj.nvlink_domain_size}); got {self.domain_gpus}")
+        dom = min(self.domain_gpus or sysobj.nvlink_domain_size, self.gpus)
         if self.gpus % dom:
             raise ValueError(f"nodes: {self.nodes} nodes x {sysobj.gpus_per_node} GPUs = {self.gpus} GPUs "
-                             f"do not fill whole NVLink domains of {dom}")
+                             f"do not fill whole NVLink domains of {dom} (a job on part of each domain: "
+                             f"set domain_gpus, e.g. {segment_gpus(sysobj, self.gpus)})")
         return self
 
     @property
@@ -110,8 +120,9 @@ class Cluster(BaseModel):
 
     @property
     def gpus_per_nvlink_domain(self) -> int:
-        """NVLink domain size, capped at the cluster (9 NVL72 trays form one 36-GPU domain)."""
-        return min(self.sys.nvlink_domain_size, self.gpus)
+        """GPUs of the job in one NVLink domain: the domain (or the job's part of it, domain_gpus),
+        capped at the cluster (9 NVL72 trays form one 36-GPU domain)."""
+        return min(self.domain_gpus or self.sys.nvlink_domain_size, self.gpus)
 
     @property
     def nics_per_node(self) -> int:
@@ -155,6 +166,15 @@ class Cluster(BaseModel):
     def graph(self) -> nx.DiGraph:
         """The cluster as a networkx DiGraph (cached per Cluster; do not mutate)."""
         return _graph(self)
+
+
+def segment_gpus(system: System, gpus: int) -> int:
+    """GPUs per NVLink domain of a job placed in equal parts of whole nodes: the largest
+    multiple of gpus_per_node that is at most the domain and divides ``gpus`` (NVL72, 256 GPUs:
+    16 trays = 64 per rack, the segment size NVIDIA recommends for large jobs with Slurm's
+    topology/block plugin, source slurm_block_nvl72)."""
+    k, dom = system.gpus_per_node, min(system.nvlink_domain_size, gpus)
+    return next((m for m in range(dom - dom % k, 0, -k) if gpus % m == 0), k)
 
 
 def _link(g: nx.DiGraph, a, b, bw: float, kind: str) -> None:

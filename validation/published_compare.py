@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 from ..hwdb import get_system
 from ..model import TrainingWorkload
-from ..sim.cluster import Cluster
+from ..sim.cluster import Cluster, segment_gpus
 from ..sim.estimate import estimate
 from .published import load_published
 
@@ -197,10 +197,16 @@ def workload_for(row) -> TrainingWorkload:
 
 
 def cluster_for(row) -> Cluster:
-    per_node = get_system(row.system).gpus_per_node
+    """The row's GPUs as whole nodes; a job that cannot fill whole NVLink domains (256 GPUs on
+    NVL72 racks of 72) uses equal parts of racks, as Slurm's block scheduling places it
+    (sim/cluster.segment_gpus: 64 GPUs = 16 trays per rack, source slurm_block_nvl72)."""
+    system = get_system(row.system)
+    per_node = system.gpus_per_node
     if row.gpus % per_node:
         return Cluster(system=row.system, nodes=1, gpus_used=row.gpus)
-    return Cluster(system=row.system, nodes=row.gpus // per_node)
+    part = segment_gpus(system, row.gpus)
+    dom = part if part < min(system.nvlink_domain_size, row.gpus) else None
+    return Cluster(system=row.system, nodes=row.gpus // per_node, domain_gpus=dom)
 
 
 def predict_row(row) -> PublishedRow:

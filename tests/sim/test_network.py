@@ -176,3 +176,31 @@ def test_efa_p5_splits_each_gpu_over_four_devices():
     c = Cluster(system="aws_p5", nodes=2)
     assert c.nics_per_node == 32 and c.nic_bw_per_gpu == pytest.approx(50e9)
     assert flow_rate(c, layout(Parallelism(tp=8, dp=2), c, "dp").groups, "ring") == pytest.approx(50e9)
+
+
+def test_a_job_on_part_of_each_nvl72_rack():
+    """256 GPUs cannot fill NVL72 racks of 72: Slurm block scheduling gives equal parts of 64
+    (16 trays); NVLink inside a part, the scale-out NICs between parts."""
+    from mechsim.sim.cluster import segment_gpus
+    from mechsim.hwdb import get_system
+    nvl = get_system("gb200_nvl72")
+    assert (segment_gpus(nvl, 256), segment_gpus(nvl, 128), segment_gpus(nvl, 144), segment_gpus(nvl, 8)) == (64, 64, 72, 8)
+    with pytest.raises(ValueError, match="domain_gpus"):
+        Cluster(system="gb200_nvl72", nodes=64)
+    with pytest.raises(ValueError, match="domain_gpus"):
+        Cluster(system="gb200_nvl72", nodes=64, domain_gpus=62)            # not whole trays
+    with pytest.raises(ValueError, match="domain_gpus"):
+        Cluster(system="gb200_nvl72", nodes=64, domain_gpus=76)            # more than a rack
+    c = Cluster(system="gb200_nvl72", nodes=64, domain_gpus=64)
+    assert (c.gpus, c.gpus_per_nvlink_domain, c.domain_of(63), c.domain_of(64)) == (256, 64, 0, 1)
+    par = Parallelism(tp=1, pp=4, dp=64, cp=1, ep=64)
+    ep = layout(par, c, "ep")
+    assert (ep.size, ep.per_domain, ep.domains) == (64, 64, 1)          # an EP group fills one part
+    dp = layout(par, c, "dp")
+    assert dp.domains == 1 and layout(par, c, "pp").domains == 4        # pipeline stages cross racks
+    # a smaller part of the same rack puts more of a group on the NICs: never faster
+    eff = efficiency_for("gb200", "blackwell")
+    c32 = Cluster(system="gb200_nvl72", nodes=64, domain_gpus=32)
+    t64 = collective_time_s("all_reduce", GiB, "dp", layout(par, c, "dp"), c, eff)
+    t32 = collective_time_s("all_reduce", GiB, "dp", layout(par, c32, "dp"), c32, eff)
+    assert t32.total > t64.total
