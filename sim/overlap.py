@@ -98,6 +98,22 @@ def tp_overlap_fraction(stack: str, tp: int = 1, comm_overlap: bool = False) -> 
     return float(p[f"tp_overlap.{stack}"].value) if f"tp_overlap.{stack}" in p else 0.0
 
 
+PP_STACK_TRAITS = ("blocking", "scatter_gather")
+
+
+def pp_stack_trait(trait: str, stack: str) -> bool:
+    """Whether a software stack's pipeline p2p has ``trait`` (sim/data/overlap.toml [pp.<trait>],
+    one entry per stack that has it; a stack not listed does not):
+      blocking        every send/recv call blocks the stage's compute (sim/pipeline.py)
+      scatter_gather  without sequence parallelism, each of the tp ranks sends 1/tp of the
+                      boundary tensor over its own NIC and the receiver all-gathers it over
+                      NVLink (sim/distributed.scatter_gather_p2p)"""
+    if trait not in PP_STACK_TRAITS:
+        raise ValueError(f"trait: unknown {trait!r}; known: {', '.join(PP_STACK_TRAITS)}")
+    p = overlap_params().get(f"pp.{trait}.{stack}")
+    return bool(p and float(p.value))
+
+
 def _arr(name: str, v) -> np.ndarray:
     a = np.atleast_1d(np.asarray(v, dtype=float))
     if a.ndim != 1 or not np.all(np.isfinite(a)) or np.any(a < 0):

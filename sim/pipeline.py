@@ -40,6 +40,18 @@ neighbour's compute (Megatron overlap_p2p_comm / batched isend-irecv), so only t
 and drain carry them: (p-1) hops forward before the last stage starts and (p-1) hops
 back before the first stage can finish, 2 (p-1) t_p. With ``p2p_overlap=False`` every
 chunk's forward and backward transfer is blocking too: + 2 m vp t_p.
+
+Blocking exchanges (``blocking=True``, Megatron-LM 2021, megatron/p2p_communication.py
+_communicate: batch_isend_irecv, wait on every request, then torch.cuda.synchronize()):
+each call blocks the stage, but a call sends and receives at once over a full-duplex link,
+so what a schedule pairs costs one t_p. Per step, the first stage makes
+    1F1B (vp = 1)   2 m calls: send_forward_recv_backward after each forward,
+                    send_backward_recv_forward after each backward (schedules.py 2021)
+    interleaved     m vp + W calls: one send_forward_backward_recv_forward_backward per
+                    steady-state (forward chunk, backward chunk) pair, plus the W warm-up
+                    forwards and W cool-down backwards that have no partner,
+                    W = min(2 (p-1) + (vp-1) p, m vp)
+exposed = 2 (p-1) t_p + calls t_p.
 """
 
 from __future__ import annotations
@@ -145,19 +157,33 @@ def in_flight_microbatches(schedule: str, pp: int, vp: int, n_microbatches: int)
     return float(min(pp, m))
 
 
+def blocking_calls(pp: int, vp: int, n_microbatches: int) -> int:
+    """Blocking p2p calls of the first stage per step (module docstring: 2 m for 1F1B,
+    m vp + W for the interleaved schedule); 0 without a pipeline."""
+    if pp == 1:
+        return 0
+    m = n_microbatches
+    if vp == 1:
+        return 2 * m
+    return m * vp + min(2 * (pp - 1) + (vp - 1) * pp, m * vp)
+
+
 def p2p_times_s(pp: int, vp: int, n_microbatches: int, t_p: float,
-                p2p_overlap: bool = True) -> tuple[float, float]:
+                p2p_overlap: bool = True, blocking: bool = False) -> tuple[float, float]:
     """(all p2p time of a middle stage, the exposed part); module docstring."""
     if pp == 1:
         return 0.0, 0.0
     total = 2 * n_microbatches * vp * t_p       # one activation and one gradient per chunk
+    if blocking:
+        return total, (2 * (pp - 1) + blocking_calls(pp, vp, n_microbatches)) * t_p
     exposed = 2 * (pp - 1) * t_p + (0.0 if p2p_overlap else total)
     return total, exposed
 
 
 def pipeline_times(schedule: str, pp: int, n_microbatches: int, t_f: float, t_b: float,
                    t_p: float = 0.0, vp: int = 1, t_bw: float | None = None,
-                   t_fb: float | None = None, p2p_overlap: bool = True) -> PipelineTimes:
+                   t_fb: float | None = None, p2p_overlap: bool = True,
+                   blocking: bool = False) -> PipelineTimes:
     """Step of one pipeline stage under ``schedule`` (formulas in the module docstring).
 
     t_f, t_b are one stage's forward and full backward per micro-batch; t_bw (zero_bubble,
@@ -168,13 +194,14 @@ def pipeline_times(schedule: str, pp: int, n_microbatches: int, t_f: float, t_b:
     t_bw = None if t_bw is None else _check_time("t_bw", t_bw)
     t_fb = None if t_fb is None else _check_time("t_fb", t_fb)
     bubble = bubble_time_s(schedule, pp, vp, t_f, t_b, t_bw, t_fb)
-    p2p, p2p_exp = p2p_times_s(pp, vp, n_microbatches, t_p, p2p_overlap)
+    p2p, p2p_exp = p2p_times_s(pp, vp, n_microbatches, t_p, p2p_overlap, blocking)
     return PipelineTimes(schedule, pp, vp, n_microbatches, n_microbatches * (t_f + t_b), bubble,
                          p2p, p2p_exp, in_flight_microbatches(schedule, pp, vp, n_microbatches))
 
 
 def pipeline_for(par, n_microbatches: int, t_f: float, t_b: float, t_p: float = 0.0,
-                 t_bw: float | None = None, p2p_overlap: bool = True) -> PipelineTimes:
+                 t_bw: float | None = None, p2p_overlap: bool = True,
+                 blocking: bool = False) -> PipelineTimes:
     """``pipeline_times`` for a model.parallel.Parallelism record (schedule, pp, vp)."""
     return pipeline_times(par.schedule, par.pp, n_microbatches, t_f, t_b, t_p, par.vp, t_bw,
-                          p2p_overlap=p2p_overlap)
+                          p2p_overlap=p2p_overlap, blocking=blocking)
