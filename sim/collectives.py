@@ -15,7 +15,7 @@ Tree for all_reduce only) is ``tree_all_reduce_time_s``.
 
 from __future__ import annotations
 
-from .calibration import Efficiency
+from .calibration import DATA, Efficiency, load_efficiency_file
 
 OPS = ("all_reduce", "all_gather", "reduce_scatter", "sendrecv", "broadcast")
 
@@ -44,26 +44,58 @@ def collective_params(op: str, eff: Efficiency, algo: str | None = None) -> tupl
     raise KeyError(f"collective.{op}: no calibrated or assumed parameters")
 
 
+def ring_steps(op: str, n: int) -> int:
+    """Ring steps of one NCCL call over ``n`` GPUs (NCCL's tuning model, src/graph/tuning.cc:
+    nsteps = 2(n-1) for all_reduce, n-1 for all_gather / reduce_scatter; all_to_all, as
+    all_gather, n-1; broadcast and send/recv pay one step's latency)."""
+    if n < 2:
+        raise ValueError(f"n: a collective needs at least 2 GPUs, got n={n}")
+    return {"all_reduce": 2 * (n - 1), "all_gather": n - 1, "reduce_scatter": n - 1,
+            "all_to_all": n - 1}.get(op, 1)
+
+
+GRAPH_STEP = "collective.graph_step_latency_s"
+
+
+def graph_step_latency_s() -> float:
+    """Latency of each ring step beyond a 2-GPU call's, inside a CUDA graph (sim/data/network.toml)."""
+    return float(load_efficiency_file(DATA / "network.toml")["nvlink_ring.graph_step_latency_s"].value)
+
+
 def in_cuda_graph(eff: Efficiency) -> Efficiency:
     """``eff`` for collectives replayed from a CUDA graph: every per-call latency becomes
-    ``collective.graph_latency_s``. The per-call latencies are fitted on eager calls (nccl-tests
-    style: each call enqueued by the host, 30-50 us on 2 H200s from 8 KiB to 4 MiB); a captured
-    NCCL kernel starts without that host enqueue path."""
+    ``collective.graph_latency_s``, and each ring step beyond those of a 2-GPU call adds
+    ``graph_step_latency_s`` (collective_time_s). The per-call latencies are fitted on eager calls
+    (nccl-tests style: each call enqueued by the host, 30-50 us on 2 H200s from 8 KiB to 4 MiB); a
+    captured NCCL kernel starts without that host enqueue path, so what is left is the kernel's own
+    latency, which grows with the ring steps (2(n-1) for an all_reduce): 8 us fitted at n = 2,
+    8 + 12 x 1.9 = 31 us at n = 8 (published 8-GPU H200 nccl-tests: 1-16 MiB all_reduce imply
+    26-37 us after the bandwidth term)."""
     if "collective.graph_latency_s" not in eff.params:
         return eff
     g = eff.get("collective.graph_latency_s")
     lat = {k: g for k in eff.params if k.startswith("collective.") and k.endswith(".latency_s")
            and k != "collective.graph_latency_s"}
+    lat[GRAPH_STEP] = graph_step_latency_s()
     return eff.with_values(lat, "collective.graph_latency_s", "calibrated")
+
+
+def graph_extra_latency_s(op: str, n: int, eff: Efficiency) -> float:
+    """Extra in-graph latency of an ``n``-GPU call over a 2-GPU one: step latency x the ring steps
+    beyond a 2-GPU call's (0 for eager collectives, whose fitted latency is host-bound)."""
+    if GRAPH_STEP not in eff.params:
+        return 0.0
+    return eff.get(GRAPH_STEP) * max(0, ring_steps(op, n) - ring_steps(op, 2))
 
 
 def collective_time_s(op: str, nbytes: float, n: int, link_bw_per_dir: float, eff: Efficiency,
                       algo: str | None = None) -> float:
-    """Ring time of one collective over ``n`` GPUs of one NVLink domain (module docstring)."""
+    """Ring time of one collective over ``n`` GPUs of one NVLink domain (module docstring), plus
+    the in-graph step latency beyond n = 2 (graph_extra_latency_s)."""
     if nbytes <= 0:
         raise ValueError(f"collective bytes must be positive, got {nbytes}")
     lat, frac = collective_params(op, eff, algo)
-    return lat + bus_factor(op, n) * nbytes / (link_bw_per_dir * frac)
+    return lat + graph_extra_latency_s(op, n, eff) + bus_factor(op, n) * nbytes / (link_bw_per_dir * frac)
 
 
 def tree_bus_factor(n: int) -> float:
