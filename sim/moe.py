@@ -10,12 +10,23 @@ forward and micro-batch (between two syncs):
 
     exposed = t_sync + max(0, H_layer - G_layer)
 
-H_layer = host seconds to issue the work between two syncs (one transformer layer's forward:
-Megatron/TE Python per module, TE's per-expert grouped-GEMM set-up, the router, the dispatcher),
+H_layer = host seconds to issue the work between two syncs (one transformer layer's forward),
 G_layer = GPU seconds of that forward (the stage's forward per micro-batch, compute and exposed
 communication, over its MoE layers). The backward reuses the counts (no sync). Token drop with
 padding to capacity, or sync-free routing (device-side counts: paged stash + full-iteration CUDA
 graphs), removes the term. Parameters per stack in sim/data/moe.toml.
+
+H_layer = h_layer + h_expert x E_local. TransformerEngine's GroupedLinear (the expert fc1 and fc2)
+works per local expert on the host: torch.split by m_splits, a Python loop of per-expert weight
+quantisation (``get_weight_workspace``), per-expert input quantizers, and general_grouped_gemm's
+loop of one cuBLAS call per expert (transformer_engine/pytorch/module/grouped_linear.py), so
+its host time grows with E_local = n_experts / ep; h_layer is the rest of the layer (attention,
+router, permute, dispatcher modules). Both are fitted (moe.toml says on which rows).
+
+Routing imbalance is not the missing time: the published rows force-balance the router
+(Megatron-Core RandomSTE: i.i.d. normal logits per token, so top-k is uniform at random), and
+the expected max over ep ranks of the multinomial token count, mean m = T ep k / ep, exceeds the
+mean by about z_ep sqrt(m (1 - 1/ep)) / m: under 1.5 % for every published row (T >= 4096).
 """
 
 from __future__ import annotations
@@ -42,10 +53,19 @@ def sync_exposed_s(host_layer_s: float, gpu_layer_s: float, sync_s: float) -> fl
     return sync_s + max(0.0, host_layer_s - gpu_layer_s)
 
 
-def dropless_sync_per_mb_s(moe, stack_key: str, moe_layers: int, fwd_per_mb_s: float) -> float:
+def host_fwd_layer_s(p: dict[str, float], local_experts: int) -> float:
+    """H_layer = h_layer + h_expert x E_local (module docstring)."""
+    if local_experts < 1:
+        raise ValueError(f"local_experts must be >= 1, got {local_experts}")
+    return p["host_fwd_layer_s"] + p["host_fwd_expert_s"] * local_experts
+
+
+def dropless_sync_per_mb_s(moe, stack_key: str, moe_layers: int, fwd_per_mb_s: float, ep: int = 1) -> float:
     """Exposed host-sync seconds of one micro-batch's forward on a stage with ``moe_layers``
-    MoE layers (the MoE config ``moe`` decides whether the layers sync; module docstring)."""
+    MoE layers, ``moe.n_experts / ep`` experts per GPU (the MoE config ``moe`` decides whether
+    the layers sync; module docstring)."""
     p = moe_params(stack_key)
     if moe is None or not moe.host_syncs or moe_layers <= 0 or p is None:
         return 0.0
-    return moe_layers * sync_exposed_s(p["host_fwd_layer_s"], fwd_per_mb_s / moe_layers, p["sync_s"])
+    h = host_fwd_layer_s(p, max(1, moe.n_experts // ep))
+    return moe_layers * sync_exposed_s(h, fwd_per_mb_s / moe_layers, p["sync_s"])

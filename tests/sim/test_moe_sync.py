@@ -19,8 +19,9 @@ def test_sync_exposed_formula():
 def test_per_microbatch_sync_counts_layers_and_respects_the_config():
     m = preset("qwen3-30b-a3b").moe
     p = moe.moe_params("megatron_te")
-    got = moe.dropless_sync_per_mb_s(m, "megatron_te", 48, 48 * 1e-3)
-    assert got == pytest.approx(48 * (p["sync_s"] + max(0.0, p["host_fwd_layer_s"] - 1e-3)))
+    got = moe.dropless_sync_per_mb_s(m, "megatron_te", 48, 48 * 1e-3, ep=8)
+    h = p["host_fwd_layer_s"] + 16 * p["host_fwd_expert_s"]          # 128 experts / ep 8
+    assert got == pytest.approx(48 * (p["sync_s"] + max(0.0, h - 1e-3)))
     assert moe.dropless_sync_per_mb_s(m.model_copy(update={"capacity_factor": 1.0}), "megatron_te", 48, 0.05) == 0.0
     assert moe.dropless_sync_per_mb_s(m.model_copy(update={"sync_free": True}), "megatron_te", 48, 0.05) == 0.0
     assert moe.dropless_sync_per_mb_s(m, "eager", 48, 0.05) == 0.0          # no entry for the stack
@@ -49,3 +50,15 @@ def test_flex_dispatch_shortens_the_exposed_all_to_all():
     a2a, flex = estimate(_w(sync_free=True), cl), estimate(_w(sync_free=True, dispatcher="flex"), cl)
     assert flex.exposed_comm["ep"] < a2a.exposed_comm["ep"]
     assert flex.step_time_s < a2a.step_time_s
+
+
+def test_host_time_grows_with_the_local_experts():
+    """TE GroupedLinear works per local expert on the host: fewer experts per GPU (larger ep),
+    less host time per layer, never below h_layer; ep must leave at least one expert."""
+    m, p = preset("qwen3-30b-a3b").moe, moe.moe_params("megatron_te")
+    t = [moe.dropless_sync_per_mb_s(m, "megatron_te", 48, 48e-6, ep=e) for e in (4, 8, 16, 32)]
+    assert t == sorted(t, reverse=True) and t[0] > t[-1]
+    assert t[1] - t[2] == pytest.approx(48 * 8 * p["host_fwd_expert_s"])
+    assert moe.host_fwd_layer_s(p, 1) == pytest.approx(p["host_fwd_layer_s"] + p["host_fwd_expert_s"])
+    with pytest.raises(ValueError):
+        moe.host_fwd_layer_s(p, 0)
