@@ -78,8 +78,8 @@ ASSUMPTIONS = {
 FLAGGED = {
     ("azure_b3", "h100_sxm", "batch"):
         "old TensorRT-LLM python GenerationSession (benchmarks/python/benchmark.py, commit a681853): measured "
-        "time exceeds the op model by 30-45% at every batch, growing with batch and model (55 ms at 8B b64, "
-        "234 ms at 405B b32); not a fixed host cost. Runs as fp16 GEMMs instead of fp8 would give -18..+27 % (8B too slow, "
+        "time exceeds the op model by 30-48% at every batch, at TP1 and TP8 alike (the TP8 rows were 39-72% "
+        "before the in-graph ring-step latency of the all-reduce); not a fixed host cost. Runs as fp16 GEMMs instead of fp8 would give -18..+27 % (8B too slow, "
         "70B b16 too fast), so not that either; the engine (trtllm-build defaults of that commit, no CUDA graphs, "
         "GenerationSession.setup inside the timed loop) is not described -- unexplained, not fitted",
     ("azure_b3", "h200_sxm", "batch"):
