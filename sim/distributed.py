@@ -169,7 +169,8 @@ def fsdp_step_exposure(t: OpTable, c: CommTimes, fwd_s: float, bwd_s: float, m: 
 TP_LINEARS = ("layer/attn/qkv_proj", "layer/attn/o_proj", "layer/mlp/gate_up", "layer/mlp/down")
 
 
-def chunked_tp_gemms(t: OpTable, gpu_s: np.ndarray, tp: int, rates, eff, impl: str) -> np.ndarray:
+def chunked_tp_gemms(t: OpTable, gpu_s: np.ndarray, tp: int, rates, eff, impl: str,
+                     speed: float = 1.0) -> np.ndarray:
     """GPU time of each op when TransformerEngine's TP comm overlap splits the TP linears'
     forward GEMMs and their input-gradient (dgrad) GEMMs into tp chunks of M/tp tokens, one per
     all-gather / reduce-scatter step: tp x time(M/tp) instead of time(M) (smaller GEMMs lose
@@ -184,7 +185,8 @@ def chunked_tp_gemms(t: OpTable, gpu_s: np.ndarray, tp: int, rates, eff, impl: s
     scale[idx] = 1.0 / tp
     chunk = replace(t, mnkb=mnkb, flops=t.flops * scale, bytes=t.bytes * scale, bytes_written=t.bytes_written * scale)
     out = gpu_s.copy()
-    out[idx] = tp * kernel_times(chunk, rates, eff, impl).gpu_s[idx]
+    from .estimate import at_compute_speed
+    out[idx] = tp * at_compute_speed(chunk, kernel_times(chunk, rates, eff, impl), speed).gpu_s[idx]
     return out
 
 
@@ -288,7 +290,9 @@ def estimate_parallel(workload, hw, stack=None, overrides=None):
     from .. import hwdb
     from ..model import hardware_flops_per_step, model_flops_per_step
     from . import errorband
-    from .estimate import calibrated_stack, efficiency, hw_rates, prepare, _sums, op_estimates
+    from .estimate import (_sums, at_compute_speed, boost_speedup, calibrated_stack, efficiency, hw_rates,
+                           op_estimates, prepare)
+    from .power import power_state
     from .kernels import check_rates
     from .launch import LaunchTimes, host_times, tandem_step_time
     from .memory import fit_memory
@@ -305,22 +309,31 @@ def estimate_parallel(workload, hw, stack=None, overrides=None):
     p = prepare(workload, st.fused)
     t, rates, eff = p.table, hw_rates(gpu, clock), efficiency(gpu)
     check_rates(t, rates)
-    k = kernel_times(t, rates, eff, st.attention)
     compute = t.kind != COLLECTIVE
-    gpu_s = np.where(compute, k.gpu_s, 0.0)
-    if par.tp_comm_overlap:
-        gpu_s = chunked_tp_gemms(t, gpu_s, par.tp, rates, eff, st.attention)
     host = dp_host_times(t, np.where(compute, host_times(t, st), 0.0), st.graphs)
-    busy = float(np.dot(gpu_s, t.count))
-    idle = max(0.0, tandem_step_time(host, gpu_s, t.count, t.block_starts) - busy)
     c = comm_times(t, par, cluster, in_cuda_graph(eff) if st.graphs else eff)
     if overlap.pp_stack_trait("scatter_gather", st.key):
         c = scatter_gather_p2p(t, c, par, cluster, eff)
-    parts = step_parts(t, k, gpu_s, c, par, workload.grad_accum if hasattr(workload, "grad_accum") else 1,
-                       st.key, idle, getattr(workload.model, "moe", None))
-    by_cat, by_phase = _sums(t, k, gpu_s * t.count, idle + parts.moe_sync_s)
-    by_cat["communication"] = float(sum(parts.exposed_s.values()))
-    by_cat["pipeline_bubble"] = parts.bubble_s
+
+    def timeline(k, speed=1.0):
+        gpu_s = np.where(compute, k.gpu_s, 0.0)
+        if par.tp_comm_overlap:
+            gpu_s = chunked_tp_gemms(t, gpu_s, par.tp, rates, eff, st.attention, speed)
+        busy = float(np.dot(gpu_s, t.count))
+        idle = max(0.0, tandem_step_time(host, gpu_s, t.count, t.block_starts) - busy)
+        parts = step_parts(t, k, gpu_s, c, par, workload.grad_accum if hasattr(workload, "grad_accum") else 1,
+                           st.key, idle, getattr(workload.model, "moe", None))
+        by_cat, by_phase = _sums(t, k, gpu_s * t.count, idle + parts.moe_sync_s)
+        by_cat["communication"] = float(sum(parts.exposed_s.values()))
+        by_cat["pipeline_bubble"] = parts.bubble_s
+        return busy, idle, parts, by_cat, by_phase
+
+    k = kernel_times(t, rates, eff, st.attention)
+    busy, idle, parts, by_cat, by_phase = timeline(k)
+    ps = power_state(by_cat, parts.step_s, gpu.key, gpu.boost_clock_hz, boost_speedup(eff))
+    if ps is not None and ps.speed != 1.0:   # the clock the step sustains under the power cap
+        k = at_compute_speed(t, k, ps.speed)
+        busy, idle, parts, by_cat, by_phase = timeline(k, ps.speed)
     single = _single(workload)
     replicas = par.dp
     lt = LaunchTimes(host, np.where(compute, k.gpu_s, c.per_call_s), parts.step_s, busy, idle)
@@ -331,7 +344,7 @@ def estimate_parallel(workload, hw, stack=None, overrides=None):
         float(gpu.peak_flops("bf16")) * clock * par.gpus, by_cat, by_phase,
         fit_memory(p.memory, gpu), errorband.band_for(p.mode, gpu.key, st.key),
         functools.partial(op_estimates, t, k, lt), gpus=par.gpus, exposed_comm=dict(parts.exposed_s),
-        cluster=f"{cluster.nodes} x {cluster.system}")
+        cluster=f"{cluster.nodes} x {cluster.system}", sm_clock_hz=ps.clock_hz if ps else 0.0)
 
 
 def _plan_text(par) -> str:

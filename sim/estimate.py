@@ -25,6 +25,7 @@ from .kernels import HwRates, KernelTimes, check_rates, kernel_times
 from .launch import LaunchTimes, launch_times
 from .memory import fit_memory, memory_components
 from .optable import DTYPES, KINDS, PHASES, OpTable, build_table
+from .power import power_state
 from .results import CATEGORIES, Estimate, OpEstimate
 from .stacks import Stack, get_stack
 from .whatif import apply_overrides
@@ -183,14 +184,33 @@ def estimate(workload, hw: Any = "h100_sxm", stack: str | Stack | None = None,
     p = prepare(workload, st.fused)
     t, rates = p.table, hw_rates(gpu, clock)
     check_rates(t, rates)
-    k = kernel_times(t, rates, efficiency(gpu), st.attention)
+    eff = efficiency(gpu)
+    k = kernel_times(t, rates, eff, st.attention)
     lt = launch_times(t, k.gpu_s, st)
     by_cat, by_phase = _sums(t, k, lt.gpu_s * t.count, lt.idle_s)
+    ps = power_state(by_cat, lt.step_s, gpu.key, gpu.boost_clock_hz, boost_speedup(eff))
+    if ps is not None and ps.speed != 1.0:   # the clock this step sustains under the power cap
+        k = at_compute_speed(t, k, ps.speed)
+        lt = launch_times(t, k.gpu_s, st)
+        by_cat, by_phase = _sums(t, k, lt.gpu_s * t.count, lt.idle_s)
     return Estimate(
         p.summary, p.mode, gpu.key, st.key, lt.step_s, lt.gpu_busy_s, lt.idle_s, p.tokens,
         p.model_flops, p.hardware_flops, float(gpu.peak_flops("bf16")) * clock, by_cat, by_phase,
         fit_memory(p.memory, gpu), errorband.band_for(p.mode, gpu.key, st.key),
-        functools.partial(op_estimates, t, k, lt))
+        functools.partial(op_estimates, t, k, lt), sm_clock_hz=ps.clock_hz if ps else 0.0)
+
+
+def boost_speedup(eff) -> float:
+    return float(eff.get("gemm.boost_speedup")) if "gemm.boost_speedup" in eff.params else 1.0
+
+
+def at_compute_speed(t, k: KernelTimes, speed: float) -> KernelTimes:
+    """Kernel times with GEMM and attention compute ``speed`` times faster (sim/power.py):
+    gpu_s = max(compute / speed, memory) + fixed for those ops, the others unchanged."""
+    tc = (t.kind == KINDS.index("matmul")) | (t.kind == KINDS.index("attention"))
+    compute = np.where(tc, k.compute_s / speed, k.compute_s)
+    return dataclasses.replace(k, compute_s=compute,
+                               gpu_s=np.where(tc, np.maximum(compute, k.memory_s) + k.fixed_s, k.gpu_s))
 
 
 def estimate_op(op: Op, hw: Any = "h100_sxm", stack: str | Stack = "eager",

@@ -98,6 +98,7 @@ class Estimate:
     gpus: int = 1                                   # GPUs of the job (peak_flops is their sum)
     exposed_comm: dict[str, float] = field(default_factory=dict)   # per group kind, seconds
     cluster: str = ""
+    sm_clock_hz: float = 0.0      # SM clock sustained under the power cap (sim/power.py); 0 = not modelled
 
     @functools.cached_property
     def ops(self) -> tuple[OpEstimate, ...]:

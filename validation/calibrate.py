@@ -10,6 +10,7 @@ the simulator picks it up over the architecture defaults.
 
 from __future__ import annotations
 
+import dataclasses
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,12 +24,14 @@ from ..sim.estimate import hw_rates, resolve_gpu
 from ..sim.kernels import kernel_times
 from ..sim.optable import build_table
 from .compare import DATA_DIR, fit_split
-from .predict import ATTN_IMPL, GEMM_DTYPES, NotPredicted, chain_op, gpu_key
+from .predict import (ATTN_IMPL, GEMM_DTYPES, NotPredicted, boosted_compute_scale, chain_op, gpu_key,
+                      timed_window_s)
 from .records import iter_records, run_paths
 
 GEMM_PARAMS = ("gemm.peak_fraction_bf16", "gemm.peak_fraction_fp16", "gemm.peak_fraction_fp8",
                "gemm.peak_fraction_tf32", "gemm.peak_fraction_fp32", "gemm.k_overhead", "gemm.fixed_s",
-               "gemm.mem_fraction", "gemm.misaligned_fraction", "gemm.misaligned_fraction_8b")
+               "gemm.mem_fraction", "gemm.misaligned_fraction", "gemm.misaligned_fraction_8b",
+               "gemm.boost_speedup", "gemm.boost_window_s")
 MEMORY_PARAMS = ("memory.read_fraction", "memory.write_fraction", "memory.fixed_s", "memory.floor_s",
                  "memory.ramp_bytes", "memory.reduce_combine_s")
 # Streaming kernels the memory parameters are fitted on. cudaMemcpy D2D copies are
@@ -50,6 +53,7 @@ class Group:
     owner: list[int]          # record index of each op (fwd+bwd sum into one record)
     measured: np.ndarray
     impl: str = "fa2"
+    timed_s: np.ndarray | None = None   # per record: seconds of its timed window (GEMM power state)
 
 
 def _gemm_op(p):
@@ -90,10 +94,11 @@ def collect(paths, gpu: str) -> list[Group]:
             ops = build(rec["params"])
         except NotPredicted:
             continue
-        ops_l, owner, meas = buckets.setdefault(key, ([], [], []))
+        ops_l, owner, meas, timed = buckets.setdefault(key, ([], [], [], []))
         owner += [len(meas)] * len(ops)
         ops_l += ops
         meas.append(rec["timing"]["median_s"])
+        timed.append(timed_window_s(rec["timing"]))
     return [_group(k, *v) for k, v in sorted(buckets.items())]
 
 
@@ -108,7 +113,7 @@ def _group_of(rec):
     return "", None
 
 
-def _group(key: str, ops, owner, meas) -> Group:
+def _group(key: str, ops, owner, meas, timed) -> Group:
     if key.startswith("attention."):
         impl = key.split(".")[1]
         names = ("fwd_fraction", "bwd_fraction", "fixed_s", "decode_bw_fraction", "len_overhead", "per_cta_bw",
@@ -118,12 +123,18 @@ def _group(key: str, ops, owner, meas) -> Group:
             names += ("exp_exposed",)
         params = tuple(f"attention.{impl}.{p}" for p in names)
         return Group(key, params, ops, owner, np.array(meas), impl)
-    return Group(key, GEMM_PARAMS if key == "gemm" else MEMORY_PARAMS, ops, owner, np.array(meas))
+    if key == "gemm":
+        return Group(key, GEMM_PARAMS, ops, owner, np.array(meas), timed_s=np.array(timed))
+    return Group(key, MEMORY_PARAMS, ops, owner, np.array(meas))
 
 
 def predict_group(g: Group, eff: Efficiency, rates) -> np.ndarray:
     t = build_table(tuple(g.ops))
-    per_op = kernel_times(t, rates, eff, g.impl).gpu_s
+    k = kernel_times(t, rates, eff, g.impl)
+    per_op = k.gpu_s
+    if g.timed_s is not None and "gemm.boost_window_s" in eff.params:   # GEMMs at their window's power state
+        scale = boosted_compute_scale(g.timed_s[np.array(g.owner)], eff)
+        per_op = np.maximum(k.compute_s * scale, k.memory_s) + k.fixed_s
     return np.bincount(np.array(g.owner), weights=per_op, minlength=len(g.measured))
 
 
@@ -143,7 +154,7 @@ def active_params(g: Group, eff: Efficiency, rates) -> tuple[str, ...]:
 def fit_group(g: Group, eff: Efficiency, rates) -> dict[str, float]:
     """Least-squares fit of the active params (log error), from the current values."""
     names = active_params(g, eff, rates)
-    g = Group(g.name, names, g.ops, g.owner, g.measured, g.impl)
+    g = dataclasses.replace(g, params=names)
     x0 = np.array([float(eff.get(p)) or START_IF_ZERO.get(p.rsplit(".", 1)[1], 1.0) for p in g.params])
     scale = x0.copy()
 

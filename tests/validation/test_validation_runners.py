@@ -48,7 +48,7 @@ def test_case_ids_unique_and_kinds_known(run_suite, suite):
     assert kinds == set(run_suite.KINDS), "every kind has at least one case in every suite"
 
 
-@pytest.mark.parametrize("suite, budget_s, n_min, n_max", [("quick", 110, 60, 110), ("full", 470, 250, 400)])
+@pytest.mark.parametrize("suite, budget_s, n_min, n_max", [("quick", 110, 60, 110), ("full", 470, 250, 430)])
 def test_suite_sizes_and_estimated_budget(run_suite, suite, budget_s, n_min, n_max):
     """Single-GPU cases (the 2-GPU group runs on its own machine) fit the time budget."""
     groups = [g for g in run_suite.build_groups(suite) if not g.dist]
@@ -60,7 +60,7 @@ def test_suite_sizes_and_estimated_budget(run_suite, suite, budget_s, n_min, n_m
 def test_gemm_counts(run_suite):
     count = {s: sum(len(g.cases) for g in run_suite.build_groups(s, only=["gemm"])) for s in ("quick", "full")}
     assert 20 <= count["quick"] <= 35
-    assert 130 <= count["full"] <= 185
+    assert 130 <= count["full"] <= 200
 
 
 def test_only_and_match_filters(run_suite):

@@ -13,6 +13,8 @@ Estimated durations on an H200 (alloc + randn + 3 warm-up + estimate + capture +
 
 from __future__ import annotations
 
+import time
+
 import torch
 
 from common import DTYPES, ELT_BYTES, Case, Ctx, Group, dedupe, fp32_matmul_mode, randn, result
@@ -60,12 +62,18 @@ def _call(dtype: str, sets, device: str):
     return call
 
 
-def run_gemm(ctx: Ctx, dtype: str, m: int, n: int, k: int) -> dict:
+def run_gemm(ctx: Ctx, dtype: str, m: int, n: int, k: int, reps: int | None = None, idle_s: float = 0.0) -> dict:
+    """One GEMM shape; ``reps`` fixes the number of timed graph replays (one call each) and
+    ``idle_s`` idles the GPU first, so the timed window's power state is known (window cases)."""
     set_bytes = (m * k + n * k) * ELT_BYTES[dtype]
     n_rot = rotation_count(set_bytes, ctx.l2_bytes)
     sets = _operands(ctx, dtype, m, n, k, n_rot)
+    if idle_s and ctx.is_cuda:
+        torch.cuda.synchronize()
+        time.sleep(idle_s)
     with fp32_matmul_mode(dtype == "tf32"):
-        timing, extra = measure(_call(dtype, sets, ctx.device), ctx.device, n_rot=n_rot, l2=ctx.l2_bytes)
+        timing, extra = measure(_call(dtype, sets, ctx.device), ctx.device, n_rot=n_rot, l2=ctx.l2_bytes,
+                                reps=reps, inner=1 if reps else None, flush=reps is None)
     extra["tflops"] = 2 * m * n * k / timing["median_s"] / 1e12
     return result(timing, extra)
 
@@ -108,6 +116,26 @@ def gemm_case(dtype: str, m: int, n: int, k: int, tag: str) -> Case:
               "impl": "torch._scaled_mm(per-tensor scales, out bf16)" if dtype == "fp8_e4m3" else "torch.matmul"}
     return Case(f"gemm/{dtype}/m{m}_n{n}_k{k}", "gemm", params,
                 lambda ctx: run_gemm(ctx, dtype, m, n, k), _est(dtype, m, n, k))
+
+
+def window_case(dtype: str, m: int, n: int, k: int, reps: int, idle_s: float = 1.0) -> Case:
+    """A GEMM timed over exactly ``reps`` back-to-back calls after ``idle_s`` of idle GPU: the
+    timed window runs from boost clock into the power cap (validation: boosted_compute_scale)."""
+    c = gemm_case(dtype, m, n, k, "window")
+    params = {**c.params, "reps": reps, "idle_before_s": idle_s}
+    return Case(f"{c.case_id}/reps{reps}", "gemm", params,
+                lambda ctx: run_gemm(ctx, dtype, m, n, k, reps, idle_s), c.est_s * reps / 30 + idle_s)
+
+
+def _window() -> list[Case]:
+    return [window_case(dt, 8192, 8192, 8192, r) for dt in ("bf16", "fp8_e4m3") for r in (3, 10, 30, 100, 300)]
+
+
+def _ksweep() -> list[Case]:
+    """K from 256 to 12288 at M = N = 8192: the per-tile prologue/epilogue (gemm.k_overhead)."""
+    ks = (256, 384, 512, 768, 1536, 3072, 6144, 12288)
+    return ([gemm_case("bf16", 8192, 8192, k, "ksweep") for k in ks]
+            + [gemm_case("fp8_e4m3", 8192, 8192, k, "ksweep") for k in (512, 1536, 6144)])
 
 
 def _layer_cases(dtypes, ms, model: str, layers=None, tag: str = "train") -> list[Case]:
@@ -165,7 +193,7 @@ def _full() -> list[Case]:
             + _layer_cases(["bf16"], DECODE_M, "8b", tag="decode")
             + _layer_cases(["bf16"], [1, 8, 32, 128], "70b", ["qkv", "gate_up", "down"], "decode")
             + _layer_cases(["fp8_e4m3"], [1, 16, 64], "8b", ["qkv", "gate_up", "down"], "decode")
-            + _align([8192], [768, 4096]) + _odd_leading_dims() + _moe_experts())
+            + _align([8192], [768, 4096]) + _odd_leading_dims() + _moe_experts() + _ksweep() + _window())
 
 
 def groups(suite: str) -> list[Group]:
