@@ -220,7 +220,7 @@ def step_parts(t: OpTable, k: KernelTimes, gpu_s: np.ndarray, c: CommTimes, par,
         ep = dualpipe_ep_exposed_s(sum(crit["ep"]), fwd + bwd)
         crit["ep"] = (ep / 2, ep / 2)
     t_f = (fwd + sum(v[0] for v in crit.values())) / m
-    sync = dropless_sync_per_mb_s(moe, stack_key, moe_layers_per_microbatch(t, m), t_f)
+    sync = dropless_sync_per_mb_s(moe, stack_key, moe_layers_per_microbatch(t, m), t_f, par.ep)
     t_f += sync
     t_b = (bwd + sum(v[1] for v in crit.values())) / m
     t_bw = min(wgrad_s(t, k_total) / m, t_b) if par.schedule in ("zero_bubble", "dualpipe") else None

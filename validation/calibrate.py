@@ -31,7 +31,7 @@ from .records import iter_records, run_paths
 GEMM_PARAMS = ("gemm.peak_fraction_bf16", "gemm.peak_fraction_fp16", "gemm.peak_fraction_fp8",
                "gemm.peak_fraction_tf32", "gemm.peak_fraction_fp32", "gemm.k_overhead", "gemm.fixed_s",
                "gemm.mem_fraction", "gemm.misaligned_fraction", "gemm.misaligned_fraction_8b",
-               "gemm.boost_speedup", "gemm.boost_window_s")
+               "gemm.boost_speedup", "gemm.boost_hold_s", "gemm.boost_decay_s")
 MEMORY_PARAMS = ("memory.read_fraction", "memory.write_fraction", "memory.fixed_s", "memory.floor_s",
                  "memory.ramp_bytes", "memory.reduce_combine_s")
 # Streaming kernels the memory parameters are fitted on. cudaMemcpy D2D copies are
@@ -132,7 +132,7 @@ def predict_group(g: Group, eff: Efficiency, rates) -> np.ndarray:
     t = build_table(tuple(g.ops))
     k = kernel_times(t, rates, eff, g.impl)
     per_op = k.gpu_s
-    if g.timed_s is not None and "gemm.boost_window_s" in eff.params:   # GEMMs at their window's power state
+    if g.timed_s is not None and "gemm.boost_hold_s" in eff.params:   # GEMMs at their window's power state
         scale = boosted_compute_scale(g.timed_s[np.array(g.owner)], eff)
         per_op = np.maximum(k.compute_s * scale, k.memory_s) + k.fixed_s
     return np.bincount(np.array(g.owner), weights=per_op, minlength=len(g.measured))

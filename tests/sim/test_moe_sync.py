@@ -40,7 +40,11 @@ def test_dropless_step_pays_the_syncs_and_sync_free_does_not():
     drop, free = estimate(_w(), cl), estimate(_w(sync_free=True), cl)
     extra = drop.step_time_s - free.step_time_s
     assert extra > 0
-    assert drop.by_category["launch_overhead"] - free.by_category["launch_overhead"] == pytest.approx(extra, rel=1e-6)
+    gap = drop.by_category["launch_overhead"] - free.by_category["launch_overhead"]
+    # the syncs add idle time; the idler step also sustains a higher clock under the power cap
+    # (sim/power.py), so its compute is a little faster and the step grows by less than the gap
+    assert gap >= extra * (1 - 1e-9)
+    assert drop.sm_clock_hz >= free.sm_clock_hz
     # 48 MoE layers x 8 micro-batches, each at least the sync latency
     assert extra >= 48 * 8 * moe.moe_params("megatron_te")["sync_s"]
 

@@ -44,3 +44,12 @@ def test_rows_carry_their_host_probe_kind():
     assert host_probe_kind({**rec, "extra": {"host_model_probe_s": {}, "host_probe_s": {}}}) == "model"
     assert host_probe_kind({**rec, "extra": {}}) == "none"
     assert host_probe_kind({**rec, "params": {"mode": "graph"}}) == ""   # graphs are not host-bound
+
+
+def test_paired_probe_follows_the_median_sample():
+    from mechsim.validation.predict import paired_probe_s
+    mp = {"mean": 2.0, "samples": [1.0, 3.0, 1.2, 2.9, 1.1]}
+    timing = {"samples_s": [0.020, 0.040, 0.022, 0.041, 0.021]}   # fast host -> fast samples
+    assert paired_probe_s(mp, timing) == 1.2                       # median sample 0.022 ran after 1.2
+    assert paired_probe_s({"mean": 2.0}, timing) == 2.0
+    assert paired_probe_s({**mp, "samples": [1.0, 3.0, 2.0, 4.0]}, {"samples_s": [1, 3, 2, 4]}) == 2.5

@@ -108,6 +108,25 @@ def model_probe_s(ctx: Ctx) -> float | None:
         return host_time_per_call(lambda i: m(idx, caches, PROBE_POS), ctx.device, PROBE_INNER, 5)["median_s"]
 
 
+class PairedProbe:
+    """Host seconds of one tiny-model eager decode step, read right before each timed sample
+    (no sync: the host times its own issue while the GPU drains the previous sample), so each
+    sample carries the host speed it ran at; the host can switch speed inside a case."""
+
+    def __init__(self, ctx: Ctx, forwards: int = 3):
+        model_probe_s(ctx)   # builds the probe model
+        self.forwards, self.values = forwards, []
+        m, caches, idx = _PROBE["model"], _PROBE["caches"], _PROBE["idx"]
+        self._call = lambda: m(idx, caches, PROBE_POS)
+
+    def __call__(self) -> None:
+        with torch.inference_mode():
+            t0 = time.perf_counter()
+            for _ in range(self.forwards):
+                self._call()
+            self.values.append((time.perf_counter() - t0) / self.forwards)
+
+
 def add_model_probe(extra: dict, before: float | None, after: float | None) -> None:
     """extra["host_model_probe_s"]: the tiny model's eager decode host time around a timing."""
     if before is not None and after is not None:
@@ -125,9 +144,12 @@ def run_prefill(ctx: Ctx, p: dict) -> dict:
         call = lambda i: model(idx, caches, 0)  # noqa: E731
         _reset_peak(ctx)
         probe, mprobe = host_probe_s(ctx.device), model_probe_s(ctx)
-        timing, extra = measure(call, ctx.device, graph=False, flush=False, warmup=2)
+        paired = PairedProbe(ctx) if ctx.is_cuda else None
+        timing, extra = measure(call, ctx.device, graph=False, flush=False, warmup=2, before_sample=paired)
         add_host_probe(extra, probe, host_probe_s(ctx.device))
         add_model_probe(extra, mprobe, model_probe_s(ctx))
+        if paired is not None and len(paired.values) == timing["n"]:
+            extra["host_model_probe_s"]["samples"] = paired.values
         _record_peak(ctx, extra)
         if p["profile"]:
             extra.update(kernel_summary(call, ctx.device))
@@ -150,9 +172,12 @@ def run_decode(ctx: Ctx, p: dict) -> dict:
         _reset_peak(ctx)
         eager = p["mode"] == "eager"
         probe, mprobe = host_probe_s(ctx.device), model_probe_s(ctx) if eager else None
-        timing, extra = measure(call, ctx.device, graph=not eager, flush=False)
+        paired = PairedProbe(ctx) if eager and ctx.is_cuda else None
+        timing, extra = measure(call, ctx.device, graph=not eager, flush=False, before_sample=paired)
         add_host_probe(extra, probe, host_probe_s(ctx.device))
         add_model_probe(extra, mprobe, model_probe_s(ctx) if eager else None)
+        if paired is not None and len(paired.values) == timing["n"]:
+            extra["host_model_probe_s"]["samples"] = paired.values   # one per timing sample, in order
         _record_peak(ctx, extra)
         if p["profile"]:
             extra.update(kernel_summary(call, ctx.device))

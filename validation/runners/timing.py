@@ -444,25 +444,29 @@ def _recover_cuda() -> None:
 
 def measure(call: Callable[[int], object], device: str, *, n_rot: int = 1, l2: int = 0,
             graph: bool = True, inner: int | None = None, reps: int | None = None,
-            warmup: int = 3, flush: bool = True) -> tuple[dict, dict]:
+            warmup: int = 3, flush: bool = True,
+            before_sample: Callable[[], object] | None = None) -> tuple[dict, dict]:
     """Warm up, pick `inner`, time (graph if possible, else eager events / wall).
 
     Returns (timing, extra). `inner`/`reps` may be fixed by the caller (collectives:
     every rank must issue the same calls). `l2` (bytes) enables the flush timing.
+    `before_sample` runs on the host before each eager sample's first mark (outside it):
+    eager inference cases read the host's speed there (paired host probes).
     """
     clock = Clock(device)
     extra: dict = {"n_rot": n_rot}
     power = power_sampler(device)  # started before the warm-up: its start-up is not timed
     try:
         timing = _measure(call, clock, extra, power, device, n_rot=n_rot, l2=l2, graph=graph,
-                          inner=inner, reps=reps, warmup=warmup, flush=flush)
+                          inner=inner, reps=reps, warmup=warmup, flush=flush, before_sample=before_sample)
     finally:
         _finish(power, extra)
     return timing, extra
 
 
 def _measure(call, clock: Clock, extra: dict, power: PowerSampler | None, device: str, *, n_rot: int,
-             l2: int, graph: bool, inner: int | None, reps: int | None, warmup: int, flush: bool) -> dict:
+             l2: int, graph: bool, inner: int | None, reps: int | None, warmup: int, flush: bool,
+             before_sample: Callable[[], object] | None = None) -> dict:
     for i in range(warmup):
         call(i)
     clock.sync()
@@ -481,7 +485,7 @@ def _measure(call, clock: Clock, extra: dict, power: PowerSampler | None, device
     if timing is None:
         n = reps or reps_for(inner * (t_call or TARGET_S))
         with _Watch(power):
-            timing = summarize(sample(clock, _burst(call, inner), n), clock.eager_method, inner)
+            timing = summarize(sample(clock, _burst(call, inner), n, before=before_sample), clock.eager_method, inner)
     if flush and l2 and timing["median_s"] < FLUSH_BELOW_S:
         extra["timing_flush"] = flush_timing(call, clock, l2, device)
     return timing
