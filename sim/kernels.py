@@ -93,8 +93,11 @@ def alignment_factor(align_bytes: np.ndarray, eff: Efficiency) -> np.ndarray:
 
 
 def _peak_fraction(dtype_idx: np.ndarray, eff: Efficiency) -> np.ndarray:
+    """gemm.peak_fraction_<dtype>; FP4 has its own where the data has one (block-scaled NVFP4
+    MMA does not reach twice the FP8 rate on B200), else FP8's, as int8/int4 do."""
     by_dtype = {"bf16": "bf16", "fp16": "fp16", "fp8": "fp8", "tf32": "tf32", "fp32": "fp32",
-                "fp4": "fp8", "int8": "fp8", "int4": "fp8", "fp64": "fp32"}
+                "fp4": "fp4" if "gemm.peak_fraction_fp4" in eff.params else "fp8",
+                "int8": "fp8", "int4": "fp8", "fp64": "fp32"}
     table = np.array([eff.get(f"gemm.peak_fraction_{by_dtype[d]}") for d in DTYPES])
     return table[dtype_idx]
 
