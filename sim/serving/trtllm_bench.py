@@ -41,19 +41,16 @@ def finetune_setting(requests: float, isl: float, osl: float, pp: int = 1) -> tu
                          f"(got {requests}, {isl}, {osl}, {pp})")
     raw_bs = min(requests, BS_CAP) / pp
     raw_tok = min(raw_bs * (1.0 + isl / osl), TOKENS_CAP)
-    if raw_bs < 256:
-        bs = max(64, 32 * math.ceil(raw_bs / 32))
-    elif raw_bs < 1024:
-        bs = 128 * math.ceil(raw_bs / 128)
-    else:
-        bs = 256 * math.ceil(raw_bs / 256)
-    if raw_tok < 4096:
-        tok = max(2048, 256 * math.ceil(raw_tok / 256))
-    elif raw_tok < 8192:
-        tok = 512 * math.ceil(raw_tok / 512)
-    else:
-        tok = 1024 * math.ceil(raw_tok / 1024)
-    return int(bs), int(tok)
+    bs = _stepped_ceil(raw_bs, ((256, 32), (1024, 128), (math.inf, 256)), 64)
+    tok = _stepped_ceil(raw_tok, ((4096, 256), (8192, 512), (math.inf, 1024)), 2048)
+    return bs, tok
+
+
+def _stepped_ceil(x: float, steps: tuple[tuple[float, int], ...], floor: int) -> int:
+    """x rounded up to the step of the first (limit, step) with x < limit, at least floor
+    (tuning.py's bucketed rounding: e.g. batch < 256 -> multiple of 32, >= 64)."""
+    step = next(st for limit, st in steps if x < limit)
+    return int(max(floor, step * math.ceil(x / step)))
 
 
 def kv_requests(cfg, gpu, tp: int, pp: int, weight_dtype: str, kv_dtype: str, isl: float, osl: float,
