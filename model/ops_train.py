@@ -20,11 +20,15 @@ import math
 
 from .chains import cross_entropy, embedding, norm, pieces
 from .comm import coll, pp_p2p, tp_cross_entropy, tp_in, tp_out, tp_regather
+from dataclasses import replace
+
 from .config import TransformerConfig
-from .ops import DTYPE_BYTES, Op
+from .lora import adapter_tensor_sizes, frozen, frozen_base
+from .ops import DTYPE_BYTES, STORED_BYTES, Op
 from .ops_common import Ctx, Pair, chain, linear, recompute
 from .ops_dp import ddp_bucket_copies, dp_group, fsdp, fsdp_copies, grad_sync, param_gather
 from .ops_layer import layer_pairs
+from .quant import recipe_of, training_casts, weight_cast_bytes
 from .shard import local_config, timed_stage
 from .workload import TrainingWorkload, train_dtypes
 
@@ -62,10 +66,10 @@ def param_tensors(cfg: TransformerConfig) -> int:
 
 def _ctx(w: TrainingWorkload, fused: frozenset) -> Ctx:
     dt, p = train_dtypes(w.precision), w.parallel
-    gb, stage = DTYPE_BYTES[dt.gemm], timed_stage(w.model, p)
+    gb, stage = STORED_BYTES[dt.gemm], timed_stage(w.model, p)    # fp4 operands carry block scales
     return Ctx(cfg=local_config(w.model, p, stage), B=w.mbs, S=w.seq // p.cp, Skv=w.seq, act=dt.act, resid=dt.resid,
                gemm=dt.gemm, gin=gb, wb=gb, pw=dt.param, mb=w.grad_accum, train=True, autocast=dt.autocast,
-               main_grad=dt.main_grad, grad_out=dt.act, fused=fused, tp=p.tp, sp=p.sp, cp=p.cp, ep=p.ep,
+               main_grad=dt.main_grad, grad_out=dt.act, fused=fused, tp=p.tp, sp=p.sp, cp=p.cp, ep=p.ep, etp=p.etp,
                embed=stage == 0, head=stage == p.pp - 1)
 
 
@@ -103,42 +107,32 @@ def expert_params(cfg: TransformerConfig) -> int:
     return cfg.n_moe_layers * m.n_experts * cfg.mlp_params(m.expert_ffn) if m else 0
 
 
-def _fp8_casts(c: Ctx, layer_fwd: list[Op]) -> Pair:
-    """TransformerEngine fp8: every layer GEMM input cast to fp8 (+ transposed copy for wgrad),
-    every output grad likewise in backward: reads 2 B, writes 2 x 1 B per element."""
-    L, mms = c.cfg.n_layers, [o for o in layer_fwd if o.kind == "matmul"]
-    ins = sum(o.shape[0] * o.shape[2] * o.shape[3] * o.count for o in mms) / (L * c.mb)
-    outs = sum(o.shape[0] * o.shape[1] * o.shape[3] * o.count for o in mms) / (L * c.mb)
-    cnt = L * c.mb
-    fwd = chain("layer/cast_fp8", "cast", "fwd", [(ins, 2 * ins, 2 * ins, len(mms))], cnt, ins)
-    bwd = chain("layer/cast_fp8", "cast", "bwd", [(outs, 2 * outs, 2 * outs, len(mms))], cnt, outs)
-    return Pair(fwd, bwd)
-
-
 def _weight_casts(w: TrainingWorkload, c: Ctx) -> tuple[list[Op], list[Op]]:
     """amp_bf16: autocast casts each fp32 linear weight to bf16 once per forward (4 -> 2 B/param;
     the cache serves backward), and each bf16 wgrad back to fp32 (2 -> 4 B/param).
-    fp8: bf16 -> fp8 + transposed fp8 once per step (TE caches across micro-batches).
-    Eager: one kernel per weight tensor; "cast" fused: one multi-tensor kernel."""
-    cfg, dt = c.cfg, train_dtypes(w.precision)
+    fp8 / nvfp4: bf16 -> both quantized orientations once per step (TE caches across
+    micro-batches), bytes by recipe (model/quant.weight_cast_bytes); the bf16 output layer is not
+    cast. Eager: one kernel per weight tensor; "cast" fused: one multi-tensor kernel."""
+    cfg, dt, recipe = c.cfg, train_dtypes(w.precision), recipe_of(w.precision, w.fp8_recipe)
     if dt.weight_cast is None or _fsdp_gather_bytes(w) == 2:   # FSDP bf16 params: nothing to cast
         return [], []
-    P, nt = linear_weight_params(cfg), linear_weight_tensors(cfg)
-    k = 1 if c.f("cast") else nt + pieces(4.0 * cfg.vocab * cfg.d_model) - 1   # lm_head > 2 GiB: split
-    (r, wr), cnt = dt.weight_cast, (w.grad_accum if dt.autocast else 1)
+    P, nt = linear_weight_params(cfg, layers_only=bool(recipe)), linear_weight_tensors(cfg) - bool(recipe)
+    k = 1 if c.f("cast") else nt + (0 if recipe else pieces(4.0 * cfg.vocab * cfg.d_model) - 1)  # lm_head > 2 GiB: split
+    (r, wr), cnt = (weight_cast_bytes(recipe) if recipe else dt.weight_cast), (w.grad_accum if dt.autocast else 1)
     pre = chain("cast/weights", "cast", "fwd", [(0, r * P, wr * P, k)], cnt, P)
     post = chain("cast/grads", "cast", "bwd", [(0, 2 * P, 4 * P, k)], w.grad_accum, P) if dt.autocast else []
     return pre, post
 
 
-def _grad_buffers(w: TrainingWorkload, c: Ctx) -> tuple[list[Op], list[Op]]:
+def _grad_buffers(w: TrainingWorkload, c: Ctx, trainable: list[int] | None = None) -> tuple[list[Op], list[Op]]:
     """main_grad stacks zero their fp32 grad buffer once per step; .grad stacks (amp, fp32)
-    use set_to_none (free) and AccumulateGrad adds micro-batches 2..n (R 8, W 4 B/param)."""
+    use set_to_none (free) and AccumulateGrad adds micro-batches 2..n (R 8, W 4 B/param).
+    ``trainable``: the tensor sizes that get gradients when not all do (LoRA adapters)."""
     dt = train_dtypes(w.precision)
-    P = stage_params(c)
+    P = sum(trainable) if trainable is not None else stage_params(c)
     if dt.main_grad:
         return chain("grad/zero", "memcpy", "fwd", [(0, 0, 4.0 * P)], 1, P), []
-    nt = stage_tensors(c)
+    nt = len(trainable) if trainable is not None else stage_tensors(c)
     return [], chain("grad/accumulate", "elementwise", "bwd", [(P, 8.0 * P, 4.0 * P, nt)], w.grad_accum - 1, P)
 
 
@@ -196,17 +190,20 @@ def multi_tensor_launches(sizes: list[int], depth: int) -> int:
     return launches + (1 if b else 0)
 
 
-def optimizer_shard(w: TrainingWorkload, c: Ctx) -> float:
+def optimizer_shard(w: TrainingWorkload, c: Ctx, trainable: list[int] | None = None) -> float:
     """Fraction of this GPU's parameters its optimizer updates: 1 (zero 0), else dense params
-    / (dp*cp) + routed experts / (dp*cp/ep) (Megatron distributed optimizer, FSDP)."""
+    / (dp*cp) + routed experts / (dp*cp/ep) (Megatron distributed optimizer, FSDP); LoRA
+    adapters (``trainable``) are dense: 1/(dp*cp)."""
     p = w.parallel
     if p.zero == 0:
         return 1.0
+    if trainable is not None:
+        return 1.0 / dp_group(p)
     P, Pe = stage_params(c), expert_params(c.cfg)
     return ((P - Pe) / dp_group(p) + Pe / dp_group(p, True)) / P
 
 
-def optimizer_ops(w: TrainingWorkload, c: Ctx) -> list[Op]:
+def optimizer_ops(w: TrainingWorkload, c: Ctx, trainable: list[int] | None = None) -> list[Op]:
     """AdamW: reads param, grad, exp_avg, exp_avg_sq (fp32) and writes param, exp_avg,
     exp_avg_sq: 16 + 12 = 28 B/param; bf16/fp8 (fp32 master in the optimizer) also write the
     bf16 param copy: 30 B/param. ~12 FLOP/param. SGD with momentum: R p, g, buf; W p, buf
@@ -214,14 +211,17 @@ def optimizer_ops(w: TrainingWorkload, c: Ctx) -> list[Op]:
     AdamW, 3 for SGD; exact count from the parameter tensor sizes: 60 for the 1B-shaped
     llama_ref, as traced; sharded (zero >= 1): every tensor scaled by optimizer_shard), and AdamW first bumps its device step counters with one
     _foreach_add_ (depth 1: one launch per 110 tensors). Eager single-tensor AdamW: 8 kernels
-    per tensor (mul_, lerp_, mul_, addcmul_, sqrt, div, add_, addcdiv_: R 48, W 32 B/param)."""
-    dt, fused, frac = train_dtypes(w.precision), c.fused, optimizer_shard(w, c)
-    P, nt = stage_params(c) * frac, stage_tensors(c)
+    per tensor (mul_, lerp_, mul_, addcmul_, sqrt, div, add_, addcdiv_: R 48, W 32 B/param).
+    ``trainable``: only these tensors have optimizer state (LoRA adapters)."""
+    dt, fused, frac = train_dtypes(w.precision), c.fused, optimizer_shard(w, c, trainable)
+    all_sizes = trainable if trainable is not None else None
+    P = (sum(trainable) if trainable is not None else stage_params(c)) * frac
+    nt = len(trainable) if trainable is not None else stage_tensors(c)
     extra_w = 2.0 if dt.master else 0.0
     adam = w.optimizer == "adamw"
     flops, r, wr = (12.0, 16.0, 12.0 + extra_w) if adam else (3.0, 12.0, 8.0 + extra_w)
     if "optimizer" in fused:
-        sizes = [math.ceil(x * frac) for x in stage_param_sizes(c)]
+        sizes = [math.ceil(x * frac) for x in (all_sizes if all_sizes is not None else stage_param_sizes(c))]
         k = multi_tensor_launches(sizes, 4 if adam else 3)
         ks = [(flops * P, r * P, wr * P, k)]
         if adam:
@@ -235,7 +235,11 @@ def optimizer_ops(w: TrainingWorkload, c: Ctx) -> list[Op]:
 
 def _head(c: Ctx) -> list[Pair]:
     """Final norm (T/tp tokens with sp), lm_head (column-parallel over the padded vocab/tp) and
-    the loss (vocab-parallel cross-entropy with its all-reduces when tp > 1)."""
+    the loss (vocab-parallel cross-entropy with its all-reduces when tp > 1). With fp8/fp4 layer
+    GEMMs the lm_head still runs in bf16: Megatron-Core's output_layer is a
+    tensor_parallel.ColumnParallelLinear, outside TransformerEngine's quantized autocast."""
+    if c.gemm in ("fp8", "fp4") and not c.autocast:
+        c = replace(c, gemm="bf16", gin=2.0, wb=2.0)
     cfg, T = c.cfg, c.T
     return [norm(c, "head/norm", c.Tn, cfg.d_model, 1, 1), tp_in(c, "head_in", 1),
             linear(c, "head/logits", T, cfg.vocab, cfg.d_model, 1), tp_regather(c, "head_in", 1),
@@ -254,11 +258,14 @@ def _fsdp_gather_bytes(w: TrainingWorkload) -> int:
     return DTYPE_BYTES[pol] if pol else train_dtypes(w.precision).param
 
 
-def _dp_ops(w: TrainingWorkload, c: Ctx) -> dict[str, list[Op]]:
+def _dp_ops(w: TrainingWorkload, c: Ctx, trainable: list[int] | None = None) -> dict[str, list[Op]]:
     """DP / FSDP / tied-embedding collectives by where they go, and the copies around them
-    (model/ops_dp.py)."""
+    (model/ops_dp.py). ``trainable``: only these tensors' gradients are synced and gathered
+    (LoRA adapters; frozen embeddings need no shared-embedding all-reduce)."""
     p, dt = w.parallel, train_dtypes(w.precision)
     P, Pe, pb = stage_params(c), expert_params(c.cfg), _fsdp_gather_bytes(w)
+    if trainable is not None:
+        P, Pe = sum(trainable), 0
     pdt = "fp32" if pb == 4 else "bf16"
     Pl = sum(c.cfg.layer_params(i) for i in range(c.cfg.n_layers))
     L = c.cfg.n_layers
@@ -267,9 +274,10 @@ def _dp_ops(w: TrainingWorkload, c: Ctx) -> dict[str, list[Op]]:
     cp_f, cp_b = fsdp_copies(p, (Pl / L, P - Pl), L, w.grad_accum, dt.param, pb, 4 if pb == 4 else 2)
     ag_f, ag_b = cp_f[:2] + ag_f + cp_f[2:], cp_b[:2] + ag_b + cp_b[2:]
     sync = rs if p.zero == 3 else grad_sync(p, (P - Pe) * dt.grad, Pe * dt.grad)
-    into, out = ddp_bucket_copies(p, (P - Pe) * dt.grad, stage_tensors(c), dt.main_grad)
+    nt = len(trainable) if trainable is not None else stage_tensors(c)
+    into, out = ddp_bucket_copies(p, (P - Pe) * dt.grad, nt, dt.main_grad)
     sync = into + sync
-    if p.pp > 1 and c.cfg.tie_embeddings and (c.embed or c.head):   # Megatron: first and last stage sum the shared embedding grad
+    if p.pp > 1 and c.cfg.tie_embeddings and (c.embed or c.head) and trainable is None:   # Megatron: first and last stage sum the shared embedding grad
         sync += coll("embed_grad_ar", "all_reduce", "pp", c.cfg.vocab * c.cfg.d_model * dt.grad, 2, "bwd", 1, "fp32")
     gather = param_gather(p, ((P - Pe) * dt.grad, (P - Pe) * dt.param), (Pe * dt.grad, Pe * dt.param), pdt)
     return {"fwd": ag_f, "bwd": ag_b, "sync": sync, "finalize": out, "gather": gather}
@@ -278,19 +286,23 @@ def _dp_ops(w: TrainingWorkload, c: Ctx) -> dict[str, list[Op]]:
 def training_ops(w: TrainingWorkload, fused: frozenset) -> tuple[Op, ...]:
     """Every op of one optimizer step (see module docstring)."""
     c, p = _ctx(w, fused), w.parallel
-    layers = layer_pairs(c)
-    if w.precision == "fp8":
-        layers.append(_fp8_casts(c, [o for q in layers for o in q.fwd]))
+    layers, recipe = layer_pairs(c), recipe_of(w.precision, w.fp8_recipe)
     head, first = (_head(c) if c.head else []), _first(c)
+    trainable = None
+    if w.peft == "lora":   # frozen base (model/lora.py): no base wgrad, adapters train
+        trainable = adapter_tensor_sizes(c, layers, w.lora_rank)
+        layers, head, first = frozen_base(layers, w.lora_rank), frozen(head), [Pair(q.fwd, []) for q in first]
+    if recipe:
+        layers.append(training_casts(c, [o for q in layers for o in q.fwd], recipe, wgrad=trainable is None))
     pp = pp_p2p(c, p.pp, w.grad_accum * p.vp)
     cast_pre, cast_post = _weight_casts(w, c)
-    zero, accum = _grad_buffers(w, c)
-    dp = _dp_ops(w, c)
+    zero, accum = _grad_buffers(w, c, trainable)
+    dp = _dp_ops(w, c, trainable)
     fwd = pp.fwd + [o for q in first for o in q.fwd] + dp["fwd"] + [o for q in layers + head for o in q.fwd]
     bwd = [o for q in reversed(head) for o in q.bwd] + _recompute(w, c, layers) + dp["bwd"]
     bwd += [o for q in reversed(layers) for o in q.bwd] + dp["sync"] + pp.bwd
     bwd += [o for q in reversed(first) for o in q.bwd]
-    return tuple(zero + cast_pre + fwd + bwd + cast_post + accum + dp["finalize"] + optimizer_ops(w, c)
+    return tuple(zero + cast_pre + fwd + bwd + cast_post + accum + dp["finalize"] + optimizer_ops(w, c, trainable)
                  + dp["gather"])
 
 

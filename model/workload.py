@@ -17,7 +17,8 @@ from .parallel import Parallelism
 from .plan_check import check_inference, check_training
 from .presets import preset
 
-Precision = Literal["amp_bf16", "bf16", "fp8", "fp32"]
+Precision = Literal["amp_bf16", "bf16", "fp8", "nvfp4", "fp32"]
+Fp8Recipe = Literal["delayed", "current", "mxfp8", "blockwise"]
 ActDType = Literal["bf16", "fp16", "fp32"]
 WeightDType = Literal["fp32", "bf16", "fp16", "fp8", "int8", "fp4", "int4"]
 
@@ -39,7 +40,13 @@ class TrainingWorkload(BaseModel):
       bf16      Megatron-style: bf16 params + fp32 master copy in the optimizer, wgrad GEMMs
                 accumulate into an fp32 main_grad (gradient-accumulation fusion).
       fp8       TransformerEngine: as bf16, but GEMM operands cast to fp8 (+transpose) with amax.
+      nvfp4     TransformerEngine NVFP4BlockScaling: the layer linears' GEMMs in FP4 (model/quant.py).
       fp32      everything fp32 (GEMMs on the fp32 pipe, no casts).
+    fp8_recipe: TransformerEngine's fp8 scaling recipe (model/quant.py): delayed (amax history,
+      the scale known before the cast), current (per-tensor scale of this step: an amax pass
+      first), mxfp8 (32-element block scales, Blackwell), blockwise (1x128 / 128x128 scales).
+    peft: "lora" freezes the base model and trains rank ``lora_rank`` adapters on the layer
+      linears (model/lora.py); "none" trains every parameter.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -51,6 +58,9 @@ class TrainingWorkload(BaseModel):
     recompute: Literal["none", "selective", "full"] = "none"
     grad_accum: PositiveInt = 1
     stack: str = "eager"
+    fp8_recipe: Fp8Recipe = "delayed"
+    peft: Literal["none", "lora"] = "none"
+    lora_rank: PositiveInt = 32
     parallel: Parallelism = Parallelism()
 
     _model = field_validator("model", mode="before")(classmethod(lambda cls, v: _resolve(v)))
@@ -60,6 +70,8 @@ class TrainingWorkload(BaseModel):
         if self.seq > self.model.max_seq:
             raise ValueError(f"seq ({self.seq}) exceeds model max_seq ({self.model.max_seq}) of {self.model.name}")
         check_training(self.model, self.parallel, self.seq, self.grad_accum)
+        if self.peft != "none" and self.parallel.zero == 3:
+            raise ValueError("peft: LoRA with FSDP (zero 3) is not modelled")
         return self
 
     @property
@@ -144,6 +156,7 @@ _TRAIN = {
     "amp_bf16": Dtypes(4, 4, 0, 2, 4, "bf16", (4, 2), False, True),
     "bf16": Dtypes(2, 4, 4, 2, 2, "bf16", None, True, False),
     "fp8": Dtypes(2, 4, 4, 2, 2, "fp8", (2, 2), True, False),
+    "nvfp4": Dtypes(2, 4, 4, 2, 2, "fp4", (2, 2), True, False),
     "fp32": Dtypes(4, 4, 0, 4, 4, "fp32", None, False, False),
 }
 

@@ -171,12 +171,27 @@ def moe_software(row, moe) -> dict:
             "sync_free": bool(start and _release(row.release)[:2] >= start)}
 
 
+# TransformerEngine fp8 scaling recipe of rows that do not name one: NeMo 24.07 / 25.02 ran TE's
+# delayed scaling (NeMo 2.0's fp8 default; the 25.02 page says only "FP8 precision"); from NeMo
+# 25.04 the tables state per-tensor current scaling (FP8-CS), and Megatron-Bridge's "FP8" is its
+# fp8_cs compute dtype (25.11 table: FP8-CS). Rows that name a recipe (current, mxfp8,
+# blockwise) use it.
+_DELAYED_SOURCES = ("nemo2407", "nemo2502")
+
+
+def fp8_recipe_for(row) -> str:
+    if row.fp8_recipe:
+        return row.fp8_recipe
+    return "delayed" if row.source_id.startswith(_DELAYED_SOURCES) else "current"
+
+
+# Precision of the row -> TrainingWorkload.precision: fp8 (recipe above); nvfp4 = TE's
+# NVFP4BlockScaling through Megatron-Bridge's bf16_with_nvfp4_mixed (every layer linear in FP4,
+# no layers kept in bf16 for Llama; src/megatron/bridge/training/mixed_precision.py).
+_PRECISION = {"fp8": "fp8", "nvfp4": "nvfp4", "fp4": "nvfp4"}
+
+
 def workload_for(row) -> TrainingWorkload:
-    if row.precision in ("nvfp4", "fp4"):
-        # TE's NVFP4 recipe runs fprop/dgrad/wgrad in FP4 (16-element blocks, Hadamard
-        # transforms, stochastic rounding); mechsim has no FP4 training path and no measured FP4
-        # GEMM efficiency, and predicting it as bf16 or fp8 would be a different workload.
-        raise ValueError(f"precision {row.precision}: FP4 training GEMMs are not modelled")
     par = row.parallelism(**_fill(row))
     split = pipeline_split(row.transformer_config(), par.pp, par.vp)
     if split:
@@ -190,8 +205,11 @@ def workload_for(row) -> TrainingWorkload:
     cfg = row.transformer_config()
     if cfg.moe is not None:
         cfg = cfg.model_copy(update={"moe": cfg.moe.model_copy(update=moe_software(row, cfg.moe))})
+    # LoRA rows: Megatron-Bridge's default LoRA (rank 32 on linear_qkv/proj/fc1/fc2), the
+    # llama3_70b_finetune_config(peft="lora") of its performance scripts (model/lora.py).
     return TrainingWorkload(model=cfg, mbs=mbs, seq=row.seq, grad_accum=ga,
-                            precision="fp8" if row.precision == "fp8" else "bf16",
+                            precision=_PRECISION.get(row.precision, "bf16"), fp8_recipe=fp8_recipe_for(row),
+                            peft="lora" if row.task == "lora" else "none",
                             recompute=row.recompute or run.get("recompute", "none"), stack=stack_for(row),
                             parallel=par)
 

@@ -1,0 +1,83 @@
+"""LoRA fine-tuning: the frozen base model plus low-rank adapters on the layer linears.
+
+Megatron-Bridge's LoRA (src/megatron/bridge/peft/lora.py; the default of its fine-tuning recipes,
+llama3_70b_finetune_config(peft="lora")): rank ``dim`` = 32 adapters on linear_qkv, linear_proj,
+linear_fc1 and linear_fc2 (LoRALinear: y = W x + B(A x) * alpha/dim). The base weights are
+frozen (requires_grad False), so their weight-gradient GEMMs, gradient buffers, gradient sync and
+optimizer state vanish; the input gradients (dgrad) still run, to reach earlier layers. The
+adapters (ParallelLinearAdapter: plain Megatron parallel linears, bf16, outside TE's fp8 autocast)
+add, per target linear Y[M,N] = X[M,K] W[K,N]:
+  fwd   H = X A (M x r x K), Z = H B (M x N x r), Y += Z (elementwise: reads 2 M N, writes M N)
+  bwd   dH = dY B^T (M x r x N), dB = H^T dY (r x N x M), dX_a = dH A^T (M x K x r),
+        dA = X^T dH (K x r x M), dX += dX_a (elementwise: reads 2 M K, writes M K)
+Trainable parameters: r (K + N) per target. The adapters' own TP collectives (M x r elements)
+are not modelled (under 0.5 % of the linears' activation bytes at r = 32).
+"""
+
+from __future__ import annotations
+
+from .ops import Op
+from .ops_common import Ctx, Pair, chain
+
+# Megatron-Core linear -> mechsim op name (fused concat_proj names and llama_ref's unfused ones).
+TARGETS = ("layer/attn/qkv_proj", "layer/attn/q_proj", "layer/attn/kv_proj", "layer/attn/o_proj",
+           "layer/mlp/gate_up", "layer/mlp/down")
+ADAPTER_BYTES = 2.0     # bf16 adapters and their activations
+
+
+def is_target(name: str) -> bool:
+    return name in TARGETS
+
+
+def _gemm(name: str, phase: str, M: float, N: int, K: int, count: int, read: float, write: float) -> Op:
+    """A bf16 adapter GEMM C[M,N] = A[M,K] B[K,N]: 2 M N K FLOPs."""
+    return Op(name, "matmul", phase, 2.0 * M * N * K, read, write, "bf16", (max(1, round(M)), N, K, 1), count, 1)
+
+
+def adapter_pair(base: Op, rank: int) -> Pair:
+    """The adapter ops of one target linear whose forward GEMM is ``base`` (shape (M, N, K, 1))."""
+    M, N, K, _ = base.shape
+    n, r, b, name = base.count, rank, ADAPTER_BYTES, base.name + "/lora"
+    fwd = [_gemm(name + "/a", "fwd", M, r, K, n, b * (M * K + K * r), b * M * r),
+           _gemm(name + "/b", "fwd", M, N, r, n, b * (M * r + r * N), b * M * N)]
+    fwd += chain(name + "/add", "elementwise", "fwd", [(M * N, 2 * b * M * N, b * M * N)], n, M * N, "bf16")
+    bwd = [_gemm(name + "/b/dgrad", "bwd", M, r, N, n, b * (M * N + r * N), b * M * r),
+           _gemm(name + "/b/wgrad", "bwd", r, N, M, n, b * (M * r + M * N), b * r * N),
+           _gemm(name + "/a/dgrad", "bwd", M, K, r, n, b * (M * r + K * r), b * M * K),
+           _gemm(name + "/a/wgrad", "bwd", K, r, M, n, b * (M * K + M * r), b * K * r)]
+    bwd += chain(name + "/add_dgrad", "elementwise", "bwd", [(M * K, 2 * b * M * K, b * M * K)], n, M * K, "bf16")
+    return Pair(fwd, bwd)
+
+
+def is_weight_grad(o: Op) -> bool:
+    """A linear's weight-gradient GEMM (``*/wgrad``; not attention's dV/dK products, which
+    math_attention also names wgrad)."""
+    return o.name.endswith("/wgrad") and "/attn/core/" not in o.name
+
+
+def frozen(pairs: list[Pair]) -> list[Pair]:
+    """``pairs`` with every weight-gradient GEMM dropped (frozen weights)."""
+    return [Pair(p.fwd, [o for o in p.bwd if not is_weight_grad(o)]) for p in pairs]
+
+
+def frozen_base(layers: list[Pair], rank: int) -> list[Pair]:
+    """The layer Pairs of a LoRA step: every base linear's wgrad dropped (all weights frozen:
+    targets and the rest alike), and an adapter Pair after each target linear's Pair."""
+    out = []
+    for p in frozen(layers):
+        out.append(p)
+        out += [adapter_pair(o, rank) for o in p.fwd if o.kind == "matmul" and is_target(o.name)]
+    return out
+
+
+def adapter_tensor_sizes(c: Ctx, layers: list[Pair], rank: int) -> list[int]:
+    """Elements of each adapter tensor this GPU holds (A: K x r, B: r x N per target linear, per
+    layer instance): the trainable parameters of a LoRA step."""
+    L, sizes = c.cfg.n_layers, []
+    for p in layers:
+        for o in p.fwd:
+            if o.kind == "matmul" and is_target(o.name):
+                M, N, K, _ = o.shape
+                per_layer = o.count // (c.mb * L) or 1
+                sizes += [K * rank, rank * N] * (L * per_layer)
+    return sizes

@@ -1,0 +1,65 @@
+"""LoRA fine-tuning (model/lora.py): frozen base, adapters on the four layer linears."""
+
+import pytest
+
+from mechsim.model import TrainingWorkload
+from mechsim.model.lora import adapter_pair
+from mechsim.model.ops import Op
+from mechsim.model.parallel import Parallelism
+from mechsim.model.ops_train import training_ops
+
+STACK = frozenset({"concat_proj", "optimizer", "cast"})
+
+
+def _ops(**kw):
+    w = TrainingWorkload(model="llama3-8b", mbs=1, seq=2048, precision="bf16", stack="megatron_te",
+                         grad_accum=2, **kw)
+    return w, training_ops(w, STACK)
+
+
+def test_lora_drops_every_base_wgrad_and_keeps_dgrad():
+    _, full = _ops()
+    _, lora = _ops(peft="lora")
+    base_w = [o for o in lora if o.name.endswith("/wgrad") and "/lora/" not in o.name]
+    assert base_w == []
+    assert {o.name for o in full if o.name.endswith("/dgrad")} <= {o.name for o in lora}
+
+
+def test_adapter_flops_are_2Mr_K_plus_N_forward_and_twice_backward():
+    base = Op("layer/mlp/down", "matmul", "fwd", 0.0, 0.0, 0.0, "fp8", (4096, 4096, 14336, 1), 3, 1)
+    p = adapter_pair(base, 32)
+    M, N, K, r = 4096, 4096, 14336, 32
+    fwd = sum(o.flops for o in p.fwd if o.kind == "matmul")
+    bwd = sum(o.flops for o in p.bwd if o.kind == "matmul")
+    assert fwd == pytest.approx(2 * M * r * (K + N))
+    assert bwd == pytest.approx(2 * fwd)
+    assert all(o.count == 3 and o.dtype == "bf16" for o in p.fwd + p.bwd if o.kind == "matmul")
+
+
+def test_lora_optimizer_updates_only_the_adapters():
+    w, lora = _ops(peft="lora")
+    cfg = w.model
+    d, F, kv = cfg.d_model, cfg.ffn, cfg.n_kv_heads * cfg.head_dim
+    # rank x (K + N) per target: qkv (d -> d + 2kv), proj (d -> d), fc1 (d -> 2F), fc2 (F -> d)
+    per_layer = 32 * ((d + d + 2 * kv) + (d + d) + (d + 2 * F) + (F + d))
+    opt = [o for o in lora if o.kind == "optimizer"]
+    assert opt[0].shape[0] == cfg.n_layers * per_layer
+    _, full = _ops()
+    assert sum(o.bytes_read for o in opt) < 0.01 * sum(o.bytes_read for o in full if o.kind == "optimizer")
+
+
+def test_lora_step_is_faster_but_not_by_more_than_the_wgrad_share():
+    from mechsim.sim.cluster import Cluster
+    from mechsim.sim.estimate import estimate
+    cl = Cluster(system="hgx_h100", nodes=1)
+    w_full = TrainingWorkload(model="llama3-8b", mbs=1, seq=4096, precision="fp8", stack="megatron_te",
+                              grad_accum=2, parallel=Parallelism(dp=8, zero=1))
+    t_full = estimate(w_full, cl).step_time_s
+    t_lora = estimate(w_full.model_copy(update={"peft": "lora"}), cl).step_time_s
+    assert 0.55 * t_full < t_lora < 0.9 * t_full
+
+
+def test_lora_with_fsdp_is_refused():
+    with pytest.raises(ValueError, match="peft"):
+        TrainingWorkload(model="llama3-8b", precision="bf16", peft="lora",
+                         parallel=Parallelism(dp=8, zero=3))
