@@ -210,9 +210,11 @@ def moe_layers_per_microbatch(t: OpTable, m: int) -> int:
 
 
 def step_parts(t: OpTable, k: KernelTimes, gpu_s: np.ndarray, c: CommTimes, par, m: int,
-               stack_key: str, launch_idle_s: float, moe=None) -> StepParts:
+               stack_key: str, launch_idle_s: float, moe=None, zero3_serial_s: float | None = None) -> StepParts:
     """Compose a multi-GPU step (module docstring). ``moe``: the model's MoE config, for the
-    dropless host syncs added to each micro-batch's forward (sim/moe.py)."""
+    dropless host syncs added to each micro-batch's forward (sim/moe.py). ``zero3_serial_s``:
+    a stack whose ZeRO-3 collectives run one synchronous call per tensor (sim/zero3_2021.py)
+    exposes all of it, in place of the overlapped per-layer FSDP model."""
     k_total = np.where(t.kind == COLLECTIVE, 0.0, gpu_s * t.count)
     fwd, bwd, opt = phase_compute(t, k_total)
     crit = critical_comm(t, c, k_total, stack_key, par)
@@ -227,6 +229,8 @@ def step_parts(t: OpTable, k: KernelTimes, gpu_s: np.ndarray, c: CommTimes, par,
     pipe = pipeline.pipeline_for(par, m, t_f, t_b, p2p_per_microbatch(t, c, m), t_bw,
                                  blocking=overlap.pp_stack_trait("blocking", stack_key))
     dp = fsdp_step_exposure(t, c, fwd, bwd, m) if par.zero == 3 else dp_exposure(t, c, t_b)
+    if par.zero == 3 and zero3_serial_s is not None:
+        dp = overlap.Exposure("zero3_serial", zero3_serial_s, zero3_serial_s, 0.0, 0.0)
     after_opt = _sum(c.total_s, (c.group == GROUPS.index("dp")) & (t.phase == OPT))
     exposed = {g: v[0] + v[1] for g, v in crit.items()}
     exposed.update(pp=pipe.p2p_exposed_s, dp=dp.total + after_opt)
@@ -314,6 +318,7 @@ def estimate_parallel(workload, hw, stack=None, overrides=None):
     c = comm_times(t, par, cluster, in_cuda_graph(eff) if st.graphs else eff)
     if overlap.pp_stack_trait("scatter_gather", st.key):
         c = scatter_gather_p2p(t, c, par, cluster, eff)
+    z3 = zero3_2021_comm_s(workload, par, cluster, st.key)
 
     def timeline(k, speed=1.0):
         gpu_s = np.where(compute, k.gpu_s, 0.0)
@@ -322,7 +327,7 @@ def estimate_parallel(workload, hw, stack=None, overrides=None):
         busy = float(np.dot(gpu_s, t.count))
         idle = max(0.0, tandem_step_time(host, gpu_s, t.count, t.block_starts) - busy)
         parts = step_parts(t, k, gpu_s, c, par, workload.grad_accum if hasattr(workload, "grad_accum") else 1,
-                           st.key, idle, getattr(workload.model, "moe", None))
+                           st.key, idle, getattr(workload.model, "moe", None), z3)
         by_cat, by_phase = _sums(t, k, gpu_s * t.count, idle + parts.moe_sync_s)
         by_cat["communication"] = float(sum(parts.exposed_s.values()))
         by_cat["pipeline_bubble"] = parts.bubble_s
@@ -345,6 +350,16 @@ def estimate_parallel(workload, hw, stack=None, overrides=None):
         fit_memory(p.memory, gpu), errorband.band_for(p.mode, gpu.key, st.key),
         functools.partial(op_estimates, t, k, lt), gpus=par.gpus, exposed_comm=dict(parts.exposed_s),
         cluster=f"{cluster.nodes} x {cluster.system}", sm_clock_hz=ps.clock_hz if ps else 0.0)
+
+
+def zero3_2021_comm_s(workload, par, cluster: Cluster, stack_key: str) -> float | None:
+    """Serial per-tensor ZeRO-3 communication of a step for a stack with that trait (sim/zero3_2021.py;
+    fp16/bf16 parameters and gradients, as DeepSpeed's fp16 engine), else None."""
+    from . import zero3_2021
+    if par.zero != 3 or not zero3_2021.has_trait(stack_key):
+        return None
+    lay = cluster_layouts(par, cluster)["dp"]
+    return zero3_2021.step_comm_s(workload.model, workload.recompute, workload.grad_accum, lay, cluster, 2, 2)
 
 
 def _plan_text(par) -> str:

@@ -1,0 +1,114 @@
+"""ZeRO-3 as DeepSpeed ran it in early 2021: one synchronous collective per parameter tensor.
+
+DeepSpeed's first ZeRO-3 (deepspeed/runtime/zero/partition_parameters.py and stage3.py of the
+2021 releases, source deepspeed_zero3_2021) gathers a module's parameters in its pre-forward /
+pre-backward hook, one ``torch.distributed.all_gather`` per tensor over the whole data-parallel
+group, after a ``torch.cuda.synchronize()``, and waits for it before the module runs; with
+``overlap_comm`` off (the 2021 default) prefetches go to the same stream, so nothing overlaps.
+Tensors of at most ``stage3_param_persistence_threshold`` elements (1e5 by default: biases and
+LayerNorm parameters) stay gathered. Gradients are reduce-scattered one tensor per call
+(``_reduce_scatter_gradient``), persistent ones too. A gathered tensor is fetched once per
+forward pass over its layer: forward, the recompute forward of full activation checkpointing
+(the checkpoint re-runs the modules and their hooks) and backward.
+
+Per call of S bytes (the full tensor) over N GPUs, k = N / g nodes of g GPUs:
+
+    t_call = max(t_ring, N * t_copy)
+    t_ring = base + (N - k) * hop_nvlink + (k - 1) * hop_net + t_bw(S)        (NCCL's flat ring, Simple)
+    N * t_copy: PyTorch 1.8's list form of all_gather / reduce_scatter (ProcessGroupNCCL) copies the
+                N pieces out of (into) a flat buffer one ``copy_`` per rank, each issued by the host
+                while the ring runs (ddp.host_per_kernel_s per C++-issued kernel)
+
+t_bw is the bandwidth part of sim/network's all_gather over the same GPUs (latency removed).
+Step exposure = sum over calls x micro-batches (no overlap).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from . import overlap
+from .network import inter_options
+
+TRAIT = "zero3.sync_per_tensor"
+
+
+def has_trait(stack: str) -> bool:
+    """Whether a stack runs 2021 DeepSpeed ZeRO-3 (sim/data/overlap.toml [zero3.sync_per_tensor])."""
+    p = overlap.overlap_params().get(f"{TRAIT}.{stack}")
+    return bool(p and float(p.value))
+
+
+@dataclass(frozen=True)
+class Zero3Calls:
+    """Collective calls of one micro-batch: element counts of the gathered and the reduced tensors."""
+
+    gathered: tuple[int, ...]      # per forward pass (fwd, recompute, bwd): tensors over the threshold
+    reduced: tuple[int, ...]       # every parameter tensor
+    passes: int                    # forward passes that gather (2, 3 with full recompute)
+
+    @property
+    def total_calls(self) -> int:
+        return len(self.gathered) * self.passes + len(self.reduced)
+
+
+def megatron_tensor_sizes(cfg) -> list[int]:
+    """Elements of every parameter tensor of a 2021 Megatron-LM GPT (megatron/model/transformer.py):
+    word and learned position embeddings; per layer input_layernorm (w, b), query_key_value (one
+    fused weight + bias), dense (w, b), post_attention_layernorm (w, b), dense_h_to_4h (w, b; gated:
+    one fused 2F weight), dense_4h_to_h (w, b); final_layernorm (w, b); the lm_head is tied."""
+    if cfg.moe or cfg.mla:
+        raise ValueError("model: the 2021 Megatron-LM layer has no MoE or MLA")
+    d, D = cfg.d_model, cfg.head_dim
+    qkv = (cfg.n_heads + 2 * cfg.n_kv_heads) * D
+    up = cfg.ffn * (2 if cfg.gated else 1)
+    layer = [d, d, d * qkv, qkv, cfg.n_heads * D * d, d, d, d, d * up, up, cfg.ffn * d, d]
+    emb = [cfg.vocab * d] + ([cfg.max_seq * d] if cfg.pos_embedding == "learned" else [])
+    return emb + layer * cfg.n_layers + [d, d] + ([] if cfg.tie_embeddings else [cfg.vocab * d])
+
+
+def calls(cfg, recompute: str, threshold: float) -> Zero3Calls:
+    """Per-tensor calls of one micro-batch of ``cfg`` (megatron_tensor_sizes; the tied lm_head is
+    the embedding's tensor, gathered once per pass)."""
+    sizes = megatron_tensor_sizes(cfg)
+    passes = 3 if recompute == "full" else 2
+    return Zero3Calls(tuple(s for s in sizes if s > threshold), tuple(sizes), passes)
+
+
+def flat_ring_latency_s(n: int, gpus_per_node: int) -> float:
+    """NCCL's ring latency over n GPUs in one flat ring (Simple protocol, tuning.cc of NCCL 2.8):
+    base + (n - k) hop_nvlink + (k - 1) hop_net over n - 1 steps, k = nodes of the ring."""
+    if n < 2:
+        return 0.0
+    k = max(1, -(-n // gpus_per_node))
+    p = overlap.overlap_param
+    return p("zero3.ring_base_s") + (n - k) * p("zero3.ring_hop_nvlink_s") + (k - 1) * p("zero3.ring_hop_net_s")
+
+
+def call_time_s(nbytes: float, n: int, gpus_per_node: int, bw_s: float) -> float:
+    """t_call = max(flat-ring latency + bandwidth time, n host-issued piece copies) (module docstring)."""
+    if n < 2:
+        return 0.0
+    ring = flat_ring_latency_s(n, gpus_per_node) + bw_s
+    return max(ring, n * overlap.overlap_param("ddp.host_per_kernel_s"))
+
+
+def bandwidth_s(nbytes: float, lay, cluster) -> float:
+    """Bandwidth part of an all_gather of nbytes over the group: sim/network's inter-node ring
+    with its per-step latency removed (the flat ring's latency is counted in call_time_s)."""
+    if lay.domains <= 1:
+        from .collectives import bus_factor
+        return bus_factor("all_gather", lay.size) * nbytes / cluster.sys.gpu.nvlink_bw_per_dir
+    return inter_options("all_gather", nbytes, lay, cluster)["ring"] - inter_options("all_gather", 0.0, lay, cluster)["ring"]
+
+
+def step_comm_s(cfg, recompute: str, m: int, lay, cluster, param_bytes: int, grad_bytes: int) -> float:
+    """Serial ZeRO-3 communication of one optimizer step (m micro-batches), seconds."""
+    n, g = lay.size, cluster.sys.gpus_per_node
+    c = calls(cfg, recompute, overlap.overlap_param("zero3.persistence_threshold"))
+
+    def t(elems: int, b: int) -> float:
+        return call_time_s(elems * b, n, g, bandwidth_s(elems * b, lay, cluster))
+
+    per_mb = c.passes * sum(t(e, param_bytes) for e in c.gathered) + sum(t(e, grad_bytes) for e in c.reduced)
+    return per_mb * m

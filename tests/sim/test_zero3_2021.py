@@ -1,0 +1,58 @@
+"""2021 DeepSpeed ZeRO-3: per-tensor synchronous collectives over a flat ring (sim/zero3_2021.py)."""
+
+import pytest
+
+from mechsim.model import TransformerConfig
+from mechsim.sim import overlap, zero3_2021 as z
+
+GPT175 = dict(n_layers=96, d_model=12288, n_heads=96, n_kv_heads=96, ffn=49152, vocab=51200, max_seq=2048,
+              mlp="gelu", norm="layernorm", linear_bias=True, pos_embedding="learned", tie_embeddings=True)
+
+
+def test_persistent_tensors_are_not_gathered():
+    cfg = TransformerConfig(**GPT175)
+    c = z.calls(cfg, "full", 1e5)
+    # per layer: qkv, o_proj, fc1, fc2 weights (> 1e5 elements); biases and LayerNorms (<= 4h = 49152) persist
+    assert len(c.gathered) == 4 * 96 + 2          # + word and position embeddings
+    assert len(c.reduced) == 12 * 96 + 2 + 2      # every tensor, + final LayerNorm weight/bias
+    assert c.passes == 3 and z.calls(cfg, "none", 1e5).passes == 2
+    assert c.total_calls == 3 * len(c.gathered) + len(c.reduced)
+
+
+def test_flat_ring_latency_closed_form():
+    p = overlap.overlap_param
+    n, g = 1536, 8
+    want = p("zero3.ring_base_s") + (n - 192) * p("zero3.ring_hop_nvlink_s") + 191 * p("zero3.ring_hop_net_s")
+    assert z.flat_ring_latency_s(n, g) == pytest.approx(want)
+    assert z.flat_ring_latency_s(1, g) == 0.0
+    assert z.flat_ring_latency_s(8, g) == pytest.approx(p("zero3.ring_base_s") + 7 * p("zero3.ring_hop_nvlink_s"))
+
+
+def test_call_is_the_slower_of_ring_and_host_copies():
+    copy = overlap.overlap_param("ddp.host_per_kernel_s")
+    n = 4096
+    ring = z.flat_ring_latency_s(n, 8)
+    assert z.call_time_s(1e6, n, 8, 0.0) == pytest.approx(max(ring, n * copy))
+    assert z.call_time_s(1e6, n, 8, 10.0) == pytest.approx(ring + 10.0)   # bandwidth-bound call
+    assert z.call_time_s(1e6, 1, 8, 1.0) == 0.0
+
+
+def test_trait_only_on_the_2021_stack():
+    assert z.has_trait("deepspeed_zero3_2021")
+    assert not z.has_trait("megatron_te") and not z.has_trait("megatron_2021")
+
+
+def test_serial_zero3_slows_the_2021_rows_and_grows_with_gpus():
+    from mechsim.sim.estimate import estimate
+    from mechsim.validation.published import load_published
+    from mechsim.validation.published_compare import cluster_for, workload_for
+    rows = {r.id: r for r in load_published() if r.id.startswith("megatron2021-t2-zero-3-174.6b")}
+    comm = {}
+    for g in (384, 1536):
+        r = rows[f"megatron2021-t2-zero-3-174.6b-{g}g"]
+        w = workload_for(r)
+        e = estimate(w, cluster_for(r))
+        fsdp = estimate(w.model_copy(update={"stack": "megatron_2021"}), cluster_for(r))
+        assert e.step_time_s > fsdp.step_time_s          # per-tensor synchronous calls cost more than overlapped FSDP
+        comm[g] = e.exposed_comm["dp"]
+    assert comm[1536] > 1.5 * comm[384]                 # flat-ring latency and host copies grow with N
