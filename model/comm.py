@@ -93,9 +93,10 @@ def ranks_hit(n_experts: int, local_experts: int, top_k: int, ep: int) -> float:
     return ep * (1.0 - miss)
 
 
-def ep_a2a(c: Ctx, name: str, n: int) -> Pair:
+def ep_a2a(c: Ctx, name: str, n: int, tokens: float | None = None) -> Pair:
     """MoE token dispatch (after permute) or combine (before unpermute): an all_to_all per MoE
-    layer forward, the mirror backward. Bytes per GPU, x = T*d*act:
+    layer forward, the mirror backward. Bytes per GPU, x = tokens*d*act (``tokens``: the tokens
+    this GPU routes, default T):
         alltoall dispatcher (Megatron MoEAlltoAllTokenDispatcher): every copy, k x
         flex (DeepEP / HybridEP): each token once per destination rank, ranks_hit x; the copies
             to several experts of one rank are made there (DeepEP README: dispatch sends a
@@ -107,9 +108,24 @@ def ep_a2a(c: Ctx, name: str, n: int) -> Pair:
     copies = m.top_k
     if m.dispatcher == "flex":
         copies = ranks_hit(m.n_experts * c.ep, m.n_experts, m.top_k, c.ep)
-    b = c.T * copies * c.cfg.d_model * c.act
+    b = (c.T if tokens is None else tokens) * copies * c.cfg.d_model * c.act
     return Pair(coll(name, "all_to_all", "ep", b, c.ep, "fwd", n * c.mb),
                 coll(name, "all_to_all", "ep", b, c.ep, "bwd", n * c.mb) if c.train else [])
+
+
+def etp_gather(c: Ctx, name: str, n: int, rows: float, gather: bool) -> Pair:
+    """Expert tensor parallelism (etp > 1, Megatron-Core MoEAlltoAllTokenDispatcher with a tp
+    group): after the dispatch the etp ranks all-gather their received token copies (``gather``;
+    bwd reduce_scatter), before the combine they reduce-scatter the expert outputs (fwd; bwd
+    all_gather). ``rows``: the gathered copies, bytes rows*d*act. etp is 1 or tp (parallel.py),
+    so the group is the tp group."""
+    if c.expert_tp == 1:
+        return NONE
+    b, cnt = rows * c.cfg.d_model * c.act, n * c.mb
+    tag = {"all_gather": "ag", "reduce_scatter": "rs"}
+    f, g = ("all_gather", "reduce_scatter") if gather else ("reduce_scatter", "all_gather")
+    return Pair(coll(f"{name}_{tag[f]}", f, "tp", b, c.expert_tp, "fwd", cnt),
+                coll(f"{name}_{tag[g]}", g, "tp", b, c.expert_tp, "bwd", cnt) if c.train else [])
 
 
 def pp_p2p(c: Ctx, pp: int, calls: int) -> Pair:

@@ -59,6 +59,7 @@ class Ctx:
     main_grad: wgrad accumulates into an fp32 buffer inside the GEMM.
     Parallelism (model/parallel.py; cfg is then the GPU's shard, model/shard.py): tp, sp
     (norms/residuals on T/tp tokens), cp (S is the local S/cp, Skv the full sequence), ep,
+    etp (expert tensor parallel; None: = tp),
     embed (this GPU holds the input embedding: first pipeline stage), head (the final norm,
     lm_head and loss: last pipeline stage).
     """
@@ -84,6 +85,7 @@ class Ctx:
     sp: bool = False
     cp: int = 1
     ep: int = 1
+    etp: int | None = None
     embed: bool = True
     head: bool = True           # this GPU holds the final norm, lm_head and loss (last stage)
 
@@ -95,6 +97,10 @@ class Ctx:
     def Tn(self) -> int:
         """Tokens of norms, residual adds and the pipeline send (T/tp with sequence parallel)."""
         return self.T // self.tp if self.sp else self.T
+
+    @property
+    def expert_tp(self) -> int:
+        return self.tp if self.etp is None else self.etp
 
     def f(self, group: str) -> bool:
         return group in self.fused

@@ -47,9 +47,9 @@ from .parallel import Parallelism
 
 
 def dp_group(p: Parallelism, expert: bool = False) -> int:
-    """GPUs a gradient is summed over: dp*cp (dense), dp*cp/ep (routed experts)."""
-    n = p.dp * p.cp
-    return n // p.ep if expert else n
+    """GPUs a gradient is summed over: dp*cp (dense), edp = tp*cp*dp/(etp*ep) (routed experts;
+    dp*cp/ep when etp = tp)."""
+    return p.edp if expert else p.dp * p.cp
 
 
 def n_buckets(nbytes: float, bucket: int) -> int:

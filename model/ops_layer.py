@@ -18,7 +18,7 @@ up-project the whole cache every step (2*Skv*kv_lora*H*(nope+v) FLOPs per sequen
 from __future__ import annotations
 
 from .chains import act, norm, residual, rope
-from .comm import cp_ring, ep_a2a, tp_in, tp_out, tp_regather
+from .comm import cp_ring, ep_a2a, etp_gather, tp_in, tp_out, tp_regather
 from .ops_common import Ctx, Pair, attention, chain, linear, times
 
 
@@ -116,17 +116,30 @@ def moe(c: Ctx, n: int) -> list[Pair]:
     received tokens by local expert after the dispatch and back before the combine
     ("permutation 2", ``sort_chunks_by_idxs``: megatron/core/transformer/moe/token_dispatcher.py
     MoEAlltoAllTokenDispatcher.dispatch_postprocess / combine_preprocess): ``sort_chunks``.
+
+    Sequence parallel (sp, tp > 1; Megatron-Core's MoELayer): the layer routes this GPU's
+    T/tp sequence-parallel tokens (router, top-k, permute, dispatch on T/tp, no tp all-gather
+    around the block); with expert tensor parallelism etp > 1 the etp ranks all-gather their
+    received copies after the dispatch and reduce-scatter the outputs before the combine, so
+    the local experts see g = etp times the copies (T/tp*k*etp rows of expert_ffn/etp: the
+    FLOPs per GPU are the same for any etp). Without sp the block runs on all T tokens between
+    tp collectives (layer_pairs), g = 1.
     """
-    m, T = c.cfg.moe, c.T
+    m = c.cfg.moe
+    T, g = (c.Tn, c.expert_tp) if c.sp else (c.T, 1)
     E, El, k, d = m.n_experts * c.ep, m.n_experts, m.top_k, c.cfg.d_model
-    hit = max(1, round(El * (1.0 - (1.0 - k / E) ** (T * c.ep))))
+    hit = max(1, round(El * (1.0 - (1.0 - k / E) ** (T * g * c.ep))))
     gk = 1 if c.f("grouped_gemm") else hit
-    sort = [_sort_chunks(c, T, d, k, n)] if c.ep > 1 and El > 1 and c.f("moe_permute") else []
+    sort = [_sort_chunks(c, T * g, d, k, n)] if c.ep > 1 and El > 1 and c.f("moe_permute") else []
     out = [linear(c, "layer/moe/router", T, E, d, n), _topk(c, T, E, k, n), _permute(c, T, d, k, hit, n),
-           ep_a2a(c, "moe_dispatch", n)] + sort
-    out += mlp(c, "layer/moe/experts", T * k / hit, m.expert_ffn, n, batch=hit, kernels=gk)
-    out += sort + [ep_a2a(c, "moe_combine", n), _unpermute(c, T, d, k, hit, n)]
-    if m.n_shared_experts:
+           ep_a2a(c, "moe_dispatch", n, T), etp_gather(c, "moe_dispatch_etp", n, T * g * k, True)] + sort
+    out += mlp(c, "layer/moe/experts", T * g * k / hit, m.expert_ffn, n, batch=hit, kernels=gk)
+    out += sort + [etp_gather(c, "moe_combine_etp", n, T * g * k, False), ep_a2a(c, "moe_combine", n, T),
+                   _unpermute(c, T, d, k, hit, n)]
+    if m.n_shared_experts and c.sp:     # SharedExpertMLP: a tensor-parallel MLP on all T tokens
+        up, *rest = mlp(c, "layer/moe/shared", c.T, m.shared_ffn_total, n)
+        out += [tp_in(c, "shared_in", n), up, tp_regather(c, "shared_in", n), *rest, tp_out(c, "shared_out", n)]
+    elif m.n_shared_experts:
         out += mlp(c, "layer/moe/shared", T, m.shared_ffn_total, n)
     return out
 
@@ -189,9 +202,9 @@ def _unpermute(c: Ctx, T: int, d: int, k: int, hit: int, n: int) -> Pair:
 
 def layer_pairs(c: Ctx) -> list[Pair]:
     """All layers: attention ops (count L), norm_mlp (L), dense MLP (L_dense), MoE (L_moe),
-    residual adds (2L), and the tp collectives around attention and MLP/MoE (model/comm.py;
-    with tp the MoE block is treated like a dense MLP: all-reduce / gather-scatter around the
-    whole block, no wgrad re-gather). With "residual_norm" fused the adds live in the next norm: layer 0's
+    residual adds (2L), and the tp collectives around attention and MLP (model/comm.py); the
+    MoE block with sp routes the T/tp local tokens (moe docstring), without sp it sits between
+    the tp all-reduces like a dense MLP (no wgrad re-gather). With "residual_norm" fused the adds live in the next norm: layer 0's
     norm_attn stands in for head/norm so the total count of folded adds stays 2L."""
     cfg, L = c.cfg, c.cfg.n_layers
     attn = mla_attention(c, L) if cfg.mla else gqa_attention(c, L)
@@ -200,7 +213,9 @@ def layer_pairs(c: Ctx) -> list[Pair]:
     if nd:
         up, *rest = mlp(c, "layer/mlp", c.T, cfg.ffn, nd)
         out += [tp_in(c, "mlp_in", nd), up, tp_regather(c, "mlp_in", nd), *rest, tp_out(c, "mlp_out", nd)]
-    if nm:
+    if nm and c.sp:     # the MoE block on the T/tp sequence-parallel tokens (moe docstring)
+        out += moe(c, nm)
+    elif nm:
         out += [tp_in(c, "moe_in", nm)] + moe(c, nm) + [tp_out(c, "moe_out", nm)]
     out.append(residual(c, "layer/residual", c.Tn * cfg.d_model, 2 * L))
     return out

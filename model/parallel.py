@@ -36,7 +36,15 @@ class Parallelism(BaseModel):
         2 (+ gradients), 3 (+ parameters: FSDP)
     cp  context parallel (ring attention over the sequence)
     ep  expert parallel (MoE experts split over ep GPUs; all-to-all dispatch and
-        combine), carved out of the dp x cp GPUs as in Megatron-Core (ep divides dp*cp)
+        combine)
+    etp expert tensor parallel (each expert's FFN split over etp GPUs); None: = tp
+        (Megatron-Core's default). MoE parallel folding (Megatron-Core parallel_state
+        ``expert_tensor_parallel_size``; arXiv:2504.14960): the MoE layers decompose the same
+        tp*cp*dp GPUs of a stage as etp x ep x edp (rank order etp fastest, then ep, then the
+        expert-data-parallel index), so etp*ep must divide tp*cp*dp; with etp = tp that is
+        Megatron's older "ep divides dp*cp". etp is 1 or tp here (an etp group between the
+        two would need a group of its own); etp < tp needs sp (the MoE layer then takes the
+        T/tp sequence-parallel tokens without a tp all-gather).
     bucket_bytes: DDP/ZeRO gradient bucket size (PyTorch DDP default 25 MiB)
     fsdp_param_dtype: zero 3 only: the dtype parameters are gathered and computed in
         (torch FSDP2 MixedPrecisionPolicy(param_dtype=...)); None: the stored parameter
@@ -65,6 +73,7 @@ class Parallelism(BaseModel):
     zero: Literal[0, 1, 2, 3] = 0
     cp: PositiveInt = 1
     ep: PositiveInt = 1
+    etp: PositiveInt | None = None
     schedule: PipelineSchedule = "1f1b"
     bucket_bytes: PositiveInt = 25 * 2**20
     first_stage_layers: NonNegativeInt | None = None
@@ -83,13 +92,22 @@ class Parallelism(BaseModel):
             raise ValueError("sp: sequence parallelism needs tp > 1")
         if self.tp_comm_overlap and not self.sp:
             raise ValueError("tp_comm_overlap: TP communication overlap needs sequence parallelism (sp=True, tp > 1)")
-        if (self.dp * self.cp) % self.ep:
-            raise ValueError(f"ep ({self.ep}) must divide the data-parallel x context-parallel GPUs "
-                             f"(dp*cp = {self.dp * self.cp})")
+        self._check_expert()
         if self.fsdp_param_dtype is not None and self.zero != 3:
             raise ValueError("fsdp_param_dtype: a parameter dtype policy needs zero = 3 (FSDP)")
         self._check_split()
         return self
+
+    def _check_expert(self) -> None:
+        if self.etp is not None and self.etp not in (1, self.tp):
+            raise ValueError(f"etp ({self.etp}): expert tensor parallelism of 1 or tp ({self.tp}) is modelled")
+        if self.expert_tp < self.tp and not self.sp:
+            raise ValueError(f"etp ({self.etp}) < tp ({self.tp}) needs sequence parallelism (sp=True): "
+                             "Megatron-Core's MoE layer takes the T/tp sequence-parallel tokens")
+        n = self.tp * self.cp * self.dp
+        if n % (self.expert_tp * self.ep):
+            raise ValueError(f"etp*ep ({self.expert_tp}*{self.ep}) must divide the tensor x context x "
+                             f"data-parallel GPUs of a stage (tp*cp*dp = {n}; MoE parallel folding)")
 
     def _check_split(self) -> None:
         uneven = self.first_stage_layers is not None or self.last_stage_layers is not None
@@ -108,6 +126,17 @@ class Parallelism(BaseModel):
     def uneven_split(self) -> bool:
         return (self.first_stage_layers is not None or self.last_stage_layers is not None
                 or self.pp_split_embedding or self.pp_split_loss or self.layout is not None)
+
+    @property
+    def expert_tp(self) -> int:
+        """Expert tensor-parallel degree: etp, or tp when unset (Megatron-Core's default)."""
+        return self.tp if self.etp is None else self.etp
+
+    @property
+    def edp(self) -> int:
+        """Expert data-parallel degree: the GPUs of a stage holding the same experts,
+        tp*cp*dp / (etp*ep) (= dp*cp/ep when etp = tp)."""
+        return self.tp * self.cp * self.dp // (self.expert_tp * self.ep)
 
     @property
     def gpus(self) -> int:

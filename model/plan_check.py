@@ -96,7 +96,7 @@ def check_ep(cfg: TransformerConfig, p: Parallelism) -> None:
     E = cfg.moe.n_experts
     if E % p.ep:
         _fail(f"ep={p.ep} does not divide moe.n_experts={E}", "ep", p.ep,
-              lambda x: E % x == 0 and (p.dp * p.cp) % x == 0, E)
+              lambda x: E % x == 0 and (p.tp * p.dp * p.cp) % (x * p.expert_tp) == 0, E)
     if p.zero == 3:
         raise ValueError("zero=3 with ep > 1 is not modeled (expert params would shard over dp*cp/ep)")
 

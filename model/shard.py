@@ -7,8 +7,8 @@ the single-GPU op builders produce per-GPU shapes unchanged:
   n_heads    H/tp (column-parallel q/k/v or MLA q_up/kv_up, row-parallel o_proj)
   n_kv_heads Hkv/tp, or 1 when tp > Hkv: each KV head is then replicated on tp/Hkv GPUs
              (``kv_replicated_weight_bytes`` says how many bytes that costs)
-  ffn        F/tp (column-parallel gate/up, row-parallel down); MoE expert_ffn and the
-             shared experts likewise (expert tensor parallelism = tp, Megatron's default)
+  ffn        F/tp (column-parallel gate/up, row-parallel down); the shared experts likewise;
+             MoE expert_ffn / etp (expert tensor parallelism, = tp unless set: parallel.py)
   n_experts  E/ep (the router still scores all E experts: ops use E = n_experts * ep;
              the router's weight is counted for the local experts only, an under-count of
              (E - E/ep) * d parameters per MoE layer, < 0.5% of a stage for DeepSeek-V3)
@@ -122,7 +122,7 @@ def _local_moe(cfg: TransformerConfig, p: Parallelism, n_layers: int, n_moe: int
         return None
     sh = (m.shared_ffn or m.expert_ffn) // p.tp if m.n_shared_experts else m.shared_ffn
     # model_copy skips validation: E/ep may be below top_k (tokens still pick top_k of all E)
-    return m.model_copy(update={"n_experts": m.n_experts // p.ep, "expert_ffn": m.expert_ffn // p.tp,
+    return m.model_copy(update={"n_experts": m.n_experts // p.ep, "expert_ffn": m.expert_ffn // p.expert_tp,
                                 "shared_ffn": sh, "first_k_dense_layers": n_layers - n_moe,
                                 "moe_layer_freq": 1})
 

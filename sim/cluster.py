@@ -19,8 +19,10 @@ A leaf of radix R has R*o/(1+o) down ports and R/(1+o) up ports (o = oversubscri
 full bisection); every leaf links to every spine (R/(1+o) spines).
 
 Megatron rank order: rank = tp_i + tp*(cp_i + cp*(dp_i + dp*pp_i)); GPU g sits in node
-g // gpus_per_node, NVLink domain g // domain_size. EP groups are ``ep`` consecutive entries of
-the flattened (cp, dp) index (cp fastest) at one tp index and stage, as in Megatron-Core.
+g // gpus_per_node, NVLink domain g // domain_size. The MoE layers decompose a stage's local rank
+l = rank mod tp*cp*dp as l = etp_i + etp*(ep_i + ep*edp_i) (Megatron-Core's expert rank generator,
+order tp-ep-dp-pp; MoE parallel folding): an EP group is ``ep`` ranks of stride etp; with etp = tp
+that is ``ep`` consecutive entries of the flattened (cp, dp) index at one tp index and stage.
 """
 
 from __future__ import annotations
@@ -40,7 +42,7 @@ from ._toml import load_toml
 from .calibration import DATA
 
 GROUP_KINDS = ("tp", "cp", "ep", "dp", "dp_cp", "pp", "edp", "embed")
-# edp: expert data parallel (the dp*cp GPUs holding the same experts: stride ep);
+# edp: expert data parallel (the tp*cp*dp/(etp*ep) GPUs holding the same experts: stride etp*ep);
 # embed: first and last pipeline stage (tied embedding/lm_head gradient all-reduce)
 Topology = Literal["rail_optimized", "fat_tree"]
 
@@ -234,10 +236,11 @@ def _coords(par: Parallelism, rank: int) -> tuple[int, int, int, int]:
 def _group_key(par: Parallelism, kind: str, rank: int) -> tuple:
     """Ranks with equal keys form one group of ``kind``."""
     tp_i, cp_i, dp_i, pp_i = _coords(par, rank)
+    etp, local = par.expert_tp, rank % (par.tp * par.cp * par.dp)
+    etp_i, ep_i, edp_i = local % etp, (local // etp) % par.ep, local // (etp * par.ep)
     keys = {"tp": (cp_i, dp_i, pp_i), "cp": (tp_i, dp_i, pp_i), "dp": (tp_i, cp_i, pp_i),
             "dp_cp": (tp_i, pp_i), "pp": (tp_i, cp_i, dp_i),
-            "ep": (tp_i, pp_i, (cp_i + par.cp * dp_i) // par.ep),
-            "edp": (tp_i, pp_i, (cp_i + par.cp * dp_i) % par.ep),
+            "ep": (etp_i, pp_i, edp_i), "edp": (etp_i, pp_i, ep_i),
             "embed": (tp_i, cp_i, dp_i) if pp_i in (0, par.pp - 1) else None}
     return keys[kind]
 

@@ -22,7 +22,7 @@ from ..model.parallel import Parallelism
 from . import cluster as C
 
 _KEY = {"tp": ("tp",), "cp": ("tp", "cp"), "dp": ("tp", "cp", "dp"), "dp_cp": ("tp", "cp", "dp"),
-        "pp": ("tp", "cp", "dp"), "ep": ("tp", "cp", "dp", "ep"), "edp": ("tp", "cp", "dp", "ep"),
+        "pp": ("tp", "cp", "dp"), "ep": ("tp", "cp", "dp", "ep", "etp"), "edp": ("tp", "cp", "dp", "ep", "etp"),
         "embed": ("tp", "cp", "dp", "pp")}
 
 
@@ -38,10 +38,20 @@ def group_array(par: Parallelism, kind: str) -> np.ndarray:
     if kind in ("pp", "embed"):
         pp = r.transpose(1, 2, 3, 0).reshape(-1, par.pp)
         return pp if kind == "pp" else np.unique(pp[:, [0, -1]], axis=1)   # first and last stage
+    if kind in ("ep", "edp") and par.expert_tp != par.tp:
+        return _expert_groups(r, par, kind)
     dpcp = r.transpose(0, 3, 1, 2).reshape(-1, par.dp * par.cp)       # dp major, cp minor
     if kind == "edp":
         return dpcp.reshape(dpcp.shape[0], -1, par.ep).transpose(0, 2, 1).reshape(-1, dpcp.shape[1] // par.ep)
     return dpcp if kind == "dp_cp" else dpcp.reshape(-1, par.ep)
+
+
+def _expert_groups(r: np.ndarray, par: Parallelism, kind: str) -> np.ndarray:
+    """ep / edp groups under MoE parallel folding (cluster.py: local rank l = etp_i + etp*(ep_i
+    + ep*edp_i)), rows ordered by their first rank as cluster.group_members orders them."""
+    a = r.reshape(par.pp, par.edp, par.ep, par.expert_tp)
+    g = a.transpose(0, 1, 3, 2).reshape(-1, par.ep) if kind == "ep" else a.transpose(0, 2, 3, 1).reshape(-1, par.edp)
+    return g[np.argsort(g[:, 0], kind="stable")]
 
 
 def _blocks(arr: np.ndarray, cluster: C.Cluster) -> np.ndarray | None:

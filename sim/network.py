@@ -191,11 +191,14 @@ def _sendrecv(nbytes, lay, cluster, eff) -> CollectiveTime:
 def op_time(op, layouts: dict[str, GroupLayout], cluster: Cluster, efficiency: Efficiency,
             **kw) -> CollectiveTime:
     """Time of one call of a model ``collective`` Op (shape = (bytes, group_size, OP_CODE,
-    GROUP_CODE), model/parallel.py). A dp op whose group_size is dp*cp uses the dp_cp layout,
-    one of size dp*cp/ep the expert-dp layout; a pp op of 2 GPUs the first/last-stage pair."""
+    GROUP_CODE), model/parallel.py). A dp op of the routed experts (``comm/dp/expert_*``) uses
+    the expert-dp layout, another whose group_size is dp*cp the dp_cp layout; a pp op of 2 GPUs
+    the first/last-stage pair."""
     nbytes, size, op_code, group_code = op.shape
     kind = GROUPS[group_code]
-    if kind == "dp" and layouts["dp"].size != size:
+    if kind == "dp" and op.name.startswith("comm/dp/expert_"):
+        kind = "edp"        # routed experts' gradients / params: the expert-dp groups (model/ops_dp.py)
+    elif kind == "dp" and layouts["dp"].size != size:
         kind = "dp_cp" if layouts["dp_cp"].size == size else "edp"   # Megatron's dp*cp or expert-dp groups
     if kind == "pp" and layouts["pp"].size != size and size == 2:
         kind = "embed"      # tied embedding gradient: first and last stage only

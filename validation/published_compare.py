@@ -106,6 +106,13 @@ TP_OVERLAP_SOURCES = ("megatron_bridge", "nemo")
 _DEGREES = ("tp", "pp", "vp", "dp", "sp", "zero")
 
 
+# Expert tensor parallelism of the Megatron-Bridge performance recipes: expert_tensor_parallel_size=1
+# in BASE_QWEN3_235B_A22B_CONFIG / BASE_QWEN3_30B_A3B_CONFIG (qwen3_workload_base_configs.py) and
+# BASE_DEEPSEEK_V3_CONFIG (deepseek_workload_base_configs.py): with tp = 2 the experts fold over
+# tp x dp (MoE parallel folding, model/parallel.py). Other models: Megatron-Core's default etp = tp.
+_ETP1_MODELS = ("qwen3-30b-a3b", "qwen3-235b-a22b", "deepseek-v3")
+
+
 def _fill(row) -> dict:
     run = RUN_CONFIGS.get(row.id, {})
     fill = {k: v for k, v in run.items() if k in _DEGREES and getattr(row, k) is None}
@@ -116,6 +123,8 @@ def _fill(row) -> dict:
         fill["tp_comm_overlap"] = True
     if row.zero is None and "zero" not in fill:
         fill["zero"] = ASSUMED["zero"]
+    if (row.model or row.model_ref) in _ETP1_MODELS and row.source_id.startswith("megatron_bridge"):
+        fill["etp"] = 1
     return fill
 
 
