@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 
 from .ops import Op
-from .ops_common import CAT, Ctx, Kern, Pair, chain, nv, nv_class, times
+from .ops_common import CAT, Ctx, Kern, Pair, cast, chain, mixed, nv, nv_class, times
 
 
 def _norm_fwd_eager(c: Ctx, R: int, W: int, r: float, consumers: int) -> list[Kern]:
@@ -24,14 +24,14 @@ def _norm_fwd_eager(c: Ctx, R: int, W: int, r: float, consumers: int) -> list[Ke
     if c.cfg.norm == "layernorm":
         ks: list[Kern] = [(5 * e, r * e + 2 * pw * W, r * e + 8 * R)]
     else:
-        ks = [(0, r * e, 4 * e)] if r != 4 else []
+        ks = [cast(e, r, 4)] if r != 4 else []
         ks += [(e, 4 * e, 4 * e), (e, 4 * e, 4 * R), (R, 4 * R, 4 * R), (R, 4 * R, 4 * R),
                nv(e, 4 * e + 4 * R, 4 * e, nv_class((4,), 4))]          # x * rstd: rstd broadcast
-        ks += [(0, 4 * e, r * e)] if r != 4 else []
+        ks += [cast(e, 4, r)] if r != 4 else []
         out = max(r, pw)
         ks.append(nv(e, r * e + pw * W, out * e, nv_class((r, pw), out)))  # * weight: broadcast
     if c.autocast:
-        ks += [(0, 4 * e, 2 * e)] * consumers
+        ks += [cast(e, 4, 2)] * consumers
     return ks
 
 
@@ -44,17 +44,20 @@ def _norm_bwd_eager(c: Ctx, R: int, W: int, r: float, consumers: int, skip: bool
     (the norm's input also feeds a residual add; not for the final norm)."""
     e, pw, k = R * W, c.pw, max(consumers, 1)
     g = 4.0 if c.autocast else r
-    ks: list[Kern] = [(0, 2 * e, 4 * e)] * consumers if c.autocast else []
+    ks: list[Kern] = [cast(e, 2, 4)] * consumers if c.autocast else []
     ks += [(e, 2 * g * e, g * e)] * (k - 1)
     if c.cfg.norm == "layernorm":
         ks += [(8 * e, g * e + r * e + 8 * R + pw * W, r * e), (2 * e, g * e + r * e + 8 * R, 2 * pw * W)]
     else:
-        ks += [(e, g * e + pw * W, g * e), (e, g * e + r * e, g * e), (e, g * e, pw * W)]
-        ks += [(0, r * e, 4 * e)] if g != 4 else []
-        ks += [(e, 4 * e + 4 * R, 4 * e), (e, 8 * e, 4 * e), (e, 4 * e, 4 * R),
+        ks += [nv(e, g * e + pw * W, g * e, nv_class((g, pw), g)),     # g * w: weight broadcast
+               (e, g * e + r * e, g * e), (e, g * e, pw * W)]
+        ks += [cast(e, r, 4)] if g != 4 else []
+        ks += [nv(e, 4 * e + 4 * R, 4 * e, nv_class((4, 4), 4)),          # g * rstd: rstd broadcast
+               (e, 8 * e, 4 * e), (e, 4 * e, 4 * R),
                (R, 4 * R, 4 * R), (R, 4 * R, 4 * R), (R, 8 * R, 4 * R),
-               (e, 4 * R, 4 * e), (0, 4 * e, 4 * e, 0), (e, 4 * e, 4 * e), (e, 8 * e, 4 * e), (e, 8 * e, 4 * e)]
-        ks += [(0, 4 * e, r * e)] if r != 4 else []
+               nv(e, 4 * R, 4 * e, nv_class((4,), 4)),                    # mean bwd: expand / W
+               (0, 4 * e, 4 * e, 0), (e, 4 * e, 4 * e), (e, 8 * e, 4 * e), (e, 8 * e, 4 * e)]
+        ks += [cast(e, 4, r)] if r != 4 else []
     if skip:
         ks.append((e, 2 * r * e, r * e))   # grad of the residual stream: norm path + skip path
     return ks
@@ -98,7 +101,8 @@ def _rope_eager(c: Ctx, n: float, t: float, tb: float | None = None,
     ``views``: q/k are transposed projections ([B, S, H, D] -> [B, H, S, D], llama_ref/HF), so
     the final add is non-vectorised too (contiguous q/k: vectorised).
     Backward: [cast of the SDPA grad to fp32], g*sin [+ cast], neg,
-    cat (chunk backward), g*cos [+ cast], add of the two paths, and the reshape copy of the
+    cat (chunk backward), g*cos [+ cast], add of the two paths (the products, neg and cat are
+    non-vectorised as in forward), and the reshape copy of the
     grad into the projection's [B, S, H*D] layout (H200 trace: 8 kernels per tensor under
     autocast)."""
     a = c.act
@@ -107,11 +111,12 @@ def _rope_eager(c: Ctx, n: float, t: float, tb: float | None = None,
     mul = nv(n, a * n + tb * t, o * n, nv_class((a, tb), o))
     add = nv(n, 2 * o * n, o * n, nv_class((o, o), o)) if views else (n, 2 * o * n, o * n)
     fwd: list[Kern] = [mul, nv(n / 2, a * n / 2, a * n / 2, nv_class((a,), a)), nv(n, a * n, a * n, CAT), mul, add]
-    bwd: list[Kern] = [(n, o * n + tb * t, o * n), (n / 2, a * n / 2, a * n / 2), (0, a * n, a * n),
-                       (n, o * n + tb * t, o * n), (n, 2 * a * n, a * n)]
+    gmul = nv(n, o * n + tb * t, o * n, nv_class((o, tb), o))   # g * sin, g * cos: tables broadcast
+    bwd: list[Kern] = [gmul, nv(n / 2, a * n / 2, a * n / 2, nv_class((a,), a)), nv(n, a * n, a * n, CAT),
+                       gmul, (n, 2 * a * n, a * n)]
     if c.autocast:
-        fwd.append((0, 4 * n, 2 * n))
-        bwd = [(0, 2 * n, 4 * n)] + bwd + [(0, 4 * n, 2 * n)] * 2
+        fwd.append(cast(n, 4, 2))
+        bwd = [cast(n, 2, 4)] + bwd + [cast(n, 4, 2)] * 2
     bwd.append((0, a * n, a * n))   # grad [B,H,S,D] -> transpose -> view [B,S,H*D]: reshape copies
     return fwd, bwd
 
@@ -159,12 +164,13 @@ def act(c: Ctx, name: str, e: float, n: int) -> Pair:
 def residual(c: Ctx, name: str, e: float, n: int) -> Pair:
     """x = x + branch: reads the stream (r) and the branch output (a), writes r; emitted only
     when "residual_norm" is not fused (then the add lives inside the next norm).
-    Backward: the skip path passes the grad through; under autocast the bf16 branch gets a
-    cast copy (1 kernel); otherwise nothing runs."""
+    Under autocast the fp32 stream + bf16 branch add has mixed dtypes: unrolled_elementwise_kernel
+    (ops_common.mixed; H200 train-step profiles). Backward: the skip path passes the grad
+    through; under autocast the bf16 branch gets a cast copy (1 kernel); otherwise nothing runs."""
     if c.f("residual_norm"):
         return Pair([], [])
     r, a, cnt = c.resid, c.act, n * c.mb
-    fwd = chain(name, "elementwise", "fwd", [(e, (r + a) * e, r * e)], cnt, e)
+    fwd = chain(name, "elementwise", "fwd", [mixed(e, (r + a) * e, r * e, r != a)], cnt, e)
     bwd_k = [(0, r * e, a * e)] if (c.train and r != a) else []
     return Pair(fwd, chain(name, "elementwise", "bwd", bwd_k, cnt, e))
 
@@ -182,7 +188,8 @@ def cross_entropy(c: Ctx, T: int, V: int) -> Pair:
     Eager (llama_ref loss_fn): ``loss/logits_cast`` .float() copy (a -> 4 B, skipped when the
     logits are fp32) and ``loss/cross_entropy`` = log_softmax (reads/writes fp32 TxV) +
     nll gather. Backward: the seed fill of loss.backward(), nll grad (zero-fill TxV fp32 +
-    scatter), log_softmax backward (reads grad and output, writes TxV fp32), and the cast back
+    scatter), log_softmax backward (cunn_SoftMaxBackward, a block per row: a pass summing the
+    grad, then one reading grad and output and writing TxV fp32: the grad is read twice), and the cast back
     to a (logits_cast bwd). Casts and the zero-fill over >2 GiB run as several launches.
     Fused: one kernel reading the a-byte logits (writes per-row lse and loss), and one
     backward kernel writing the a-byte grad of the logits.
@@ -195,12 +202,12 @@ def cross_entropy(c: Ctx, T: int, V: int) -> Pair:
         bwd = chain("loss/cross_entropy", "softmax", "bwd", [(3 * e, a * e + 16 * T, a * e)], cnt, e)
         return Pair(fwd, bwd)
     p = pieces(4 * e)
-    cast_f = chain("loss/logits_cast", "cast", "fwd", [(0, a * e, 4 * e, p)] if a != 4 else [], cnt, e)
+    cast_f = chain("loss/logits_cast", "cast", "fwd", [cast(e, a, 4, p)] if a != 4 else [], cnt, e)
     lsm = [Op("loss/log_softmax", "softmax", "fwd", 4.0 * e, 4.0 * e, 4.0 * e, "fp32", (T, V), cnt, 1)]
     ce_f = lsm + chain("loss/cross_entropy", "softmax", "fwd", [(T, 12 * T, 4)], cnt, e)
     ce_b = chain("loss/cross_entropy", "softmax", "bwd",
-                 [(0, 0, 4), (0, 0, 4 * e, p), (T, 12 * T, 4 * T), (2 * e, 8 * e, 4 * e)], cnt, e)
-    cast_b = chain("loss/logits_cast", "cast", "bwd", [(0, 4 * e, a * e, p)] if a != 4 else [], cnt, e)
+                 [(0, 0, 4), (0, 0, 4 * e, p), (T, 12 * T, 4 * T), (2 * e, 12 * e, 4 * e)], cnt, e)
+    cast_b = chain("loss/logits_cast", "cast", "bwd", [cast(e, 4, a, p)] if a != 4 else [], cnt, e)
     return Pair(cast_f + ce_f, ce_b + cast_b)
 
 

@@ -24,9 +24,12 @@ Kern = tuple  # (flops, bytes read, bytes written[, kernels[, (strided class, el
               # `kernels` (default 1) launches; the 5th entry marks a non-vectorised kernel (nv()).
 
 # Strided classes: kernels TensorIterator runs on its non-vectorised path (a broadcast or
-# non-contiguous operand: elementwise_kernel<128, N>), or torch.cat's CatArrayBatchedCopy.
+# non-contiguous operand: elementwise_kernel<128, N>), or torch.cat's CatArrayBatchedCopy,
+# or (UNROLLED) contiguous operands whose dtypes differ: gpu_kernel_impl then needs dynamic
+# casts and launches unrolled_elementwise_kernel (scalar loads/stores through a dtype switch,
+# aten/src/ATen/native/cuda/CUDALoops.cuh) instead of the vectorised kernel.
 # Their time is set by elements per second, not bytes (sim/kernels.py strided_s).
-NV_NOCAST_2B, NV_NOCAST_4B, NV_CAST, CAT = 0, 1, 2, 3
+NV_NOCAST_2B, NV_NOCAST_4B, NV_CAST, CAT, UNROLLED = 0, 1, 2, 3, 4
 
 
 def nv(elems: float, read: float, write: float, cls: int, kernels: int = 1) -> Kern:
@@ -40,6 +43,23 @@ def nv_class(in_bytes: tuple[float, ...], out_bytes: float) -> int:
     if any(b != out_bytes for b in in_bytes):
         return NV_CAST
     return NV_NOCAST_4B if out_bytes >= 4 else NV_NOCAST_2B
+
+
+def cast(elems: float, in_bytes: float, out_bytes: float, kernels: int = 1) -> Kern:
+    """A contiguous dtype conversion (.to() / .float()) of ``elems`` elements. fp32 -> 16-bit runs
+    Copy.cu's vectorised bfloat16/float16_copy kernel (gpu_kernel_nocast): a streaming kernel.
+    Any other conversion (bf16 -> fp32 widening) goes through direct_copy_kernel_cuda with dynamic
+    casts: unrolled_elementwise_kernel, an UNROLLED element-rate kernel (H200 profiles: 341-355
+    Gelem/s, 2.1 TB/s, vs 4.3 TB/s for the narrowing copy of the same tensor)."""
+    if in_bytes > out_bytes:
+        return (0, in_bytes * elems, out_bytes * elems, kernels)
+    return nv(elems, in_bytes * elems, out_bytes * elems, UNROLLED, kernels)
+
+
+def mixed(elems: float, read: float, write: float, dtypes_differ: bool) -> Kern:
+    """A contiguous pointwise kernel writing ``elems`` elements: vectorised when every operand has
+    the output's dtype, else unrolled with dynamic casts (e.g. fp32 stream + bf16 branch)."""
+    return nv(elems, read, write, UNROLLED) if dtypes_differ else (elems, read, write)
 
 
 def times(k: Kern, n: int) -> Kern:

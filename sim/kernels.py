@@ -313,8 +313,11 @@ def strided_s(t: OpTable, idx: np.ndarray, hw: HwRates, eff: Efficiency) -> np.n
     """Element-rate time of non-vectorised pointwise kernels and cat copies (model/ops_common
     classes): elements / (rate[class] x clock fraction). Measured on H200 these run at a fixed
     number of elements per second whatever their bytes (bf16 and fp32 <128,N> kernels alike,
-    1.3-2.7 TB/s): index arithmetic per element, not HBM, bounds them; the SM clock scales it."""
-    rates = np.asarray(eff.get("memory.strided_elem_rates"), dtype=float)
+    1.3-2.7 TB/s): index arithmetic per element, not HBM, bounds them; the SM clock scales it.
+    rate[0..3] = memory.strided_elem_rates; rate[4] (UNROLLED: contiguous operands of differing
+    dtypes, unrolled_elementwise_kernel with dynamic casts) = memory.unrolled_elem_rate."""
+    rates = np.append(np.asarray(eff.get("memory.strided_elem_rates"), dtype=float),
+                      eff.get("memory.unrolled_elem_rate"))
     return t.strided[idx, 0] / (rates[t.strided[idx, 1].astype(int)] * hw.clock_fraction)
 
 
@@ -332,10 +335,13 @@ def row_softmax_s(t: OpTable, idx: np.ndarray, hw: HwRates, eff: Efficiency) -> 
 def streaming_memory_s(t: OpTable, hw: HwRates, eff: Efficiency) -> np.ndarray:
     """Time to move each op's bytes through HBM.
 
-    Memory-bound kernels: reads and writes stream concurrently but writes sustain
-    a lower rate (measured on H200: a bf16->fp32 cast, which writes twice what it
-    reads, runs at half the bytes/s of the fp32->bf16 one), so
-        memory_s = max(read / (HBM * read_fraction), written / (HBM * write_fraction)).
+    Vectorised streaming kernels (vectorized_elementwise_kernel, fills, reductions) are bound
+    by their total traffic, whatever the read:write mix (H200: 2:1 adds, triads and the
+    fp32->bf16 cast 4.3-4.4 TB/s, 1:1 pow 4.3, silu 3.9-4.1, fills 4.7), so
+        memory_s = (read + written) / (HBM * memory.stream_fraction).
+    The total is additive, so an aggregated chain of such kernels gets the sum of their times.
+    Kernels that are not vectorised (dtype-converting, broadcast, strided, cat) are also bound
+    by an element rate (strided_s), max'd with this in kernel_times.
     GEMMs (whose traffic is almost all reads when memory-bound) use
         memory_s = bytes / (HBM * gemm.mem_fraction),
     and device-to-device cudaMemcpy (the driver's copy path, not a kernel; measured on
@@ -345,10 +351,8 @@ def streaming_memory_s(t: OpTable, hw: HwRates, eff: Efficiency) -> np.ndarray:
     per block, read and write overlapping: 3.0-3.7 TB/s of read + written bytes on H200)
         memory_s = bytes / (HBM * memory.fused_norm_fraction).
     """
-    read = (t.bytes - t.bytes_written) / (hw.hbm_bandwidth * eff.get("memory.read_fraction"))
-    write = t.bytes_written / (hw.hbm_bandwidth * eff.get("memory.write_fraction"))
-    out = np.where(t.kind == MATMUL, t.bytes / (hw.hbm_bandwidth * eff.get("gemm.mem_fraction")),
-                   np.maximum(read, write))
+    out = t.bytes / (hw.hbm_bandwidth * np.where(t.kind == MATMUL, eff.get("gemm.mem_fraction"),
+                                                 eff.get("memory.stream_fraction")))
     copy = t.kind == COPY_ENGINE
     if copy.any():
         out[copy] = t.bytes[copy] / (hw.hbm_bandwidth * eff.get("memory.copy_fraction"))

@@ -24,7 +24,7 @@ from ..sim.estimate import hw_rates, resolve_gpu
 from ..sim.kernels import kernel_times
 from ..sim.optable import build_table
 from .compare import DATA_DIR, fit_split
-from .predict import (ATTN_IMPL, GEMM_DTYPES, NotPredicted, boosted_compute_scale, chain_op, gpu_key,
+from .predict import (ATTN_IMPL, GEMM_DTYPES, NotPredicted, boosted_compute_scale, chain_ops, gpu_key,
                       timed_window_s)
 from .records import iter_records, run_paths
 
@@ -32,7 +32,7 @@ GEMM_PARAMS = ("gemm.peak_fraction_bf16", "gemm.peak_fraction_fp16", "gemm.peak_
                "gemm.peak_fraction_tf32", "gemm.peak_fraction_fp32", "gemm.k_overhead", "gemm.fixed_s",
                "gemm.mem_fraction", "gemm.misaligned_fraction", "gemm.misaligned_fraction_8b",
                "gemm.boost_speedup", "gemm.boost_hold_s", "gemm.boost_decay_s")
-MEMORY_PARAMS = ("memory.read_fraction", "memory.write_fraction", "memory.fixed_s", "memory.floor_s",
+MEMORY_PARAMS = ("memory.stream_fraction", "memory.fixed_s", "memory.floor_s",
                  "memory.ramp_bytes", "memory.reduce_combine_s")
 # Streaming kernels the memory parameters are fitted on. cudaMemcpy D2D copies are
 # left out (the driver's copy path has its own memory.copy_* parameters: see validation/LOG.md),
@@ -72,7 +72,7 @@ def _memory_op(p):
     if "bytes_read" not in p:   # an elementwise single-kernel case
         if p["op"] not in MEMORY_CHAINS or p.get("pass") != "fwd":
             raise NotPredicted(p["op"])
-        return [chain_op(p)]
+        return chain_ops(p)
     return [memory_kernel(p["bytes_read"], p["bytes_written"], kind="memcpy")]
 
 

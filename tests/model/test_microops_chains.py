@@ -27,7 +27,7 @@ def test_rmsnorm_chain_kernels_and_bytes():
     fwd = rmsnorm_chain(t, d, "fp32")
     assert {o.phase for o in fwd} == {"fwd"} and _kernels(fwd) == 6   # pow mean +eps rsqrt mul *w
     assert _strided(fwd) == {1: 2 * e}          # x*rstd and *weight: broadcast, fp32 out
-    assert _strided(rmsnorm_chain(t, d, "bf16")) == {0: e, 1: e}   # *weight at bf16
+    assert _strided(rmsnorm_chain(t, d, "bf16")) == {0: e, 1: e, 4: e}   # *weight at bf16; .float(): unrolled
     assert _kernels(rmsnorm_chain(t, d, "bf16")) == 8                  # + .float() and .to(bf16)
     both = rmsnorm_chain(t, d, "fp32", backward=True)
     assert {o.phase for o in both} == {"fwd", "bwd"} and _kernels(both) == 6 + 13

@@ -194,7 +194,7 @@ def test_amp_casts_and_loss_bytes():
     P = w.model.param_count() - w.model.vocab * w.model.d_model - (2 * 32 + 1) * 4096  # linears incl. lm_head
     cast = _op(ops, "cast/weights")
     assert (cast.bytes_read, cast.bytes_written) == (4 * P, 2 * P)
-    lc = _op(ops, "loss/logits_cast")
+    lc = _op(ops, "loss/logits_cast/strided4")   # .float() widening: an unrolled kernel (ops_common.UNROLLED)
     assert lc.bytes_read + lc.bytes_written == 1024 * 128256 * (2 + 4)
     opt = _op(build_ops(w, {"optimizer"}), "optimizer/adamw", "optimizer")
     assert opt.bytes_read + opt.bytes_written == 28 * w.model.param_count()
@@ -239,4 +239,4 @@ def test_build_is_fast_and_short(name):
     for _ in range(20):
         ops = _build.__wrapped__(w, frozenset())
     assert (time.perf_counter() - t0) / 20 < 5e-3
-    assert len(ops) < 140     # eager chains split their non-vectorised kernels into /strided ops
+    assert len(ops) < 150     # eager chains split their non-vectorised kernels into /strided ops

@@ -1,0 +1,44 @@
+"""Streaming-memory law (sim/kernels.streaming_memory_s) and the unrolled cast class."""
+
+import pytest
+
+from mechsim.model.microops import memory_kernel
+from mechsim.model.ops_common import UNROLLED, cast, chain
+from mechsim.sim.estimate import efficiency, estimate_op, resolve_gpu, hw_rates
+from mechsim.sim.kernels import kernel_times, streaming_memory_s
+from mechsim.sim.optable import build_table
+
+GPU = "h200_sxm"
+
+
+def _mem_s(*ops):
+    g = resolve_gpu(GPU)
+    return streaming_memory_s(build_table(tuple(ops)), hw_rates(g, 1.0), efficiency(g))
+
+
+def test_vectorised_kernels_are_bound_by_total_traffic():
+    """1:1 (silu, pow), 2:1 (add) and write-only (fill) kernels of equal total bytes take equal time:
+    total / (HBM x stream_fraction)."""
+    g = resolve_gpu(GPU)
+    t = _mem_s(memory_kernel(3e8, 3e8), memory_kernel(4e8, 2e8), memory_kernel(1.0, 6e8 - 1.0))
+    expect = 6e8 / (g.hbm_bandwidth * efficiency(g).get("memory.stream_fraction"))
+    assert t == pytest.approx([expect] * 3, rel=1e-9)
+
+
+def test_streaming_time_is_additive_over_a_chain():
+    a, b = memory_kernel(3e8, 1e8), memory_kernel(1e8, 1e8)
+    assert _mem_s(memory_kernel(4e8, 2e8))[0] == pytest.approx(sum(_mem_s(a, b)), rel=1e-9)
+
+
+def test_widening_cast_is_unrolled_and_slower_than_narrowing():
+    n = 64 * 2 ** 20
+    wide, narrow = cast(n, 2, 4), cast(n, 4, 2)
+    assert len(wide) == 5 and wide[4] == (UNROLLED, n) and len(narrow) == 4
+    g = resolve_gpu(GPU)
+    eff = efficiency(g)
+    tw = sum(estimate_op(o, GPU).time_s for o in chain("c", "elementwise", "fwd", [wide], 1, n))
+    tn = sum(estimate_op(o, GPU).time_s for o in chain("c", "elementwise", "fwd", [narrow], 1, n))
+    assert tw > 1.5 * tn   # same bytes, half the bytes/s (H200: 2.1 vs 4.3 TB/s)
+    op = chain("c", "elementwise", "fwd", [wide], 1, n)[0]
+    k = kernel_times(build_table((op,)), hw_rates(g, 1.0), eff, "fa2")
+    assert k.memory_s[0] == pytest.approx(n / eff.get("memory.unrolled_elem_rate"), rel=1e-9)
