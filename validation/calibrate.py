@@ -179,6 +179,38 @@ def _is_fraction(name: str) -> bool:
 WARP_SOFTMAX_PARAMS = ("rowsoftmax.warp_elem_rate", "rowsoftmax.warp_bw_fraction")
 
 
+OPTIMIZER_KERNELS = ("FusedOptimizerTensorListMetadata", "fused_adam")
+
+
+def fit_optimizer_fraction(paths, gpu, eff: Efficiency) -> tuple[dict[str, float], tuple[float, float, int]]:
+    """memory.optimizer_fraction from the optimizer kernels of profiled calibration-split train
+    steps: each step's multi_tensor_apply AdamW kernel time against the model's optimizer op
+    (its bytes and fixed cost); log least squares over the steps = the geometric mean."""
+    from ..sim.estimate import estimate
+    from .predict import train_workload
+    g = resolve_gpu(gpu)
+    pairs = []
+    for run, rec in iter_records(run_paths(paths or [DATA_DIR])):
+        ks = rec.get("extra", {}).get("kernels")
+        if (gpu_key(run["env"]) != gpu or fit_split(run, rec) != "calibration" or rec["kind"] != "train_step"
+                or not ks or not rec.get("timing")):
+            continue
+        t_meas = sum(k["total_us"] for k in ks if any(n in k["name"] for n in OPTIMIZER_KERNELS)) * 1e-6
+        ops = [o for o in estimate(train_workload(rec["params"]), gpu).ops if o.phase == "optimizer"]
+        if t_meas <= 0 or not ops:
+            continue
+        nbytes = sum(o.bytes for o in ops)
+        fixed = sum(o.time_s - o.memory_s for o in ops if o.time_s > o.memory_s)
+        pairs.append((nbytes, max(t_meas - fixed, 1e-9), t_meas, ops))
+    if not pairs:
+        return {}, (0.0, 0.0, 0)
+    fracs = np.array([b / (t * g.hbm_bandwidth) for b, t, _, _ in pairs])
+    frac = float(np.exp(np.mean(np.log(fracs))))
+    before = np.array([sum(o.time_s for o in ops) / tm for _, _, tm, ops in pairs])
+    after = np.array([(b / (g.hbm_bandwidth * frac) + (tm - t)) / tm for b, t, tm, _ in pairs])
+    return {"memory.optimizer_fraction": frac}, (float(np.mean(abs(before - 1))), float(np.mean(abs(after - 1))), len(pairs))
+
+
 def fit_warp_softmax(paths, gpu, eff: Efficiency) -> tuple[dict[str, float], tuple[float, float, int]]:
     """softmax_warp_forward's element rate and bandwidth fraction (sim/rowkernels.py), fitted on
     the calibration-split softmax forwards that torch dispatches to the warp kernel."""
@@ -284,6 +316,9 @@ def calibrate(gpu: str = "h200_sxm", paths=None) -> tuple[dict[str, float], dict
         after = _mape(predict_group(g, eff.with_values(vals, "fit"), rates), g.measured)
         fitted.update(vals)
         report[g.name] = (before, after, len(g.measured))
+    vals, report["memory.optimizer"] = fit_optimizer_fraction(paths, g_obj.key, eff)
+    fitted.update(vals)
+    eff = eff.with_values(vals, "fit")
     vals, report["rowsoftmax.warp"] = fit_warp_softmax(paths, g_obj.key, eff)
     fitted.update(vals)
     vals, report["launch.eager"] = fit_launch(paths, g_obj.key)
