@@ -37,7 +37,7 @@ def _ctx(w: InferenceWorkload, fused: frozenset) -> Ctx:
     a, g, p = DTYPE_BYTES[w.act_dtype], gemm_dtype(w), w.parallel
     return Ctx(cfg=local_config(w.model, p), B=w.batch, S=S, Skv=Skv, act=a, resid=a, gemm=g,
                gin=STORED_BYTES[g], wb=STORED_BYTES[w.weight_dtype], pw=a, mb=1, train=False,
-               kvb=DTYPE_BYTES[w.kv_dtype], fused=fused, tp=p.tp, sp=p.sp, ep=p.ep, embed=p.pp == 1)
+               kvb=DTYPE_BYTES[w.kv_dtype], fused=fused, tp=p.tp, sp=p.sp, ep=p.ep, etp=p.etp, embed=p.pp == 1)
 
 
 def inference_ops(w: InferenceWorkload, fused: frozenset) -> tuple[Op, ...]:
