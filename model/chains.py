@@ -193,8 +193,9 @@ def cross_entropy(c: Ctx, T: int, V: int) -> Pair:
     to a (logits_cast bwd). Casts and the zero-fill over >2 GiB run as several launches.
     Fused: one kernel reading the a-byte logits (writes per-row lse and loss), and one
     backward kernel writing the a-byte grad of the logits.
-    The eager log_softmax is its own Op ``loss/log_softmax`` with shape (rows, cols) = (T, V):
-    which kernel torch dispatches, and its time, depend on the row length (sim/rowkernels.py).
+    The eager log_softmax is its own Op ``loss/log_softmax`` with shape (rows, cols) = (T, V)
+    each way: which forward kernel torch dispatches, and its time, depend on the row length
+    (sim/rowkernels.py); the backward is a block-per-row reduction kernel, timed as one.
     """
     e, a, cnt = T * V, c.act, c.mb
     if c.f("cross_entropy"):
@@ -205,8 +206,8 @@ def cross_entropy(c: Ctx, T: int, V: int) -> Pair:
     cast_f = chain("loss/logits_cast", "cast", "fwd", [cast(e, a, 4, p)] if a != 4 else [], cnt, e)
     lsm = [Op("loss/log_softmax", "softmax", "fwd", 4.0 * e, 4.0 * e, 4.0 * e, "fp32", (T, V), cnt, 1)]
     ce_f = lsm + chain("loss/cross_entropy", "softmax", "fwd", [(T, 12 * T, 4)], cnt, e)
-    ce_b = chain("loss/cross_entropy", "softmax", "bwd",
-                 [(0, 0, 4), (0, 0, 4 * e, p), (T, 12 * T, 4 * T), (2 * e, 12 * e, 4 * e)], cnt, e)
+    ce_b = chain("loss/cross_entropy", "softmax", "bwd", [(0, 0, 4), (0, 0, 4 * e, p), (T, 12 * T, 4 * T)], cnt, e)
+    ce_b += [Op("loss/log_softmax", "softmax", "bwd", 2.0 * e, 12.0 * e, 4.0 * e, "fp32", (T, V), cnt, 1)]
     cast_b = chain("loss/logits_cast", "cast", "bwd", [cast(e, 4, a, p)] if a != 4 else [], cnt, e)
     return Pair(cast_f + ce_f, ce_b + cast_b)
 

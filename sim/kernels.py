@@ -307,6 +307,9 @@ def kernel_times(t: OpTable, hw: HwRates, eff: Efficiency, attention_impl: str) 
     memory[nv] = np.maximum(memory[nv], strided_s(t, nv, hw, eff))
     rows = np.flatnonzero((t.rows_cols[:, 0] > 0) & (t.phase == FWD))
     memory[rows], fixed[rows] = row_softmax_s(t, rows, hw, eff), 0.0
+    brows = np.flatnonzero((t.rows_cols[:, 0] > 0) & (t.phase == BWD))
+    if len(brows) and "rowsoftmax.bw_fraction" in eff.params:   # cunn_SoftMaxBackward: a block per row
+        memory[brows] = t.bytes[brows] / (hw.hbm_bandwidth * eff.get("rowsoftmax.bw_fraction"))
     return KernelTimes(compute, memory, fixed, np.maximum(compute, memory) + fixed, efficiency)
 
 
