@@ -104,7 +104,7 @@ def _peak_fraction(dtype_idx: np.ndarray, eff: Efficiency) -> np.ndarray:
 
 
 def attention_efficiency(attn: np.ndarray, phase: np.ndarray, sm_count: int,
-                         eff: Efficiency, impl: str) -> np.ndarray:
+                         eff: Efficiency, impl: str, launch: tuple | None = None) -> np.ndarray:
     """Fraction of the bf16 peak an attention kernel reaches.
 
     eff = fraction[impl, fwd|bwd] * wave_eff * L / (L + len_overhead[fwd|bwd]) * row_fill, with
@@ -124,7 +124,7 @@ def attention_efficiency(attn: np.ndarray, phase: np.ndarray, sm_count: int,
     a = f"attention.{impl}."
     bwd = phase == BWD
     frac = np.where(bwd, eff.get(a + "bwd_fraction"), eff.get(a + "fwd_fraction"))
-    ctas, splits, row_fill, _ = attention_launch(attn, phase, sm_count, eff, impl)
+    ctas, splits, row_fill, _ = launch or attention_launch(attn, phase, sm_count, eff, impl)
     waves = np.ceil(np.maximum(ctas, 1) / sm_count)
     length = np.where(bwd, attn[:, 3], attn[:, 4] / splits) * np.where(attn[:, 7] > 0, 0.5, 1.0)
     overhead = np.where(bwd, _param_or(eff, a + "bwd_len_overhead", a + "len_overhead"), eff.get(a + "len_overhead"))
@@ -137,7 +137,7 @@ def _param_or(eff: Efficiency, name: str, fallback: str) -> float:
 
 
 def attention_exp_s(attn: np.ndarray, hw: "HwRates", eff: Efficiency, impl: str,
-                    phase: np.ndarray | None = None) -> np.ndarray:
+                    phase: np.ndarray | None = None, launch: tuple | None = None) -> np.ndarray:
     """Softmax exponentials the tensor-core work does not hide:
         exp_exposed * B * Hq * Sq * Skv * causal_fraction / (exp_rate * row_fill)
     (FA3 paper: 256 FLOP of bf16 matmul per exponential at H100 peak, so at head dim
@@ -148,7 +148,7 @@ def attention_exp_s(attn: np.ndarray, hw: "HwRates", eff: Efficiency, impl: str,
     frac = np.where(causal & (sq == skv), 1.0 - (sq - 1) / (2.0 * np.maximum(skv, 1)), 1.0)
     exps = b * hq * sq * skv * frac
     if phase is not None:
-        exps = exps / attention_launch(attn, phase, hw.sm_count, eff, impl)[2]
+        exps = exps / (launch or attention_launch(attn, phase, hw.sm_count, eff, impl))[2]
     return eff.get(f"attention.{impl}.exp_exposed") * exps / (hw.exp_rate * hw.clock_fraction)
 
 
@@ -253,7 +253,7 @@ def lean_splits(attn: np.ndarray, phase: np.ndarray, ctas: np.ndarray, sm_count:
 
 
 def attention_memory_s(attn: np.ndarray, nbytes: np.ndarray, hw: "HwRates", eff: Efficiency, impl: str,
-                       phase: np.ndarray | None = None) -> np.ndarray:
+                       phase: np.ndarray | None = None, launch: tuple | None = None) -> np.ndarray:
     """Time to stream an attention kernel's bytes (binding in decode).
 
     bandwidth = min(HBM * decode_bw_fraction, active CTAs * per_cta_bw): with fewer
@@ -265,14 +265,15 @@ def attention_memory_s(attn: np.ndarray, nbytes: np.ndarray, hw: "HwRates", eff:
     a = f"attention.{impl}."
     if phase is None:
         phase = np.zeros(len(attn))
-    ctas, _, _, packed = attention_launch(attn, phase, hw.sm_count, eff, impl)
+    ctas, _, _, packed = launch or attention_launch(attn, phase, hw.sm_count, eff, impl)
     bw = np.minimum(hw.hbm_bandwidth * eff.get(a + "decode_bw_fraction"),
                     np.minimum(ctas, hw.sm_count) * eff.get(a + "per_cta_bw"))
     reread = np.where((ctas > hw.sm_count) & (attn[:, 1] > attn[:, 2]) & ~packed, eff.get(a + "gqa_reread"), 1.0)
     return nbytes * reread / bw
 
 
-def split_combine_s(attn: np.ndarray, phase: np.ndarray, sm_count: int, eff: Efficiency, impl: str) -> np.ndarray:
+def split_combine_s(attn: np.ndarray, phase: np.ndarray, sm_count: int, eff: Efficiency, impl: str,
+                    launch: tuple | None = None) -> np.ndarray:
     """The split-KV combine kernel FA2 launches after a split forward (flash_fwd_splitkv_combine_kernel:
     merges the splits' partial outputs by their log-sum-exp):
         combine_s = combine_fixed_s + combine_per_split_s * splits   (0 when not split).
@@ -280,7 +281,7 @@ def split_combine_s(attn: np.ndarray, phase: np.ndarray, sm_count: int, eff: Eff
     a = f"attention.{impl}."
     if a + "combine_fixed_s" not in eff.params:
         return np.zeros(len(attn))
-    _, splits, _, _ = attention_launch(attn, phase, sm_count, eff, impl)
+    _, splits, _, _ = launch or attention_launch(attn, phase, sm_count, eff, impl)
     return np.where(splits > 1, eff.get(a + "combine_fixed_s") + eff.get(a + "combine_per_split_s") * splits, 0.0)
 
 
@@ -290,19 +291,20 @@ def kernel_times(t: OpTable, hw: HwRates, eff: Efficiency, attention_impl: str) 
     efficiency = np.ones(len(t.ops))
     if is_mm.any():
         efficiency[is_mm] = gemm_efficiency(t.mnkb[is_mm], t.dtype[is_mm], hw.sm_count, eff, t.align_bytes[is_mm])
+    la = attention_launch(t.attn[is_at], t.phase[is_at], hw.sm_count, eff, attention_impl) if is_at.any() else None
     if is_at.any():
-        efficiency[is_at] = attention_efficiency(t.attn[is_at], t.phase[is_at], hw.sm_count, eff, attention_impl)
+        efficiency[is_at] = attention_efficiency(t.attn[is_at], t.phase[is_at], hw.sm_count, eff, attention_impl, la)
     peak = np.where(is_mm, hw.tensor_peak[t.dtype], hw.vector_peak)
     peak = np.where(is_at, hw.tensor_peak[DTYPES.index("bf16")], peak) * hw.clock_fraction
     compute = t.flops / (peak * efficiency)
     if is_at.any():
-        compute[is_at] += attention_exp_s(t.attn[is_at], hw, eff, attention_impl, t.phase[is_at])
+        compute[is_at] += attention_exp_s(t.attn[is_at], hw, eff, attention_impl, t.phase[is_at], la)
     memory = streaming_memory_s(t, hw, eff)
     if is_at.any():
-        memory[is_at] = attention_memory_s(t.attn[is_at], t.bytes[is_at], hw, eff, attention_impl, t.phase[is_at])
+        memory[is_at] = attention_memory_s(t.attn[is_at], t.bytes[is_at], hw, eff, attention_impl, t.phase[is_at], la)
     fixed = t.kernels * _fixed_s(t, eff, attention_impl)
     if is_at.any():
-        fixed[is_at] += split_combine_s(t.attn[is_at], t.phase[is_at], hw.sm_count, eff, attention_impl)
+        fixed[is_at] += split_combine_s(t.attn[is_at], t.phase[is_at], hw.sm_count, eff, attention_impl, la)
     nv = np.flatnonzero(t.strided[:, 0] > 0)
     memory[nv] = np.maximum(memory[nv], strided_s(t, nv, hw, eff))
     rows = np.flatnonzero((t.rows_cols[:, 0] > 0) & (t.phase == FWD))
