@@ -132,13 +132,16 @@ def p2p_per_microbatch(t: OpTable, c: CommTimes, m: int) -> float:
     return _sum(c.total_s, c.group == GROUPS.index("pp")) / max(m, 1) / 2.0
 
 
-def dp_exposure(t: OpTable, c: CommTimes, t_b_last: float, phase: int = BWD) -> overlap.Exposure:
-    """Gradient buckets of the last micro-batch's backward on one comm stream."""
+def dp_exposure(t: OpTable, c: CommTimes, t_b_last: float, phase: int = BWD,
+                after_backward: bool = False) -> overlap.Exposure:
+    """Gradient buckets of the last micro-batch's backward on one comm stream; with
+    ``after_backward`` (overlap.ddp_after_backward) every bucket is ready only at its end."""
     mask = (c.group == GROUPS.index("dp")) & (t.phase == phase)
     if not mask.any():
         return overlap.Exposure("dp", 0.0, 0.0, 0.0, 0.0)
     calls = np.concatenate([np.full(int(t.count[i]), c.per_call_s[i]) for i in np.flatnonzero(mask)])
-    ready = overlap.uniform_bucket_ready_s(t_b_last, np.ones(len(calls)))
+    ready = (np.full(len(calls), t_b_last) if after_backward
+             else overlap.uniform_bucket_ready_s(t_b_last, np.ones(len(calls))))
     return overlap.dp_grad_sync(ready, calls, t_b_last)
 
 
@@ -228,7 +231,8 @@ def step_parts(t: OpTable, k: KernelTimes, gpu_s: np.ndarray, c: CommTimes, par,
     t_bw = min(wgrad_s(t, k_total) / m, t_b) if par.schedule in ("zero_bubble", "dualpipe") else None
     pipe = pipeline.pipeline_for(par, m, t_f, t_b, p2p_per_microbatch(t, c, m), t_bw,
                                  blocking=overlap.pp_stack_trait("blocking", stack_key))
-    dp = fsdp_step_exposure(t, c, fwd, bwd, m) if par.zero == 3 else dp_exposure(t, c, t_b)
+    dp = (fsdp_step_exposure(t, c, fwd, bwd, m) if par.zero == 3
+          else dp_exposure(t, c, t_b, after_backward=overlap.ddp_after_backward(stack_key)))
     if par.zero == 3 and zero3_serial_s is not None:
         dp = overlap.Exposure("zero3_serial", zero3_serial_s, zero3_serial_s, 0.0, 0.0)
     after_opt = _sum(c.total_s, (c.group == GROUPS.index("dp")) & (t.phase == OPT))

@@ -114,6 +114,15 @@ def pp_stack_trait(trait: str, stack: str) -> bool:
     return bool(p and float(p.value))
 
 
+def ddp_after_backward(stack: str) -> bool:
+    """Whether a stack all-reduces the data-parallel gradients only after the whole backward
+    (sim/data/overlap.toml [ddp.after_backward]; Megatron-LM 2021's --DDP-impl local:
+    LocalDDP.allreduce_gradients runs once the last micro-batch's backward is done), so that
+    exposed = the sum of the bucket all-reduces instead of what outlasts the backward."""
+    p = overlap_params().get(f"ddp.after_backward.{stack}")
+    return bool(p and float(p.value))
+
+
 def _arr(name: str, v) -> np.ndarray:
     a = np.atleast_1d(np.asarray(v, dtype=float))
     if a.ndim != 1 or not np.all(np.isfinite(a)) or np.any(a < 0):

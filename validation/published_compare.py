@@ -37,22 +37,25 @@ SOURCE_STACKS = {"megatron2021_a1": {0: "megatron_2021", 3: "deepspeed_zero3_202
 _SC21_T1 = "NVIDIA/Megatron-LM examples/sc21/run_table_1.sh (MBS, --num-layers-per-virtual-pipeline-stage)"
 _SC21_F12 = "NVIDIA/Megatron-LM examples/sc21/run_figure_12.sh (GPT-3 175B: TP 8, PP 12, MBS 1, 2 layers per virtual stage)"
 _PTDP = {"sp": False, "zero": 0}
+# --DDP-impl local (gradients all-reduced after the backward): DDP=local in run_table_1.sh for 39B-1T and in
+# run_figure_12.sh (GPT-3 175B); the Table 2 530B plan is Table 1's, assumed to run as it did.
+_LOCAL = {"stack": "megatron_2021_local_ddp", **_PTDP}
 RUN_CONFIGS: dict[str, dict] = {
     "megatron2021-t1-1.7b": {"mbs": 16, **_PTDP},
     "megatron2021-t1-3.6b": {"mbs": 16, **_PTDP},
     "megatron2021-t1-7.5b": {"mbs": 16, **_PTDP},
     "megatron2021-t1-18.4b": {"mbs": 8, **_PTDP},
-    "megatron2021-t1-39.1b": {"mbs": 4, "vp": 1, **_PTDP},       # no virtual stages in the script
-    "megatron2021-t1-76.1b": {"mbs": 2, "vp": 3, **_PTDP},       # 5 of 15 layers per virtual stage
-    "megatron2021-t1-145.6b": {"mbs": 2, "vp": 2, **_PTDP},      # 5 of 10
-    "megatron2021-t1-310.1b": {"mbs": 1, "vp": 2, **_PTDP},      # 3 of 6
-    "megatron2021-t1-529.6b": {"mbs": 1, "vp": 3, **_PTDP},      # 1 of 3
-    "megatron2021-t1-1008.0b": {"mbs": 1, "vp": 1, **_PTDP},     # no virtual stages in the script
+    "megatron2021-t1-39.1b": {"mbs": 4, "vp": 1, **_LOCAL},       # no virtual stages in the script
+    "megatron2021-t1-76.1b": {"mbs": 2, "vp": 3, **_LOCAL},       # 5 of 15 layers per virtual stage
+    "megatron2021-t1-145.6b": {"mbs": 2, "vp": 2, **_LOCAL},      # 5 of 10
+    "megatron2021-t1-310.1b": {"mbs": 1, "vp": 2, **_LOCAL},      # 3 of 6
+    "megatron2021-t1-529.6b": {"mbs": 1, "vp": 3, **_LOCAL},      # 1 of 3
+    "megatron2021-t1-1008.0b": {"mbs": 1, "vp": 1, **_LOCAL},     # no virtual stages in the script
     # Table 2 PTD-P gives only tp*pp (96 / 280): the paper's GPT-3 175B plan of Fig. 12 and the
     # 530B plan of Table 1 have exactly those model-parallel sizes (assumed to be the ones run).
-    **{f"megatron2021-t2-ptd-p-174.6b-{g}g": {"tp": 8, "pp": 12, "vp": 4, "dp": g // 96, **_PTDP}
+    **{f"megatron2021-t2-ptd-p-174.6b-{g}g": {"tp": 8, "pp": 12, "vp": 4, "dp": g // 96, **_LOCAL}
        for g in (384, 768, 1536)},
-    **{f"megatron2021-t2-ptd-p-529.6b-{g}g": {"tp": 8, "pp": 35, "vp": 3, "dp": g // 280, **_PTDP}
+    **{f"megatron2021-t2-ptd-p-529.6b-{g}g": {"tp": 8, "pp": 35, "vp": 3, "dp": g // 280, **_LOCAL}
        for g in (560, 1120, 2240)},
     # ZeRO-3 rows: recompute is not stated, but the FLOP count (eq. 3) includes it and without it
     # 530B at micro-batch 4 would need ~1.7 TB of activations per GPU.
@@ -77,7 +80,10 @@ STACK = "megatron_te"
 
 
 def stack_for(row) -> str:
-    """The stack the row's source ran (SOURCE_STACKS), by the row's ZeRO stage."""
+    """The stack the row's run ran (RUN_CONFIGS "stack"), else its source's (SOURCE_STACKS) by the
+    row's ZeRO stage."""
+    if "stack" in RUN_CONFIGS.get(row.id, {}):
+        return RUN_CONFIGS[row.id]["stack"]
     by_zero = SOURCE_STACKS.get(row.source_id, {})
     return by_zero.get(row.zero or RUN_CONFIGS.get(row.id, {}).get("zero", 0), STACK)
 
@@ -171,9 +177,11 @@ def _release(r: str | None) -> tuple[int, ...]:
 
 def moe_software(row, moe) -> dict:
     """MoEConfig fields for how the row's software ran its MoE layers (see the tables above;
-    moe_token_drop rows: capacity factor 1 with padding, the 25.09 recipes' token-drop mode)."""
+    moe_token_drop rows: capacity factor 1 with padding, the 25.09 recipes' token-drop mode,
+    on the alltoall dispatcher: Megatron-Bridge training/utils/moe_token_drop.py
+    apply_moe_token_drop asserts moe_token_dispatcher_type in (alltoall, alltoall_seq))."""
     name = row.model or row.model_ref
-    flex = (name, row.system) in _FLEX or (name, None) in _FLEX
+    flex = ((name, row.system) in _FLEX or (name, None) in _FLEX) and not row.moe_token_drop
     start = _SYNC_FREE_FROM.get((row.system, row.fp8_recipe))
     return {"dispatcher": "flex" if flex else "alltoall",
             "capacity_factor": 1.0 if row.moe_token_drop else None,
