@@ -97,7 +97,8 @@ def ep_a2a(c: Ctx, name: str, n: int, tokens: float | None = None) -> Pair:
     """MoE token dispatch (after permute) or combine (before unpermute): an all_to_all per MoE
     layer forward, the mirror backward. Bytes per GPU, x = tokens*d*act (``tokens``: the tokens
     this GPU routes, default T):
-        alltoall dispatcher (Megatron MoEAlltoAllTokenDispatcher): every copy, k x
+        alltoall dispatcher (Megatron MoEAlltoAllTokenDispatcher): every copy, k x (token drop
+            padded to capacity: cf k x, each expert's capacity rows padding included)
         flex (DeepEP / HybridEP): each token once per destination rank, ranks_hit x; the copies
             to several experts of one rank are made there (DeepEP README: dispatch sends a
             token to each rank holding one of its experts). Their inter-node step (once per
@@ -105,7 +106,7 @@ def ep_a2a(c: Ctx, name: str, n: int, tokens: float | None = None) -> Pair:
     if c.ep == 1:
         return NONE
     m = c.cfg.moe
-    copies = m.top_k
+    copies = m.top_k * (m.capacity_factor or 1.0)    # padded to capacity: cf x k rows per token
     if m.dispatcher == "flex":
         copies = ranks_hit(m.n_experts * c.ep, m.n_experts, m.top_k, c.ep)
     b = (c.T if tokens is None else tokens) * copies * c.cfg.d_model * c.act

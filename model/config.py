@@ -42,7 +42,9 @@ class MoEConfig(BaseModel):
     #             all-to-all; "flex": DeepEP / HybridEP, a token goes once to each GPU holding one
     #             of its experts and is copied to the experts there (model/comm.py ep_a2a).
     # capacity_factor  None: dropless; a number: token drop with the experts padded to capacity
-    #             (static shapes: the host never needs the token counts).
+    #             (static shapes: the host never needs the token counts); every expert then runs
+    #             capacity = T k cf / E rows, so the expert GEMMs and the all-to-all carry cf x
+    #             the dropless copies. Only with the alltoall dispatcher (validated).
     # sync_free   dropless, but the token counts stay on the device (Megatron-Core's paged stash /
     #             expert-rank capacity with full-iteration CUDA graphs): no host sync per MoE layer.
     dispatcher: Literal["alltoall", "flex"] = "alltoall"
@@ -53,6 +55,11 @@ class MoEConfig(BaseModel):
     def _check(self) -> "MoEConfig":
         if self.top_k > self.n_experts:
             raise ValueError(f"top_k ({self.top_k}) must be <= n_experts ({self.n_experts})")
+        if self.capacity_factor is not None and self.dispatcher != "alltoall":
+            # Megatron-Bridge apply_moe_token_drop / Megatron-Core: "moe_expert_capacity_factor
+            # only works with alltoall token dispatcher" (DeepEP / HybridEP are dropless).
+            raise ValueError("capacity_factor (token drop) needs dispatcher='alltoall', "
+                             f"got dispatcher={self.dispatcher!r}")
         return self
 
     @property

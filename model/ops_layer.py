@@ -107,7 +107,10 @@ def moe(c: Ctx, n: int) -> list[Pair]:
     Uniform routing: the T*top_k token copies spread over ``hit`` experts, where
     hit = E*(1-(1-k/E)^T) is the expected number of distinct experts a step touches
     (-> E in training, < E in small-batch decode: only those experts' weights are read).
-    Expert GEMMs: M = T*k/hit rows each, batch = hit; FLOPs exactly 2*T*k*N*K.
+    Expert GEMMs: M = T*k/hit rows each, batch = hit; FLOPs exactly 2*T*k*N*K (dropless).
+    Token drop padded to capacity (capacity_factor cf, Megatron-Core moe_pad_expert_input_to_capacity):
+    every expert runs capacity = cf*T*k/E rows, so k -> cf*k copies in the permute, the expert
+    GEMMs and the dispatch/combine (FLOPs 2*cf*T*k*N*K; cf = 1 costs what dropless costs).
     Grouped GEMM ("grouped_gemm" fused): 1 kernel; else the HF per-expert loop: hit kernels.
     Expert parallel (c.ep > 1): the router scores all E = n_experts*ep experts; this GPU's
     n_experts local experts receive T*k copies (from the ep GPUs' T tokens each, uniform
@@ -130,12 +133,13 @@ def moe(c: Ctx, n: int) -> list[Pair]:
     E, El, k, d = m.n_experts * c.ep, m.n_experts, m.top_k, c.cfg.d_model
     hit = max(1, round(El * (1.0 - (1.0 - k / E) ** (T * g * c.ep))))
     gk = 1 if c.f("grouped_gemm") else hit
-    sort = [_sort_chunks(c, T * g, d, k, n)] if c.ep > 1 and El > 1 and c.f("moe_permute") else []
-    out = [linear(c, "layer/moe/router", T, E, d, n), _topk(c, T, E, k, n), _permute(c, T, d, k, hit, n),
-           ep_a2a(c, "moe_dispatch", n, T), etp_gather(c, "moe_dispatch_etp", n, T * g * k, True)] + sort
-    out += mlp(c, "layer/moe/experts", T * g * k / hit, m.expert_ffn, n, batch=hit, kernels=gk)
-    out += sort + [etp_gather(c, "moe_combine_etp", n, T * g * k, False), ep_a2a(c, "moe_combine", n, T),
-                   _unpermute(c, T, d, k, hit, n)]
+    kc = k * (m.capacity_factor or 1.0)     # copies per token after padding to capacity (cf x k)
+    sort = [_sort_chunks(c, T * g, d, kc, n)] if c.ep > 1 and El > 1 and c.f("moe_permute") else []
+    out = [linear(c, "layer/moe/router", T, E, d, n), _topk(c, T, E, k, n), _permute(c, T, d, kc, hit, n),
+           ep_a2a(c, "moe_dispatch", n, T), etp_gather(c, "moe_dispatch_etp", n, T * g * kc, True)] + sort
+    out += mlp(c, "layer/moe/experts", T * g * kc / hit, m.expert_ffn, n, batch=hit, kernels=gk)
+    out += sort + [etp_gather(c, "moe_combine_etp", n, T * g * kc, False), ep_a2a(c, "moe_combine", n, T),
+                   _unpermute(c, T, d, kc, hit, n)]
     if m.n_shared_experts and c.sp:     # SharedExpertMLP: a tensor-parallel MLP on all T tokens
         up, *rest = mlp(c, "layer/moe/shared", c.T, m.shared_ffn_total, n)
         out += [tp_in(c, "shared_in", n), up, tp_regather(c, "shared_in", n), *rest, tp_out(c, "shared_out", n)]
@@ -159,7 +163,7 @@ def _topk(c: Ctx, T: int, E: int, k: int, n: int) -> Pair:
                 chain("layer/moe/topk", "softmax", "bwd", bk, cnt, T * E) if c.train else [])
 
 
-def _sort_chunks(c: Ctx, T: int, d: int, k: int, n: int) -> Pair:
+def _sort_chunks(c: Ctx, T: int, d: int, k: float, n: int) -> Pair:
     """One chunk re-sort of the T*k received token copies (and their fp32 probabilities on the
     dispatch side; TE's fused moe_sort_chunks_by_index): a gather, reading and writing every
     row once; its backward is the inverse gather of the gradient."""
@@ -169,7 +173,7 @@ def _sort_chunks(c: Ctx, T: int, d: int, k: int, n: int) -> Pair:
                 chain("layer/moe/sort_chunks", "memcpy", "bwd", one, cnt, k * e) if c.train else [])
 
 
-def _permute(c: Ctx, T: int, d: int, k: int, hit: int, n: int) -> Pair:
+def _permute(c: Ctx, T: int, d: int, k: float, hit: int, n: int) -> Pair:
     """Gather each token's hidden state to its k experts. Eager (HF loop): one_hot, permute,
     then per expert where + index-select; bwd per-expert index_add + zero-fill."""
     a, e, cnt = c.act, T * d, n * c.mb
@@ -183,7 +187,7 @@ def _permute(c: Ctx, T: int, d: int, k: int, hit: int, n: int) -> Pair:
                 chain("layer/moe/permute", "memcpy", "bwd", bk, cnt, k * e) if c.train else [])
 
 
-def _unpermute(c: Ctx, T: int, d: int, k: int, hit: int, n: int) -> Pair:
+def _unpermute(c: Ctx, T: int, d: int, k: float, hit: int, n: int) -> Pair:
     """Weight each expert output by its routing probability and sum the k copies per token.
     Eager: zero-fill + per expert (mul, index_add_); bwd per expert gather, mul, prob grad."""
     a, e, cnt = c.act, T * d, n * c.mb

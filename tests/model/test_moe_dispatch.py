@@ -50,3 +50,31 @@ def test_dispatcher_field_is_validated():
     assert cfg.moe.host_syncs                                   # dropless by default
     assert not cfg.moe.model_copy(update={"capacity_factor": 1.0}).host_syncs
     assert not cfg.moe.model_copy(update={"sync_free": True}).host_syncs
+
+
+def test_token_drop_needs_the_alltoall_dispatcher():
+    """Megatron-Core / Megatron-Bridge apply_moe_token_drop: capacity factor only with alltoall."""
+    cfg = preset("qwen3-30b-a3b")
+    with pytest.raises(ValueError, match="alltoall"):
+        type(cfg.moe)(**{**cfg.moe.model_dump(), "dispatcher": "flex", "capacity_factor": 1.0})
+    assert type(cfg.moe)(**{**cfg.moe.model_dump(), "capacity_factor": 1.0}).capacity_factor == 1.0
+
+
+def _moe_ops(cf):
+    cfg = preset("qwen3-30b-a3b")
+    cfg = cfg.model_copy(update={"moe": cfg.moe.model_copy(update={"capacity_factor": cf})})
+    w = TrainingWorkload(model=cfg, mbs=1, seq=1024, grad_accum=8, parallel=Parallelism(dp=8, ep=8))
+    ops = build_ops(w)
+    expert = sum(o.flops * o.count for o in ops if o.name.startswith("layer/moe/experts/") and o.kind == "matmul")
+    disp = [o.shape[0] for o in ops if o.name == "comm/ep/moe_dispatch" and o.phase == "fwd"][0]
+    return expert, disp
+
+
+def test_padding_to_capacity_scales_expert_rows_and_dispatch():
+    """Padded to capacity cf*T*k/E rows per expert: expert GEMM FLOPs and a2a bytes x cf; cf 1 = dropless."""
+    e0, d0 = _moe_ops(None)
+    e1, d1 = _moe_ops(1.0)
+    e2, d2 = _moe_ops(1.25)
+    assert (e1, d1) == (pytest.approx(e0, rel=1e-9), pytest.approx(d0, rel=1e-9))
+    assert e2 / e0 == pytest.approx(1.25, rel=1e-3)
+    assert d2 / d0 == pytest.approx(1.25, rel=1e-9)
