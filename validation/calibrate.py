@@ -24,14 +24,15 @@ from ..sim.estimate import hw_rates, resolve_gpu
 from ..sim.kernels import kernel_times
 from ..sim.optable import build_table
 from .compare import DATA_DIR, fit_split
-from .predict import (ATTN_IMPL, GEMM_DTYPES, NotPredicted, boosted_compute_scale, chain_ops, gpu_key,
+from . import gemm_power
+from .predict import (ATTN_IMPL, GEMM_DTYPES, NotPredicted, boosted_compute_scale, chain_ops, gemm_activity, gpu_key,
                       timed_window_s)
 from .records import iter_records, run_paths
 
 GEMM_PARAMS = ("gemm.peak_fraction_bf16", "gemm.peak_fraction_fp16", "gemm.peak_fraction_fp8",
                "gemm.peak_fraction_tf32", "gemm.peak_fraction_fp32", "gemm.k_overhead", "gemm.fixed_s",
                "gemm.mem_fraction", "gemm.misaligned_fraction", "gemm.misaligned_fraction_8b",
-               "gemm.boost_speedup", "gemm.boost_hold_s", "gemm.boost_decay_s")
+               "gemm.boost_speedup", "gemm.boost_power", "gemm.power_tau_s", "gemm.boost_decay_s")
 MEMORY_PARAMS = ("memory.stream_fraction", "memory.fixed_s", "memory.floor_s",
                  "memory.ramp_bytes", "memory.reduce_combine_s")
 # Streaming kernels the memory parameters are fitted on. cudaMemcpy D2D copies are
@@ -54,6 +55,7 @@ class Group:
     measured: np.ndarray
     impl: str = "fa2"
     timed_s: np.ndarray | None = None   # per record: seconds of its timed window (GEMM power state)
+    history: tuple = ()                 # per record: (RunHistory of its run, case_id), GEMM power history
 
 
 def _gemm_op(p):
@@ -83,7 +85,8 @@ def _attention_ops(p):
 
 def collect(paths, gpu: str) -> list[Group]:
     """Calibration-split groups for ``gpu`` from the run files."""
-    buckets: dict[str, tuple[list, list, list]] = {}
+    buckets: dict[str, tuple[list, list, list, list, list]] = {}
+    histories: dict[str, gemm_power.RunHistory] = {}
     for run, rec in iter_records(run_paths(paths or [DATA_DIR])):
         if gpu_key(run["env"]) != gpu or fit_split(run, rec) != "calibration" or not rec.get("timing"):
             continue
@@ -94,12 +97,28 @@ def collect(paths, gpu: str) -> list[Group]:
             ops = build(rec["params"])
         except NotPredicted:
             continue
-        ops_l, owner, meas, timed = buckets.setdefault(key, ([], [], [], []))
+        ops_l, owner, meas, timed, hist = buckets.setdefault(key, ([], [], [], [], []))
         owner += [len(meas)] * len(ops)
         ops_l += ops
         meas.append(rec["timing"]["median_s"])
         timed.append(timed_window_s(rec["timing"]))
+        if key == "gemm":   # the run's whole GEMM sequence (held-out cases too: their time and activity only)
+            if run["run_id"] not in histories:
+                histories[run["run_id"]] = gemm_power.run_history(run, _activity_of(gpu))
+            hist.append((histories[run["run_id"]], rec["case_id"]))
     return [_group(k, *v) for k, v in sorted(buckets.items())]
+
+
+def _activity_of(gpu: str):
+    """A GEMM record's compute-bound share at boost (predict.gemm_activity) at the starting
+    efficiency: fixed during the fit (it is ~0 or ~1 for nearly every case)."""
+    g = resolve_gpu(gpu)
+    rates, eff = hw_rates(g, 1.0), efficiency_for(g.key, g.arch)
+
+    def activity(rec):
+        k = kernel_times(build_table(tuple(_gemm_op(rec["params"]))), rates, eff, "fa2")
+        return gemm_activity(k, rec["params"]["dtype"], eff)
+    return activity
 
 
 def _group_of(rec):
@@ -113,7 +132,7 @@ def _group_of(rec):
     return "", None
 
 
-def _group(key: str, ops, owner, meas, timed) -> Group:
+def _group(key: str, ops, owner, meas, timed, hist) -> Group:
     if key.startswith("attention."):
         impl = key.split(".")[1]
         names = ("fwd_fraction", "bwd_fraction", "fixed_s", "decode_bw_fraction", "len_overhead", "per_cta_bw",
@@ -124,7 +143,7 @@ def _group(key: str, ops, owner, meas, timed) -> Group:
         params = tuple(f"attention.{impl}.{p}" for p in names)
         return Group(key, params, ops, owner, np.array(meas), impl)
     if key == "gemm":
-        return Group(key, GEMM_PARAMS, ops, owner, np.array(meas), timed_s=np.array(timed))
+        return Group(key, GEMM_PARAMS, ops, owner, np.array(meas), timed_s=np.array(timed), history=tuple(hist))
     return Group(key, MEMORY_PARAMS, ops, owner, np.array(meas))
 
 
@@ -132,10 +151,20 @@ def predict_group(g: Group, eff: Efficiency, rates) -> np.ndarray:
     t = build_table(tuple(g.ops))
     k = kernel_times(t, rates, eff, g.impl)
     per_op = k.gpu_s
-    if g.timed_s is not None and "gemm.boost_hold_s" in eff.params:   # GEMMs at their window's power state
-        scale = boosted_compute_scale(g.timed_s[np.array(g.owner)], eff)
+    if g.timed_s is not None and "gemm.power_tau_s" in eff.params:   # GEMMs at their window's power state
+        left = _boost_left(g, eff)
+        scale = boosted_compute_scale(g.timed_s[np.array(g.owner)], eff, None if left is None else left[np.array(g.owner)])
         per_op = np.maximum(k.compute_s * scale, k.memory_s) + k.fixed_s
     return np.bincount(np.array(g.owner), weights=per_op, minlength=len(g.measured))
+
+
+def _boost_left(g: Group, eff: Efficiency) -> np.ndarray | None:
+    """Seconds of boost left at each record's window, from its run's power history."""
+    if not g.history:
+        return None
+    w_mem = gemm_power.w_mem_of(eff.key)
+    per_run = {id(h): h.boost_left(eff, w_mem) for h, _ in g.history}
+    return np.array([per_run[id(h)][cid] for h, cid in g.history])
 
 
 def active_params(g: Group, eff: Efficiency, rates) -> tuple[str, ...]:

@@ -14,6 +14,7 @@ from ..model.microops import (attention, cross_entropy_chain, gemm, memory_kerne
                               rope_chain, swiglu_chain)
 from ..sim.estimate import estimate, estimate_op, resolve_gpu
 from ..sim.stacks import get_stack
+from . import gemm_power
 
 GPU_BY_NAME = {"NVIDIA H200": "h200_sxm", "NVIDIA H100 80GB HBM3": "h100_sxm", "NVIDIA H100": "h100_sxm",
                "NVIDIA A100-SXM4-80GB": "a100_sxm_80gb", "NVIDIA B200": "b200", "NVIDIA H800": "h800_sxm"}
@@ -68,23 +69,26 @@ def predict_launch(p: dict, gpu: str) -> float:
     raise NotPredicted(f"launch mode {p['mode']!r} (a host-device round trip) is not modelled")
 
 
-def boosted_compute_scale(timed_s: np.ndarray | float, eff) -> np.ndarray:
+def boosted_compute_scale(timed_s: np.ndarray | float, eff, boost_left_s: np.ndarray | float | None = None
+                          ) -> np.ndarray:
     """Compute-time factor of a GEMM microbenchmark for the power state its median ran in.
 
     The simulator's GEMM efficiency is the sustained (power-capped) rate a long GEMM stream
     settles at (H200: ~1,470 MHz at the 700 W cap, LOG "Measured power state of GEMM
-    microbenchmarks"). A burst starts at boost clock, ``gemm.boost_speedup`` times faster on its
-    compute-bound part, and the power controller pulls the clock down once the burst has run
-    ``gemm.boost_hold_s``, the boosted share then decaying with time constant
-    ``gemm.boost_decay_s``. The median of a timed window of ``timed_s`` (back-to-back replays)
-    is the replay at its middle, so
-        boosted = min(1, exp(-(timed_s / 2 - boost_hold_s) / boost_decay_s))
+    microbenchmarks"). A burst runs ``gemm.boost_speedup`` times faster on its compute-bound
+    part while the power controller has headroom: ``boost_left_s`` seconds from the start of the
+    timed window (validation/gemm_power.py: a first-order power average with time constant
+    ``gemm.power_tau_s``, carried through the run's cases in order; without a run, a cool start,
+    tau ln(p / (p - 1)) with p = ``gemm.boost_power``). The median of a window of ``timed_s``
+    (back-to-back replays) is the replay at its middle, so
+        boosted = min(1, exp(-(timed_s / 2 - boost_left_s) / boost_decay_s))
         scale   = 1 - boosted * (1 - 1 / boost_speedup)
     (H200 window cases, 1 s idle before each, m8192^3: bf16 775 TFLOP/s over 3-10 replays,
-    737 over 30, 673 over 100, 666 over 300; fp8 1,455 -> 1,325 -> 1,257.) The three
-    parameters are fitted with the GEMM efficiency on the calibration split."""
-    mid = np.asarray(timed_s, dtype=float) / 2.0
-    boosted = np.minimum(1.0, np.exp(-(mid - eff.get("gemm.boost_hold_s")) / eff.get("gemm.boost_decay_s")))
+    737 over 30, 673 over 100, 666 over 300; fp8 1,455 -> 1,325 -> 1,257.) The parameters are
+    fitted with the GEMM efficiency on the calibration split."""
+    if boost_left_s is None:
+        boost_left_s = gemm_power.boost_left_s(0.0, eff.get("gemm.boost_power"), eff.get("gemm.power_tau_s"))
+    boosted = gemm_power.boosted_share(timed_s, boost_left_s, eff.get("gemm.boost_decay_s"))
     return 1.0 - boosted * (1.0 - 1.0 / eff.get("gemm.boost_speedup"))
 
 
@@ -95,19 +99,48 @@ def timed_window_s(timing: dict | None) -> float:
     return timing["n"] * timing.get("inner", 1) * timing["median_s"]
 
 
-def predict_gemm(p: dict, gpu: str, timed_s: float = float("inf")) -> float:
-    """One GEMM at the power state of its timed window (boosted_compute_scale)."""
+def _gemm_kernel(p: dict, gpu: str):
     from ..sim.estimate import efficiency, hw_rates
     from ..sim.kernels import kernel_times
     from ..sim.optable import build_table
     g = resolve_gpu(gpu)
     eff = efficiency(g)
     t = build_table((gemm(p["m"], p["n"], p["k"], GEMM_DTYPES[p["dtype"]], p.get("batch", 1)),))
-    k = kernel_times(t, hw_rates(g, 1.0), eff, "fa2")
-    if "gemm.boost_hold_s" not in eff.params:
+    return kernel_times(t, hw_rates(g, 1.0), eff, "fa2"), eff
+
+
+def gemm_activity(k, dtype: str, eff) -> float:
+    """Tensor activity of a GEMM at boost, relative to a large aligned GEMM of its dtype (power
+    follows the tensor work rate: a misaligned or wave-starved kernel draws less):
+        a = c / (max(c, memory) + fixed) * efficiency / peak_fraction[dtype],  c = compute / boost."""
+    c = k.compute_s[0] / eff.get("gemm.boost_speedup")
+    share = c / (max(c, k.memory_s[0]) + k.fixed_s[0])
+    return float(share * k.efficiency[0] / eff.get(f"gemm.peak_fraction_{GEMM_DTYPES[dtype]}"))
+
+
+def predict_gemm(p: dict, gpu: str, timed_s: float = float("inf"), boost_left_s: float | None = None) -> float:
+    """One GEMM at the power state of its timed window (boosted_compute_scale)."""
+    k, eff = _gemm_kernel(p, gpu)
+    if "gemm.power_tau_s" not in eff.params:
         return float(k.gpu_s[0])
-    scale = boosted_compute_scale(timed_s, eff)
+    scale = boosted_compute_scale(timed_s, eff, boost_left_s)
     return float(np.maximum(k.compute_s * scale, k.memory_s)[0] + k.fixed_s[0])
+
+
+_HISTORIES: dict[tuple, tuple[dict, dict[str, float]]] = {}
+
+
+def run_boost_left(run: dict, gpu: str) -> dict[str, float]:
+    """Seconds of boost left at each GEMM record's timed window in ``run`` (gemm_power), cached."""
+    key = (id(run), run.get("run_id"), gpu)
+    if key not in _HISTORIES:
+        def activity(rec):
+            k, eff = _gemm_kernel(rec["params"], gpu)
+            return gemm_activity(k, rec["params"]["dtype"], eff)
+        from ..sim.estimate import efficiency
+        h = gemm_power.run_history(run, activity)
+        _HISTORIES[key] = (run, h.boost_left(efficiency(resolve_gpu(gpu)), gemm_power.w_mem_of(gpu)))
+    return _HISTORIES[key][1]
 
 
 def predict_attention(p: dict, gpu: str) -> float:
@@ -348,7 +381,8 @@ def predict(record: dict, env: dict, run: dict | None = None) -> float:
         if kind not in PREDICTORS:
             raise NotPredicted(f"kind {kind!r} has no predictor yet")
         if kind == "gemm":
-            return predict_gemm(p, gpu_key(env), timed_window_s(record.get("timing")))
+            left = run_boost_left(run, gpu_key(env)).get(record["case_id"]) if run else None
+            return predict_gemm(p, gpu_key(env), timed_window_s(record.get("timing")), left)
         if kind in HOST_BOUND_KINDS:
             return PREDICTORS[kind](p, gpu_key(env), host_scale(run, record, gpu_key(env)))
         return PREDICTORS[kind](p, gpu_key(env))
