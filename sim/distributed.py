@@ -338,11 +338,13 @@ def estimate_parallel(workload, hw, stack=None, overrides=None):
         return busy, idle, parts, by_cat, by_phase
 
     k = kernel_times(t, rates, eff, st.attention)
-    busy, idle, parts, by_cat, by_phase = timeline(k)
-    ps = power_state(by_cat, parts.step_s, gpu.key, gpu.boost_clock_hz, boost_speedup(eff))
-    if ps is not None and ps.speed != 1.0:   # the clock the step sustains under the power cap
-        k = at_compute_speed(t, k, ps.speed)
-        busy, idle, parts, by_cat, by_phase = timeline(k, ps.speed)
+    r, ps = boost_speedup(eff), None
+    if r != 1.0:   # the clock the step sustains under the power cap (shares at the sustained rate)
+        _, _, parts_sus, by_cat_sus, _ = timeline(at_compute_speed(t, k, 1.0, r))
+        ps = power_state(by_cat_sus, parts_sus.step_s, gpu.key, gpu.boost_clock_hz, r)
+    if ps is not None:
+        k = at_compute_speed(t, k, ps.speed, r)
+    busy, idle, parts, by_cat, by_phase = timeline(k, ps.speed if ps is not None else 1.0)
     single = _single(workload)
     replicas = par.dp
     lt = LaunchTimes(host, np.where(compute, k.gpu_s, c.per_call_s), parts.step_s, busy, idle)

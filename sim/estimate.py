@@ -188,9 +188,15 @@ def estimate(workload, hw: Any = "h100_sxm", stack: str | Stack | None = None,
     k = kernel_times(t, rates, eff, st.attention)
     lt = launch_times(t, k.gpu_s, st)
     by_cat, by_phase = _sums(t, k, lt.gpu_s * t.count, lt.idle_s)
-    ps = power_state(by_cat, lt.step_s, gpu.key, gpu.boost_clock_hz, boost_speedup(eff))
-    if ps is not None and ps.speed != 1.0:   # the clock this step sustains under the power cap
-        k = at_compute_speed(t, k, ps.speed)
+    r = boost_speedup(eff)
+    ps = None
+    if r != 1.0:   # the clock this step sustains under the power cap (shares taken at the sustained rate)
+        k_sus = at_compute_speed(t, k, 1.0, r)
+        lt_sus = launch_times(t, k_sus.gpu_s, st)
+        ps = power_state(_sums(t, k_sus, lt_sus.gpu_s * t.count, lt_sus.idle_s)[0], lt_sus.step_s, gpu.key,
+                         gpu.boost_clock_hz, r)
+    if ps is not None:
+        k = at_compute_speed(t, k, ps.speed, r)
         lt = launch_times(t, k.gpu_s, st)
         by_cat, by_phase = _sums(t, k, lt.gpu_s * t.count, lt.idle_s)
     return Estimate(
@@ -204,11 +210,15 @@ def boost_speedup(eff) -> float:
     return float(eff.get("gemm.boost_speedup")) if "gemm.boost_speedup" in eff.params else 1.0
 
 
-def at_compute_speed(t, k: KernelTimes, speed: float) -> KernelTimes:
-    """Kernel times with GEMM and attention compute ``speed`` times faster (sim/power.py):
-    gpu_s = max(compute / speed, memory) + fixed for those ops, the others unchanged."""
-    tc = (t.kind == KINDS.index("matmul")) | (t.kind == KINDS.index("attention"))
-    compute = np.where(tc, k.compute_s / speed, k.compute_s)
+def at_compute_speed(t, k: KernelTimes, speed: float, attention_ref: float = 1.0) -> KernelTimes:
+    """Kernel times at the compute speed of a power state (sim/power.py), relative to the
+    sustained rate: gpu_s = max(compute x scale, memory) + fixed for GEMMs (scale 1/speed: their
+    efficiency is the sustained rate) and attention (scale attention_ref/speed: its efficiency was
+    calibrated on short microbenchmark windows at boost, i.e. at speed attention_ref =
+    gemm.boost_speedup); other ops unchanged."""
+    mm, at = t.kind == KINDS.index("matmul"), t.kind == KINDS.index("attention")
+    compute = np.where(mm, k.compute_s / speed, np.where(at, k.compute_s * attention_ref / speed, k.compute_s))
+    tc = mm | at
     return dataclasses.replace(k, compute_s=compute,
                                gpu_s=np.where(tc, np.maximum(compute, k.memory_s) + k.fixed_s, k.gpu_s))
 
