@@ -112,6 +112,13 @@ def moe(c: Ctx, n: int) -> list[Pair]:
     every expert runs capacity = cf*T*k/E rows, so k -> cf*k copies in the permute, the expert
     GEMMs and the dispatch/combine (FLOPs 2*cf*T*k*N*K; cf = 1 costs what dropless costs).
     Grouped GEMM ("grouped_gemm" fused): 1 kernel; else the HF per-expert loop: hit kernels.
+    TransformerEngine's GroupedLinear (stack form "expert_streams") is grouped in name only: its
+    default path (general_grouped_gemm -> multi_stream_cublas_gemm) issues one cuBLAS GEMM per
+    local expert, round-robin on 4 compute streams, and quantizes each expert's input with its
+    own kernels (model/quant.py), so fc1 and fc2 run hit kernels each way: the streams share the
+    SMs (waves pooled over the experts, as batch = hit) but every launch pays its fixed time.
+    Only the device-side path (one cuBLASLt grouped GEMM, no host m_splits) runs 1 kernel: the
+    sync-free rows (MoEConfig.sync_free, full-iteration CUDA graphs need it).
     Expert parallel (c.ep > 1): the router scores all E = n_experts*ep experts; this GPU's
     n_experts local experts receive T*k copies (from the ep GPUs' T tokens each, uniform
     routing), hit = E_local*(1-(1-k/E)^(T*ep)); all_to_all dispatch and combine (model/comm.py).
@@ -132,7 +139,7 @@ def moe(c: Ctx, n: int) -> list[Pair]:
     T, g = (c.Tn, c.expert_tp) if c.sp else (c.T, 1)
     E, El, k, d = m.n_experts * c.ep, m.n_experts, m.top_k, c.cfg.d_model
     hit = max(1, round(El * (1.0 - (1.0 - k / E) ** (T * g * c.ep))))
-    gk = 1 if c.f("grouped_gemm") else hit
+    gk = hit if expert_gemm_per_expert(c) else 1
     kc = k * (m.capacity_factor or 1.0)     # copies per token after padding to capacity (cf x k)
     sort = [_sort_chunks(c, T * g, d, kc, n)] if c.ep > 1 and El > 1 and c.f("moe_permute") else []
     out = [linear(c, "layer/moe/router", T, E, d, n), _topk(c, T, E, k, n), _permute(c, T, d, kc, hit, n),
@@ -146,6 +153,15 @@ def moe(c: Ctx, n: int) -> list[Pair]:
     elif m.n_shared_experts:
         out += mlp(c, "layer/moe/shared", T, m.shared_ffn_total, n)
     return out
+
+
+def expert_gemm_per_expert(c: Ctx) -> bool:
+    """Whether the routed experts' GEMMs launch one kernel per expert (moe docstring): no
+    grouped GEMM, or TE GroupedLinear's multi-stream path (every dropless row that syncs and
+    every token-drop row; not the sync-free rows)."""
+    if not c.f("grouped_gemm"):
+        return True
+    return c.f("expert_streams") and not c.cfg.moe.sync_free
 
 
 def _topk(c: Ctx, T: int, E: int, k: int, n: int) -> Pair:

@@ -17,6 +17,12 @@ with Transformer Engine"; NVIDIA, "Pretraining LLMs with NVFP4", arXiv:2509.2514
              random Hadamard transform (R 2, W 0.5625, 32 FLOP/element: a 16-point transform per
              element). Gradients use stochastic rounding (no extra pass).
 (+1)/(x2): the column-wise copy, only when the weight-gradient GEMMs run (not with LoRA).
+Per-expert GEMMs (a batched op issued one kernel per expert, model/ops_layer.py: TE GroupedLinear's
+multi-stream path) get their inputs quantized per expert: TE's split_quantize -> multi_tensor_quantize
+runs each expert's quantizer on its own slice (amax and cast kernels per expert) for current scaling,
+MXFP8 and blockwise; delayed scaling has one fused multi-tensor cast-transpose kernel and NVFP4
+grouped kernels (nvte_group_amax, grouped RHT cast), so those count one tensor per GEMM as before.
+Same bytes either way; only the launches (fixed time, host issue) differ.
 Weights are quantized once per step (TE caches them over micro-batches; ``weight_cast_bytes``).
 The output layer (Megatron-Core's ColumnParallelLinear, not a TE module) and attention stay bf16.
 """
@@ -53,18 +59,40 @@ def cast_kernels(elems: float, recipe: str, colwise: bool, n_tensors: int) -> li
     return ks
 
 
+# Recipes whose split_quantize runs one quantizer per expert slice (module docstring).
+_PER_EXPERT_RECIPES = frozenset({"current", "mxfp8", "blockwise"})
+
+
+def quantized_per_expert(op, recipe: str) -> bool:
+    """A batched GEMM launched once per batch entry (kernels == batch > 1: per-expert GEMMs)
+    whose inputs ``recipe`` quantizes one expert at a time."""
+    return recipe in _PER_EXPERT_RECIPES and op.shape[3] > 1 and op.kernels == op.shape[3]
+
+
 def training_casts(c: Ctx, layer_fwd: list, recipe: str, wgrad: bool = True) -> Pair:
     """Quantization of every layer GEMM's activation input (fwd) and output gradient (bwd),
-    ``layer_fwd`` being the layers' forward ops (bf16 adapter GEMMs excluded)."""
+    ``layer_fwd`` being the layers' forward ops (bf16 adapter GEMMs excluded). GEMMs quantized
+    per expert get their own cast op (``<name>/experts``, count = theirs, one tensor per expert)."""
     L = c.cfg.n_layers
     mms = [o for o in layer_fwd if o.kind == "matmul" and o.dtype != "bf16"]
-    if not mms:
-        return Pair([], [])
-    ins = sum(o.shape[0] * o.shape[2] * o.shape[3] * o.count for o in mms) / (L * c.mb)
-    outs = sum(o.shape[0] * o.shape[1] * o.shape[3] * o.count for o in mms) / (L * c.mb)
-    cnt, name = L * c.mb, ("layer/cast_fp4" if recipe == "nvfp4" else "layer/cast_fp8")
-    fwd = chain(name, "cast", "fwd", cast_kernels(ins, recipe, wgrad, len(mms)), cnt, ins)
-    bwd = chain(name, "cast", "bwd", cast_kernels(outs, recipe, wgrad, len(mms)), cnt, outs)
+    name = "layer/cast_fp4" if recipe == "nvfp4" else "layer/cast_fp8"
+    per = [o for o in mms if quantized_per_expert(o, recipe)]
+    rest = [o for o in mms if not quantized_per_expert(o, recipe)]
+    out = _casts(name, rest, L * c.mb, recipe, wgrad, len(rest)) if rest else Pair([], [])
+    for cnt in sorted({o.count for o in per}):
+        grp = [o for o in per if o.count == cnt]
+        p = _casts(name + "/experts", grp, cnt, recipe, wgrad, sum(o.shape[3] for o in grp))
+        out = Pair(out.fwd + p.fwd, out.bwd + p.bwd)
+    return out
+
+
+def _casts(name: str, mms: list, cnt: int, recipe: str, wgrad: bool, n_tensors: int) -> Pair:
+    """One cast op each way quantizing the inputs (fwd) and output gradients (bwd) of ``mms``,
+    their elements per instance = sum(M K batch count) / cnt (resp. M N batch count)."""
+    ins = sum(o.shape[0] * o.shape[2] * o.shape[3] * o.count for o in mms) / cnt
+    outs = sum(o.shape[0] * o.shape[1] * o.shape[3] * o.count for o in mms) / cnt
+    fwd = chain(name, "cast", "fwd", cast_kernels(ins, recipe, wgrad, n_tensors), cnt, ins)
+    bwd = chain(name, "cast", "bwd", cast_kernels(outs, recipe, wgrad, n_tensors), cnt, outs)
     return Pair(fwd, bwd)
 
 

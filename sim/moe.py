@@ -21,7 +21,11 @@ works per local expert on the host: torch.split by m_splits, a Python loop of pe
 quantisation (``get_weight_workspace``), per-expert input quantizers, and general_grouped_gemm's
 loop of one cuBLAS call per expert (transformer_engine/pytorch/module/grouped_linear.py), so
 its host time grows with E_local = n_experts / ep; h_layer is the rest of the layer (attention,
-router, permute, dispatcher modules). Both are fitted (moe.toml says on which rows).
+router, permute, dispatcher modules). Both are fitted (moe.toml says on which rows). The GPU side
+of the same per-expert work (one cuBLAS GEMM per expert on 4 streams, per-expert quantize kernels)
+is in the op list (model/ops_layer.py "expert_streams", model/quant.py), so G_layer carries it;
+refitting with it moved h_expert only 0.263 -> 0.246 ms (a refit without it): the host stand-in
+stays ~10x a launch-cost sum (~25 launches x 4 us per expert and layer forward).
 
 Routing imbalance is not the missing time: the published rows force-balance the router
 (Megatron-Core RandomSTE: i.i.d. normal logits per token, so top-k is uniform at random), and
