@@ -80,7 +80,9 @@ def metrics(est) -> None:
     b = est.error_band
     band = (f"held-out error of this kind of estimate: MAPE {b.mape:.1%}, max {b.max_error:.1%} on {b.reference_gpu}"
             if b.mape is not None else f"unvalidated: {b.note}")
-    st.caption(f"{est.workload} on {est.cluster or est.gpu}, stack {est.stack}. Accuracy: {band}.")
+    clock = (f" SM clock {est.sm_clock_hz / 1e6:,.0f} MHz, the rate this step sustains under the power cap."
+             if est.sm_clock_hz else "")
+    st.caption(f"{est.workload} on {est.cluster or est.gpu}, stack {est.stack}. Accuracy: {band}.{clock}")
 
 
 def charts(est, gpu) -> None:
