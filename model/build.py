@@ -14,6 +14,9 @@ FUSION_GROUPS (the simulator's stack data picks a subset; not listed = eager for
 UNFUSED_FORMS (also accepted in ``fused``; the opposite of a fusion, so not in FUSION_GROUPS):
   math_attention attention as separate kernels (QK^T bmm, fused softmax, dropout, PV bmm;
                  ops_common.math_attention) for stacks from before FlashAttention
+  te_unfused_attention  TransformerEngine's UnfusedDotProductAttention: the math_attention kernels
+                 without attention dropout (TE falls back to it when no fused kernel supports
+                 the attention, e.g. learnable softmax sinks before cuDNN 9.13.1 / 9.18 for THD)
   expert_streams the "grouped" MoE GEMM issued as one GEMM per local expert on the library's
                  compute streams, each expert's input quantized by its own kernels
                  (TransformerEngine GroupedLinear; ops_layer.moe)
@@ -33,7 +36,7 @@ FUSION_GROUPS: frozenset[str] = frozenset({
     "norm", "residual_norm", "rope", "act", "cross_entropy", "optimizer", "cast",
     "concat_proj", "grouped_gemm", "moe_permute",
 })
-UNFUSED_FORMS: frozenset[str] = frozenset({"math_attention", "expert_streams"})
+UNFUSED_FORMS: frozenset[str] = frozenset({"math_attention", "te_unfused_attention", "expert_streams"})
 
 
 def build_ops(w: TrainingWorkload | InferenceWorkload, fused=frozenset()) -> tuple[Op, ...]:

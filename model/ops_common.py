@@ -216,8 +216,8 @@ def attention(c: Ctx, name: str, Hq: int, Hkv: int, dqk: int, dv: int, n: int, c
     (dq accumulated in fp32 over a memset buffer: bytes, no launch), dq fp32 -> act convert, and
     with GQA (Hkv < Hq) dk/dv computed per query head then summed over each group (2 kernels).
     """
-    if c.f("math_attention"):
-        return math_attention(c, name, Hq, Hkv, dqk, dv, n, causal)
+    if c.f("math_attention") or c.f("te_unfused_attention"):
+        return math_attention(c, name, Hq, Hkv, dqk, dv, n, causal, dropout=c.f("math_attention"))
     B, Sq, Skv = c.B, c.S, c.Skv
     pairs = causal_pairs(Sq, Skv) if causal else float(Sq * Skv)
     if c.cp > 1:   # load-balanced causal ring attention: every rank does 1/cp of the pairs
@@ -246,7 +246,8 @@ def attention(c: Ctx, name: str, Hq: int, Hkv: int, dqk: int, dv: int, n: int, c
     return Pair(fwd, [bwd])
 
 
-def math_attention(c: Ctx, name: str, Hq: int, Hkv: int, dqk: int, dv: int, n: int, causal: bool) -> Pair:
+def math_attention(c: Ctx, name: str, Hq: int, Hkv: int, dqk: int, dv: int, n: int, causal: bool,
+                   dropout: bool = True) -> Pair:
     """Attention as separate kernels, before FlashAttention (Megatron-LM 2021 ParallelAttention
     / CoreAttention: baddbmm, FusedScaleMaskSoftmax, dropout, bmm; NVIDIA/Megatron-LM
     megatron/model/transformer.py). Per micro-batch, batch = B*Hq, P = B*Hq*Sq*Skv score elements:
@@ -259,8 +260,10 @@ def math_attention(c: Ctx, name: str, Hq: int, Hkv: int, dqk: int, dv: int, n: i
       bwd  pv/dgrad dprobs = dctx V^T, pv/wgrad dV = probs^T dctx   (2 P dv FLOPs each)
            dropout  reads dprobs + mask, writes P;  softmax  reads dprobs + probs, writes dscores
            qk/dgrad dQ = dscores K, qk/wgrad dK = dscores^T Q      (2 P dqk FLOPs each)
-    No causal skipping: the GEMMs compute all Sq*Skv scores (forward 2 P (dqk+dv), backward 2x).
-    K/V are read once per query head (no GQA in these stacks: Hkv == Hq)."""
+    No causal skipping: the GEMMs compute all Sq*Skv scores (forward 2 P (dqk+dv), backward 2x);
+    a sliding window is a mask over the same full score matrix. K/V are read once per query head.
+    ``dropout`` False: no attention-dropout kernels (TransformerEngine's UnfusedDotProductAttention
+    for models without attention dropout; a learnable sink adds one softmax column, 1/Skv, not counted)."""
     if c.cp > 1:
         raise ValueError("math_attention: context parallelism needs a flash (ring) attention kernel")
     B, Sq, Skv, a, cnt = c.B, c.S, c.Skv, c.act, n * c.mb
@@ -270,14 +273,16 @@ def math_attention(c: Ctx, name: str, Hq: int, Hkv: int, dqk: int, dv: int, n: i
     v, o = bh * Skv * dv * a, bh * Sq * dv * a
     fwd = [mm(c, name + "/qk", "fwd", Sq, Skv, dqk, cnt, bh, q, k, P * a)]
     fwd += chain(name + "/softmax", "elementwise", "fwd", [(5 * P, tri * P * a, P * a)], cnt, P)
-    fwd += chain(name + "/dropout", "elementwise", "fwd", [(2 * P, P * a, P * (a + 1))], cnt, P)
+    if dropout:
+        fwd += chain(name + "/dropout", "elementwise", "fwd", [(2 * P, P * a, P * (a + 1))], cnt, P)
     fwd += [mm(c, name + "/pv", "fwd", Sq, dv, Skv, cnt, bh, P * a, v, o)]
     fwd += chain(name + "/ctx_copy", "elementwise", "fwd", [(0, o, o)], cnt, o / a)
     if not c.train:
         return Pair(fwd, [])
     bwd = [mm(c, name + "/pv/dgrad", "bwd", Sq, Skv, dv, cnt, bh, o, v, P * a),
            mm(c, name + "/pv/wgrad", "bwd", Skv, dv, Sq, cnt, bh, P * a, o, v)]
-    bwd += chain(name + "/dropout", "elementwise", "bwd", [(P, P * (a + 1), P * a)], cnt, P)
+    if dropout:
+        bwd += chain(name + "/dropout", "elementwise", "bwd", [(P, P * (a + 1), P * a)], cnt, P)
     bwd += chain(name + "/softmax", "elementwise", "bwd", [(3 * P, 2 * P * a, P * a)], cnt, P)
     bwd += [mm(c, name + "/qk/dgrad", "bwd", Sq, dqk, Skv, cnt, bh, P * a, k, q),
             mm(c, name + "/qk/wgrad", "bwd", Skv, dqk, Sq, cnt, bh, P * a, q, k)]

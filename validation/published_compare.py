@@ -79,11 +79,27 @@ def megatron2021_tokens_per_s(row) -> float | None:
 STACK = "megatron_te"
 
 
+# Models whose attention no fused TransformerEngine kernel ran before a release: TE falls back to
+# UnfusedDotProductAttention (bmm + softmax over the full score matrix, the sliding window only a
+# mask). gpt-oss has learnable softmax sinks: fused sink attention needs cuDNN 9.13.1+ (BSHD/SBHD)
+# or 9.18 (THD) (te_sink_attention; te_unfused_sink_fallback). Release bound assumed from the
+# published rows: every gpt-oss row through 26.04.01 is 25-107 % faster predicted with fused
+# attention and 10-12 % slower with unfused (H100, B200, GB200 alike); the 26.06 / 26.08 rows
+# match fused attention within 25-29 %, and 26.06.01 is the release the table flags as a cuDNN
+# attention regression. The containers' cuDNN versions are not stated: assumption, not measured.
+UNFUSED_ATTENTION_BEFORE = {"gpt-oss-120b": (26, 6)}
+UNFUSED_STACK = "megatron_te_unfused_attn"
+
+
 def stack_for(row) -> str:
-    """The stack the row's run ran (RUN_CONFIGS "stack"), else its source's (SOURCE_STACKS) by the
-    row's ZeRO stage."""
+    """The stack the row's run ran (RUN_CONFIGS "stack"), else unfused attention for models whose
+    attention had no fused kernel in the row's release (UNFUSED_ATTENTION_BEFORE), else its
+    source's (SOURCE_STACKS) by the row's ZeRO stage."""
     if "stack" in RUN_CONFIGS.get(row.id, {}):
         return RUN_CONFIGS[row.id]["stack"]
+    before = UNFUSED_ATTENTION_BEFORE.get(getattr(row, "model_ref", None) or "")
+    if before and row.source_id not in SOURCE_STACKS and row.release and _release(row.release) < before:
+        return UNFUSED_STACK
     by_zero = SOURCE_STACKS.get(row.source_id, {})
     return by_zero.get(row.zero or RUN_CONFIGS.get(row.id, {}).get("zero", 0), STACK)
 
