@@ -29,7 +29,7 @@ from . import netfast, overlap, pipeline
 from .cluster import Cluster
 from .collectives import in_cuda_graph
 from .kernels import KernelTimes, kernel_times
-from .moe import dropless_sync_per_mb_s
+from .moe import dropless_sync_per_mb_s, flex_node_scales
 from .network import op_time
 from .optable import KINDS, PHASES, OpTable
 
@@ -58,14 +58,20 @@ class StepParts:
     moe_sync_s: float = 0.0  # dropless MoE host syncs (sim/moe.py), inside the pipeline's forward
 
 
-def comm_times(t: OpTable, par, cluster: Cluster, eff, pipelined: bool = True) -> CommTimes:
-    """Time every collective op of ``t`` on ``cluster`` (others: 0)."""
+def comm_times(t: OpTable, par, cluster: Cluster, eff, pipelined: bool = True, moe=None) -> CommTimes:
+    """Time every collective op of ``t`` on ``cluster`` (others: 0). ``moe``: the model's MoE
+    config; a flex (DeepEP / HybridEP) dispatcher's ep all_to_all is node-deduplicated
+    (sim/moe.flex_node_scales)."""
     lays = cluster_layouts(par, cluster)
+    a2a = (1.0, 1.0)
+    if moe is not None and moe.dispatcher == "flex" and lays["ep"].size > 1:
+        a2a = flex_node_scales(moe.n_experts, moe.top_k, lays["ep"].size, lays["ep"].per_domain)
     per_call = np.zeros(len(t.ops))
     group = np.full(len(t.ops), -1)
     for i in np.flatnonzero(t.kind == COLLECTIVE):
         op = t.ops[i]
-        per_call[i] = op_time(op, lays, cluster, eff, pipelined=pipelined).time_s
+        kw = {"a2a_scales": a2a} if op.shape[3] == GROUPS.index("ep") else {}
+        per_call[i] = op_time(op, lays, cluster, eff, pipelined=pipelined, **kw).time_s
         group[i] = op.shape[3]
     return CommTimes(per_call, per_call * t.count, group)
 
@@ -319,7 +325,7 @@ def estimate_parallel(workload, hw, stack=None, overrides=None):
     check_rates(t, rates)
     compute = t.kind != COLLECTIVE
     host = dp_host_times(t, np.where(compute, host_times(t, st), 0.0), st.graphs)
-    c = comm_times(t, par, cluster, in_cuda_graph(eff) if st.graphs else eff)
+    c = comm_times(t, par, cluster, in_cuda_graph(eff) if st.graphs else eff, moe=getattr(workload.model, "moe", None))
     if overlap.pp_stack_trait("scatter_gather", st.key):
         c = scatter_gather_p2p(t, c, par, cluster, eff)
     z3 = zero3_2021_comm_s(workload, par, cluster, st.key)

@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import functools
 
+from ..model.comm import ranks_hit
 from ._toml import load_toml
 from .calibration import DATA
 
@@ -73,3 +74,31 @@ def dropless_sync_per_mb_s(moe, stack_key: str, moe_layers: int, fwd_per_mb_s: f
         return 0.0
     h = host_fwd_layer_s(p, max(1, moe.n_experts // ep))
     return moe_layers * sync_exposed_s(h, fwd_per_mb_s / moe_layers, p["sync_s"])
+
+
+def flex_node_scales(n_experts: int, top_k: int, ep: int, per_domain: int) -> tuple[float, float]:
+    """(inter_scale, intra_scale): DeepEP / HybridEP's internode dispatch and combine relative to
+    a per-rank all-to-all of the same op bytes S = T D d act (D = ranks_hit, model/comm.py).
+
+    DeepEP's internode "normal" kernels send a token over RDMA once per destination NODE, to the
+    GPU of the same local index there, which forwards it over NVLink to the ranks of that node
+    holding its experts (deepseek-ai/DeepEP README, "Normal kernels with NVLink and RDMA
+    forwarding"; its EPv2 table: "90 GB/s (RDMA) actually contains local rank traffic" on 50 GB/s
+    NICs). With m = per_domain GPUs per NVLink domain, k = ep/m domains, E_l = E/ep experts per
+    GPU, routing uniform (force-balanced rows):
+        remote ranks hit   D (ep - m)/ep              (what a per-rank all-to-all sends off-node)
+        remote nodes hit   N_r = (k - 1)(1 - C(E - m E_l, top_k)/C(E, top_k))
+        inter_scale = N_r / (D (ep - m)/ep)           (scale-out bytes per GPU: T N_r d act)
+    NVLink carries the in-node copies and the forwarded remote ones, (m-1)/m of each (a copy for
+    the receiving GPU itself stays put): T D (m-1)/m d act per GPU, i.e. ep/m = k x the
+    (m-1)/ep S of a flat all-to-all: intra_scale = k. One domain: (1, 1)."""
+    if min(n_experts, top_k, ep, per_domain) < 1 or ep % per_domain or n_experts % ep:
+        raise ValueError(f"need ep ({ep}) a multiple of per_domain ({per_domain}) and of n_experts "
+                         f"({n_experts}) / ep, all >= 1")
+    k = ep // per_domain
+    if k == 1:
+        return 1.0, 1.0
+    local = n_experts // ep
+    remote_ranks = ranks_hit(n_experts, local, top_k, ep) * (ep - per_domain) / ep
+    remote_nodes = ranks_hit(n_experts, local * per_domain, top_k, k) * (k - 1) / k
+    return remote_nodes / remote_ranks, float(k)

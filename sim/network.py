@@ -21,7 +21,9 @@ Across domains (k > 1), NCCL-style hierarchy (time = intra_s + inter_s; pipeline
                     intra = ring(op, S, m); inter = (k-1) h + (k-1)/k (S/m) / (r f_net)
     broadcast       intra = ring(broadcast, S, m); inter = (k-1) h + S / (r f_net) (pipelined chain)
 all_to_all (EP): every GPU sends S/n to each other member. NVLink and NIC paths run at once:
-    intra = lat_ag + (m-1)/n S / (B f_ag); inter = h + (S/n) / (r f_net); time = max(intra, inter)
+    intra = lat_ag + a (m-1)/n S / (B f_ag); inter = h + e (S/n) / (r f_net); time = max(intra, inter)
+    a = e = 1 (NCCL all-to-all); DeepEP / HybridEP's node-deduplicated dispatch: (e, a) =
+    sim/moe.flex_node_scales (once per node over RDMA, NVLink forwarding inside the node).
 sendrecv (PP): point to point, S over NVLink (calibrated sendrecv) or h + S / (r f_net).
 
 Contention rule: all groups of one kind run the same collective at the same time (DP buckets,
@@ -104,17 +106,19 @@ def _check(op: str, nbytes: float, group_kind: str, lay: GroupLayout, algorithm:
 
 def collective_time_s(op: str, nbytes: float, group_kind: str, lay: GroupLayout, cluster: Cluster,
                       efficiency: Efficiency, algorithm: str = "auto",
-                      in_network: bool = False, pipelined: bool = False) -> CollectiveTime:
+                      in_network: bool = False, pipelined: bool = False,
+                      a2a_scales: tuple[float, float] = (1.0, 1.0)) -> CollectiveTime:
     """Time of one ``op`` call of ``nbytes`` in a ``group_kind`` group placed as ``lay`` (module
     docstring has every formula). ``in_network`` enables NVLS inside an NVLink domain and SHARP
     across InfiniBand (off by default, as on our machines). ``pipelined``: the hierarchical
     stages overlap chunk by chunk (time = max(intra, inter)) instead of running one after the
-    other (intra + inter); the published multi-node rows favour it (tests/sim/test_network_published.py)."""
+    other (intra + inter); the published multi-node rows favour it (tests/sim/test_network_published.py).
+    ``a2a_scales``: (inter, intra) byte scales of an all_to_all (module docstring: e, a)."""
     _check(op, nbytes, group_kind, lay, algorithm)
     if lay.size < 2:
         return CollectiveTime(0.0, "none", 0.0, 0.0, 0.0)
     if op == "all_to_all":
-        return _all_to_all(nbytes, lay, cluster, efficiency)
+        return _all_to_all(nbytes, lay, cluster, efficiency, *a2a_scales)
     if op == "sendrecv":
         return _sendrecv(nbytes, lay, cluster, efficiency)
     if lay.domains == 1:
@@ -169,13 +173,14 @@ def _hierarchical(op, nbytes, lay, cluster, eff, algorithm, in_network, pipeline
     return CollectiveTime(t, f"hierarchical_{name}", _bus_bw(op, nbytes, lay.size, t), intra, opts[name])
 
 
-def _all_to_all(nbytes, lay, cluster, eff) -> CollectiveTime:
+def _all_to_all(nbytes, lay, cluster, eff, inter_scale=1.0, intra_scale=1.0) -> CollectiveTime:
     n, m = lay.size, lay.per_domain
     b = cluster.sys.gpu.nvlink_bw_per_dir * eff.get("collective.all_gather.bw_fraction")
-    intra = eff.get("collective.all_gather.latency_s") + (m - 1) / n * nbytes / b if m > 1 else 0.0
+    intra = eff.get("collective.all_gather.latency_s") + intra_scale * (m - 1) / n * nbytes / b if m > 1 else 0.0
     inter = 0.0
     if lay.domains > 1:
-        inter = _fab(cluster, "hop_latency_s") + nbytes / n / _inter_rate(lay, cluster, "all_to_all")
+        inter = (_fab(cluster, "hop_latency_s")
+                 + inter_scale * nbytes / n / _inter_rate(lay, cluster, "all_to_all"))
     t = max(intra, inter)
     return CollectiveTime(t, "all_to_all", _bus_bw("all_to_all", nbytes, n, t), intra, inter)
 
