@@ -47,9 +47,14 @@ class MoEConfig(BaseModel):
     #             the dropless copies. Only with the alltoall dispatcher (validated).
     # sync_free   dropless, but the token counts stay on the device (Megatron-Core's paged stash /
     #             expert-rank capacity with full-iteration CUDA graphs): no host sync per MoE layer.
+    # a2a_overlap Megatron-Core --overlap-moe-expert-parallel-comm (Megatron-Bridge moe_a2a_overlap,
+    #             MCore v0.14 "batch-level overlapping to hide EP-A2A communication"): the forward of
+    #             one micro-batch runs merged with the backward of another, each one's EP
+    #             all-to-all under the other's compute (sim/distributed.dualpipe_ep_exposed_s).
     dispatcher: Literal["alltoall", "flex"] = "alltoall"
     capacity_factor: float | None = Field(None, gt=0)
     sync_free: bool = False
+    a2a_overlap: bool = False
 
     @model_validator(mode="after")
     def _check(self) -> "MoEConfig":

@@ -208,7 +208,8 @@ def wgrad_s(t: OpTable, k_total: np.ndarray) -> float:
 def dualpipe_ep_exposed_s(ep_s: float, compute_s: float) -> float:
     """DualPipe pairs the forward chunk of one micro-batch with the backward chunk of another and
     runs each one's EP all-to-all under the other's compute (DeepSeek-V3 report, arXiv:2412.19437
-    section 3.2.1, figure 4): over the step, max(0, all-to-all - compute) stays exposed."""
+    section 3.2.1, figure 4): over the step, max(0, all-to-all - compute) stays exposed. Megatron-
+    Core's moe_a2a_overlap (--overlap-moe-expert-parallel-comm) does the same in 1F1B."""
     return max(0.0, ep_s - compute_s)
 
 
@@ -227,7 +228,7 @@ def step_parts(t: OpTable, k: KernelTimes, gpu_s: np.ndarray, c: CommTimes, par,
     k_total = np.where(t.kind == COLLECTIVE, 0.0, gpu_s * t.count)
     fwd, bwd, opt = phase_compute(t, k_total)
     crit = critical_comm(t, c, k_total, stack_key, par)
-    if par.schedule == "dualpipe":
+    if par.schedule == "dualpipe" or getattr(moe, "a2a_overlap", False):
         ep = dualpipe_ep_exposed_s(sum(crit["ep"]), fwd + bwd)
         crit["ep"] = (ep / 2, ep / 2)
     t_f = (fwd + sum(v[0] for v in crit.values())) / m

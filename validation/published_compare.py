@@ -187,6 +187,12 @@ _FLEX = {("qwen3-30b-a3b", None), ("qwen3-235b-a22b", "gb200_nvl72"), ("deepseek
 _SYNC_FREE_FROM = {("gb200_nvl72", "mxfp8"): (26, 6)}
 
 
+# Rows that ran Megatron-Core's EP all-to-all overlap (moe_a2a_overlap), keyed (model, system, ep):
+# Megatron-Bridge deepseek_workload_base_configs.py DEEPSEEK_V3_PRETRAIN_CONFIG_B200_FP8_MX_V2
+# (deepep, pp 8, vp 2, ep 32, moe_a2a_overlap=True); the B200 recipes with ep 8 set it False.
+_A2A_OVERLAP = {("deepseek-v3", "hgx_b200", 32)}
+
+
 def _release(r: str | None) -> tuple[int, ...]:
     return tuple(int(x) for x in r.split(".")) if r else ()
 
@@ -201,7 +207,8 @@ def moe_software(row, moe) -> dict:
     start = _SYNC_FREE_FROM.get((row.system, row.fp8_recipe))
     return {"dispatcher": "flex" if flex else "alltoall",
             "capacity_factor": 1.0 if row.moe_token_drop else None,
-            "sync_free": bool(start and _release(row.release)[:2] >= start)}
+            "sync_free": bool(start and _release(row.release)[:2] >= start),
+            "a2a_overlap": (name, row.system, row.ep) in _A2A_OVERLAP}
 
 
 # TransformerEngine fp8 scaling recipe of rows that do not name one: NeMo 24.07 / 25.02 ran TE's

@@ -55,3 +55,24 @@ def test_dedup_shortens_cross_node_all_to_all_only():
     assert dedup.inter_s < 0.5 * flat.inter_s
     assert dedup.intra_s > flat.intra_s          # NVLink forwarding of the remote copies
     assert dedup.time_s < flat.time_s
+
+
+def _dsv3_b200(**moe):
+    from mechsim.model import TrainingWorkload, preset
+    from mechsim.validation.published_compare import pipeline_split
+    cfg = preset("deepseek-v3")
+    cfg = cfg.model_copy(update={"moe": cfg.moe.model_copy(update={"dispatcher": "flex", **moe})})
+    par = Parallelism(pp=8, vp=2, ep=32, dp=32, zero=1, schedule="interleaved", **pipeline_split(cfg, 8, 2))
+    return TrainingWorkload(model=cfg, mbs=1, seq=4096, grad_accum=16, precision="fp8",
+                            stack="megatron_te", parallel=par)
+
+
+def test_flex_dispatch_dedup_and_a2a_overlap_in_the_estimate():
+    from mechsim.sim.estimate import estimate
+    cl = Cluster(system="hgx_b200", nodes=32)
+    flex, ovl = estimate(_dsv3_b200(), cl), estimate(_dsv3_b200(a2a_overlap=True), cl)
+    assert ovl.exposed_comm["ep"] < flex.exposed_comm["ep"]
+    assert ovl.step_time_s < flex.step_time_s
+    # alltoall dispatcher: every copy crosses, no node dedup -> more EP time than flex
+    a2a = estimate(_dsv3_b200(dispatcher="alltoall"), cl)
+    assert a2a.exposed_comm["ep"] > 1.5 * flex.exposed_comm["ep"]
