@@ -13,14 +13,23 @@ forward pass over its layer: forward, the recompute forward of full activation c
 
 Per call of S bytes (the full tensor) over N GPUs, k = N / g nodes of g GPUs:
 
-    t_call = max(t_ring, N * t_copy)
-    t_ring = base + (N - k) * hop_nvlink + (k - 1) * hop_net + t_bw(S)        (NCCL's flat ring, Simple)
-    N * t_copy: PyTorch 1.8's list form of all_gather / reduce_scatter (ProcessGroupNCCL) copies the
-                N pieces out of (into) a flat buffer one ``copy_`` per rank, each issued by the host
-                while the ring runs (ddp.host_per_kernel_s per C++-issued kernel)
+    t_gather = N * t_loop + S / B_stream + max(t_ring + 2 S / B_stream, N * t_copy)
+    t_reduce = N * t_loop + max(N * t_copy, 2 S / B_stream) + t_ring
+    t_ring   = base + (N - k) * hop_nvlink + (k - 1) * hop_net + t_bw(S)      (NCCL's flat ring, Simple)
 
-t_bw is the bandwidth part of sim/network's all_gather over the same GPUs (latency removed).
-Step exposure = sum over calls x micro-batches (no overlap).
+    N * t_loop: DeepSpeed's Python loop over the ranks before every call (_allgather_param:
+                flat_tensor.narrow + get_rank(group) per rank; _reduce_scatter_gradient:
+                grad.view(-1).narrow per rank), serial on the host before the collective is issued
+    S / B_stream: _allgather_param's torch.zeros of the full flat tensor (a fill kernel)
+    N * t_copy: PyTorch 1.8's list form (ProcessGroupNCCL, flatten_for_scatter_gather) copies the
+                N pieces one ``copy_`` per rank (ddp.host_per_kernel_s per C++-issued kernel):
+                all_gather after the collective (post-processing: the host issues them while the
+                ring runs, the GPU runs them, 2 S of traffic, after it); reduce_scatter before it
+                (pre-processing: the ring waits for the last copy the host issues)
+
+B_stream = HBM bandwidth x memory.stream_fraction. t_bw is the bandwidth part of sim/network's
+all_gather over the same GPUs (latency removed). Step exposure = sum over calls x micro-batches
+(no overlap).
 """
 
 from __future__ import annotations
@@ -85,17 +94,38 @@ def flat_ring_latency_s(n: int, gpus_per_node: int) -> float:
     return p("zero3.ring_base_s") + (n - k) * p("zero3.ring_hop_nvlink_s") + (k - 1) * p("zero3.ring_hop_net_s")
 
 
-def call_time_s(nbytes: float, n: int, gpus_per_node: int, bw_s: float) -> float:
-    """t_call = max(flat-ring latency + bandwidth time, n host-issued piece copies) (module docstring)."""
+def gather_call_s(nbytes: float, n: int, gpus_per_node: int, bw_s: float, stream_bw: float) -> float:
+    """One parameter all_gather (module docstring):
+        t = n t_loop + S / B_stream + max(t_ring + 2 S / B_stream, n t_copy)"""
     if n < 2:
         return 0.0
+    p = overlap.overlap_param
     ring = flat_ring_latency_s(n, gpus_per_node) + bw_s
-    return max(ring, n * overlap.overlap_param("ddp.host_per_kernel_s"))
+    return (n * p("zero3.python_per_rank_s") + nbytes / stream_bw
+            + max(ring + 2 * nbytes / stream_bw, n * p("ddp.host_per_kernel_s")))
+
+
+def reduce_call_s(nbytes: float, n: int, gpus_per_node: int, bw_s: float, stream_bw: float) -> float:
+    """One gradient reduce_scatter (module docstring): the piece copies precede the ring,
+        t = n t_loop + max(n t_copy, 2 S / B_stream) + t_ring"""
+    if n < 2:
+        return 0.0
+    p = overlap.overlap_param
+    copies = max(n * p("ddp.host_per_kernel_s"), 2 * nbytes / stream_bw)
+    return n * p("zero3.python_per_rank_s") + copies + flat_ring_latency_s(n, gpus_per_node) + bw_s
+
+
+def stream_bandwidth(gpu) -> float:
+    """B_stream: HBM bytes/s of a vectorised copy or fill (HBM x memory.stream_fraction, the
+    streaming kernels' calibration, sim/kernels.streaming_memory_s)."""
+    from .estimate import efficiency
+    return gpu.hbm_bandwidth * efficiency(gpu).get("memory.stream_fraction")
 
 
 def bandwidth_s(nbytes: float, lay, cluster) -> float:
     """Bandwidth part of an all_gather of nbytes over the group: sim/network's inter-node ring
-    with its per-step latency removed (the flat ring's latency is counted in call_time_s)."""
+    with its per-step latency removed
+    (gather_call_s and reduce_call_s count the flat ring's latency)."""
     if lay.domains <= 1:
         from .collectives import bus_factor
         return bus_factor("all_gather", lay.size) * nbytes / cluster.sys.gpu.nvlink_bw_per_dir
@@ -107,8 +137,13 @@ def step_comm_s(cfg, recompute: str, m: int, lay, cluster, param_bytes: int, gra
     n, g = lay.size, cluster.sys.gpus_per_node
     c = calls(cfg, recompute, overlap.overlap_param("zero3.persistence_threshold"))
 
-    def t(elems: int, b: int) -> float:
-        return call_time_s(elems * b, n, g, bandwidth_s(elems * b, lay, cluster))
+    sb = stream_bandwidth(cluster.sys.gpu)
 
-    per_mb = c.passes * sum(t(e, param_bytes) for e in c.gathered) + sum(t(e, grad_bytes) for e in c.reduced)
+    def gather(e: int) -> float:
+        return gather_call_s(e * param_bytes, n, g, bandwidth_s(e * param_bytes, lay, cluster), sb)
+
+    def reduce(e: int) -> float:
+        return reduce_call_s(e * grad_bytes, n, g, bandwidth_s(e * grad_bytes, lay, cluster), sb)
+
+    per_mb = c.passes * sum(gather(e) for e in c.gathered) + sum(reduce(e) for e in c.reduced)
     return per_mb * m

@@ -28,13 +28,24 @@ def test_flat_ring_latency_closed_form():
     assert z.flat_ring_latency_s(8, g) == pytest.approx(p("zero3.ring_base_s") + 7 * p("zero3.ring_hop_nvlink_s"))
 
 
-def test_call_is_the_slower_of_ring_and_host_copies():
-    copy = overlap.overlap_param("ddp.host_per_kernel_s")
-    n = 4096
-    ring = z.flat_ring_latency_s(n, 8)
-    assert z.call_time_s(1e6, n, 8, 0.0) == pytest.approx(max(ring, n * copy))
-    assert z.call_time_s(1e6, n, 8, 10.0) == pytest.approx(ring + 10.0)   # bandwidth-bound call
-    assert z.call_time_s(1e6, 1, 8, 1.0) == 0.0
+def test_gather_and_reduce_calls_closed_form():
+    p = overlap.overlap_param
+    loop, copy = p("zero3.python_per_rank_s"), p("ddp.host_per_kernel_s")
+    n, S, bw, sb = 2240, 3.0e9, 0.5, 1.6e12
+    ring = z.flat_ring_latency_s(n, 8) + bw
+    assert z.gather_call_s(S, n, 8, bw, sb) == pytest.approx(n * loop + S / sb + max(ring + 2 * S / sb, n * copy))
+    assert z.reduce_call_s(S, n, 8, bw, sb) == pytest.approx(n * loop + max(n * copy, 2 * S / sb) + ring)
+    assert z.gather_call_s(S, 1, 8, bw, sb) == 0.0 and z.reduce_call_s(S, 1, 8, bw, sb) == 0.0
+
+
+def test_reduce_scatter_copies_precede_the_ring():
+    # small tensor, many ranks: the gather's copies hide under the ring, the reduce's add to it
+    n, S = 1536, 2.0e5
+    g, r = z.gather_call_s(S, n, 8, 0.0, 1.6e12), z.reduce_call_s(S, n, 8, 0.0, 1.6e12)
+    hidden = min(z.flat_ring_latency_s(n, 8), n * overlap.overlap_param("ddp.host_per_kernel_s"))
+    assert r - g == pytest.approx(hidden, abs=1e-6)     # S / B_stream terms are ~0.1 us here
+    # the per-rank Python loop makes both grow at least linearly in n
+    assert z.gather_call_s(S, 2 * n, 8, 0.0, 1.6e12) > 1.9 * g
 
 
 def test_trait_only_on_the_2021_stack():
