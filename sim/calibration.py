@@ -12,7 +12,7 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from ._toml import load_toml
 
@@ -38,6 +38,15 @@ class Efficiency:
 
     key: str                                   # gpu key or arch it was built for
     params: dict[str, Param] = field(default_factory=dict)
+    _memo: dict = field(default_factory=dict, init=False, repr=False, compare=False)
+
+    def cached(self, key: str, make: Callable[[], Any]) -> Any:
+        """A value derived from the (immutable) parameters, computed once per Efficiency."""
+        try:
+            return self._memo[key]
+        except KeyError:
+            value = self._memo[key] = make()
+            return value
 
     def get(self, name: str) -> Any:
         try:

@@ -22,7 +22,7 @@ from ..model import build_ops
 from ..model.ops import Op
 from .calibration import Efficiency, efficiency_for
 from .kernels import HwRates, KernelTimes, check_rates, kernel_times
-from .launch import LaunchTimes, launch_times
+from .launch import LaunchTimes, host_times, launch_times
 from .memory import fit_memory, memory_components
 from .optable import DTYPES, KINDS, PHASES, OpTable, build_table
 from .power import power_state
@@ -186,24 +186,32 @@ def estimate(workload, hw: Any = "h100_sxm", stack: str | Stack | None = None,
     check_rates(t, rates)
     eff = efficiency(gpu)
     k = kernel_times(t, rates, eff, st.attention)
-    lt = launch_times(t, k.gpu_s, st)
-    by_cat, by_phase = _sums(t, k, lt.gpu_s * t.count, lt.idle_s)
     r = boost_speedup(eff)
-    ps = None
-    if r != 1.0:   # the clock this step sustains under the power cap (shares taken at the sustained rate)
-        k_sus = at_compute_speed(t, k, 1.0, r)
-        lt_sus = launch_times(t, k_sus.gpu_s, st)
-        ps = power_state(_sums(t, k_sus, lt_sus.gpu_s * t.count, lt_sus.idle_s)[0], lt_sus.step_s, gpu.key,
-                         gpu.boost_clock_hz, r)
+    ps = sustained_power_state(t, k, st, gpu, r) if r != 1.0 else None
     if ps is not None:
         k = at_compute_speed(t, k, ps.speed, r)
-        lt = launch_times(t, k.gpu_s, st)
-        by_cat, by_phase = _sums(t, k, lt.gpu_s * t.count, lt.idle_s)
+    lt = launch_times(t, k.gpu_s, st)
+    by_cat, by_phase = _sums(t, k, lt.gpu_s * t.count, lt.idle_s)
     return Estimate(
         p.summary, p.mode, gpu.key, st.key, lt.step_s, lt.gpu_busy_s, lt.idle_s, p.tokens,
         p.model_flops, p.hardware_flops, float(gpu.peak_flops("bf16")) * clock, by_cat, by_phase,
         fit_memory(p.memory, gpu), errorband.band_for(p.mode, gpu.key, st.key),
         functools.partial(op_estimates, t, k, lt), sm_clock_hz=ps.clock_hz if ps else 0.0)
+
+
+def sustained_power_state(t, k: KernelTimes, st: Stack, gpu, r: float):
+    """The step's power state (sim/power.py) from its time shares at the sustained rate:
+    tensor-core time = compute-bound GEMMs + attention (attention_ref r), the rest of the GPU
+    time memory-bound, over a step of max(GPU busy, host issue time) (the tandem bound's two
+    ends; the power model needs shares, not the exact step)."""
+    mm, at = t.kind == KINDS.index("matmul"), t.kind == KINDS.index("attention")
+    compute = np.where(at, k.compute_s * r, k.compute_s)
+    tc_op = (mm & (compute >= k.memory_s)) | at
+    g = np.where(at, np.maximum(compute, k.memory_s) + k.fixed_s, k.gpu_s) * t.count
+    busy, tc = float(g.sum()), float(g[tc_op].sum())
+    host = 0.0 if st.graphs else float(np.dot(host_times(t, st), t.count))
+    return power_state({"matmul_compute": tc, "memory_bound": busy - tc}, max(busy, host), gpu.key,
+                       gpu.boost_clock_hz, r)
 
 
 def boost_speedup(eff) -> float:

@@ -69,7 +69,7 @@ def gemm_efficiency(mnkb: np.ndarray, dtype_idx: np.ndarray, sm_count: int, eff:
     allowed (cuBLAS does so).
     """
     m, n, k, b = (mnkb[:, i:i + 1] for i in range(4))
-    tiles = np.asarray(eff.get("gemm.tiles"), dtype=float)           # [T, 2]
+    tiles = eff.cached("gemm.tiles", lambda: np.asarray(eff.get("gemm.tiles"), dtype=float))   # [T, 2]
     tm, tn = tiles[:, 0][None, :], tiles[:, 1][None, :]
     n_tiles = np.ceil(m / tm) * np.ceil(n / tn) * b                   # [ops, T]
     split = np.maximum(1.0, np.minimum(np.floor(sm_count / n_tiles), np.floor(k / eff.get("gemm.splitk_min_k"))))
@@ -96,11 +96,14 @@ def alignment_factor(align_bytes: np.ndarray, eff: Efficiency) -> np.ndarray:
 def _peak_fraction(dtype_idx: np.ndarray, eff: Efficiency) -> np.ndarray:
     """gemm.peak_fraction_<dtype>; FP4 has its own where the data has one (block-scaled NVFP4
     MMA does not reach twice the FP8 rate on B200), else FP8's, as int8/int4 do."""
+    return eff.cached("gemm.peak_fraction_table", lambda: _peak_fraction_table(eff))[dtype_idx]
+
+
+def _peak_fraction_table(eff: Efficiency) -> np.ndarray:
     by_dtype = {"bf16": "bf16", "fp16": "fp16", "fp8": "fp8", "tf32": "tf32", "fp32": "fp32",
                 "fp4": "fp4" if "gemm.peak_fraction_fp4" in eff.params else "fp8",
                 "int8": "fp8", "int4": "fp8", "fp64": "fp32"}
-    table = np.array([eff.get(f"gemm.peak_fraction_{by_dtype[d]}") for d in DTYPES])
-    return table[dtype_idx]
+    return np.array([eff.get(f"gemm.peak_fraction_{by_dtype[d]}") for d in DTYPES])
 
 
 def attention_efficiency(attn: np.ndarray, phase: np.ndarray, sm_count: int,
