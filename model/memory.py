@@ -27,7 +27,7 @@ from __future__ import annotations
 from .config import TransformerConfig
 from .ops import DTYPE_BYTES, STORED_BYTES
 from .ops_train import linear_weight_params
-from .workload import InferenceWorkload, TrainingWorkload, train_dtypes
+from .workload import InferenceWorkload, TrainingWorkload, train_dtypes_of
 
 
 def weight_bytes(w: TrainingWorkload | InferenceWorkload) -> float:
@@ -37,7 +37,7 @@ def weight_bytes(w: TrainingWorkload | InferenceWorkload) -> float:
     cfg = w.model
     P = cfg.param_count()
     if isinstance(w, TrainingWorkload):
-        return P * train_dtypes(w.precision).param
+        return P * train_dtypes_of(w).param
     lin = linear_weight_params(cfg, layers_only=True)
     return lin * STORED_BYTES[w.weight_dtype] + (P - lin) * DTYPE_BYTES[w.act_dtype]
 
@@ -48,13 +48,13 @@ def weight_cast_cache_bytes(w: TrainingWorkload) -> float:
     autocast region exits, but each matmul saved its bf16 weight for its input gradient, so
     the copy lives until that layer's backward; torch.compile keeps the casts as separate
     kernels and saves their outputs too), TE fp8 weight + transpose (2 B/param)."""
-    dt = train_dtypes(w.precision)
+    dt = train_dtypes_of(w)
     return 0.0 if dt.weight_cast is None else linear_weight_params(w.model) * dt.weight_cast[1]
 
 
 def grad_bytes(w: TrainingWorkload) -> float:
     """Gradient accumulators: fp32 .grad (amp, fp32) or fp32 main_grad (bf16, fp8): 4 B/param."""
-    return w.model.param_count() * train_dtypes(w.precision).grad
+    return w.model.param_count() * train_dtypes_of(w).grad
 
 
 def grads_persist(w: TrainingWorkload) -> bool:
@@ -63,7 +63,7 @@ def grads_persist(w: TrainingWorkload) -> bool:
     re-allocated layer by layer during the backward; Megatron-style main_grad buffers
     (bf16, fp8) are allocated once and zeroed; with grad_accum > 1 the micro-batches after
     the first find the .grad of the earlier ones."""
-    return train_dtypes(w.precision).main_grad or w.grad_accum > 1
+    return train_dtypes_of(w).main_grad or w.grad_accum > 1
 
 
 def grad_accumulate_transient_bytes(w: TrainingWorkload) -> float:
@@ -71,9 +71,9 @@ def grad_accumulate_transient_bytes(w: TrainingWorkload) -> float:
     backward output (grad bytes x V x d) exists next to the lm_head's accumulated .grad
     until AccumulateGrad adds it in place (untied weights: the grad is stolen, no copy)."""
     cfg = w.model
-    if not cfg.tie_embeddings or train_dtypes(w.precision).main_grad:
+    if not cfg.tie_embeddings or train_dtypes_of(w).main_grad:
         return 0.0
-    return train_dtypes(w.precision).grad * cfg.vocab * cfg.d_model
+    return train_dtypes_of(w).grad * cfg.vocab * cfg.d_model
 
 
 CUBLAS_WORKSPACE_BYTES = {"hopper": 32 * 2**20}   # torch: CUBLAS_WORKSPACE_CONFIG ":4096:8" on sm90
@@ -93,13 +93,13 @@ def cublas_workspace_bytes(w: TrainingWorkload | InferenceWorkload, arch: str = 
 def optimizer_state_bytes(w: TrainingWorkload) -> float:
     """AdamW exp_avg + exp_avg_sq (fp32, 8 B/param) or SGD momentum (4 B/param), plus the fp32
     master weights (4 B/param) for bf16/fp8 precision."""
-    dt = train_dtypes(w.precision)
+    dt = train_dtypes_of(w)
     per = 8.0 if w.optimizer == "adamw" else 4.0
     return w.model.param_count() * (per + dt.master)
 
 
 def _norm_saved(w: TrainingWorkload, T: int, W: int, consumers: int, fused: bool) -> float:
-    dt = train_dtypes(w.precision)
+    dt = train_dtypes_of(w)
     e, gin = T * W, DTYPE_BYTES[dt.gemm]
     if fused:
         return dt.resid * e + 4 * T + gin * e
@@ -117,7 +117,7 @@ def _mlp_saved(cfg: TransformerConfig, rows: float, F: int, a: float, fused_act:
 
 
 def _attn_saved(w: TrainingWorkload, T: int, fused: frozenset) -> float:
-    cfg, a = w.model, train_dtypes(w.precision).act
+    cfg, a = w.model, train_dtypes_of(w).act
     H, lse = cfg.n_heads, 4.0 * w.mbs * cfg.n_heads * w.seq
     if w.recompute == "selective":
         lse = 0.0
@@ -133,7 +133,7 @@ def _attn_saved(w: TrainingWorkload, T: int, fused: frozenset) -> float:
 
 def _ffn_saved(w: TrainingWorkload, T: int, fused: frozenset) -> tuple[float, float]:
     """(dense layer MLP bytes, MoE layer FFN bytes)."""
-    cfg, a, fa = w.model, train_dtypes(w.precision).act, "act" in fused
+    cfg, a, fa = w.model, train_dtypes_of(w).act, "act" in fused
     dense = _mlp_saved(cfg, T, cfg.ffn, a, fa)
     if not cfg.moe:
         return dense, 0.0
@@ -147,7 +147,7 @@ def activation_bytes_per_layer(w: TrainingWorkload, fused=frozenset(), moe_layer
     """Bytes one layer saves for backward per micro-batch (module docstring)."""
     cfg, T = w.model, w.tokens_per_microbatch
     if w.recompute == "full":
-        return train_dtypes(w.precision).resid * T * cfg.d_model
+        return train_dtypes_of(w).resid * T * cfg.d_model
     fn = "norm" in fused
     cat = "concat_proj" in fused
     k_attn = 1 if cat else (2 if cfg.mla else 3)
@@ -202,7 +202,7 @@ def logits_bytes(w: TrainingWorkload | InferenceWorkload, fused=frozenset()) -> 
     if isinstance(w, InferenceWorkload):
         rows = w.tokens if (w.phase == "prefill" and w.prefill_logits == "all") else w.batch
         return rows * cfg.vocab * DTYPE_BYTES[w.act_dtype]
-    dt = train_dtypes(w.precision)
+    dt = train_dtypes_of(w)
     a, T, V, d = dt.act, w.tokens_per_microbatch, cfg.vocab, cfg.d_model
     loss = 2 * a * T * V if "cross_entropy" in fused else 12.0 * T * V
     head = a * (T * V + T * d) + (0 if dt.main_grad else a * V * d)

@@ -25,7 +25,7 @@ from .memory import _attn_saved, _ffn_saved, _norm_saved, activation_bytes_per_l
 from .ops_dp import dp_group
 from .parallel import Parallelism
 from .shard import local_config
-from .workload import TrainingWorkload, train_dtypes
+from .workload import TrainingWorkload, train_dtypes_of
 
 
 def inflight_microbatches(p: Parallelism, stage: int = 0, n_microbatches: int | None = None) -> float:
@@ -120,7 +120,7 @@ class GpuMemory:
 
 
 def dp_buffer_bytes(w: TrainingWorkload, stage: int = 0) -> float:
-    p, dt = w.parallel, train_dtypes(w.precision)
+    p, dt = w.parallel, train_dtypes_of(w)
     if dp_group(p) == 1:
         return 0.0
     if p.zero == 3:
@@ -132,7 +132,7 @@ def dp_buffer_bytes(w: TrainingWorkload, stage: int = 0) -> float:
 
 def gpu_memory(w: TrainingWorkload, fused=frozenset(), stage: int = 0) -> GpuMemory:
     """Memory of one GPU of pipeline stage ``stage`` at its activation peak."""
-    p, dt = w.parallel, train_dtypes(w.precision)
+    p, dt = w.parallel, train_dtypes_of(w)
     states = 8.0 if w.optimizer == "adamw" else 4.0
     acts = stage_activation_bytes(w, fused, stage) * inflight_microbatches(p, stage, w.grad_accum)
     return GpuMemory(weights=_sharded(w, stage, dt.param, 3), grads=_sharded(w, stage, dt.grad, 2),

@@ -60,13 +60,14 @@ def _bucketed(name: str, op: str, nbytes: float, size: int, phase: str, nb: int,
     return coll(name, op, "dp", nbytes / nb, size, phase, nb, dt) if nb else []
 
 
-def grad_sync(p: Parallelism, dense_grad: float, expert_grad: float) -> list[Op]:
-    """Bucketed gradient all_reduce (zero 0) or reduce_scatter (zero 1/2), phase bwd."""
+def grad_sync(p: Parallelism, dense_grad: float, expert_grad: float, dtype: str = "fp32") -> list[Op]:
+    """Bucketed gradient all_reduce (zero 0) or reduce_scatter (zero 1/2), phase bwd, in the
+    gradient buffer's dtype (fp32, or bf16 with grad_reduce_in_fp32=False)."""
     op, tag = ("all_reduce", "ar") if p.zero == 0 else ("reduce_scatter", "rs")
     out = []
     for pre, b, ex in (("", dense_grad, False), ("expert_", expert_grad, True)):
         nb = n_buckets(b, p.bucket_bytes)
-        out += _bucketed(f"{pre}grad_{tag}", op, b, dp_group(p, ex), "bwd", nb, "fp32")
+        out += _bucketed(f"{pre}grad_{tag}", op, b, dp_group(p, ex), "bwd", nb, dtype)
     return out
 
 

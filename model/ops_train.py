@@ -30,7 +30,7 @@ from .ops_dp import ddp_bucket_copies, dp_group, fsdp, fsdp_copies, grad_sync, p
 from .ops_layer import layer_pairs
 from .quant import recipe_of, training_casts, weight_cast_bytes
 from .shard import local_config, timed_stage
-from .workload import TrainingWorkload, train_dtypes
+from .workload import TrainingWorkload, train_dtypes_of
 
 
 def linear_weight_params(cfg: TransformerConfig, layers_only: bool = False) -> int:
@@ -65,7 +65,7 @@ def param_tensors(cfg: TransformerConfig) -> int:
 
 
 def _ctx(w: TrainingWorkload, fused: frozenset) -> Ctx:
-    dt, p = train_dtypes(w.precision), w.parallel
+    dt, p = train_dtypes_of(w), w.parallel
     gb, stage = STORED_BYTES[dt.gemm], timed_stage(w.model, p)    # fp4 operands carry block scales
     return Ctx(cfg=local_config(w.model, p, stage), B=w.mbs, S=w.seq // p.cp, Skv=w.seq, act=dt.act, resid=dt.resid,
                gemm=dt.gemm, gin=gb, wb=gb, pw=dt.param, mb=w.grad_accum, train=True, autocast=dt.autocast,
@@ -113,7 +113,7 @@ def _weight_casts(w: TrainingWorkload, c: Ctx) -> tuple[list[Op], list[Op]]:
     fp8 / nvfp4: bf16 -> both quantized orientations once per step (TE caches across
     micro-batches), bytes by recipe (model/quant.weight_cast_bytes); the bf16 output layer is not
     cast. Eager: one kernel per weight tensor; "cast" fused: one multi-tensor kernel."""
-    cfg, dt, recipe = c.cfg, train_dtypes(w.precision), recipe_of(w.precision, w.fp8_recipe)
+    cfg, dt, recipe = c.cfg, train_dtypes_of(w), recipe_of(w.precision, w.fp8_recipe)
     if dt.weight_cast is None or _fsdp_gather_bytes(w) == 2:   # FSDP bf16 params: nothing to cast
         return [], []
     P, nt = linear_weight_params(cfg, layers_only=bool(recipe)), linear_weight_tensors(cfg) - bool(recipe)
@@ -128,7 +128,7 @@ def _grad_buffers(w: TrainingWorkload, c: Ctx, trainable: list[int] | None = Non
     """main_grad stacks zero their fp32 grad buffer once per step; .grad stacks (amp, fp32)
     use set_to_none (free) and AccumulateGrad adds micro-batches 2..n (R 8, W 4 B/param).
     ``trainable``: the tensor sizes that get gradients when not all do (LoRA adapters)."""
-    dt = train_dtypes(w.precision)
+    dt = train_dtypes_of(w)
     P = sum(trainable) if trainable is not None else stage_params(c)
     if dt.main_grad:
         return chain("grad/zero", "memcpy", "fwd", [(0, 0, 4.0 * P)], 1, P), []
@@ -204,8 +204,8 @@ def optimizer_shard(w: TrainingWorkload, c: Ctx, trainable: list[int] | None = N
 
 
 def optimizer_ops(w: TrainingWorkload, c: Ctx, trainable: list[int] | None = None) -> list[Op]:
-    """AdamW: reads param, grad, exp_avg, exp_avg_sq (fp32) and writes param, exp_avg,
-    exp_avg_sq: 16 + 12 = 28 B/param; bf16/fp8 (fp32 master in the optimizer) also write the
+    """AdamW: reads param, grad, exp_avg, exp_avg_sq (fp32; a bf16 grad with grad_reduce_dtype
+    "bf16") and writes param, exp_avg, exp_avg_sq: 16 + 12 = 28 B/param; bf16/fp8 (fp32 master in the optimizer) also write the
     bf16 param copy: 30 B/param. ~12 FLOP/param. SGD with momentum: R p, g, buf; W p, buf
     (20 B/param, 3 FLOP). Fused (torch fused=True): multi_tensor_apply launches (depth 4 for
     AdamW, 3 for SGD; exact count from the parameter tensor sizes: 60 for the 1B-shaped
@@ -213,13 +213,13 @@ def optimizer_ops(w: TrainingWorkload, c: Ctx, trainable: list[int] | None = Non
     _foreach_add_ (depth 1: one launch per 110 tensors). Eager single-tensor AdamW: 8 kernels
     per tensor (mul_, lerp_, mul_, addcmul_, sqrt, div, add_, addcdiv_: R 48, W 32 B/param).
     ``trainable``: only these tensors have optimizer state (LoRA adapters)."""
-    dt, fused, frac = train_dtypes(w.precision), c.fused, optimizer_shard(w, c, trainable)
+    dt, fused, frac = train_dtypes_of(w), c.fused, optimizer_shard(w, c, trainable)
     all_sizes = trainable if trainable is not None else None
     P = (sum(trainable) if trainable is not None else stage_params(c)) * frac
     nt = len(trainable) if trainable is not None else stage_tensors(c)
     extra_w = 2.0 if dt.master else 0.0
     adam = w.optimizer == "adamw"
-    flops, r, wr = (12.0, 16.0, 12.0 + extra_w) if adam else (3.0, 12.0, 8.0 + extra_w)
+    flops, r, wr = (12.0, 12.0 + dt.grad, 12.0 + extra_w) if adam else (3.0, 8.0 + dt.grad, 8.0 + extra_w)
     if "optimizer" in fused:
         sizes = [math.ceil(x * frac) for x in (all_sizes if all_sizes is not None else stage_param_sizes(c))]
         k = multi_tensor_launches(sizes, 4 if adam else 3)
@@ -255,14 +255,14 @@ def _first(c: Ctx) -> list[Pair]:
 def _fsdp_gather_bytes(w: TrainingWorkload) -> int:
     """Bytes per parameter FSDP gathers and computes with: the policy's dtype, else stored."""
     pol = w.parallel.fsdp_param_dtype
-    return DTYPE_BYTES[pol] if pol else train_dtypes(w.precision).param
+    return DTYPE_BYTES[pol] if pol else train_dtypes_of(w).param
 
 
 def _dp_ops(w: TrainingWorkload, c: Ctx, trainable: list[int] | None = None) -> dict[str, list[Op]]:
     """DP / FSDP / tied-embedding collectives by where they go, and the copies around them
     (model/ops_dp.py). ``trainable``: only these tensors' gradients are synced and gathered
     (LoRA adapters; frozen embeddings need no shared-embedding all-reduce)."""
-    p, dt = w.parallel, train_dtypes(w.precision)
+    p, dt = w.parallel, train_dtypes_of(w)
     P, Pe, pb = stage_params(c), expert_params(c.cfg), _fsdp_gather_bytes(w)
     if trainable is not None:
         P, Pe = sum(trainable), 0
@@ -273,7 +273,7 @@ def _dp_ops(w: TrainingWorkload, c: Ctx, trainable: list[int] | None = None) -> 
                           w.grad_accum, pdt)
     cp_f, cp_b = fsdp_copies(p, (Pl / L, P - Pl), L, w.grad_accum, dt.param, pb, 4 if pb == 4 else 2)
     ag_f, ag_b = cp_f[:2] + ag_f + cp_f[2:], cp_b[:2] + ag_b + cp_b[2:]
-    sync = rs if p.zero == 3 else grad_sync(p, (P - Pe) * dt.grad, Pe * dt.grad)
+    sync = rs if p.zero == 3 else grad_sync(p, (P - Pe) * dt.grad, Pe * dt.grad, "bf16" if dt.grad == 2 else "fp32")
     nt = len(trainable) if trainable is not None else stage_tensors(c)
     into, out = ddp_bucket_copies(p, (P - Pe) * dt.grad, nt, dt.main_grad)
     sync = into + sync

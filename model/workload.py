@@ -7,7 +7,7 @@ ValidationError naming the field.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, PositiveInt, field_validator, model_validator
@@ -47,6 +47,11 @@ class TrainingWorkload(BaseModel):
       first), mxfp8 (32-element block scales, Blackwell), blockwise (1x128 / 128x128 scales).
     peft: "lora" freezes the base model and trains rank ``lora_rank`` adapters on the layer
       linears (model/lora.py); "none" trains every parameter.
+    grad_reduce_dtype: the dtype of Megatron's gradient buffer (main_grad) and of its DP
+      reduce-scatter / all-reduce: "fp32" (grad_reduce_in_fp32=True, Megatron-Core's default)
+      or "bf16" (grad_reduce_in_fp32=False, what the NeMo / Megatron-Bridge performance recipes
+      set): 2 B/param of gradient buffer, collective and optimizer read instead of 4. Only for
+      the main_grad precisions (bf16, fp8, nvfp4).
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -61,6 +66,7 @@ class TrainingWorkload(BaseModel):
     fp8_recipe: Fp8Recipe = "delayed"
     peft: Literal["none", "lora"] = "none"
     lora_rank: PositiveInt = 32
+    grad_reduce_dtype: Literal["fp32", "bf16"] = "fp32"
     parallel: Parallelism = Parallelism()
 
     _model = field_validator("model", mode="before")(classmethod(lambda cls, v: _resolve(v)))
@@ -72,6 +78,9 @@ class TrainingWorkload(BaseModel):
         check_training(self.model, self.parallel, self.seq, self.grad_accum)
         if self.peft != "none" and self.parallel.zero == 3:
             raise ValueError("peft: LoRA with FSDP (zero 3) is not modelled")
+        if self.grad_reduce_dtype == "bf16" and not train_dtypes(self.precision).main_grad:
+            raise ValueError(f"grad_reduce_dtype: 'bf16' needs a main_grad precision (bf16, fp8, nvfp4), "
+                             f"got precision {self.precision!r}")
         return self
 
     @property
@@ -163,3 +172,10 @@ _TRAIN = {
 
 def train_dtypes(precision: str) -> Dtypes:
     return _TRAIN[precision]
+
+
+def train_dtypes_of(w) -> Dtypes:
+    """The dtypes of training workload ``w``: its precision's, with 2-byte gradients when the
+    gradient buffer and its reduction are bf16 (grad_reduce_dtype)."""
+    dt = _TRAIN[w.precision]
+    return replace(dt, grad=2.0) if getattr(w, "grad_reduce_dtype", "fp32") == "bf16" else dt

@@ -247,11 +247,26 @@ def workload_for(row) -> TrainingWorkload:
         cfg = cfg.model_copy(update={"moe": cfg.moe.model_copy(update=moe_software(row, cfg.moe))})
     # LoRA rows: Megatron-Bridge's default LoRA (rank 32 on linear_qkv/proj/fc1/fc2), the
     # llama3_70b_finetune_config(peft="lora") of its performance scripts (model/lora.py).
+    precision = _PRECISION.get(row.precision, "bf16")
     return TrainingWorkload(model=cfg, mbs=mbs, seq=row.seq, grad_accum=ga,
-                            precision=_PRECISION.get(row.precision, "bf16"), fp8_recipe=fp8_recipe_for(row),
+                            precision=precision, fp8_recipe=fp8_recipe_for(row),
                             peft="lora" if row.task == "lora" else "none",
+                            grad_reduce_dtype=grad_reduce_dtype_for(row, precision),
                             recompute=row.recompute or run.get("recompute", "none"), stack=stack_for(row),
                             parallel=par)
+
+
+# The NeMo and Megatron-Bridge performance recipes set grad_reduce_in_fp32=False (source
+# mbridge_grad_reduce_bf16): the main_grad buffer and its DP reduction are bf16. Megatron-LM 2021
+# (fp16 + fp32 master, its own DDP) and torchtitan (FSDP2 reduce_dtype fp32) keep fp32.
+BF16_GRAD_REDUCE_SOURCES = ("megatron_bridge_a8", "nemo2407_a5", "nemo2502_a6", "nemo2504_a6", "nemo2507_a6",
+                            "nemo_longseq_a7")
+
+
+def grad_reduce_dtype_for(row, precision: str) -> str:
+    """bf16 gradient reduction for rows of the NeMo / Megatron-Bridge recipes that keep a main_grad."""
+    bf16 = row.source_id in BF16_GRAD_REDUCE_SOURCES and precision in ("bf16", "fp8", "nvfp4")
+    return "bf16" if bf16 else "fp32"
 
 
 def cluster_for(row) -> Cluster:
