@@ -205,16 +205,17 @@ def sustained_power_state(t, k: KernelTimes, st: Stack, gpu, r: float):
     time memory-bound, over a step of max(GPU busy, host issue time) (the tandem bound's two
     ends; the power model needs shares, not the exact step)."""
     mm, at = t.kind == KINDS.index("matmul"), t.kind == KINDS.index("attention")
-    compute = np.where(at, k.compute_s * r, k.compute_s)
-    tc_op = (mm & (compute >= k.memory_s)) | at
-    g = np.where(at, np.maximum(compute, k.memory_s) + k.fixed_s, k.gpu_s) * t.count
-    busy, tc = float(g.sum()), float(g[tc_op].sum())
+    sus = at_compute_speed(t, k, 1.0, r)
+    g = sus.gpu_s * t.count
+    busy, tc = float(g.sum()), float(g[(mm & (sus.compute_s >= sus.memory_s)) | at].sum())
     host = 0.0 if st.graphs else float(np.dot(host_times(t, st), t.count))
     return power_state({"matmul_compute": tc, "memory_bound": busy - tc}, max(busy, host), gpu.key,
                        gpu.boost_clock_hz, r)
 
 
 def boost_speedup(eff) -> float:
+    """gemm.boost_speedup of the efficiency data: compute speed at boost over the sustained rate
+    (1 where the data has none: no clock model for that GPU)."""
     return float(eff.get("gemm.boost_speedup")) if "gemm.boost_speedup" in eff.params else 1.0
 
 
