@@ -137,8 +137,13 @@ def cmd_published(a: argparse.Namespace) -> int:
         for r in sorted(rows, key=lambda r: r.row_id):
             print(f"{r.row_id:<70} {r.published:10.0f} {r.predicted:10.0f} {r.error:+7.1%}")
     print(f"{'system':<14} {'rows':>5} {'MAPE':>7} {'max':>7}   (tokens/s/GPU, predicted vs published)")
+    kept = by_system(rows, unflagged=True)
     for k, (n, mape, mx) in by_system(rows).items():
-        print(f"{k:<14} {n:>5} {mape:7.1%} {mx:7.1%}")
+        n2, mape2, mx2 = kept.get(k, (0, 0.0, 0.0))
+        extra = f"   without source-flagged rows: {n2:>3} {mape2:6.1%} {mx2:6.1%}" if n2 != n else ""
+        print(f"{k:<14} {n:>5} {mape:7.1%} {mx:7.1%}{extra}")
+    for r in sorted((r for r in rows if r.source_flag), key=lambda r: r.row_id):
+        print(f"  source-flagged: {r.row_id} {r.error:+.1%} ({r.source_flag})")
     print(f"\nnot predicted: {len(unused)} rows")
     for why, n in Counter(w for _, w in unused).most_common(None if a.verbose else 8):
         print(f"  {n:>4} x {why}")

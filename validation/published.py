@@ -106,6 +106,9 @@ class _Row(BaseModel):
     notes: tuple[str, ...] = ()
     alt_of: str | None = None
     known_inconsistency: str | None = None
+    # The source's own statement that this measurement regressed (a footnote naming a bug): the
+    # row stays in every figure, and reports also give the figure without such rows.
+    source_flag: str | None = None
 
     @model_validator(mode="after")
     def _check_common(self):

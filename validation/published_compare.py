@@ -112,6 +112,7 @@ class PublishedRow:
     gpus: int
     published: float        # tokens/s/GPU
     predicted: float
+    source_flag: str | None = None   # the source says this measurement regressed (its footnote)
 
     @property
     def error(self) -> float:
@@ -293,7 +294,8 @@ def predict_row(row) -> PublishedRow:
     if tok is None:
         raise ValueError("no tokens/s/GPU published")
     e = estimate(workload_for(row), cluster_for(row))
-    return PublishedRow(row.id, row.source_id, row.system, row.gpus, tok, e.tokens_per_s / row.gpus)
+    return PublishedRow(row.id, row.source_id, row.system, row.gpus, tok, e.tokens_per_s / row.gpus,
+                        row.source_flag)
 
 
 def compare_published(source: str | None = None) -> tuple[list[PublishedRow], list[tuple[str, str]]]:
@@ -317,9 +319,12 @@ def _reason(e: Exception) -> str:
     return str(e).splitlines()[0][:160]
 
 
-def by_system(rows: list[PublishedRow]) -> dict[str, tuple[int, float, float]]:
-    """{system: (n, MAPE, max |error|)}."""
+def by_system(rows: list[PublishedRow], unflagged: bool = False) -> dict[str, tuple[int, float, float]]:
+    """{system: (n, MAPE, max |error|)}; ``unflagged``: without the rows their source flags as a
+    regression."""
     out: dict[str, list[float]] = {}
     for r in rows:
+        if unflagged and r.source_flag:
+            continue
         out.setdefault(r.system, []).append(abs(r.error))
     return {k: (len(v), sum(v) / len(v), max(v)) for k, v in sorted(out.items())}

@@ -574,6 +574,8 @@ def a8_row(d: dict, alt: bool, prev: list[dict]) -> dict:
         r["notes"].append("TFLOP/s cell carries an asterisk in the source"
                           + (" (26.06.01 footnote: GPT-OSS pre-training regressed, cudnn-frontend issue 256)"
                              if rel == "26.06.01" else " (footnote not transcribed)"))
+        if rel == "26.06.01" and "gpt" in name.lower():
+            r["source_flag"] = "source footnote: GPT-OSS pre-training regressed, cudnn-frontend issue 256"
     if alt:
         r["alt_of"] = prev[-1]["id"]
         r["notes"].append("value in parentheses (alternative quantization granularity"
@@ -889,7 +891,7 @@ ROW_ORDER = ["id", "status", "task", "table", "release", "software", "model", "m
              "system", "gpu", "system_as_published", "gpus", "tp", "pp", "vp", "dp", "cp", "ep", "sp", "zero", "fsdp",
              "model_parallel_size", "schedule", "mbs", "gbs", "ga", "local_batch", "seq", "precision", "fp8_recipe",
              "recompute", "techniques", "moe_force_balanced", "moe_token_drop", "mtp", "engine", "mode", "isl", "osl",
-             "num_requests", "concurrency", "batch", "alt_of", "known_inconsistency", "missing", "unverified",
+             "num_requests", "concurrency", "batch", "alt_of", "known_inconsistency", "source_flag", "missing", "unverified",
              "assumed", "notes"]
 
 
