@@ -79,7 +79,8 @@ def _triton_version() -> str | None:
 def gpu_env(device: str) -> dict:
     idx = _index(device)
     p = torch.cuda.get_device_properties(idx)
-    smi = smi_query(["driver_version", "clocks.max.sm", "clocks.max.mem", "power.limit"], idx) or {}
+    smi = smi_query(["driver_version", "clocks.max.sm", "clocks.max.mem", "power.limit", "uuid", "pci.bus_id"],
+                    idx) or {}
     return {
         "gpu_name": torch.cuda.get_device_name(idx),
         "gpu_count": torch.cuda.device_count(),
@@ -90,6 +91,9 @@ def gpu_env(device: str) -> dict:
         "driver": smi.get("driver_version"),
         "clocks_max": {"sm_mhz": _num(smi.get("clocks.max.sm")), "mem_mhz": _num(smi.get("clocks.max.mem"))},
         "power_limit": _num(smi.get("power.limit")),
+        # which physical chip ran (chip-to-chip spread of sustained clocks across machine starts)
+        "gpu_uuid": smi.get("uuid"),
+        "pci_bus_id": smi.get("pci.bus_id"),
         "cudnn": torch.backends.cudnn.version(),
         "nccl": _nccl_version(),
     }
