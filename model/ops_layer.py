@@ -17,6 +17,8 @@ up-project the whole cache every step (2*Skv*kv_lora*H*(nope+v) FLOPs per sequen
 
 from __future__ import annotations
 
+import math
+
 from .chains import act, norm, residual, rope
 from .comm import cp_ring, ep_a2a, etp_gather, tp_in, tp_out, tp_regather
 from .ops_common import Ctx, Pair, attention, chain, linear, times
@@ -142,7 +144,8 @@ def moe(c: Ctx, n: int) -> list[Pair]:
     gk = hit if expert_gemm_per_expert(c) else 1
     kc = k * (m.capacity_factor or 1.0)     # copies per token after padding to capacity (cf x k)
     sort = [_sort_chunks(c, T * g, d, kc, n)] if c.ep > 1 and El > 1 and c.f("moe_permute") else []
-    out = [linear(c, "layer/moe/router", T, E, d, n), _topk(c, T, E, k, n), _permute(c, T, d, kc, hit, n),
+    drop = [_capacity_drop(c, T, E, k, m.capacity_factor, n)] if m.capacity_factor else []
+    out = [linear(c, "layer/moe/router", T, E, d, n), _topk(c, T, E, k, n), *drop, _permute(c, T, d, kc, hit, n),
            ep_a2a(c, "moe_dispatch", n, T), etp_gather(c, "moe_dispatch_etp", n, T * g * kc, True)] + sort
     out += mlp(c, "layer/moe/experts", T * g * kc / hit, m.expert_ffn, n, batch=hit, kernels=gk)
     out += sort + [etp_gather(c, "moe_combine_etp", n, T * g * kc, False), ep_a2a(c, "moe_combine", n, T),
@@ -177,6 +180,22 @@ def _topk(c: Ctx, T: int, E: int, k: int, n: int) -> Pair:
         bk = [(T * k, 8 * T * k, 4 * T * E), (2 * T * E, 8 * T * E, 4 * T * E), (0, 4 * T * E, a * T * E)]
     return Pair(chain("layer/moe/topk", "softmax", "fwd", fk, cnt, T * E),
                 chain("layer/moe/topk", "softmax", "bwd", bk, cnt, T * E) if c.train else [])
+
+
+def _capacity_drop(c: Ctx, T: int, E: int, k: int, cf: float, n: int) -> Pair:
+    """Token drop with a capacity factor (Megatron-Core moe_utils.apply_router_token_dropping,
+    drop policy "probs", pad to capacity): eager torch ops on the [T, E] routing probabilities
+    (fp32, 4 B) after the top-k, capacity C = ceil(cf T k / E) per expert:
+        torch.topk over the token dim (k = C per expert column)   read 4TE, write 12CE (values, int64 indices)
+        zeros_like + scatter of the C indices per expert -> mask   write 4TE; read 8CE, write 4CE
+        .bool(), probs * mask                                      read 4TE, write TE; read 5TE, write 4TE
+    backward: the product's gradient (read 5TE, write 4TE). 5 kernels forward, 1 backward."""
+    C = math.ceil(cf * T * k / E)
+    a, cnt = T * E, n * c.mb
+    fk = [(0, 4 * a, 12 * C * E), (0, 0, 4 * a), (0, 8 * C * E, 4 * C * E), (0, 4 * a, a), (a, 5 * a, 4 * a)]
+    bk = [(a, 5 * a, 4 * a)]
+    return Pair(chain("layer/moe/capacity_drop", "memcpy", "fwd", fk, cnt, a),
+                chain("layer/moe/capacity_drop", "memcpy", "bwd", bk, cnt, a) if c.train else [])
 
 
 def _sort_chunks(c: Ctx, T: int, d: int, k: float, n: int) -> Pair:
