@@ -17,6 +17,9 @@ UNFUSED_FORMS (also accepted in ``fused``; the opposite of a fusion, so not in F
   te_unfused_attention  TransformerEngine's UnfusedDotProductAttention: the math_attention kernels
                  without attention dropout (TE falls back to it when no fused kernel supports
                  the attention, e.g. learnable softmax sinks before cuDNN 9.13.1 / 9.18 for THD)
+  grad_hooks_16bit  Megatron-LM 2021 fp16 --DDP-impl local: 16-bit wgrad outputs added into a
+                 16-bit grad buffer by one hook kernel per tensor per micro-batch, 16-bit DP
+                 all-reduce (ops_train.GRAD_HOOKS_16BIT)
   expert_streams the "grouped" MoE GEMM issued as one GEMM per local expert on the library's
                  compute streams, each expert's input quantized by its own kernels
                  (TransformerEngine GroupedLinear; ops_layer.moe)
@@ -36,7 +39,8 @@ FUSION_GROUPS: frozenset[str] = frozenset({
     "norm", "residual_norm", "rope", "act", "cross_entropy", "optimizer", "cast",
     "concat_proj", "grouped_gemm", "moe_permute",
 })
-UNFUSED_FORMS: frozenset[str] = frozenset({"math_attention", "te_unfused_attention", "expert_streams"})
+UNFUSED_FORMS: frozenset[str] = frozenset({"math_attention", "te_unfused_attention", "expert_streams",
+                                            "grad_hooks_16bit"})
 
 
 def build_ops(w: TrainingWorkload | InferenceWorkload, fused=frozenset()) -> tuple[Op, ...]:

@@ -64,8 +64,22 @@ def param_tensors(cfg: TransformerConfig) -> int:
     return linear_weight_tensors(cfg) + norms * (2 if cfg.norm == "layernorm" else 1) + 1 - tied
 
 
+# Stack form (model/build.UNFUSED_FORMS) of Megatron-LM 2021 fp16 with --DDP-impl local: no
+# gradient-accumulation fusion and accumulate_allreduce_grads_in_fp32 off (arguments.py forces it
+# only for bf16): each wgrad GEMM writes a 16-bit .grad, LocalDDP's per-parameter hook
+# (_make_param_hook: main_grad.add_(grad); grad = None) adds it into the 16-bit contiguous grad
+# buffer, one add per tensor per micro-batch, and the buffer is all-reduced in 16 bits.
+GRAD_HOOKS_16BIT = "grad_hooks_16bit"
+
+
+def step_dtypes(w: TrainingWorkload, fused: frozenset):
+    """train_dtypes_of(w), with 16-bit grads and no in-GEMM accumulation under GRAD_HOOKS_16BIT."""
+    dt = train_dtypes_of(w)
+    return replace(dt, grad=2.0, main_grad=False) if GRAD_HOOKS_16BIT in fused else dt
+
+
 def _ctx(w: TrainingWorkload, fused: frozenset) -> Ctx:
-    dt, p = train_dtypes_of(w), w.parallel
+    dt, p = step_dtypes(w, fused), w.parallel
     gb, stage = STORED_BYTES[dt.gemm], timed_stage(w.model, p)    # fp4 operands carry block scales
     return Ctx(cfg=local_config(w.model, p, stage), B=w.mbs, S=w.seq // p.cp, Skv=w.seq, act=dt.act, resid=dt.resid,
                gemm=dt.gemm, gin=gb, wb=gb, pw=dt.param, mb=w.grad_accum, train=True, autocast=dt.autocast,
@@ -130,6 +144,10 @@ def _grad_buffers(w: TrainingWorkload, c: Ctx, trainable: list[int] | None = Non
     ``trainable``: the tensor sizes that get gradients when not all do (LoRA adapters)."""
     dt = train_dtypes_of(w)
     P = sum(trainable) if trainable is not None else stage_params(c)
+    if c.f(GRAD_HOOKS_16BIT):   # zero the 16-bit buffer; every micro-batch: R 2 + 2, W 2 B/param
+        nt = len(trainable) if trainable is not None else stage_tensors(c)
+        return (chain("grad/zero", "memcpy", "fwd", [(0, 0, 2.0 * P)], 1, P),
+                chain("grad/hook_add", "elementwise", "bwd", [(P, 4.0 * P, 2.0 * P, nt)], w.grad_accum, P))
     if dt.main_grad:
         return chain("grad/zero", "memcpy", "fwd", [(0, 0, 4.0 * P)], 1, P), []
     nt = len(trainable) if trainable is not None else stage_tensors(c)
@@ -262,7 +280,7 @@ def _dp_ops(w: TrainingWorkload, c: Ctx, trainable: list[int] | None = None) -> 
     """DP / FSDP / tied-embedding collectives by where they go, and the copies around them
     (model/ops_dp.py). ``trainable``: only these tensors' gradients are synced and gathered
     (LoRA adapters; frozen embeddings need no shared-embedding all-reduce)."""
-    p, dt = w.parallel, train_dtypes_of(w)
+    p, dt = w.parallel, step_dtypes(w, c.fused)
     P, Pe, pb = stage_params(c), expert_params(c.cfg), _fsdp_gather_bytes(w)
     if trainable is not None:
         P, Pe = sum(trainable), 0
@@ -275,7 +293,7 @@ def _dp_ops(w: TrainingWorkload, c: Ctx, trainable: list[int] | None = None) -> 
     ag_f, ag_b = cp_f[:2] + ag_f + cp_f[2:], cp_b[:2] + ag_b + cp_b[2:]
     sync = rs if p.zero == 3 else grad_sync(p, (P - Pe) * dt.grad, Pe * dt.grad, "bf16" if dt.grad == 2 else "fp32")
     nt = len(trainable) if trainable is not None else stage_tensors(c)
-    into, out = ddp_bucket_copies(p, (P - Pe) * dt.grad, nt, dt.main_grad)
+    into, out = ddp_bucket_copies(p, (P - Pe) * dt.grad, nt, dt.main_grad or c.f(GRAD_HOOKS_16BIT))   # the buffer is the bucket
     sync = into + sync
     if p.pp > 1 and c.cfg.tie_embeddings and (c.embed or c.head) and trainable is None:   # Megatron: first and last stage sum the shared embedding grad
         sync += coll("embed_grad_ar", "all_reduce", "pp", c.cfg.vocab * c.cfg.d_model * dt.grad, 2, "bwd", 1, "fp32")
