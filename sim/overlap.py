@@ -29,7 +29,11 @@ is AG_{k+1} + RS_{k-1}, and the last RS ends the step.
 
 TP: Megatron's TP collectives sit between dependent GEMMs on the critical path unless
 TransformerEngine's tp-comm-overlap (userbuffers) is on: exposed = (1 - f) comm with the
-stack's overlap fraction f (data). PP: see sim/pipeline.py.
+stack's overlap fraction f (data). With userbuffers the hidden (1 - 1/tp) of the comm still
+costs compute: its kernels hold SMs and stream through HBM beside the GEMM (module
+``tp_overlap_fraction``), so the step grows by
+    comm / tp + (1 - 1/tp) comm * contention.compute_slowdown.
+PP: see sim/pipeline.py.
 """
 
 from __future__ import annotations
@@ -84,16 +88,34 @@ def default_contention() -> float:
     return overlap_param("contention.compute_slowdown")
 
 
-def tp_overlap_fraction(stack: str, tp: int = 1, comm_overlap: bool = False) -> float:
-    """Fraction of TP comm hidden under GEMMs.
+def userbuffers_exposed_fraction(tp: int, slowdown: float) -> float:
+    """What TP comm overlapped by TransformerEngine userbuffers adds to the step, per second of
+    that comm:
+        e = 1/tp + (1 - 1/tp) * slowdown
+    Each sequence-parallel all-gather / reduce-scatter is split into tp chunks exchanged
+    ring-wise while the GEMM works on the chunk already there, so one chunk's transfer stays
+    exposed (1/tp; TransformerEngine comm_gemm_overlap: ring-exchange AG, pipelined RS). The
+    other (1 - 1/tp) runs beside the GEMM but is not free: the userbuffers kernels hold SMs
+    (the recipes' ub configs give num_sm 1-32 per overlap: bulk wgrad/dgrad overlaps beside a
+    full-width GEMM, pipelined RS with set_sm_margin taking them from it) and their copies
+    stream through HBM, the contention NCCL kernels cause beside DDP/FSDP compute; ``slowdown``
+    is that compute slowdown per second of overlapped comm (contention.compute_slowdown)."""
+    if tp < 1:
+        raise ValueError(f"tp: must be >= 1, got {tp}")
+    s = _scalar("slowdown", slowdown)
+    return 1.0 / tp + (1.0 - 1.0 / tp) * s
 
-    ``comm_overlap`` (Megatron's tp_comm_overlap, TransformerEngine userbuffers): each
-    sequence-parallel all-gather / reduce-scatter is split into tp chunks exchanged ring-wise
-    while the GEMM works on the chunk already there, so only the first chunk's transfer stays
-    exposed: f = 1 - 1/tp (TransformerEngine comm_gemm_overlap: ring-exchange AG, pipelined
-    RS with tp splits). Otherwise the stack's listed fraction (0 unless listed)."""
+
+def tp_overlap_fraction(stack: str, tp: int = 1, comm_overlap: bool = False) -> float:
+    """Fraction of TP comm that costs the step nothing (exposed = (1 - f) comm).
+
+    ``comm_overlap`` (Megatron's tp_comm_overlap, TransformerEngine userbuffers): net of the
+    slowdown the hidden part causes in the GEMMs beside it (the step's TP exposure is one
+    number, so the contention is folded in here): f = 1 - userbuffers_exposed_fraction(tp,
+    contention.compute_slowdown), i.e. (1 - 1/tp)(1 - slowdown). Otherwise the stack's listed
+    fraction (0 unless listed)."""
     if comm_overlap and tp > 1:
-        return 1.0 - 1.0 / tp
+        return 1.0 - userbuffers_exposed_fraction(tp, default_contention())
     p = overlap_params()
     return float(p[f"tp_overlap.{stack}"].value) if f"tp_overlap.{stack}" in p else 0.0
 

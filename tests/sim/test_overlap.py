@@ -109,6 +109,19 @@ def test_tp_is_exposed_by_default_and_overlap_hides_a_fraction():
     assert tp_overlap_fraction("no_such_stack") == 0.0
 
 
+def test_userbuffers_overlap_exposes_one_chunk_plus_the_contention_of_the_rest():
+    from mechsim.sim.overlap import default_contention, userbuffers_exposed_fraction
+    assert userbuffers_exposed_fraction(4, 0.0) == pytest.approx(0.25)           # idealised chunk ring
+    assert userbuffers_exposed_fraction(4, 0.4) == pytest.approx(0.25 + 0.75 * 0.4)
+    assert userbuffers_exposed_fraction(8, 1.0) == pytest.approx(1.0)            # no gain if it costs as much
+    assert userbuffers_exposed_fraction(1, 0.3) == pytest.approx(1.0)
+    with pytest.raises(ValueError):
+        userbuffers_exposed_fraction(4, -0.1)
+    f = tp_overlap_fraction("megatron_te", tp=2, comm_overlap=True)
+    assert f == pytest.approx(0.5 * (1 - default_contention()))
+    assert tp_overlap_fraction("megatron_te", tp=1, comm_overlap=True) == 0.0
+
+
 def test_pp_exposure_from_the_pipeline():
     pipe = pipeline_times("1f1b", 4, 16, 1e-3, 2e-3, t_p=1e-4)
     e = pp_exposure(pipe, contention=0.0)
