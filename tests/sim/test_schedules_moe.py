@@ -64,3 +64,21 @@ def test_tp_overlap_chunks_the_tp_gemms_and_never_speeds_them_up():
     i, j = names.index("layer/mlp/gate_up"), names.index("layer/mlp/gate_up/wgrad")
     assert ch[i] >= base[i] and ch[j] == base[j]            # wgrad runs whole
     assert (ch >= base - 1e-15).all() and ch.sum() > base.sum()
+
+
+def test_hidden_cp_ring_contends_with_the_attention_it_runs_beside():
+    """CP send/recv hidden behind attention still costs contention x hidden seconds; with no
+    contention only the unhidden part is exposed."""
+    from mechsim.sim import overlap
+    w = TrainingWorkload(model="llama3-8b", mbs=1, seq=8192, grad_accum=4, precision="bf16", stack="megatron_te",
+                         parallel=Parallelism(cp=4, dp=2))
+    cl = Cluster(system="hgx_h100", nodes=1)
+    e = estimate(w, cl)
+    assert e.exposed_comm["cp"] > 0.0
+    orig = overlap.default_contention
+    try:
+        overlap.default_contention = lambda: 0.0
+        e0 = estimate(w, cl)
+    finally:
+        overlap.default_contention = orig
+    assert e0.exposed_comm["cp"] < e.exposed_comm["cp"]
