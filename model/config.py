@@ -88,6 +88,11 @@ class MLAConfig(BaseModel):
     qk_nope_head_dim: PositiveInt
     qk_rope_head_dim: PositiveInt
     v_head_dim: PositiveInt
+    # Software, not architecture (like MoEConfig's dispatcher fields): Megatron-Core selective
+    # recompute module "mla_up_proj" (MLASelfAttention.recompute_up_proj: CheckpointWithoutOutput
+    # around qkv_up_proj_and_rope_apply) drops the q/kv up-projection and RoPE outputs and re-runs
+    # q_norm + q_up, kv_norm + kv_up and RoPE in the backward (model/ops_layer.mla_attention).
+    recompute_up_proj: bool = False
 
     @property
     def qk_head_dim(self) -> int:

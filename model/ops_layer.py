@@ -21,7 +21,7 @@ import math
 
 from .chains import act, norm, residual, rope
 from .comm import cp_ring, ep_a2a, etp_gather, tp_in, tp_out, tp_regather
-from .ops_common import Ctx, Pair, attention, chain, linear, times
+from .ops_common import Ctx, Pair, attention, chain, linear, recompute, times
 
 
 def kv_append(c: Ctx, elems: float, n: int, kernels: int) -> Pair:
@@ -55,7 +55,10 @@ def gqa_attention(c: Ctx, n: int) -> list[Pair]:
 
 
 def mla_attention(c: Ctx, n: int) -> list[Pair]:
-    """DeepSeek MLA (see module docstring for absorbed vs non-absorbed)."""
+    """DeepSeek MLA (see module docstring for absorbed vs non-absorbed). Training with
+    mla.recompute_up_proj: the MLA_UP_OPS forward ops run again at the head of their backward
+    (Megatron-Core selective recompute "mla_up_proj"; extra FLOPs 2*T*(ql*H*dqk + kl*H*(nope+v))
+    per layer and micro-batch, plus the norms' and RoPE's traffic)."""
     cfg, T, m = c.cfg, c.T, c.cfg.mla
     d, H, ql, kl, rd = cfg.d_model, cfg.n_heads, m.q_lora_rank, m.kv_lora_rank, m.qk_rope_head_dim
     dqk, absorbed = m.qk_head_dim, (not c.train and c.S == 1)
@@ -85,7 +88,15 @@ def mla_attention(c: Ctx, n: int) -> list[Pair]:
         out.append(cp_ring(c, H, dqk, m.v_head_dim, n))
         out.append(attention(c, "layer/attn/core", H, H, dqk, m.v_head_dim, n, causal=c.S > 1))
     out.append(linear(c, "layer/attn/o_proj", T, d, H * m.v_head_dim, n))
+    if c.train and m.recompute_up_proj:
+        out = [Pair(p.fwd, recompute(p.fwd) + p.bwd) if p.fwd and p.fwd[0].name in MLA_UP_OPS else p
+               for p in out]
     return out + [tp_out(c, "attn_out", n)]
+
+
+# The ops Megatron-Core's "mla_up_proj" recompute re-runs (qkv_up_proj_and_rope_apply; the q/kv
+# layernorms are fused into linear_q_up_proj / linear_kv_up_proj as TELayerNormColumnParallelLinear).
+MLA_UP_OPS = ("layer/attn/q_norm", "layer/attn/q_up", "layer/attn/kv_norm", "layer/attn/kv_up", "layer/attn/rope")
 
 
 def mlp(c: Ctx, prefix: str, M: float, F: int, n: int, batch: int = 1, kernels: int = 1) -> list[Pair]:

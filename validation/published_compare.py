@@ -212,6 +212,20 @@ def moe_software(row, moe) -> dict:
             "a2a_overlap": (name, row.system, row.ep) in _A2A_OVERLAP}
 
 
+# MLA up-projection recompute ("mla_up_proj" in recompute_modules) of the Megatron-Bridge DeepSeek-V3
+# performance recipes: every DEEPSEEK_V3_PRETRAIN_CONFIG_* entry (H100, B200, GB200, B300, GB300
+# except the GB300 MXFP8 / BF16 ones, which have no row with a system here) and the older
+# deepseek_llm_pretrain.py configs set it (scripts/performance/configs/deepseek/
+# deepseek_workload_base_configs.py; source mbridge_dsv3_recompute).
+_MLA_UP_RECOMPUTE = ("deepseek-v3",)
+
+
+def mla_software(row, mla) -> dict:
+    """MLAConfig fields for how the row's software ran its MLA layers (table above)."""
+    name = row.model or row.model_ref
+    return {"recompute_up_proj": name in _MLA_UP_RECOMPUTE and row.source_id.startswith("megatron_bridge")}
+
+
 # TransformerEngine fp8 scaling recipe of rows that do not name one: NeMo 24.07 / 25.02 ran TE's
 # delayed scaling (NeMo 2.0's fp8 default; the 25.02 page says only "FP8 precision"); from NeMo
 # 25.04 the tables state per-tensor current scaling (FP8-CS), and Megatron-Bridge's "FP8" is its
@@ -246,6 +260,8 @@ def workload_for(row) -> TrainingWorkload:
     cfg = row.transformer_config()
     if cfg.moe is not None:
         cfg = cfg.model_copy(update={"moe": cfg.moe.model_copy(update=moe_software(row, cfg.moe))})
+    if cfg.mla is not None:
+        cfg = cfg.model_copy(update={"mla": cfg.mla.model_copy(update=mla_software(row, cfg.mla))})
     # LoRA rows: Megatron-Bridge's default LoRA (rank 32 on linear_qkv/proj/fc1/fc2), the
     # llama3_70b_finetune_config(peft="lora") of its performance scripts (model/lora.py).
     precision = _PRECISION.get(row.precision, "bf16")
