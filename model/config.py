@@ -124,6 +124,10 @@ class TransformerConfig(BaseModel):
     moe: MoEConfig | None = None
     mla: MLAConfig | None = None
     mtp_depth: int = Field(0, ge=0)             # DeepSeek multi-token prediction modules
+    # Software, not architecture: MTP modules the training run builds and trains (Megatron-Core
+    # mtp_num_layers; Megatron-Bridge's DeepSeek-V3 recipe: 1). 0: none (HF-style training and
+    # inference ignore the checkpoint's mtp_depth modules). Ops: model/ops_train._mtp.
+    mtp_layers: int = Field(0, ge=0)
 
     @model_validator(mode="before")
     @classmethod

@@ -11,7 +11,8 @@ active FFN: dense, or top_k routed + shared experts + router); 6*d*V is the lm_h
 (counted even when tied); the attention term is 6*L*S*(H*D) per token for Dqk = Dv = D,
 i.e. 2 (fwd) x 2 (QK^T and PV) x 3 (fwd+bwd) with causal halving (S/2 keys per query
 on average). No recompute credit. PaLM's 6N + 12*L*H*D*S per token is the same without
-causal halving.
+causal halving. Multi-token prediction modules (cfg.mtp_layers) add their layer, norms, eh_proj
+and second head as Megatron-Bridge counts them (``mtp_model_flops``).
 """
 
 from __future__ import annotations
@@ -70,13 +71,33 @@ def model_flops_per_step(w: TrainingWorkload | InferenceWorkload) -> float:
     nb = cfg.matmul_params_per_token()
     if isinstance(w, TrainingWorkload):
         t = w.tokens
-        return 6.0 * (nb + d * V) * t + 3.0 * L * H * (dqk + dv) * w.seq * t
+        return 6.0 * (nb + d * V) * t + 3.0 * L * H * (dqk + dv) * w.seq * t + mtp_model_flops(w)
     if w.phase == "prefill":
         rows = w.tokens if w.prefill_logits == "all" else w.batch
         pairs = causal_pairs(w.prompt_len, w.prompt_len)
     else:
         rows, pairs = w.batch, float(w.context_len)
     return 2.0 * nb * w.tokens + 2.0 * d * V * rows + 2.0 * L * w.batch * H * pairs * (dqk + dv)
+
+
+def mtp_model_flops(w: TrainingWorkload) -> float:
+    """Model FLOPs of the MTP modules (cfg.mtp_layers) in a training step, as Megatron-Bridge's
+    flop_utils.transformer_flops counts them (source mcore_mtp): each module is one more layer of
+    the last layer's kind (its weights and causal attention as above), its norms and eh_proj,
+    6*(3d + 2d^2) per token, and the shared head once more, 6*d*V per token."""
+    cfg, (dqk, dv) = w.model, _attn_dims(w)
+    D = cfg.mtp_layers
+    if not D:
+        return 0.0
+    d, last = cfg.d_model, cfg.n_layers - 1
+    m = cfg.moe
+    if cfg.is_moe_layer(last):
+        ffn = m.n_experts * d + m.top_k * cfg.mlp_matmul_params(m.expert_ffn)
+        ffn += cfg.mlp_matmul_params(m.shared_ffn_total) if m.n_shared_experts else 0
+    else:
+        ffn = cfg.mlp_matmul_params(cfg.ffn)
+    per_token = 6.0 * (cfg.attn_matmul_params() + ffn + 3 * d + 2 * d * d + d * cfg.vocab)
+    return D * (per_token + 3.0 * cfg.n_heads * (dqk + dv) * w.seq) * w.tokens
 
 
 def hardware_flops_per_step(w: TrainingWorkload | InferenceWorkload, fused=frozenset(),

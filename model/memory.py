@@ -37,9 +37,20 @@ def weight_bytes(w: TrainingWorkload | InferenceWorkload) -> float:
     cfg = w.model
     P = cfg.param_count()
     if isinstance(w, TrainingWorkload):
-        return P * train_dtypes_of(w).param
+        return trained_params(w) * train_dtypes_of(w).param
     lin = linear_weight_params(cfg, layers_only=True)
     return lin * STORED_BYTES[w.weight_dtype] + (P - lin) * DTYPE_BYTES[w.act_dtype]
+
+
+def trained_params(w: TrainingWorkload) -> int:
+    """Parameters a training step holds: the model's, + its trained MTP modules' (cfg.mtp_layers;
+    per module enorm, hnorm, eh_proj 2d x d, a layer of the last layer's kind, final norm; the
+    embedding and output head are shared, as TransformerConfig.mtp_param_count counts them)."""
+    cfg = w.model
+    if not cfg.mtp_layers:
+        return cfg.param_count()
+    block = cfg.layer_params(cfg.n_layers - 1)
+    return cfg.param_count() + cfg.mtp_layers * (3 * cfg.norm_params() + 2 * cfg.d_model ** 2 + block)
 
 
 def weight_cast_cache_bytes(w: TrainingWorkload) -> float:
@@ -54,7 +65,7 @@ def weight_cast_cache_bytes(w: TrainingWorkload) -> float:
 
 def grad_bytes(w: TrainingWorkload) -> float:
     """Gradient accumulators: fp32 .grad (amp, fp32) or fp32 main_grad (bf16, fp8): 4 B/param."""
-    return w.model.param_count() * train_dtypes_of(w).grad
+    return trained_params(w) * train_dtypes_of(w).grad
 
 
 def grads_persist(w: TrainingWorkload) -> bool:
@@ -95,7 +106,7 @@ def optimizer_state_bytes(w: TrainingWorkload) -> float:
     master weights (4 B/param) for bf16/fp8 precision."""
     dt = train_dtypes_of(w)
     per = 8.0 if w.optimizer == "adamw" else 4.0
-    return w.model.param_count() * (per + dt.master)
+    return trained_params(w) * (per + dt.master)
 
 
 def _norm_saved(w: TrainingWorkload, T: int, W: int, consumers: int, fused: bool) -> float:
@@ -182,8 +193,15 @@ def activation_bytes_saved(w: TrainingWorkload | InferenceWorkload, fused=frozen
     cfg = w.model
     per_dense = activation_bytes_per_layer(w, fused) if cfg.n_dense_layers else 0.0
     per_moe = activation_bytes_per_layer(w, fused, moe_layer=True) if cfg.n_moe_layers else 0.0
-    head = _norm_saved(w, w.tokens_per_microbatch, cfg.d_model, 1, "norm" in fused)
-    return cfg.n_dense_layers * per_dense + cfg.n_moe_layers * per_moe + head
+    T = w.tokens_per_microbatch
+    head = _norm_saved(w, T, cfg.d_model, 1, "norm" in fused)
+    total = cfg.n_dense_layers * per_dense + cfg.n_moe_layers * per_moe + head
+    if cfg.mtp_layers:   # per MTP module: its layer (the last layer's kind), enorm, hnorm, final norm,
+        last_moe = cfg.is_moe_layer(cfg.n_layers - 1)     # the 2d-wide eh_proj input, its logits / loss
+        layer = activation_bytes_per_layer(w, fused, moe_layer=last_moe)
+        extra = 3 * _norm_saved(w, T, cfg.d_model, 1, "norm" in fused) + train_dtypes_of(w).act * T * 2 * cfg.d_model
+        total += cfg.mtp_layers * (layer + extra + logits_bytes(w, fused))
+    return total
 
 
 def logits_bytes(w: TrainingWorkload | InferenceWorkload, fused=frozenset()) -> float:

@@ -9,6 +9,9 @@ For pipeline stage ``stage`` (default 0, the stage holding the most micro-batche
   activations one micro-batch of the stage's layers (heads and ffn / tp; norms and residual
               inputs / tp only with sp; tokens / cp) times ``inflight_microbatches``, plus
               the logits / loss tensors on the last stage
+  MTP         the stage holding the MTP modules (shard.mtp_stage) also holds their layers
+              (shard.train_local_config), norms, eh_proj, a copy of the word embedding (off the
+              first stage) and their activations: norms, eh_proj input, a second logits / loss
   dp_buffers  torch DDP (amp_bf16, fp32 precision, zero 0): its gradient buckets are a second
               copy of the gradients (gradient_as_bucket_view=False, the default); Megatron's
               main_grad buffer (bf16, fp8) is bucketed in place: 0; zero 1/2 same rule;
@@ -24,7 +27,7 @@ from dataclasses import dataclass
 from .memory import _attn_saved, _ffn_saved, _norm_saved, activation_bytes_per_layer, logits_bytes
 from .ops_dp import dp_group
 from .parallel import Parallelism
-from .shard import local_config
+from .shard import mtp_stage, train_local_config
 from .workload import TrainingWorkload, train_dtypes_of
 
 
@@ -49,18 +52,21 @@ def inflight_microbatches(p: Parallelism, stage: int = 0, n_microbatches: int | 
 def stage_param_count(w: TrainingWorkload, stage: int = 0) -> int:
     """Parameters one GPU of pipeline stage ``stage`` holds (tp/ep shard, all of its layers)."""
     p, cfg = w.parallel, w.model
-    loc = local_config(cfg, p, stage)
+    loc = train_local_config(cfg, p, stage)
     P = sum(loc.layer_params(i) for i in range(loc.n_layers))
     first, last = stage == 0, stage == p.pp - 1
     if first:
         P += loc.vocab * loc.d_model + (loc.max_seq * loc.d_model if loc.pos_embedding == "learned" else 0)
     if last:
         P += loc.norm_params() + (0 if (first and loc.tie_embeddings) else loc.vocab * loc.d_model)
+    if stage == mtp_stage(cfg, p):   # MTP: enorm, hnorm, eh_proj (2d x d/tp), final norm; embedding copy
+        d = loc.d_model
+        P += cfg.mtp_layers * (3 * loc.norm_params() + 2 * d * (d // p.tp)) + (0 if first else loc.vocab * d)
     return P
 
 
 def _expert_count(w: TrainingWorkload, stage: int) -> int:
-    loc = local_config(w.model, w.parallel, stage)
+    loc = train_local_config(w.model, w.parallel, stage)
     return loc.n_moe_layers * loc.moe.n_experts * loc.mlp_params(loc.moe.expert_ffn) if loc.moe else 0
 
 
@@ -73,7 +79,7 @@ def _sharded(w: TrainingWorkload, stage: int, per_param: float, min_zero: int) -
 
 
 def _local_workload(w: TrainingWorkload, stage: int) -> TrainingWorkload:
-    return TrainingWorkload(model=local_config(w.model, w.parallel, stage), mbs=w.mbs,
+    return TrainingWorkload(model=train_local_config(w.model, w.parallel, stage), mbs=w.mbs,
                             seq=w.seq // w.parallel.cp, precision=w.precision, optimizer=w.optimizer,
                             recompute=w.recompute)
 
@@ -101,6 +107,11 @@ def stage_activation_bytes(w: TrainingWorkload, fused=frozenset(), stage: int = 
     if stage == p.pp - 1:
         T = wl.tokens_per_microbatch // (p.tp if p.sp else 1)
         total += _norm_saved(wl, T, cfg.d_model, 1, "norm" in fused) + logits_bytes(wl, fused)
+    if stage == mtp_stage(w.model, p):   # per MTP module (its layer is in cfg): enorm, hnorm, final
+        T = wl.tokens_per_microbatch // (p.tp if p.sp else 1)   # norm, the gathered 2d eh_proj input, logits
+        a = train_dtypes_of(wl).act
+        total += w.model.mtp_layers * (3 * _norm_saved(wl, T, cfg.d_model, 1, "norm" in fused)
+                                      + a * wl.tokens_per_microbatch * 2 * cfg.d_model + logits_bytes(wl, fused))
     return total
 
 
@@ -124,7 +135,7 @@ def dp_buffer_bytes(w: TrainingWorkload, stage: int = 0) -> float:
     if dp_group(p) == 1:
         return 0.0
     if p.zero == 3:
-        loc = local_config(w.model, p, stage)
+        loc = train_local_config(w.model, p, stage)
         layer = max(loc.layer_params(i) for i in range(loc.n_layers))
         return layer * (2 * dt.param + dt.grad)
     return 0.0 if dt.main_grad else stage_param_count(w, stage) * dt.grad

@@ -25,11 +25,11 @@ from dataclasses import replace
 from .config import TransformerConfig
 from .lora import adapter_tensor_sizes, frozen, frozen_base
 from .ops import DTYPE_BYTES, STORED_BYTES, Op
-from .ops_common import Ctx, Pair, chain, linear, recompute
+from .ops_common import CAT, Ctx, Pair, chain, linear, nv, recompute
 from .ops_dp import ddp_bucket_copies, dp_group, fsdp, fsdp_copies, grad_sync, param_gather
 from .ops_layer import layer_pairs
 from .quant import recipe_of, training_casts, weight_cast_bytes
-from .shard import local_config, timed_stage
+from .shard import timed_stage, train_local_config
 from .workload import TrainingWorkload, train_dtypes_of
 
 
@@ -81,7 +81,7 @@ def step_dtypes(w: TrainingWorkload, fused: frozenset):
 def _ctx(w: TrainingWorkload, fused: frozenset) -> Ctx:
     dt, p = step_dtypes(w, fused), w.parallel
     gb, stage = STORED_BYTES[dt.gemm], timed_stage(w.model, p)    # fp4 operands carry block scales
-    return Ctx(cfg=local_config(w.model, p, stage), B=w.mbs, S=w.seq // p.cp, Skv=w.seq, act=dt.act, resid=dt.resid,
+    return Ctx(cfg=train_local_config(w.model, p, stage), B=w.mbs, S=w.seq // p.cp, Skv=w.seq, act=dt.act, resid=dt.resid,
                gemm=dt.gemm, gin=gb, wb=gb, pw=dt.param, mb=w.grad_accum, train=True, autocast=dt.autocast,
                main_grad=dt.main_grad, grad_out=dt.act, fused=fused, tp=p.tp, sp=p.sp, cp=p.cp, ep=p.ep, etp=p.etp,
                embed=stage == 0, head=stage == p.pp - 1)
@@ -90,14 +90,34 @@ def _ctx(w: TrainingWorkload, fused: frozenset) -> Ctx:
 def stage_param_sizes(c: Ctx) -> list[int]:
     """Parameter tensor sizes this GPU holds: all of c.cfg, less the input embedding (and
     learned positions) off the first stage and the final norm + lm_head off the last; a tied
-    lm_head on a last stage that is not the first is a copy of its own."""
+    lm_head on a last stage that is not the first is a copy of its own. The MTP stage adds
+    its modules' own tensors (``mtp_param_sizes``; their layers are in c.cfg's n_layers)."""
     cfg, sizes = c.cfg, param_tensor_sizes(c.cfg)
     if not c.head:
         sizes = sizes[:len(sizes) - _head_tensors(cfg)]
     if c.embed:
-        return sizes
+        return sizes + mtp_param_sizes(c)
     rest = sizes[2 if cfg.pos_embedding == "learned" else 1:]
-    return rest + ([cfg.vocab * cfg.d_model] if cfg.tie_embeddings and c.head else [])
+    return rest + ([cfg.vocab * cfg.d_model] if cfg.tie_embeddings and c.head else []) + mtp_param_sizes(c)
+
+
+def mtp_param_sizes(c: Ctx) -> list[int]:
+    """Tensors of the MTP modules besides their transformer layers, on the stage holding them
+    (the head stage): per module enorm, hnorm, eh_proj (column-parallel 2d -> d/tp), the final
+    norm (Megatron-Core MultiTokenPredictionLayer); and, off the first stage, a copy of the
+    word embedding (vocab/tp x d), which GPTModel builds on the MTP stage and whose grad is
+    all-reduced with the first stage's (``_dp_ops``). The output head is the main one."""
+    cfg = c.cfg
+    if not (c.head and cfg.mtp_layers):
+        return []
+    d, nrm = cfg.d_model, [cfg.d_model] * (2 if cfg.norm == "layernorm" else 1)
+    per = nrm * 2 + [2 * d * (d // c.tp)] + nrm
+    return per * cfg.mtp_layers + ([] if c.embed else [cfg.vocab * d])
+
+
+def mtp_linear_params(c: Ctx) -> int:
+    """eh_proj weights of this GPU's MTP modules (cast like the layer linears)."""
+    return c.cfg.mtp_layers * 2 * c.cfg.d_model * (c.cfg.d_model // c.tp) if c.head else 0
 
 
 def _head_tensors(cfg) -> int:
@@ -106,13 +126,15 @@ def _head_tensors(cfg) -> int:
 
 
 def stage_params(c: Ctx) -> int:
-    return c.cfg.param_count() if c.embed and c.head else sum(stage_param_sizes(c))
+    if c.embed and c.head:
+        return c.cfg.param_count() + sum(mtp_param_sizes(c))
+    return sum(stage_param_sizes(c))
 
 
 def stage_tensors(c: Ctx) -> int:
     if not c.head:
         return len(stage_param_sizes(c))
-    return param_tensors(c.cfg) - (0 if c.embed else 1 - int(c.cfg.tie_embeddings))
+    return param_tensors(c.cfg) - (0 if c.embed else 1 - int(c.cfg.tie_embeddings)) + len(mtp_param_sizes(c))
 
 
 def expert_params(cfg: TransformerConfig) -> int:
@@ -130,7 +152,8 @@ def _weight_casts(w: TrainingWorkload, c: Ctx) -> tuple[list[Op], list[Op]]:
     cfg, dt, recipe = c.cfg, train_dtypes_of(w), recipe_of(w.precision, w.fp8_recipe)
     if dt.weight_cast is None or _fsdp_gather_bytes(w) == 2:   # FSDP bf16 params: nothing to cast
         return [], []
-    P, nt = linear_weight_params(cfg, layers_only=bool(recipe)), linear_weight_tensors(cfg) - bool(recipe)
+    P = linear_weight_params(cfg, layers_only=bool(recipe)) + mtp_linear_params(c)
+    nt = linear_weight_tensors(cfg) - bool(recipe) + (cfg.mtp_layers if c.head else 0)
     k = 1 if c.f("cast") else nt + (0 if recipe else pieces(4.0 * cfg.vocab * cfg.d_model) - 1)  # lm_head > 2 GiB: split
     (r, wr), cnt = (weight_cast_bytes(recipe) if recipe else dt.weight_cast), (w.grad_accum if dt.autocast else 1)
     pre = chain("cast/weights", "cast", "fwd", [(0, r * P, wr * P, k)], cnt, P)
@@ -264,6 +287,47 @@ def _head(c: Ctx) -> list[Pair]:
             cross_entropy(c, T, cfg.vocab), tp_cross_entropy(c, T)]
 
 
+def _mtp(c: Ctx) -> list[Pair]:
+    """The MTP modules' own ops on the stage holding them (DeepSeek-V3 report sec. 2.2;
+    Megatron-Core MultiTokenPredictionLayer; source mcore_mtp), per module and micro-batch:
+    the shared embedding of the shifted tokens (vocab-parallel, its output reduce-scattered /
+    all-reduced over tp), enorm and hnorm (T/tp rows with sp), the concat to 2d, eh_proj
+    (ColumnParallelLinear 2d -> d/tp: with sp its 2d-wide input is all-gathered, reduce-scattered
+    back in the backward and gathered again for the wgrad), the all-gather of the d/tp output
+    columns (gather_from_tensor_model_parallel_region; its backward is a split) and, with sp,
+    scatter_to_sequence_parallel_region (a split; its backward all-gathers), then the final
+    norm, the shared output head and the loss again (``_head``). The module's transformer layer
+    is one of the stage's layers (shard.train_local_config). The roll of the ids / labels and
+    the loss scaling are small and not modelled. Op names start "mtp/" (collectives "mtp_")."""
+    cfg = c.cfg
+    if not (c.head and cfg.mtp_layers):
+        return []
+    cm = replace(c, mb=c.mb * cfg.mtp_layers)
+    d, T, Tn, a = cfg.d_model, cm.T, cm.Tn, cm.act
+    cnt, e2 = cm.mb, Tn * 2 * d
+    x2, x1 = T * 2 * d * a, T * d * a
+    eh_in = Pair(coll("eh_in_ag", "all_gather", "tp", x2, c.tp, "fwd", cnt),
+                 coll("eh_in_rs", "reduce_scatter", "tp", x2, c.tp, "bwd", cnt)
+                 + coll("eh_in_ag_wgrad", "all_gather", "tp", x2, c.tp, "bwd", cnt)) if c.sp else \
+        Pair([], coll("eh_in_ar", "all_reduce", "tp", x2, c.tp, "bwd", cnt))
+    eh_out = Pair(coll("eh_out_ag", "all_gather", "tp", x1, c.tp, "fwd", cnt),
+                  coll("eh_out_ag", "all_gather", "tp", x1, c.tp, "bwd", cnt) if c.sp else [])
+    concat = Pair(chain("concat", "elementwise", "fwd", [nv(e2, a * e2, a * e2, CAT)], cnt, e2),
+                  chain("concat", "elementwise", "bwd", [(0, a * e2, a * e2)], cnt, e2))
+    own = [embedding(cm, T), tp_out(cm, "embed_out", 1), norm(cm, "enorm_hnorm", Tn, d, 2, 1), concat, eh_in,
+           linear(cm, "eh_proj", T, d // c.tp, 2 * d, 1), eh_out]
+    return [_renamed(q) for q in own + _head(cm)]
+
+
+def _renamed(q: Pair) -> Pair:
+    def name(o: Op) -> Op:
+        if o.name.startswith("comm/"):
+            _, g, rest = o.name.split("/", 2)
+            return replace(o, name=f"comm/{g}/mtp_{rest}")
+        return replace(o, name="mtp/" + o.name)
+    return Pair([name(o) for o in q.fwd], [name(o) for o in q.bwd])
+
+
 def _first(c: Ctx) -> list[Pair]:
     """The input embedding (vocab-parallel: its output all-reduced / reduce-scattered over tp),
     on the first pipeline stage only."""
@@ -295,7 +359,8 @@ def _dp_ops(w: TrainingWorkload, c: Ctx, trainable: list[int] | None = None) -> 
     nt = len(trainable) if trainable is not None else stage_tensors(c)
     into, out = ddp_bucket_copies(p, (P - Pe) * dt.grad, nt, dt.main_grad or c.f(GRAD_HOOKS_16BIT))   # the buffer is the bucket
     sync = into + sync
-    if p.pp > 1 and c.cfg.tie_embeddings and (c.embed or c.head) and trainable is None:   # Megatron: first and last stage sum the shared embedding grad
+    # Megatron: first and last stage sum the shared embedding grad (tied lm_head, or the MTP stage's embedding copy)
+    if p.pp > 1 and (c.cfg.tie_embeddings or c.cfg.mtp_layers) and (c.embed or c.head) and trainable is None:
         sync += coll("embed_grad_ar", "all_reduce", "pp", c.cfg.vocab * c.cfg.d_model * dt.grad, 2, "bwd", 1, "fp32")
     gather = param_gather(p, ((P - Pe) * dt.grad, (P - Pe) * dt.param), (Pe * dt.grad, Pe * dt.param), pdt)
     return {"fwd": ag_f, "bwd": ag_b, "sync": sync, "finalize": out, "gather": gather}
@@ -305,7 +370,7 @@ def training_ops(w: TrainingWorkload, fused: frozenset) -> tuple[Op, ...]:
     """Every op of one optimizer step (see module docstring)."""
     c, p = _ctx(w, fused), w.parallel
     layers, recipe = layer_pairs(c), recipe_of(w.precision, w.fp8_recipe)
-    head, first = (_head(c) if c.head else []), _first(c)
+    head, first = (_head(c) + _mtp(c) if c.head else []), _first(c)
     trainable = None
     if w.peft == "lora":   # frozen base (model/lora.py): no base wgrad, adapters train
         trainable = adapter_tensor_sizes(c, layers, w.lora_rank)

@@ -13,6 +13,8 @@ the single-GPU op builders produce per-GPU shapes unchanged:
              the router's weight is counted for the local experts only, an under-count of
              (E - E/ep) * d parameters per MoE layer, < 0.5% of a stage for DeepSeek-V3)
   vocab      padded_vocab/tp (vocab-parallel embedding, lm_head and cross-entropy)
+  mtp_layers kept (MTP modules trained); the MTP stage of a training step adds their layers
+             to n_layers (``train_local_config``)
 MLA's q_down/kv_down (latent) projections are replicated over tp, as in Megatron.
 With Parallelism() the config is returned unchanged (identity).
 """
@@ -90,7 +92,11 @@ def _first_last_counts(L: int, p: Parallelism) -> tuple[int, ...]:
 def timed_stage(cfg: TransformerConfig, p: Parallelism) -> int:
     """The pipeline stage whose work sets the pace: the most forward FLOPs per token, counted as
     2 x active parameters of its layers (+ the lm_head, vocab*d, on the last stage; the
-    embedding lookup is a gather, no FLOPs). Ties go to the last stage. Even splits: the last."""
+    embedding lookup is a gather, no FLOPs). Ties go to the last stage. Even splits: the last.
+    The MTP modules on the last stage (``mtp_stage``) are not counted: a FLOP count cannot see
+    host-bound stages, and counting them picks the MTP stage where the model times the others
+    slower (Megatron-Bridge DeepSeek-V3 on B200, pp 16: 4-layer stages 23.1 s against 18.5 s for
+    the last stage's 1 layer + MTP + 2 heads); the slowest stage needs each candidate timed."""
     if not p.uneven_split:
         return p.pp - 1
     counts, start, best = stage_layer_counts(cfg.n_layers, p), 0, (-1.0, 0)
@@ -100,6 +106,42 @@ def timed_stage(cfg: TransformerConfig, p: Parallelism) -> int:
         best = max(best, (cost, s))
         start += n
     return best[1]
+
+
+# Multi-token prediction (DeepSeek-V3 report sec. 2.2; Megatron-Core MultiTokenPredictionBlock).
+# Megatron-Core builds the MTP modules on the last pipeline stage when no layout is given
+# (multi_token_prediction.py mtp_on_this_rank / get_mtp_num_layers_to_build), and the
+# Megatron-Bridge DeepSeek-V3 layouts put ["mtp"] * mtp_num_layers + ["loss"] in the last virtual
+# stage, which is on rank pp - 1 (source mcore_mtp). That stage then also holds a copy of the word
+# embedding (GPTModel builds it when pre_process or mtp_process).
+
+
+def mtp_stage(cfg: TransformerConfig, p: Parallelism) -> int | None:
+    """The pipeline stage holding the MTP modules (None without MTP): the last."""
+    return p.pp - 1 if cfg.mtp_layers else None
+
+
+def train_local_config(cfg: TransformerConfig, p: Parallelism, stage: int | None = None) -> TransformerConfig:
+    """``local_config`` for a training step: on the stage holding MTP (``mtp_stage``) n_layers
+    also counts each MTP module's transformer layer (a layer of the model's last layer's kind:
+    Megatron-Core builds it from the decoder's layer spec), with the MoE/dense split kept
+    exactly (first_k_dense_layers = dense count, moe_layer_freq 1, as a local shard). The
+    module's embedding, norms, eh_proj and second head are ops of their own (ops_train._mtp)."""
+    s = p.pp - 1 if stage is None else stage
+    loc = local_config(cfg, p, s)
+    if s != mtp_stage(cfg, p):
+        return loc
+    return _with_mtp_layers(loc, cfg.mtp_layers, cfg.is_moe_layer(cfg.n_layers - 1))
+
+
+@lru_cache(maxsize=64)
+def _with_mtp_layers(loc: TransformerConfig, depth: int, moe_layer: bool) -> TransformerConfig:
+    n_layers, n_moe = loc.n_layers + depth, loc.n_moe_layers + (depth if moe_layer else 0)
+    data = loc.model_dump(exclude={"moe"})
+    data.update(n_layers=n_layers)
+    moe = None if loc.moe is None else loc.moe.model_copy(
+        update={"first_k_dense_layers": n_layers - n_moe, "moe_layer_freq": 1})
+    return TransformerConfig(**data).model_copy(update={"moe": moe})
 
 
 def stage_layers(cfg: TransformerConfig, p: Parallelism, stage: int | None = None) -> range:

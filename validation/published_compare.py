@@ -154,7 +154,8 @@ def _fill(row) -> dict:
 # Megatron-Bridge DeepSeek-V3 recipe (set_deepseek_v3_pipeline_model_parallel_layout,
 # NVIDIA-NeMo/Megatron-Bridge src/megatron/bridge/recipes/deepseek/deepseek_v3.py): transformer
 # layers per virtual stage for each (pp, vp); (8, 4) is the performance scripts' H100 layout
-# "Et|(tt|)*30mL". The MTP layer and the loss sit in the last virtual stage (MTP not modelled).
+# "Et|(tt|)*30mL". The MTP layer and the loss sit in the last virtual stage, on rank pp - 1
+# (model/shard.mtp_stage; the MTP ops: model/ops_train._mtp).
 _DSV3_LAYOUT = {
     (4, 1): (16, 16, 16, 13), (8, 1): (8,) * 7 + (5,), (4, 2): (8,) * 7 + (5,),
     (16, 1): (4,) * 15 + (1,), (8, 2): (4,) * 15 + (1,), (4, 4): (4,) * 15 + (1,),
@@ -220,6 +221,13 @@ def moe_software(row, moe) -> dict:
 _MLA_UP_RECOMPUTE = ("deepseek-v3",)
 
 
+def mtp_layers_for(row, cfg) -> int:
+    """MTP modules the row trained (TransformerConfig.mtp_layers): the model's MTP depth where the
+    row says it ran MTP (mtp true: Megatron-Bridge's DeepSeek-V3 recipe sets mtp_num_layers = 1,
+    the model's depth; source mcore_mtp), none where it says "w/o MTP" or says nothing."""
+    return cfg.mtp_depth if row.mtp else 0
+
+
 def mla_software(row, mla) -> dict:
     """MLAConfig fields for how the row's software ran its MLA layers (table above)."""
     name = row.model or row.model_ref
@@ -262,6 +270,8 @@ def workload_for(row) -> TrainingWorkload:
         cfg = cfg.model_copy(update={"moe": cfg.moe.model_copy(update=moe_software(row, cfg.moe))})
     if cfg.mla is not None:
         cfg = cfg.model_copy(update={"mla": cfg.mla.model_copy(update=mla_software(row, cfg.mla))})
+    if mtp_layers_for(row, cfg):
+        cfg = cfg.model_copy(update={"mtp_layers": mtp_layers_for(row, cfg)})
     # LoRA rows: Megatron-Bridge's default LoRA (rank 32 on linear_qkv/proj/fc1/fc2), the
     # llama3_70b_finetune_config(peft="lora") of its performance scripts (model/lora.py).
     precision = _PRECISION.get(row.precision, "bf16")
