@@ -15,7 +15,6 @@ be matched to the parameter:
 
 from __future__ import annotations
 
-from functools import cached_property
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PositiveInt, model_validator
@@ -160,9 +159,15 @@ class TransformerConfig(BaseModel):
         m = self.moe
         return bool(m) and i >= m.first_k_dense_layers and i % m.moe_layer_freq == 0
 
-    @cached_property
+    @property
     def n_moe_layers(self) -> int:
-        return sum(self.is_moe_layer(i) for i in range(self.n_layers))
+        """Layers i in [first_k_dense_layers, n_layers) with i % moe_layer_freq == 0 (closed form;
+        not cached: a cached value would survive model_copy(update={"n_layers": ...}))."""
+        m = self.moe
+        if not m or m.first_k_dense_layers >= self.n_layers:
+            return 0
+        f = m.moe_layer_freq
+        return (self.n_layers - 1) // f - -(-m.first_k_dense_layers // f) + 1
 
     @property
     def n_dense_layers(self) -> int:
