@@ -83,6 +83,7 @@ class Parallelism(BaseModel):
     layout: tuple[NonNegativeInt, ...] | None = None
     fsdp_param_dtype: Literal["fp32", "bf16"] | None = None
     tp_comm_overlap: bool = False   # TransformerEngine userbuffers: TP AG/RS pipelined with the GEMMs
+    timed_stage: NonNegativeInt | None = None   # the pipeline stage an estimate times (None: shard.timed_stage)
 
     @model_validator(mode="after")
     def _check(self) -> "Parallelism":
@@ -96,6 +97,8 @@ class Parallelism(BaseModel):
         if self.fsdp_param_dtype is not None and self.zero != 3:
             raise ValueError("fsdp_param_dtype: a parameter dtype policy needs zero = 3 (FSDP)")
         self._check_split()
+        if self.timed_stage is not None and self.timed_stage >= self.pp:
+            raise ValueError(f"timed_stage: {self.timed_stage} is not a stage of pp = {self.pp} (0..{self.pp - 1})")
         return self
 
     def _check_expert(self) -> None:

@@ -96,7 +96,10 @@ def timed_stage(cfg: TransformerConfig, p: Parallelism) -> int:
     The MTP modules on the last stage (``mtp_stage``) are not counted: a FLOP count cannot see
     host-bound stages, and counting them picks the MTP stage where the model times the others
     slower (Megatron-Bridge DeepSeek-V3 on B200, pp 16: 4-layer stages 23.1 s against 18.5 s for
-    the last stage's 1 layer + MTP + 2 heads); the slowest stage needs each candidate timed."""
+    the last stage's 1 layer + MTP + 2 heads); the slowest stage needs each candidate timed, which
+    sim/distributed.estimate_parallel does (``Parallelism.timed_stage`` overrides this rule)."""
+    if p.timed_stage is not None:
+        return p.timed_stage
     if not p.uneven_split:
         return p.pp - 1
     counts, start, best = stage_layer_counts(cfg.n_layers, p), 0, (-1.0, 0)

@@ -306,7 +306,26 @@ def _single(workload):
 
 
 def estimate_parallel(workload, hw, stack=None, overrides=None):
-    """estimate() for a workload split over GPUs (module docstring)."""
+    """estimate() for a workload split over GPUs (module docstring). The step is paced by the
+    slowest pipeline stage: shard.timed_stage picks it by forward FLOPs, except that a stage
+    holding MTP modules (DeepSeek-V3) can be slower or faster than its FLOPs say (host-bound
+    stages), so with MTP both it and the FLOP-rule stage are timed and the slower is kept."""
+    par, cfg = workload.parallel, workload.model
+    if par.pp > 1 and par.timed_stage is None and getattr(cfg, "mtp_layers", 0):
+        from ..model.shard import mtp_stage, timed_stage
+        stages = sorted({timed_stage(cfg, par), mtp_stage(cfg, par)})
+        runs = [_estimate_stage(workload, s, hw, stack, overrides) for s in stages]
+        return max(runs, key=lambda e: e.step_time_s)
+    return _estimate_parallel(workload, hw, stack, overrides)
+
+
+def _estimate_stage(workload, stage: int, hw, stack, overrides):
+    """estimate_parallel with the timed pipeline stage fixed."""
+    par = workload.parallel.model_copy(update={"timed_stage": stage})
+    return _estimate_parallel(workload.model_copy(update={"parallel": par}), hw, stack, overrides)
+
+
+def _estimate_parallel(workload, hw, stack=None, overrides=None):
     from .. import hwdb
     from ..model import hardware_flops_per_step, model_flops_per_step
     from . import errorband

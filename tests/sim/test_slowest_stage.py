@@ -1,0 +1,35 @@
+"""The step is paced by the slowest pipeline stage when a stage holds MTP modules."""
+
+import pytest
+
+from mechsim.model import TrainingWorkload, preset
+from mechsim.model.parallel import Parallelism
+from mechsim.model.shard import timed_stage
+from mechsim.sim.cluster import Cluster
+from mechsim.sim.distributed import _estimate_stage
+from mechsim.sim.estimate import estimate
+
+
+def _dsv3(mtp: int, pp: int = 8) -> TrainingWorkload:
+    cfg = preset("deepseek-v3").model_copy(update={"mtp_layers": mtp})
+    return TrainingWorkload(model=cfg, mbs=1, seq=4096, grad_accum=16, precision="fp8", stack="megatron_te",
+                            parallel=Parallelism(pp=pp, ep=8, dp=8, zero=1, first_stage_layers=7, last_stage_layers=6))
+
+
+def test_timed_stage_must_be_a_stage():
+    with pytest.raises(ValueError, match="timed_stage"):
+        Parallelism(pp=4, dp=2, timed_stage=4)
+
+
+def test_mtp_step_is_the_slowest_of_the_flop_stage_and_the_mtp_stage():
+    cl = Cluster(system="hgx_h100", nodes=8)
+    w = _dsv3(1)
+    e = estimate(w, cl)
+    flop_stage, last = timed_stage(w.model, w.parallel), w.parallel.pp - 1
+    assert flop_stage != last          # the FLOP rule alone would not time the MTP stage
+    steps = {s: _estimate_stage(w, s, cl, None, None).step_time_s for s in (flop_stage, last)}
+    assert steps[flop_stage] != steps[last]
+    assert e.step_time_s == pytest.approx(max(steps.values()))
+    # without MTP the FLOP rule alone picks the stage (one estimate)
+    e0 = estimate(_dsv3(0), cl)
+    assert e0.step_time_s <= e.step_time_s
