@@ -164,20 +164,28 @@ def _calls(t: OpTable, c: CommTimes, name: str, phase: int) -> tuple[float, int]
     return 0.0, 0
 
 
-def fsdp_step_exposure(t: OpTable, c: CommTimes, fwd_s: float, bwd_s: float, m: int) -> overlap.Exposure:
+def fsdp_step_exposure(t: OpTable, c: CommTimes, fwd_s: float, bwd_s: float, m: int,
+                       persistent_root: bool = False) -> overlap.Exposure:
     """ZeRO-3 / FSDP: per micro-batch, each layer's parameters are gathered one layer
     ahead in forward and again in backward, its gradients reduce-scattered after its
     backward (overlap.fsdp_exposure); the stage's non-layer parameters form a first
-    unit with no compute to hide behind. Layers are taken as equal units."""
+    unit with no compute to hide behind. Layers are taken as equal units.
+
+    ``persistent_root`` (overlap.fsdp_persistent_root: Megatron-FSDP): the first unit's
+    parameters are gathered once per step, before the first micro-batch's forward (nothing to
+    hide behind), and stay gathered through every micro-batch's forward and backward; their
+    gradients are still reduce-scattered after each backward:
+        exposed = m * exposed_mb(first gather 0) + AG_first."""
     ag, n_ag = _calls(t, c, "comm/dp/param_ag", FWD)
     rs, _ = _calls(t, c, "comm/dp/grad_rs", BWD)
     rest_ag, _ = _calls(t, c, "comm/dp/rest_param_ag", FWD)
     rest_rs, _ = _calls(t, c, "comm/dp/rest_grad_rs", BWD)
     layers = max(1, n_ag // max(m, 1))
     unit = lambda first, per: np.concatenate(([first], np.full(layers, per)))  # noqa: E731
+    once = rest_ag if persistent_root else 0.0
     e = overlap.fsdp_exposure(unit(0.0, fwd_s / m / layers), unit(0.0, bwd_s / m / layers),
-                              unit(rest_ag, ag), unit(rest_rs, rs))
-    return overlap.Exposure("fsdp", e.comm_s * m, e.exposed_s * m, e.hidden_s * m, e.slowdown_s * m)
+                              unit(rest_ag - once, ag), unit(rest_rs, rs))
+    return overlap.Exposure("fsdp", e.comm_s * m + once, e.exposed_s * m + once, e.hidden_s * m, e.slowdown_s * m)
 
 
 TP_LINEARS = ("layer/attn/qkv_proj", "layer/attn/o_proj", "layer/mlp/gate_up", "layer/mlp/down")
@@ -243,7 +251,7 @@ def step_parts(t: OpTable, k: KernelTimes, gpu_s: np.ndarray, c: CommTimes, par,
     t_bw = min(wgrad_s(t, k_total) / m, t_b) if par.schedule in ("zero_bubble", "dualpipe") else None
     pipe = pipeline.pipeline_for(par, m, t_f, t_b, p2p_per_microbatch(t, c, m), t_bw,
                                  blocking=overlap.pp_stack_trait("blocking", stack_key))
-    dp = (fsdp_step_exposure(t, c, fwd, bwd, m) if par.zero == 3
+    dp = (fsdp_step_exposure(t, c, fwd, bwd, m, overlap.fsdp_persistent_root(stack_key)) if par.zero == 3
           else dp_exposure(t, c, t_b, after_backward=overlap.ddp_after_backward(stack_key)))
     if par.zero == 3 and zero3_serial_s is not None:
         dp = overlap.Exposure("zero3_serial", zero3_serial_s, zero3_serial_s, 0.0, 0.0)

@@ -25,7 +25,9 @@ FSDP (zero 3): each layer's parameters are all-gathered one layer ahead (forward
 prefetch, and again in backward), each layer's gradients reduce-scattered after its
 backward. exposed = first gather + sum_i max(0, comm_i - compute_{i-1}): the comm that
 layer i's neighbour's compute cannot cover; in backward the comm beside layer k's compute
-is AG_{k+1} + RS_{k-1}, and the last RS ends the step.
+is AG_{k+1} + RS_{k-1}, and the last RS ends the step. A stack with ``fsdp_persistent_root``
+(Megatron-FSDP) gathers the parameters outside the layer units once per step instead of
+before every micro-batch's forward and backward.
 
 TP: Megatron's TP collectives sit between dependent GEMMs on the critical path unless
 TransformerEngine's tp-comm-overlap (userbuffers) is on: exposed = (1 - f) comm with the
@@ -142,6 +144,19 @@ def ddp_after_backward(stack: str) -> bool:
     LocalDDP.allreduce_gradients runs once the last micro-batch's backward is done), so that
     exposed = the sum of the bucket all-reduces instead of what outlasts the backward."""
     p = overlap_params().get(f"ddp.after_backward.{stack}")
+    return bool(p and float(p.value))
+
+
+def fsdp_persistent_root(stack: str) -> bool:
+    """Whether a stack's FSDP keeps the parameters outside its FSDP units (the stage's embedding,
+    output layer and final norm) gathered from their first forward use until the optimizer step
+    (sim/data/overlap.toml [fsdp.persistent_root]; a stack not listed reshards them like any unit,
+    as torch FSDP2's root module does). Megatron-FSDP (use_megatron_fsdp, optim_grads_params):
+    the units are the TransformerLayers; AllGatherPipeline.all_gather_params gathers only EMPTY
+    buckets and only the units' post-forward / post-backward hooks release theirs, so the other
+    buckets are gathered once per step and kept until the pipeline's reset in finish_grad_sync;
+    their gradients are still reduce-scattered every micro-batch (grad_reduce_every_bprop)."""
+    p = overlap_params().get(f"fsdp.persistent_root.{stack}")
     return bool(p and float(p.value))
 
 
