@@ -103,16 +103,18 @@ def critical_comm(t: OpTable, c: CommTimes, k_total: np.ndarray, stack_key: str,
     what the attention compute of the same phase cannot hide, plus the contention slowdown of
     the attention it runs beside (as DDP/FSDP comm: NCCL kernels take SMs and HBM),
 
-        cp_exposed = max(0, C - A) + min(C, A) * contention.compute_slowdown."""
+        cp_exposed = max(0, C - A / k) + min(C, A / k) * contention.compute_slowdown,
+
+    k = contention.comm_stretch: beside the attention the ring runs k times slower."""
     f = overlap.tp_overlap_fraction(stack_key, par.tp if par else 1, bool(par and par.tp_comm_overlap))
     attn = t.kind == KINDS.index("attention")
-    slow = overlap.default_contention()
+    slow, k = overlap.default_contention(), overlap.comm_stretch()
     out = {}
     for ph_name, ph in (("fwd", FWD), ("bwd", BWD)):
         tp = overlap.tp_exposure(_group_phase(c, t, "tp", ph), f, contention=0.0).exposed_s
         ep = _group_phase(c, t, "ep", ph)
         ring, a = _group_phase(c, t, "cp", ph), _sum(k_total, attn & (t.phase == ph))
-        cp = max(0.0, ring - a) + min(ring, a) * slow
+        cp = max(0.0, ring - a / k) + min(ring, a / k) * slow
         out[ph_name] = (tp, cp, ep)
     return {g: (out["fwd"][i], out["bwd"][i]) for i, g in enumerate(("tp", "cp", "ep"))}
 

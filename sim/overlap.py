@@ -9,7 +9,12 @@ Contention (sim/data/overlap.toml): NCCL kernels are ordinary CUDA blocks (one p
 channel) that hold SMs and stream through HBM while they run, so compute overlapped
 with communication is slower than alone. First-order model:
     slowdown_s = overlapped_s * contention.compute_slowdown
-with overlapped_s the time comm and compute actually run together. The default is
+with overlapped_s the (alone-speed) seconds of comm that run beside compute. Beside compute a
+collective also runs slower, by contention.comm_stretch: it covers less of the compute window
+and may outlast it (measured on 2 H200s: GEMM slowed 0.06-0.32 s per second of NCCL beside it,
+median 0.17, the collective stretched 1.54-2.38x, median 1.95;
+validation/experiments/comm_contention.py). Before the stretch was modelled the fitted slowdown
+(0.36) absorbed it. The default is
 Lee et al. 2025 (arXiv:2507.03114): overlapped compute slows by 18.9% on average
 (40% worst) across GPT/LLaMA on A100/H100/MI250; calibrate it on measured DDP/FSDP
 steps. The slowdown does not feed back into the timeline (a longer backward would
@@ -88,6 +93,11 @@ def overlap_param(name: str) -> float:
 
 def default_contention() -> float:
     return overlap_param("contention.compute_slowdown")
+
+
+def comm_stretch() -> float:
+    """How much longer a collective takes beside compute than alone (contention.comm_stretch)."""
+    return overlap_param("contention.comm_stretch")
 
 
 def userbuffers_exposed_fraction(tp: int, slowdown: float) -> float:
@@ -213,7 +223,8 @@ def split_buckets(grad_bytes: float, bucket_bytes: float, first_bucket_bytes: fl
     return np.array(first + [b] * n + ([tail] if tail > 0 else []), dtype=float)
 
 
-def dp_grad_sync(ready_s, comm_s, t_bwd_s: float, contention: float | None = None) -> Exposure:
+def dp_grad_sync(ready_s, comm_s, t_bwd_s: float, contention: float | None = None,
+                 stretch: float | None = None) -> Exposure:
     """DDP / ZeRO-1/2 gradient buckets: exposed = max(0, last finish - end of backward).
 
     ready_s: when each bucket's gradients are complete, seconds from the start of the
@@ -223,19 +234,42 @@ def dp_grad_sync(ready_s, comm_s, t_bwd_s: float, contention: float | None = Non
     """
     t = _scalar("t_bwd_s", t_bwd_s)
     r, c = _arr("ready_s", ready_s), _arr("comm_s", comm_s)
-    finish = serial_finish_times(r, c)
-    start = finish - c
+    if r.shape != c.shape:
+        raise ValueError(f"ready_s and comm_s differ in length ({r.size} vs {c.size})")
+    finish, overlapped = stretched_finish_times(r, c, t, comm_stretch() if stretch is None else stretch)
     exposed = max(0.0, float(finish[-1]) - t) if finish.size else 0.0
-    return _exposure("dp", float(c.sum()), exposed, overlapped_time_s(start, finish, t), contention)
+    return _exposure("dp", float(c.sum()), exposed, overlapped, contention)
 
 
-def _prefetch_exposed(compute_s: np.ndarray, comm_s: np.ndarray) -> float:
-    """comm_0 + sum_{i>=1} max(0, comm_i - compute_{i-1}): one-ahead prefetch."""
+def stretched_finish_times(ready_s: np.ndarray, comm_s: np.ndarray, until_s: float,
+                           stretch: float) -> tuple[np.ndarray, float]:
+    """Finish times of collectives on one in-order stream when each runs ``stretch`` times
+    slower while compute runs beside it (before ``until_s``) and at its own speed after:
+    a collective of alone-time c starting at s < until ends at s + stretch c if that is before
+    until, else at until + c - (until - s) / stretch. Also returns the alone-time seconds of
+    comm that ran beside compute (what costs the compute ``contention.compute_slowdown``)."""
+    k = _scalar("stretch", stretch)
+    if k < 1:
+        raise ValueError(f"stretch: must be >= 1, got {k}")
+    finish, prev, beside = np.empty_like(comm_s), 0.0, 0.0
+    for i, (r, c) in enumerate(zip(ready_s.tolist(), comm_s.tolist())):
+        start = max(r, prev)
+        done = min(c, max(0.0, until_s - start) / k)        # alone-seconds done beside compute
+        prev = start + k * done + (c - done)
+        finish[i], beside = prev, beside + done
+    return finish, beside
+
+
+def _prefetch_exposed(compute_s: np.ndarray, comm_s: np.ndarray, stretch: float = 1.0) -> float:
+    """comm_0 + sum_{i>=1} max(0, comm_i - compute_{i-1} / stretch): one-ahead prefetch; beside
+    compute a collective runs ``stretch`` times slower, so compute_{i-1} covers compute_{i-1} /
+    stretch of its alone time."""
     n = comm_s.size
-    return float(comm_s[0] + np.maximum(0.0, comm_s[1:] - compute_s[: n - 1]).sum())
+    return float(comm_s[0] + np.maximum(0.0, comm_s[1:] - compute_s[: n - 1] / stretch).sum())
 
 
-def fsdp_exposure(fwd_compute_s, bwd_compute_s, ag_s, rs_s, contention: float | None = None) -> Exposure:
+def fsdp_exposure(fwd_compute_s, bwd_compute_s, ag_s, rs_s, contention: float | None = None,
+                  stretch: float | None = None) -> Exposure:
     """FSDP (zero 3) per-layer all-gather prefetch and reduce-scatter (module docstring).
 
     Arrays per FSDP unit in forward order (the caller puts a root unit first if it has
@@ -246,16 +280,17 @@ def fsdp_exposure(fwd_compute_s, bwd_compute_s, ag_s, rs_s, contention: float | 
     ag, rs = _arr("ag_s", ag_s), _arr("rs_s", rs_s)
     if not (cf.size == cb.size == ag.size == rs.size):
         raise ValueError("fwd_compute_s, bwd_compute_s, ag_s, rs_s: need one entry per FSDP unit each")
-    fwd = _prefetch_exposed(cf, ag)
+    k = comm_stretch() if stretch is None else _scalar("stretch", stretch)
+    fwd = _prefetch_exposed(cf, ag, k)
     # backward runs the units in reverse (j = 0..L-1). Before unit j's compute its gather
     # AG_j must be done; RS_{j-1} is issued after unit j-1's compute, so the comm that the
     # compute of unit j-1 covers is AG_j + RS_{j-2}; a virtual unit L holds RS_{L-2},
     # and RS_{L-1} runs after the last compute.
     cb_r, ag_r, rs_r = cb[::-1], ag[::-1], rs[::-1]
     gate = np.concatenate((ag_r, [0.0])) + np.concatenate(([0.0, 0.0], rs_r))[: ag_r.size + 1]
-    bwd = _prefetch_exposed(cb_r, gate) + float(rs_r[-1])
+    bwd = _prefetch_exposed(cb_r, gate, k) + float(rs_r[-1])
     comm = float(2 * ag.sum() + rs.sum())
-    overlapped = float(np.minimum(ag[1:], cf[:-1]).sum() + np.minimum(gate[1:], cb_r).sum())
+    overlapped = float(np.minimum(ag[1:], cf[:-1] / k).sum() + np.minimum(gate[1:], cb_r / k).sum())
     return _exposure("fsdp", comm, fwd + bwd, overlapped, contention)
 
 

@@ -30,7 +30,7 @@ def test_serial_finish_matches_a_loop():
 
 
 def test_a_single_bucket_is_fully_exposed():
-    e = dp_grad_sync([T_BWD], [5e-3], T_BWD, contention=0.0)
+    e = dp_grad_sync([T_BWD], [5e-3], T_BWD, contention=0.0, stretch=1.0)
     assert (e.exposed_s, e.hidden_s, e.slowdown_s) == (pytest.approx(5e-3), 0.0, 0.0)
 
 
@@ -38,7 +38,7 @@ def test_many_small_buckets_expose_only_the_last_one():
     sizes = np.full(40, 25 * 2**20)
     ready = uniform_bucket_ready_s(T_BWD, sizes)
     comm = np.full(40, 0.5 * T_BWD / 40)      # all comm = half the backward
-    e = dp_grad_sync(ready, comm, T_BWD, contention=0.0)
+    e = dp_grad_sync(ready, comm, T_BWD, contention=0.0, stretch=1.0)
     assert e.exposed_s == pytest.approx(comm[-1])
     assert e.comm_s == pytest.approx(comm.sum())
     assert e.hidden_s == pytest.approx(comm.sum() - comm[-1])
@@ -48,7 +48,7 @@ def test_comm_longer_than_backward_exposes_the_excess():
     ready = uniform_bucket_ready_s(T_BWD, np.ones(10))
     comm = np.full(10, 2 * T_BWD / 10)
     # the stream starts at the first ready time (T/10) and never idles: finish = T/10 + 2T
-    assert dp_grad_sync(ready, comm, T_BWD, 0.0).exposed_s == pytest.approx(T_BWD / 10 + 2 * T_BWD - T_BWD)
+    assert dp_grad_sync(ready, comm, T_BWD, 0.0, stretch=1.0).exposed_s == pytest.approx(T_BWD / 10 + 2 * T_BWD - T_BWD)
 
 
 def test_contention_slows_only_the_overlapped_compute():
@@ -63,7 +63,7 @@ def test_contention_slows_only_the_overlapped_compute():
 def test_more_bandwidth_never_increases_dp_exposure():
     sizes = split_buckets(4.9e9, 25 * 2**20, 2**20)
     ready = uniform_bucket_ready_s(T_BWD, sizes)
-    exp = [dp_grad_sync(ready, 20e-6 + sizes / bw, T_BWD, 0.0).exposed_s for bw in (50e9, 100e9, 200e9, 400e9)]
+    exp = [dp_grad_sync(ready, 20e-6 + sizes / bw, T_BWD, 0.0, stretch=1.0).exposed_s for bw in (50e9, 100e9, 200e9, 400e9)]
     assert all(a >= b for a, b in zip(exp, exp[1:]))
     assert exp[0] > exp[-1]
 
@@ -78,7 +78,7 @@ def test_fsdp_with_comm_below_compute_exposes_only_the_first_gather_and_last_sca
     n = 8
     cf, cb = np.full(n, 2e-3), np.full(n, 4e-3)
     ag, rs = np.full(n, 0.5e-3), np.full(n, 0.6e-3)
-    e = fsdp_exposure(cf, cb, ag, rs, contention=0.0)
+    e = fsdp_exposure(cf, cb, ag, rs, contention=0.0, stretch=1.0)
     # forward: the first gather; backward: its first gather and the final reduce-scatter
     assert e.exposed_s == pytest.approx(ag[0] + ag[-1] + rs[0])
     assert e.comm_s == pytest.approx(2 * ag.sum() + rs.sum())
@@ -87,7 +87,7 @@ def test_fsdp_with_comm_below_compute_exposes_only_the_first_gather_and_last_sca
 def test_fsdp_forward_closed_form_when_comm_exceeds_compute():
     cf, cb = np.array([1.0, 1.0, 1.0]), np.array([10.0, 10.0, 10.0])
     ag, rs = np.array([3.0, 3.0, 3.0]), np.zeros(3)
-    e = fsdp_exposure(cf, cb, ag, rs, contention=0.0)
+    e = fsdp_exposure(cf, cb, ag, rs, contention=0.0, stretch=1.0)
     fwd = 3 + 2 + 2        # first gather, then max(0, 3 - 1) twice
     bwd = 3                # backward compute covers the later gathers
     assert e.exposed_s == pytest.approx(fwd + bwd)
@@ -96,7 +96,7 @@ def test_fsdp_forward_closed_form_when_comm_exceeds_compute():
 def test_more_bandwidth_never_increases_fsdp_exposure():
     cf, cb = np.full(16, 1.5e-3), np.full(16, 3e-3)
     nbytes = np.full(16, 243e6)
-    exp = [fsdp_exposure(cf, cb, nbytes / bw, nbytes / bw, 0.0).exposed_s for bw in (30e9, 100e9, 300e9)]
+    exp = [fsdp_exposure(cf, cb, nbytes / bw, nbytes / bw, 0.0, stretch=1.0).exposed_s for bw in (30e9, 100e9, 300e9)]
     assert exp[0] >= exp[1] >= exp[2] and exp[0] > exp[2]
 
 
@@ -155,3 +155,34 @@ def test_overlap_data_has_units_sources_and_kinds():
                                                                 / f"{r}.json").exists() for r in runs), name
             continue
         assert p.source in sources, f"overlap.toml:{name} source {p.source!r} not in sources.toml"
+
+
+def test_stretch_one_is_the_serial_stream():
+    import numpy as np
+    from mechsim.sim import overlap
+    r, c = np.array([0.0, 0.05, 0.3]), np.array([0.1, 0.1, 0.2])
+    f, beside = overlap.stretched_finish_times(r, c, 0.35, 1.0)
+    assert np.allclose(f, overlap.serial_finish_times(r, c))
+    assert beside == pytest.approx(0.1 + 0.1 + 0.05)
+
+
+def test_a_collective_beside_compute_runs_stretch_times_slower_then_full_speed():
+    import numpy as np
+    from mechsim.sim import overlap
+    # one bucket of 0.1 s alone, ready at 0, compute until 0.1: half-speed for 0.1 s (0.05 done),
+    # then the remaining 0.05 at full speed -> ends at 0.15, 0.05 s exposed
+    f, beside = overlap.stretched_finish_times(np.array([0.0]), np.array([0.1]), 0.1, 2.0)
+    assert f[0] == pytest.approx(0.15) and beside == pytest.approx(0.05)
+    e = overlap.dp_grad_sync([0.0], [0.1], 0.1, contention=0.0, stretch=2.0)
+    assert e.exposed_s == pytest.approx(0.05)
+    assert overlap.dp_grad_sync([0.0], [0.1], 0.1, contention=0.0, stretch=1.0).exposed_s == 0.0
+    with pytest.raises(ValueError, match="stretch"):
+        overlap.stretched_finish_times(np.array([0.0]), np.array([0.1]), 0.1, 0.5)
+
+
+def test_fsdp_prefetch_covers_less_when_the_gather_stretches():
+    from mechsim.sim import overlap
+    args = ([1.0, 1.0, 1.0], [2.0, 2.0, 2.0], [0.8, 0.8, 0.8], [0.5, 0.5, 0.5])
+    a = overlap.fsdp_exposure(*args, contention=0.0, stretch=1.0)
+    b = overlap.fsdp_exposure(*args, contention=0.0, stretch=2.0)
+    assert b.exposed_s > a.exposed_s
