@@ -36,9 +36,10 @@ HEAD = ("| case | step s | tokens/s/GPU | MFU % | bubble ms | exposed ms tp / cp
 
 
 def deepseek_plan(schedule: str) -> TrainingWorkload:
-    cfg = preset("deepseek-v3")
+    """DeepSeek's own plan (arXiv:2412.19437 sec. 3.2), with the one MTP module it trained (sec. 2.2)."""
+    cfg = preset("deepseek-v3").model_copy(update={"mtp_layers": 1})
     par = Parallelism(pp=16, ep=64, dp=128, zero=1, schedule=schedule, **pipeline_split(cfg, 16, 1))
-    return TrainingWorkload(model="deepseek-v3", mbs=1, seq=4096, grad_accum=15360 // 128, precision="fp8",
+    return TrainingWorkload(model=cfg, mbs=1, seq=4096, grad_accum=15360 // 128, precision="fp8",
                             recompute="none", stack="megatron_te", parallel=par)
 
 
