@@ -13,6 +13,8 @@ it). Alone and concurrent runs alternate after a power warm-up so both run at th
 Writes one JSON (stdlib + torch only; runs on the device machine):
 
     python validation/experiments/comm_contention.py --out $OUT/comm_contention.json
+    CONTENTION_MEMORY=1 ...   adds a memory-bound kernel (out-of-place bf16 scale) beside the same collectives
+    CONTENTION_MEMORY=only    the memory-bound kernel alone
 """
 
 from __future__ import annotations
@@ -28,6 +30,9 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 GEMMS = [(8192, 8192, 8192), (8192, 28672 // 4, 8192), (16384, 8192 // 4, 8192)]   # M, N, K
+# memory-bound work beside the collective: an out-of-place bf16 scale of 2^28 elements (1 GiB in,
+# 1 GiB out), written (0, numel, 0) in the M, N, K slot
+MEMORY = [(0, 1 << 28, 0)]
 COMMS = [("all_gather", 64 << 20), ("all_gather", 256 << 20), ("reduce_scatter", 256 << 20),
          ("sendrecv", 256 << 20)]
 REPEATS = 5
@@ -86,10 +91,15 @@ def worker(rank: int, port: int, out: str) -> None:
     dist.init_process_group("nccl", rank=rank, world_size=2)
     gs, cs = torch.cuda.Stream(), torch.cuda.Stream()
     rows = []
-    for (m, n, k) in GEMMS:
-        a, b = torch.randn(m, k, device=dev, dtype=torch.bfloat16), torch.randn(k, n, device=dev, dtype=torch.bfloat16)
-        c = torch.empty(m, n, device=dev, dtype=torch.bfloat16)
-        gemm = lambda: torch.matmul(a, b, out=c)  # noqa: E731
+    mode = os.environ.get("CONTENTION_MEMORY", "")
+    for (m, n, k) in (MEMORY if mode == "only" else GEMMS + (MEMORY if mode else [])):
+        if m == 0:      # memory-bound kernel (MEMORY)
+            a, c = torch.randn(n, device=dev, dtype=torch.bfloat16), torch.empty(n, device=dev, dtype=torch.bfloat16)
+            gemm = lambda: torch.mul(a, 2.0, out=c)  # noqa: E731
+        else:
+            a, b = torch.randn(m, k, device=dev, dtype=torch.bfloat16), torch.randn(k, n, device=dev, dtype=torch.bfloat16)
+            c = torch.empty(m, n, device=dev, dtype=torch.bfloat16)
+            gemm = lambda: torch.matmul(a, b, out=c)  # noqa: E731
         tg1 = _measure(gemm, None, 20, 0, gs, cs, both=False)[0] / 20
         warm = max(1, int(3.0 / (50 * tg1)))
         warm = int(_max_over_ranks(warm, dev))    # same call count on both ranks (barriers)
@@ -117,6 +127,8 @@ def worker(rank: int, port: int, out: str) -> None:
                          "gemm_iters": g_iters, "comm_iters": c_iters,
                          "gemm_alone_s": ag, "comm_alone_s": ac, "gemm_concurrent_s": cg, "comm_concurrent_s": ccm,
                          "gemm_tflops_alone": 2 * m * n * k * g_iters / ag / 1e12,
+                         "work": "memory" if m == 0 else "gemm",
+                         "mem_GBps_alone": 4 * n * g_iters / ag / 1e9 if m == 0 else None,
                          "slowdown_per_overlap_s": (cg - ag) / min(ccm, cg),
                          "comm_stretch": ccm / ac,
                          "samples": {"gemm_alone": alone_g, "comm_alone": alone_c, "gemm_conc": conc_g, "comm_conc": conc_c}})
