@@ -153,6 +153,19 @@ def run_validation():
     return rows, unused, summary, limits, failures(summary, limits)
 
 
+@st.cache_resource(max_entries=2, show_spinner="Predicting the published at-scale runs ...")
+def published():
+    return run_published()
+
+
+def run_published():
+    """(rows, unused, {source id: Source}) of `mechsim validate published` (training tables)."""
+    from ..validation.published import published_sources
+    from ..validation.published_compare import compare_published
+    rows, unused = compare_published()
+    return rows, unused, {s.id: s for s in published_sources()}
+
+
 @dataclass(frozen=True)
 class ServingInputs:
     """What the Serving page asks for (`mechsim serve` / best_serving_plan arguments; SI seconds)."""

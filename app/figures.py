@@ -178,6 +178,23 @@ def validation_errors(summary, limits) -> go.Figure:
     return fig
 
 
+def published_scatter(rows) -> go.Figure:
+    """Predicted vs published tokens/s/GPU of the at-scale runs (log-log), one trace per system,
+    with y = x and the +-25 % band."""
+    fig = go.Figure()
+    for system in sorted({r.system for r in rows}):
+        rs = [r for r in rows if r.system == system]
+        fig.add_trace(go.Scatter(x=[r.published for r in rs], y=[r.predicted for r in rs], mode="markers", name=system,
+                                 text=[f"{r.row_id}: {r.error:+.1%}" for r in rs],
+                                 hovertemplate="%{text}<extra></extra>"))
+    lo, hi = min(r.published for r in rows) / 1.3, max(r.published for r in rows) * 1.3
+    for k, name in ((1.0, "y = x"), (1.25, "+25 %"), (0.75, "-25 %")):
+        fig.add_trace(go.Scatter(x=[lo, hi], y=[lo * k, hi * k], mode="lines", name=name,
+                                 line=dict(dash="dash" if k == 1.0 else "dot", color="grey")))
+    return _layout(fig, "published at-scale runs: predicted vs published", xaxis_type="log", yaxis_type="log",
+                   xaxis_title="published tokens/s/GPU", yaxis_title="predicted tokens/s/GPU")
+
+
 # ---- serving ----------------------------------------------------------------------------------
 
 def serving_curves(points, ttft_s: float | None, tpot_s: float | None, title: str = "") -> go.Figure:

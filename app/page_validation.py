@@ -67,6 +67,34 @@ def render() -> None:
     common.assumptions_panel(threshold_rows(limits) + efficiency_rows("h200_sxm"),
                              "Predictions use the calibrated H200 efficiency parameters below (fitted on the "
                              "calibration split only); thresholds are the project's CI guard.")
+    published_section()
+
+
+def published_section() -> None:
+    """The published at-scale training runs (`mechsim validate published`): none of them is fitted except
+    where validation/LOG.md names the rows a parameter was calibrated on."""
+    st.subheader("At scale: published training runs")
+    st.markdown("Tokens/s/GPU of the Megatron-LM 2021, NeMo / Megatron-Bridge and torchtitan tables, each row "
+                "predicted with the software stack and plan it ran (`validation/published/`, one citation per "
+                "source; `mechsim validate published -v`). Rows whose source footnotes a regression are kept and "
+                "also shown apart.")
+    got = common.attempt(cached.published, "published comparison")
+    if got is None:
+        return
+    rows, unused, sources = got
+    systems = tables.published_system_rows(rows)
+    c = st.columns(len(systems) or 1)
+    for col, s in zip(c, systems):
+        col.metric(f"{s['system']} MAPE", f"{s['MAPE']:.1%}", help=f"{s['rows']} rows, {s['over_25pct']} over 25 %")
+    st.dataframe(systems, hide_index=True, column_config={
+        k: st.column_config.NumberColumn(k, format="percent") for k in ("MAPE", "max", "MAPE_without_flagged")})
+    st.plotly_chart(figures.published_scatter(rows), key="val.pub.scatter")
+    recs = tables.published_rows(rows, sources)
+    st.dataframe(recs, hide_index=True,
+                 column_config={"error": st.column_config.NumberColumn("error", format="percent")})
+    st.caption(f"{len(rows)} rows predicted; {len(unused)} rows not predicted (a model, system or parallel degree "
+               "not published, or no tokens/s/GPU).")
+    common.downloads("published_rows", recs, key="val.pub", label="at-scale rows")
 
 
 if __name__ == "__main__":

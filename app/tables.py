@@ -54,6 +54,27 @@ def validation_rows(rows) -> list[dict]:
              "predicted": r.predicted, "error": r.error} for r in rows]
 
 
+def published_rows(rows, sources: dict) -> list[dict]:
+    """One published at-scale run per row: tokens/s/GPU published vs predicted, its source."""
+    out = []
+    for r in sorted(rows, key=lambda r: -abs(r.error)):
+        src = sources.get(r.source)
+        out.append({"row": r.row_id, "system": r.system, "gpus": r.gpus, "published_tokens_per_s_per_gpu": r.published,
+                    "predicted_tokens_per_s_per_gpu": r.predicted, "error": r.error, "source": r.source,
+                    "source_title": getattr(src, "title", ""), "source_flag": r.source_flag or ""})
+    return out
+
+
+def published_system_rows(rows) -> list[dict]:
+    """Per system: rows, MAPE, max |error|, rows over 25 %, and the same without source-flagged rows."""
+    from ..validation.published_compare import by_system
+    kept = by_system(rows, unflagged=True)
+    return [{"system": k, "rows": n, "MAPE": m, "max": mx,
+             "over_25pct": sum(1 for r in rows if r.system == k and abs(r.error) > 0.25),
+             "MAPE_without_flagged": kept.get(k, (0, 0.0, 0.0))[1]}
+            for k, (n, m, mx) in by_system(rows).items()]
+
+
 def summary_rows(summary, limits) -> list[dict]:
     """Per (kind, split): n, MAPE, max, bias, worst case, and the CI threshold (held-out only)."""
     out = []

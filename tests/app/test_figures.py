@@ -121,3 +121,13 @@ def test_error_text_names_the_field():
         TrainingWorkload(model="llama3-8b", mbs=0)
     assert common.error_text(e.value).startswith("mbs:")
     assert common.error_text(KeyError("no such thing")) == "no such thing"
+
+
+def test_published_scatter_has_one_trace_per_system_and_the_band():
+    rows, unused, sources = cached.run_published()
+    fig = figures.published_scatter(rows)
+    systems = {r.system for r in rows}
+    names = [t.name for t in fig.data]
+    assert set(names[:len(systems)]) == systems and names[len(systems):] == ["y = x", "+25 %", "-25 %"]
+    pts = sum(len(t.x) for t in fig.data[:len(systems)])
+    assert pts == len(rows)

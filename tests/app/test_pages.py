@@ -265,3 +265,21 @@ def test_router_opens_on_estimate_and_switches(page_test):
     at.run()
     clean(at)
     assert "Specs shown" in metrics(at)
+
+
+def test_validation_shows_the_published_at_scale_rows(page_test):
+    from mechsim.validation.published_compare import by_system
+    at = page_test("page_validation.py")
+    clean(at)
+    rows, unused, sources = cached.run_published()
+    m = metrics(at)
+    for system, (n, mape, mx) in by_system(rows).items():
+        assert m[f"{system} MAPE"] == f"{mape:.1%}"
+    tables_shown = [d.value for d in at.dataframe]
+    pub = next(t for t in tables_shown if "published_tokens_per_s_per_gpu" in t.columns)
+    assert len(pub) == len(rows)
+    worst = max(rows, key=lambda r: abs(r.error))
+    assert pub.iloc[0]["row"] == worst.row_id and pub.iloc[0]["error"] == pytest.approx(worst.error)
+    assert set(pub["source"]) <= set(sources)
+    flagged = pub[pub["source_flag"] != ""]
+    assert len(flagged) == sum(1 for r in rows if r.source_flag)
