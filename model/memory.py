@@ -204,6 +204,27 @@ def activation_bytes_saved(w: TrainingWorkload | InferenceWorkload, fused=frozen
     return total
 
 
+def offloaded_activation_bytes(w: TrainingWorkload, layers_bytes: float, n_layers: int,
+                               inflight: float = 1.0) -> float:
+    """Saved activations that offload='activations' keeps in host memory at the peak: the first
+    k = offload_layers layers of every in-flight micro-batch, less one layer that is back on the
+    GPU: TransformerEngine's AsyncDoubleBufferGroupOffloadHandler reloads the last offloaded layer
+    as the backward starts (bulk_reload_group at the first backward commit of its window), so at
+    the backward-start peak (k x inflight - 1) layers are on the host. Layers are taken at the
+    mean of ``layers_bytes`` over ``n_layers`` (source te_cpu_offload)."""
+    if w.offload != "activations" or n_layers <= 0:
+        return 0.0
+    return max(0.0, w.offload_layers * inflight - 1.0) * layers_bytes / n_layers
+
+
+def layers_activation_bytes(w: TrainingWorkload, fused=frozenset()) -> tuple[float, int]:
+    """(saved activation bytes of all transformer layers for one micro-batch, layer count)."""
+    cfg = w.model
+    dense = cfg.n_dense_layers * activation_bytes_per_layer(w, fused) if cfg.n_dense_layers else 0.0
+    moe = cfg.n_moe_layers * activation_bytes_per_layer(w, fused, moe_layer=True) if cfg.n_moe_layers else 0.0
+    return dense + moe, cfg.n_dense_layers + cfg.n_moe_layers
+
+
 def logits_bytes(w: TrainingWorkload | InferenceWorkload, fused=frozenset()) -> float:
     """Peak bytes of the loss and lm_head tensors, at the start of the backward (training) or
     of the logits (inference). Training, T tokens, V vocab, d model, a act bytes:

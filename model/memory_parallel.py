@@ -9,6 +9,10 @@ For pipeline stage ``stage`` (default 0, the stage holding the most micro-batche
   activations one micro-batch of the stage's layers (heads and ffn / tp; norms and residual
               inputs / tp only with sp; tokens / cp) times ``inflight_microbatches``, plus
               the logits / loss tensors on the last stage
+  offload     offload="optimizer": no optimizer states on the GPU (host memory, sim/offload.py);
+              offload="activations": the first k layers' activations of each in-flight micro-batch
+              are on the host, less one layer reloaded at the backward start
+              (memory.offloaded_activation_bytes)
   MTP         the stage holding the MTP modules (shard.mtp_stage) also holds their layers
               (shard.train_local_config), norms, eh_proj, a copy of the word embedding (off the
               first stage) and their activations: norms, eh_proj input, a second logits / loss
@@ -24,7 +28,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .memory import _attn_saved, _ffn_saved, _norm_saved, activation_bytes_per_layer, logits_bytes
+from .memory import (_attn_saved, _ffn_saved, _norm_saved, activation_bytes_per_layer, logits_bytes,
+                     offloaded_activation_bytes)
 from .ops_dp import dp_group
 from .parallel import Parallelism
 from .shard import mtp_stage, train_local_config
@@ -93,8 +98,8 @@ def _layer_norm_bytes(wl: TrainingWorkload, fused: frozenset, moe_layer: bool) -
     return whole - _attn_saved(wl, wl.tokens_per_microbatch, fused) - (moe if moe_layer else dense)
 
 
-def stage_activation_bytes(w: TrainingWorkload, fused=frozenset(), stage: int = 0) -> float:
-    """Saved activations of ONE micro-batch on one GPU of ``stage`` (+ logits on the last)."""
+def stage_layers_activation_bytes(w: TrainingWorkload, fused=frozenset(), stage: int = 0) -> tuple[float, int]:
+    """(saved activations of ONE micro-batch of the stage's transformer layers on one GPU, layers)."""
     p, wl, fused = w.parallel, _local_workload(w, stage), frozenset(fused)
     cfg = wl.model
     total = 0.0
@@ -104,6 +109,14 @@ def stage_activation_bytes(w: TrainingWorkload, fused=frozenset(), stage: int = 
             if p.sp:
                 per -= _layer_norm_bytes(wl, fused, moe_layer) * (1 - 1 / p.tp)
             total += n * per
+    return total, cfg.n_dense_layers + cfg.n_moe_layers
+
+
+def stage_activation_bytes(w: TrainingWorkload, fused=frozenset(), stage: int = 0) -> float:
+    """Saved activations of ONE micro-batch on one GPU of ``stage`` (+ logits on the last)."""
+    p, wl, fused = w.parallel, _local_workload(w, stage), frozenset(fused)
+    cfg = wl.model
+    total = stage_layers_activation_bytes(w, fused, stage)[0]
     if stage == p.pp - 1:
         T = wl.tokens_per_microbatch // (p.tp if p.sp else 1)
         total += _norm_saved(wl, T, cfg.d_model, 1, "norm" in fused) + logits_bytes(wl, fused)
@@ -144,8 +157,11 @@ def dp_buffer_bytes(w: TrainingWorkload, stage: int = 0) -> float:
 def gpu_memory(w: TrainingWorkload, fused=frozenset(), stage: int = 0) -> GpuMemory:
     """Memory of one GPU of pipeline stage ``stage`` at its activation peak."""
     p, dt = w.parallel, train_dtypes_of(w)
-    states = 8.0 if w.optimizer == "adamw" else 4.0
-    acts = stage_activation_bytes(w, fused, stage) * inflight_microbatches(p, stage, w.grad_accum)
+    states = 0.0 if w.offload == "optimizer" else (8.0 if w.optimizer == "adamw" else 4.0) + dt.master
+    n = inflight_microbatches(p, stage, w.grad_accum)
+    acts = stage_activation_bytes(w, fused, stage) * n
+    if w.offload == "activations":   # the first k layers of each in-flight micro-batch on the host
+        acts -= offloaded_activation_bytes(w, *stage_layers_activation_bytes(w, fused, stage), n)
     return GpuMemory(weights=_sharded(w, stage, dt.param, 3), grads=_sharded(w, stage, dt.grad, 2),
-                     optimizer=_sharded(w, stage, states + dt.master, 1), activations=acts,
+                     optimizer=_sharded(w, stage, states, 1), activations=acts,
                      dp_buffers=dp_buffer_bytes(w, stage))

@@ -258,6 +258,8 @@ def optimizer_ops(w: TrainingWorkload, c: Ctx, trainable: list[int] | None = Non
     all_sizes = trainable if trainable is not None else None
     P = (sum(trainable) if trainable is not None else stage_params(c)) * frac
     nt = len(trainable) if trainable is not None else stage_tensors(c)
+    if w.offload == "optimizer":
+        return offloaded_optimizer_ops(P, nt)
     extra_w = 2.0 if dt.master else 0.0
     adam = w.optimizer == "adamw"
     flops, r, wr = (12.0, 12.0 + dt.grad, 12.0 + extra_w) if adam else (3.0, 8.0 + dt.grad, 8.0 + extra_w)
@@ -272,6 +274,15 @@ def optimizer_ops(w: TrainingWorkload, c: Ctx, trainable: list[int] | None = Non
         r2, w2 = (48.0, 32.0 + extra_w) if adam else (20.0, 12.0 + extra_w)
         ks = [(flops * P, r2 * P, w2 * P, nt * per)]
     return chain(f"optimizer/{w.optimizer}", "optimizer", "optimizer", ks, 1, P)
+
+
+def offloaded_optimizer_ops(P: float, nt: int) -> list[Op]:
+    """What an offloaded optimizer step leaves on the GPU (offload='optimizer'): the update runs
+    on the host (sim/offload.py times it and the copies). Each updated fp32 parameter comes back
+    with gpu_param.copy_(cpu_fp32, non_blocking=True); torch converts non-blocking CPU->GPU copies
+    on the GPU (aten/src/ATen/native/cuda/Copy.cu: an fp32 staging tensor, then a cast kernel per
+    tensor): R 4, W 2 B/param."""
+    return chain("optimizer/offload_cast", "elementwise", "optimizer", [(0.0, 4.0 * P, 2.0 * P, nt)], 1, P)
 
 
 def _head(c: Ctx) -> list[Pair]:

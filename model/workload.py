@@ -52,6 +52,20 @@ class TrainingWorkload(BaseModel):
       or "bf16" (grad_reduce_in_fp32=False, what the NeMo / Megatron-Bridge performance recipes
       set): 2 B/param of gradient buffer, collective and optimizer read instead of 4. Only for
       the main_grad precisions (bf16, fp8, nvfp4).
+    offload: what lives in host (CPU) memory between uses, moved over the CPU<->GPU link
+      (NVLink-C2C on GB200, PCIe elsewhere; timed in sim/offload.py):
+        optimizer    Megatron-Core optimizer_cpu_offload with optimizer_offload_fraction=1 and
+                     the precision-aware optimizer (HybridDeviceOptimizer, source mcore_hybrid_
+                     optimizer): the fp32 master weights and Adam moments of this GPU's optimizer
+                     shard live on the host; each step copies the fp32 main_grad shard
+                     device->host, runs torch's fused CPU AdamW, and copies the fp32 params back
+                     (cast to bf16 on the GPU). Needs a main_grad precision (bf16, fp8, nvfp4).
+        activations  TransformerEngine cpu_offloading with ``offload_layers`` = k
+                     (cpu_offloading_num_layers): the saved activations of the first k layers of
+                     the stage are copied device->host during each micro-batch's forward and
+                     back during its backward, on side streams (source te_cpu_offload).
+                     Needs 1 <= k < layers of the stage and recompute "none" (Megatron-Core
+                     rejects cpu_offloading with recomputation).
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -67,6 +81,8 @@ class TrainingWorkload(BaseModel):
     peft: Literal["none", "lora"] = "none"
     lora_rank: PositiveInt = 32
     grad_reduce_dtype: Literal["fp32", "bf16"] = "fp32"
+    offload: Literal["none", "optimizer", "activations"] = "none"
+    offload_layers: PositiveInt | None = None
     parallel: Parallelism = Parallelism()
 
     _model = field_validator("model", mode="before")(classmethod(lambda cls, v: _resolve(v)))
@@ -81,6 +97,8 @@ class TrainingWorkload(BaseModel):
         if self.grad_reduce_dtype == "bf16" and not train_dtypes(self.precision).main_grad:
             raise ValueError(f"grad_reduce_dtype: 'bf16' needs a main_grad precision (bf16, fp8, nvfp4), "
                              f"got precision {self.precision!r}")
+        if self.offload != "none" or self.offload_layers is not None:
+            check_offload(self)
         return self
 
     @property
@@ -91,6 +109,33 @@ class TrainingWorkload(BaseModel):
     def tokens(self) -> int:
         """Tokens per optimizer step (all micro-batches)."""
         return self.mbs * self.seq * self.grad_accum
+
+
+def check_offload(w: TrainingWorkload) -> None:
+    """Offload settings that Megatron-Core / TransformerEngine accept (TrainingWorkload docstring);
+    ValueError naming the field otherwise."""
+    if w.offload == "optimizer":
+        if w.offload_layers is not None:
+            raise ValueError("offload_layers: only for offload='activations', got offload='optimizer'")
+        if not train_dtypes(w.precision).main_grad:
+            raise ValueError(f"offload: 'optimizer' models Megatron-Core's HybridDeviceOptimizer, which needs a "
+                             f"main_grad precision (bf16, fp8, nvfp4), got precision {w.precision!r}")
+        if w.parallel.zero == 3 or w.peft != "none":
+            raise ValueError("offload: 'optimizer' with FSDP (zero 3) or LoRA is not modelled")
+        return
+    if w.offload == "none":
+        raise ValueError("offload_layers: set only with offload='activations'")
+    from .shard import stage_layer_counts
+    fewest = min(stage_layer_counts(w.model.n_layers, w.parallel))
+    if w.offload_layers is None:
+        raise ValueError("offload_layers: offload='activations' needs the number of layers to offload (k)")
+    if w.offload_layers >= fewest:
+        raise ValueError(f"offload_layers ({w.offload_layers}) must be below the layers of a pipeline stage "
+                         f"({fewest}): TransformerEngine keeps the last layer's activations on the GPU "
+                         "(Megatron-Core: cpu_offloading_num_layers < num_layers)")
+    if w.recompute != "none":
+        raise ValueError(f"offload: 'activations' with recompute={w.recompute!r}: Megatron-Core rejects "
+                         "cpu_offloading with activation recomputation; use recompute='none'")
 
 
 class InferenceWorkload(BaseModel):

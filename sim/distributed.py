@@ -235,14 +235,20 @@ def moe_layers_per_microbatch(t: OpTable, m: int) -> int:
 
 
 def step_parts(t: OpTable, k: KernelTimes, gpu_s: np.ndarray, c: CommTimes, par, m: int,
-               stack_key: str, launch_idle_s: float, moe=None, zero3_serial_s: float | None = None) -> StepParts:
+               stack_key: str, launch_idle_s: float, moe=None, zero3_serial_s: float | None = None,
+               offload=None) -> StepParts:
     """Compose a multi-GPU step (module docstring). ``moe``: the model's MoE config, for the
     dropless host syncs added to each micro-batch's forward (sim/moe.py). ``zero3_serial_s``:
     a stack whose ZeRO-3 collectives run one synchronous call per tensor (sim/zero3_2021.py)
-    exposes all of it, in place of the overlapped per-layer FSDP model."""
+    exposes all of it, in place of the overlapped per-layer FSDP model. ``offload``: a function
+    k_total -> offload.OffloadTimes (CPU offloading): its forward / backward parts lengthen each
+    micro-batch like critical communication, its after-step part follows the optimizer."""
     k_total = np.where(t.kind == COLLECTIVE, 0.0, gpu_s * t.count)
     fwd, bwd, opt = phase_compute(t, k_total)
     crit = critical_comm(t, c, k_total, stack_key, par)
+    off = offload(k_total) if offload is not None else None
+    if off is not None:
+        crit["offload"] = (off.fwd_s, off.bwd_s)
     if par.schedule == "dualpipe" or getattr(moe, "a2a_overlap", False):
         ep = dualpipe_ep_exposed_s(sum(crit["ep"]), fwd + bwd)
         crit["ep"] = (ep / 2, ep / 2)
@@ -261,6 +267,9 @@ def step_parts(t: OpTable, k: KernelTimes, gpu_s: np.ndarray, c: CommTimes, par,
     exposed = {g: v[0] + v[1] for g, v in crit.items()}
     exposed.update(pp=pipe.p2p_exposed_s, dp=dp.total + after_opt)
     step = pipe.step_s + dp.total + after_opt + opt + launch_idle_s
+    if off is not None:
+        exposed["offload"] += off.after_step_s
+        step += off.after_step_s
     return StepParts(fwd + bwd + opt, exposed, pipe.bubble_s, launch_idle_s, step, sync * m)
 
 
@@ -364,6 +373,7 @@ def _estimate_parallel(workload, hw, stack=None, overrides=None):
     if overlap.pp_stack_trait("scatter_gather", st.key):
         c = scatter_gather_p2p(t, c, par, cluster, eff)
     z3 = zero3_2021_comm_s(workload, par, cluster, st.key)
+    off = _offload_fn(workload, t, gpu, cluster, eff, st.fused)
 
     def timeline(k, speed=1.0):
         gpu_s = np.where(compute, k.gpu_s, 0.0)
@@ -372,7 +382,7 @@ def _estimate_parallel(workload, hw, stack=None, overrides=None):
         busy = float(np.dot(gpu_s, t.count))
         idle = max(0.0, tandem_step_time(host, gpu_s, t.count, t.block_starts) - busy)
         parts = step_parts(t, k, gpu_s, c, par, workload.grad_accum if hasattr(workload, "grad_accum") else 1,
-                           st.key, idle, getattr(workload.model, "moe", None), z3)
+                           st.key, idle, getattr(workload.model, "moe", None), z3, off)
         by_cat, by_phase = _sums(t, k, gpu_s * t.count, idle + parts.moe_sync_s)
         by_cat["communication"] = float(sum(parts.exposed_s.values()))
         by_cat["pipeline_bubble"] = parts.bubble_s
@@ -397,6 +407,16 @@ def _estimate_parallel(workload, hw, stack=None, overrides=None):
         fit_memory(p.memory, gpu), errorband.band_for(p.mode, gpu.key, st.key),
         functools.partial(op_estimates, t, k, lt), gpus=par.gpus, exposed_comm=dict(parts.exposed_s),
         cluster=f"{cluster.nodes} x {cluster.system}", sm_clock_hz=ps.clock_hz if ps else 0.0)
+
+
+def _offload_fn(workload, t: OpTable, gpu, cluster: Cluster, eff, fused):
+    """k_total -> OffloadTimes for a workload with CPU offloading (sim/offload.py), else None."""
+    if getattr(workload, "offload", "none") == "none":
+        return None
+    from .. import hwdb
+    from .offload import step_offload
+    system = hwdb.get_system(cluster.system)
+    return lambda k_total: step_offload(workload, t, k_total, gpu, system, eff, fused)
 
 
 def zero3_2021_comm_s(workload, par, cluster: Cluster, stack_key: str) -> float | None:

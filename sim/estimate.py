@@ -192,11 +192,18 @@ def estimate(workload, hw: Any = "h100_sxm", stack: str | Stack | None = None,
         k = at_compute_speed(t, k, ps.speed, r)
     lt = launch_times(t, k.gpu_s, st)
     by_cat, by_phase = _sums(t, k, lt.gpu_s * t.count, lt.idle_s)
+    step, exposed = lt.step_s, {}
+    if getattr(workload, "offload", "none") != "none":   # CPU offloading (sim/offload.py)
+        from .offload import host_system, step_offload
+        off = step_offload(workload, t, k.gpu_s * t.count, gpu, host_system(hw, gpu), eff, st.fused).total
+        step, exposed = step + off, {"offload": off}
+        by_cat["communication"] += off
     return Estimate(
-        p.summary, p.mode, gpu.key, st.key, lt.step_s, lt.gpu_busy_s, lt.idle_s, p.tokens,
+        p.summary, p.mode, gpu.key, st.key, step, lt.gpu_busy_s, lt.idle_s, p.tokens,
         p.model_flops, p.hardware_flops, float(gpu.peak_flops("bf16")) * clock, by_cat, by_phase,
         fit_memory(p.memory, gpu), errorband.band_for(p.mode, gpu.key, st.key),
-        functools.partial(op_estimates, t, k, lt), sm_clock_hz=ps.clock_hz if ps else 0.0)
+        functools.partial(op_estimates, t, k, lt), sm_clock_hz=ps.clock_hz if ps else 0.0,
+        exposed_comm=exposed)
 
 
 def sustained_power_state(t, k: KernelTimes, st: Stack, gpu, r: float):

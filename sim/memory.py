@@ -31,13 +31,16 @@ from .results import MemoryEstimate
 
 def _train_moments(w, fused: frozenset[str], arch: str) -> tuple[dict[str, float], dict[str, float]]:
     ws = float(MM.cublas_workspace_bytes(w, arch))
-    weights, opt = float(M.weight_bytes(w)), float(M.optimizer_state_bytes(w))
-    grads = float(M.grad_bytes(w))
+    weights, grads = float(M.weight_bytes(w)), float(M.grad_bytes(w))
+    opt = 0.0 if w.offload == "optimizer" else float(M.optimizer_state_bytes(w))   # states on the host
+    acts = float(M.activation_bytes_saved(w, fused))
+    if w.offload == "activations":
+        acts -= MM.offloaded_activation_bytes(w, *MM.layers_activation_bytes(w, fused))
     start = {
         "weights": weights,
         "gradients": grads if MM.grads_persist(w) else 0.0,
         "optimizer_states": opt,
-        "activations": float(M.activation_bytes_saved(w, fused)),
+        "activations": acts,
         "weight_casts": float(M.weight_cast_cache_bytes(w)),
         "loss_transient": float(M.logits_bytes(w, fused)),
         "cublas_workspaces": ws,
