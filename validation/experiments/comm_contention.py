@@ -15,6 +15,7 @@ Writes one JSON (stdlib + torch only; runs on the device machine):
     python validation/experiments/comm_contention.py --out $OUT/comm_contention.json
     CONTENTION_MEMORY=1 ...   adds a memory-bound kernel (out-of-place bf16 scale) beside the same collectives
     CONTENTION_MEMORY=only    the memory-bound kernel alone
+    CONTENTION_COMMS=ddp      all_reduce 25 / 256 MiB, all_gather and reduce_scatter 25 MiB (DDP buckets)
 """
 
 from __future__ import annotations
@@ -30,11 +31,15 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 GEMMS = [(8192, 8192, 8192), (8192, 28672 // 4, 8192), (16384, 8192 // 4, 8192)]   # M, N, K
+GEMMS_DDP = [(8192, 8192, 8192)]
 # memory-bound work beside the collective: an out-of-place bf16 scale of 2^28 elements (1 GiB in,
 # 1 GiB out), written (0, numel, 0) in the M, N, K slot
 MEMORY = [(0, 1 << 28, 0)]
 COMMS = [("all_gather", 64 << 20), ("all_gather", 256 << 20), ("reduce_scatter", 256 << 20),
          ("sendrecv", 256 << 20)]
+# CONTENTION_COMMS=ddp: the collectives of the 2-GPU DDP / FSDP steps (25 MiB buckets, all_reduce)
+DDP_COMMS = [("all_reduce", 25 << 20), ("all_reduce", 256 << 20), ("all_gather", 25 << 20),
+             ("reduce_scatter", 25 << 20)]
 REPEATS = 5
 
 
@@ -43,6 +48,9 @@ def _comm_fn(op: str, nbytes: int, rank: int, dev):
     if op == "all_gather":
         src, dst = torch.randn(n // 2, device=dev, dtype=torch.bfloat16), torch.empty(n, device=dev, dtype=torch.bfloat16)
         return lambda: dist.all_gather_into_tensor(dst, src)
+    if op == "all_reduce":
+        buf = torch.randn(n, device=dev, dtype=torch.bfloat16)
+        return lambda: dist.all_reduce(buf)
     if op == "reduce_scatter":
         src, dst = torch.randn(n, device=dev, dtype=torch.bfloat16), torch.empty(n // 2, device=dev, dtype=torch.bfloat16)
         return lambda: dist.reduce_scatter_tensor(dst, src)
@@ -92,7 +100,8 @@ def worker(rank: int, port: int, out: str) -> None:
     gs, cs = torch.cuda.Stream(), torch.cuda.Stream()
     rows = []
     mode = os.environ.get("CONTENTION_MEMORY", "")
-    for (m, n, k) in (MEMORY if mode == "only" else GEMMS + (MEMORY if mode else [])):
+    gemms = GEMMS_DDP if os.environ.get("CONTENTION_COMMS") == "ddp" else GEMMS
+    for (m, n, k) in (MEMORY if mode == "only" else gemms + (MEMORY if mode else [])):
         if m == 0:      # memory-bound kernel (MEMORY)
             a, c = torch.randn(n, device=dev, dtype=torch.bfloat16), torch.empty(n, device=dev, dtype=torch.bfloat16)
             gemm = lambda: torch.mul(a, 2.0, out=c)  # noqa: E731
@@ -106,7 +115,7 @@ def worker(rank: int, port: int, out: str) -> None:
         for _ in range(warm):                      # power warm-up: sustained clock
             _measure(gemm, None, 50, 0, gs, cs, both=False)
         tg1 = _measure(gemm, None, 20, 0, gs, cs, both=False)[0] / 20
-        for op, nbytes in COMMS:
+        for op, nbytes in (DDP_COMMS if os.environ.get("CONTENTION_COMMS") == "ddp" else COMMS):
             comm = _comm_fn(op, nbytes, rank, dev)
             for _ in range(3):
                 comm()
