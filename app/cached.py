@@ -51,6 +51,8 @@ class EstimateInputs:
     weight_dtype: str = "bf16"
     kv_dtype: str = "bf16"
     plan: Plan = Plan(tp=4, pp=4, vp=5, dp=4, sp=True, zero=1, schedule="interleaved")   # 64 GPUs
+    offload: str = "none"             # training: none / optimizer / activations (sim/offload.py)
+    offload_layers: int = 0           # activations offload: layers per micro-batch (0 = unset)
     hbm_bandwidth_pct: int = 0        # what-if: HBM bandwidth change, percent
     sustained_clock: float = 1.0      # what-if: fraction of the boost clock
 
@@ -59,6 +61,7 @@ class EstimateInputs:
         if self.mode == "train":
             return TrainingWorkload(model=self.model, mbs=self.mbs, seq=self.seq, grad_accum=self.grad_accum,
                                     precision=self.precision, recompute=self.recompute, stack=self.stack,
+                                    offload=self.offload, offload_layers=self.offload_layers or None,
                                     parallel=par)
         return InferenceWorkload(model=self.model, batch=self.batch, phase=self.mode, prompt_len=self.prompt_len,
                                  context_len=self.context_len, weight_dtype=self.weight_dtype,

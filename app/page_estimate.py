@@ -36,6 +36,15 @@ def _workload_inputs(ui: common.Inputs) -> dict:
                                      D.precision, c[3]),
                  recompute=ui.select("recompute", "Recompute", _choices(TrainingWorkload, "recompute"),
                                      D.recompute, c[4]))
+        c = st.columns(5)
+        v.update(offload=ui.select("offload", "CPU offload", _choices(TrainingWorkload, "offload"), D.offload, c[0],
+                                   help="optimizer: fp32 master weights and Adam states in host memory, updated "
+                                        "there; activations: the first k layers' saved activations go to host "
+                                        "memory between forward and backward. Over NVLink-C2C on GB200, PCIe "
+                                        "elsewhere (sim/offload.py)."))
+        if v["offload"] == "activations":
+            v["offload_layers"] = ui.number("offload_layers", "Offloaded layers (k)", max(D.offload_layers, 1), 1,
+                                            where=c[1])
     else:
         v.update(batch=ui.number("batch", "Batch (sequences)", D.batch, 1, where=c[0]),
                  prompt_len=ui.number("prompt", "Prompt length", D.prompt_len, 1, where=c[1], step=256),

@@ -283,3 +283,25 @@ def test_validation_shows_the_published_at_scale_rows(page_test):
     assert set(pub["source"]) <= set(sources)
     flagged = pub[pub["source_flag"] != ""]
     assert len(flagged) == sum(1 for r in rows if r.source_flag)
+
+
+def test_estimate_optimizer_offload_on_gb200(page_test):
+    q = dict(model="llama3-70b", hw="gb200_nvl72", tp=4, pp=4, vp=5, dp=4, sp="true", schedule="interleaved")
+    base = page_test("page_estimate.py", **q)
+    at = page_test("page_estimate.py", **q, offload="optimizer")
+    clean(at)
+    inp = cached.EstimateInputs(hw="gb200_nvl72", offload="optimizer")
+    est, est0 = cached.run_estimate(inp), cached.run_estimate(cached.EstimateInputs(hw="gb200_nvl72"))
+    assert metrics(at)["Step time"] == fmt.time_s(est.step_time_s)
+    assert metrics(at)["Memory per GPU"] == fmt.gib_text(est.memory.total)
+    assert est.memory.total < est0.memory.total and est.step_time_s > est0.step_time_s
+    assert est.exposed_comm["offload"] > 0 and at.query_params["offload"] == "optimizer"
+    assert metrics(base)["Memory per GPU"] == fmt.gib_text(est0.memory.total)
+
+
+def test_estimate_activation_offload_asks_for_layers(page_test):
+    at = page_test("page_estimate.py", hw="gb200_nvl72", offload="activations", offload_layers=2)
+    clean(at)
+    est = cached.run_estimate(cached.EstimateInputs(hw="gb200_nvl72", offload="activations", offload_layers=2))
+    assert metrics(at)["Step time"] == fmt.time_s(est.step_time_s)
+    assert at.number_input(key="estimate.offload_layers").value == 2
