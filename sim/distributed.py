@@ -158,6 +158,18 @@ def dp_exposure(t: OpTable, c: CommTimes, t_b_last: float, phase: int = BWD,
     return overlap.dp_grad_sync(ready, calls, t_b_last)
 
 
+def grad_ready_window_s(t_b: float, par, m: int) -> float:
+    """The stretch of backward over which a stage's gradient buckets become ready, ending with
+    the step's last backward. Without interleaving: the last micro-batch's backward, t_b.
+    Interleaved 1F1B (vp > 1): Megatron runs the final micro-batches in groups of pp per model
+    chunk, chunk vp-1 first and chunk 0 last, and reduces a chunk's buckets when its last backward
+    is done (DistributedDataParallel per model chunk, overlap_grad_reduce), so the chunks' buckets
+    become ready spread over the last min(pp, m) micro-batch backwards: t_b * min(pp, m)."""
+    if par.pp > 1 and par.vp > 1:
+        return t_b * min(par.pp, m)
+    return t_b
+
+
 def _calls(t: OpTable, c: CommTimes, name: str, phase: int) -> tuple[float, int]:
     """(per-call seconds, calls) of the collective op named ``name`` in ``phase``."""
     for i in np.flatnonzero(t.kind == COLLECTIVE):
@@ -260,7 +272,8 @@ def step_parts(t: OpTable, k: KernelTimes, gpu_s: np.ndarray, c: CommTimes, par,
     pipe = pipeline.pipeline_for(par, m, t_f, t_b, p2p_per_microbatch(t, c, m), t_bw,
                                  blocking=overlap.pp_stack_trait("blocking", stack_key))
     dp = (fsdp_step_exposure(t, c, fwd, bwd, m, overlap.fsdp_persistent_root(stack_key)) if par.zero == 3
-          else dp_exposure(t, c, t_b, after_backward=overlap.ddp_after_backward(stack_key)))
+          else dp_exposure(t, c, grad_ready_window_s(t_b, par, m),
+                           after_backward=overlap.ddp_after_backward(stack_key)))
     if par.zero == 3 and zero3_serial_s is not None:
         dp = overlap.Exposure("zero3_serial", zero3_serial_s, zero3_serial_s, 0.0, 0.0)
     after_opt = _sum(c.total_s, (c.group == GROUPS.index("dp")) & (t.phase == OPT))

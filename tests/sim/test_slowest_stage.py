@@ -33,3 +33,19 @@ def test_mtp_step_is_the_slowest_of_the_flop_stage_and_the_mtp_stage():
     # without MTP the FLOP rule alone picks the stage (one estimate)
     e0 = estimate(_dsv3(0), cl)
     assert e0.step_time_s <= e.step_time_s
+
+
+def test_interleaving_spreads_the_gradient_buckets_over_the_last_pp_backwards():
+    from mechsim.sim.distributed import grad_ready_window_s
+    assert grad_ready_window_s(0.1, Parallelism(pp=4, vp=3, dp=2), m=8) == pytest.approx(0.4)
+    assert grad_ready_window_s(0.1, Parallelism(pp=4, vp=3, dp=2), m=2) == pytest.approx(0.2)
+    assert grad_ready_window_s(0.1, Parallelism(pp=4, vp=1, dp=2), m=8) == pytest.approx(0.1)
+    # a DP-bound plan: interleaving leaves less gradient reduction exposed than plain 1F1B
+    cl = Cluster(system="hgx_b200", nodes=8)
+
+    def w(vp, sched):
+        return TrainingWorkload(model="llama3-70b", mbs=1, seq=4096, grad_accum=8, precision="bf16",
+                                stack="megatron_te", parallel=Parallelism(tp=4, sp=True, pp=4, vp=vp, dp=4, zero=1,
+                                                                          schedule=sched))
+    inter, plain = estimate(w(5, "interleaved"), cl), estimate(w(1, "1f1b"), cl)
+    assert inter.exposed_comm["dp"] < plain.exposed_comm["dp"]
