@@ -146,7 +146,7 @@ def p2p_per_microbatch(t: OpTable, c: CommTimes, m: int) -> float:
 
 
 def dp_exposure(t: OpTable, c: CommTimes, t_b_last: float, phase: int = BWD,
-                after_backward: bool = False) -> overlap.Exposure:
+                after_backward: bool = False, stretch: float | None = None) -> overlap.Exposure:
     """Gradient buckets of the last micro-batch's backward on one comm stream; with
     ``after_backward`` (overlap.ddp_after_backward) every bucket is ready only at its end."""
     mask = (c.group == GROUPS.index("dp")) & (t.phase == phase)
@@ -155,7 +155,17 @@ def dp_exposure(t: OpTable, c: CommTimes, t_b_last: float, phase: int = BWD,
     calls = np.concatenate([np.full(int(t.count[i]), c.per_call_s[i]) for i in np.flatnonzero(mask)])
     ready = (np.full(len(calls), t_b_last) if after_backward
              else overlap.uniform_bucket_ready_s(t_b_last, np.ones(len(calls))))
-    return overlap.dp_grad_sync(ready, calls, t_b_last)
+    return overlap.dp_grad_sync(ready, calls, t_b_last, stretch=stretch)
+
+
+def network_bound_stretch(layout) -> float | None:
+    """The stretch of a group's collectives beside compute: None (contention.comm_stretch) inside
+    one NVLink domain, 1.0 when the group spans domains. Beside compute a collective slows because
+    its kernels, the data movers over NVLink, compete for SMs and HBM (measured on 2 H200s:
+    stretch 1.95); a ring through the scale-out NIC runs at the NIC's ~50 GB/s per GPU, which the
+    slowed kernels (about half of their ~350 GB/s NVLink rate) still exceed, so it does not
+    stretch."""
+    return 1.0 if layout is not None and layout.domains > 1 else None
 
 
 def grad_ready_window_s(t_b: float, par, m: int) -> float:
@@ -179,7 +189,7 @@ def _calls(t: OpTable, c: CommTimes, name: str, phase: int) -> tuple[float, int]
 
 
 def fsdp_step_exposure(t: OpTable, c: CommTimes, fwd_s: float, bwd_s: float, m: int,
-                       persistent_root: bool = False) -> overlap.Exposure:
+                       persistent_root: bool = False, stretch: float | None = None) -> overlap.Exposure:
     """ZeRO-3 / FSDP: per micro-batch, each layer's parameters are gathered one layer
     ahead in forward and again in backward, its gradients reduce-scattered after its
     backward (overlap.fsdp_exposure); the stage's non-layer parameters form a first
@@ -198,7 +208,7 @@ def fsdp_step_exposure(t: OpTable, c: CommTimes, fwd_s: float, bwd_s: float, m: 
     unit = lambda first, per: np.concatenate(([first], np.full(layers, per)))  # noqa: E731
     once = rest_ag if persistent_root else 0.0
     e = overlap.fsdp_exposure(unit(0.0, fwd_s / m / layers), unit(0.0, bwd_s / m / layers),
-                              unit(rest_ag - once, ag), unit(rest_rs, rs))
+                              unit(rest_ag - once, ag), unit(rest_rs, rs), stretch=stretch)
     return overlap.Exposure("fsdp", e.comm_s * m + once, e.exposed_s * m + once, e.hidden_s * m, e.slowdown_s * m)
 
 
@@ -248,7 +258,7 @@ def moe_layers_per_microbatch(t: OpTable, m: int) -> int:
 
 def step_parts(t: OpTable, k: KernelTimes, gpu_s: np.ndarray, c: CommTimes, par, m: int,
                stack_key: str, launch_idle_s: float, moe=None, zero3_serial_s: float | None = None,
-               offload=None) -> StepParts:
+               offload=None, dp_stretch: float | None = None) -> StepParts:
     """Compose a multi-GPU step (module docstring). ``moe``: the model's MoE config, for the
     dropless host syncs added to each micro-batch's forward (sim/moe.py). ``zero3_serial_s``:
     a stack whose ZeRO-3 collectives run one synchronous call per tensor (sim/zero3_2021.py)
@@ -271,9 +281,10 @@ def step_parts(t: OpTable, k: KernelTimes, gpu_s: np.ndarray, c: CommTimes, par,
     t_bw = min(wgrad_s(t, k_total) / m, t_b) if par.schedule in ("zero_bubble", "dualpipe") else None
     pipe = pipeline.pipeline_for(par, m, t_f, t_b, p2p_per_microbatch(t, c, m), t_bw,
                                  blocking=overlap.pp_stack_trait("blocking", stack_key))
-    dp = (fsdp_step_exposure(t, c, fwd, bwd, m, overlap.fsdp_persistent_root(stack_key)) if par.zero == 3
-          else dp_exposure(t, c, grad_ready_window_s(t_b, par, m),
-                           after_backward=overlap.ddp_after_backward(stack_key)))
+    dp = (fsdp_step_exposure(t, c, fwd, bwd, m, overlap.fsdp_persistent_root(stack_key), dp_stretch)
+          if par.zero == 3 else
+          dp_exposure(t, c, grad_ready_window_s(t_b, par, m), after_backward=overlap.ddp_after_backward(stack_key),
+                      stretch=dp_stretch))
     if par.zero == 3 and zero3_serial_s is not None:
         dp = overlap.Exposure("zero3_serial", zero3_serial_s, zero3_serial_s, 0.0, 0.0)
     after_opt = _sum(c.total_s, (c.group == GROUPS.index("dp")) & (t.phase == OPT))
@@ -388,6 +399,8 @@ def _estimate_parallel(workload, hw, stack=None, overrides=None):
     z3 = zero3_2021_comm_s(workload, par, cluster, st.key)
     off = _offload_fn(workload, t, gpu, cluster, eff, st.fused)
 
+    dp_stretch = network_bound_stretch(cluster_layouts(par, cluster)["dp"])
+
     def timeline(k, speed=1.0):
         gpu_s = np.where(compute, k.gpu_s, 0.0)
         if par.tp_comm_overlap:
@@ -395,7 +408,7 @@ def _estimate_parallel(workload, hw, stack=None, overrides=None):
         busy = float(np.dot(gpu_s, t.count))
         idle = max(0.0, tandem_step_time(host, gpu_s, t.count, t.block_starts) - busy)
         parts = step_parts(t, k, gpu_s, c, par, workload.grad_accum if hasattr(workload, "grad_accum") else 1,
-                           st.key, idle, getattr(workload.model, "moe", None), z3, off)
+                           st.key, idle, getattr(workload.model, "moe", None), z3, off, dp_stretch)
         by_cat, by_phase = _sums(t, k, gpu_s * t.count, idle + parts.moe_sync_s)
         by_cat["communication"] = float(sum(parts.exposed_s.values()))
         by_cat["pipeline_bubble"] = parts.bubble_s

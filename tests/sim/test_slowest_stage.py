@@ -49,3 +49,11 @@ def test_interleaving_spreads_the_gradient_buckets_over_the_last_pp_backwards():
                                                                           schedule=sched))
     inter, plain = estimate(w(5, "interleaved"), cl), estimate(w(1, "1f1b"), cl)
     assert inter.exposed_comm["dp"] < plain.exposed_comm["dp"]
+
+
+def test_collectives_through_the_nic_do_not_stretch_beside_compute():
+    from mechsim.sim.distributed import cluster_layouts, network_bound_stretch
+    one_node = cluster_layouts(Parallelism(tp=2, dp=4), Cluster(system="hgx_b200", nodes=1))["dp"]
+    four_nodes = cluster_layouts(Parallelism(tp=8, dp=4), Cluster(system="hgx_b200", nodes=4))["dp"]
+    assert one_node.domains == 1 and network_bound_stretch(one_node) is None       # NVLink: comm_stretch
+    assert four_nodes.domains == 4 and network_bound_stretch(four_nodes) == 1.0    # NIC-bound ring
