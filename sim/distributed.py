@@ -96,7 +96,7 @@ def _group_phase(c: CommTimes, t: OpTable, group: str, phase: int) -> float:
 
 
 def critical_comm(t: OpTable, c: CommTimes, k_total: np.ndarray, stack_key: str,
-                  par=None) -> dict[str, tuple[float, float]]:
+                  par=None, cp_stretch: float | None = None) -> dict[str, tuple[float, float]]:
     """Exposed (forward, backward) seconds of TP, CP and EP communication over the step.
 
     TP: (1 - stack overlap fraction) of it; EP all-to-all: all of it; CP ring send/recv:
@@ -105,10 +105,12 @@ def critical_comm(t: OpTable, c: CommTimes, k_total: np.ndarray, stack_key: str,
 
         cp_exposed = max(0, C - A / k) + min(C, A / k) * contention.compute_slowdown,
 
-    k = contention.comm_stretch: beside the attention the ring runs k times slower."""
+    k = contention.comm_stretch: beside the attention the ring runs k times slower (``cp_stretch``
+    overrides it: 1 for a ring through the NIC, network_bound_stretch)."""
     f = overlap.tp_overlap_fraction(stack_key, par.tp if par else 1, bool(par and par.tp_comm_overlap))
     attn = t.kind == KINDS.index("attention")
-    slow, k = overlap.default_contention(), overlap.comm_stretch()
+    slow = overlap.default_contention()
+    k = overlap.comm_stretch() if cp_stretch is None else cp_stretch
     out = {}
     for ph_name, ph in (("fwd", FWD), ("bwd", BWD)):
         tp = overlap.tp_exposure(_group_phase(c, t, "tp", ph), f, contention=0.0).exposed_s
@@ -258,7 +260,7 @@ def moe_layers_per_microbatch(t: OpTable, m: int) -> int:
 
 def step_parts(t: OpTable, k: KernelTimes, gpu_s: np.ndarray, c: CommTimes, par, m: int,
                stack_key: str, launch_idle_s: float, moe=None, zero3_serial_s: float | None = None,
-               offload=None, dp_stretch: float | None = None) -> StepParts:
+               offload=None, dp_stretch: float | None = None, cp_stretch: float | None = None) -> StepParts:
     """Compose a multi-GPU step (module docstring). ``moe``: the model's MoE config, for the
     dropless host syncs added to each micro-batch's forward (sim/moe.py). ``zero3_serial_s``:
     a stack whose ZeRO-3 collectives run one synchronous call per tensor (sim/zero3_2021.py)
@@ -267,7 +269,7 @@ def step_parts(t: OpTable, k: KernelTimes, gpu_s: np.ndarray, c: CommTimes, par,
     micro-batch like critical communication, its after-step part follows the optimizer."""
     k_total = np.where(t.kind == COLLECTIVE, 0.0, gpu_s * t.count)
     fwd, bwd, opt = phase_compute(t, k_total)
-    crit = critical_comm(t, c, k_total, stack_key, par)
+    crit = critical_comm(t, c, k_total, stack_key, par, cp_stretch)
     off = offload(k_total) if offload is not None else None
     if off is not None:
         crit["offload"] = (off.fwd_s, off.bwd_s)
@@ -399,7 +401,8 @@ def _estimate_parallel(workload, hw, stack=None, overrides=None):
     z3 = zero3_2021_comm_s(workload, par, cluster, st.key)
     off = _offload_fn(workload, t, gpu, cluster, eff, st.fused)
 
-    dp_stretch = network_bound_stretch(cluster_layouts(par, cluster)["dp"])
+    lays = cluster_layouts(par, cluster)
+    dp_stretch, cp_stretch = network_bound_stretch(lays["dp"]), network_bound_stretch(lays.get("cp"))
 
     def timeline(k, speed=1.0):
         gpu_s = np.where(compute, k.gpu_s, 0.0)
@@ -408,7 +411,7 @@ def _estimate_parallel(workload, hw, stack=None, overrides=None):
         busy = float(np.dot(gpu_s, t.count))
         idle = max(0.0, tandem_step_time(host, gpu_s, t.count, t.block_starts) - busy)
         parts = step_parts(t, k, gpu_s, c, par, workload.grad_accum if hasattr(workload, "grad_accum") else 1,
-                           st.key, idle, getattr(workload.model, "moe", None), z3, off, dp_stretch)
+                           st.key, idle, getattr(workload.model, "moe", None), z3, off, dp_stretch, cp_stretch)
         by_cat, by_phase = _sums(t, k, gpu_s * t.count, idle + parts.moe_sync_s)
         by_cat["communication"] = float(sum(parts.exposed_s.values()))
         by_cat["pipeline_bubble"] = parts.bubble_s
