@@ -21,6 +21,10 @@ def _add_workload_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--grad-accum", type=int, default=1)
     p.add_argument("--precision", default="amp_bf16", help="amp_bf16 | bf16 | fp8 | fp32 (train)")
     p.add_argument("--recompute", default="none", help="none | selective | full (train)")
+    p.add_argument("--offload", default="none", help="none | optimizer | activations: CPU offload over "
+                   "NVLink-C2C (GB200) or PCIe (train)")
+    p.add_argument("--offload-layers", type=int, default=None, help="layers whose activations are offloaded "
+                   "(--offload activations)")
     p.add_argument("--batch", type=int, default=1, help="sequences per step (prefill/decode)")
     p.add_argument("--prompt", type=int, default=2048, help="prompt length (prefill)")
     p.add_argument("--context", type=int, default=2048, help="cached tokens (decode)")
@@ -200,7 +204,8 @@ def build_workload(a: argparse.Namespace):
     par = build_parallel(a)
     if a.mode == "train":
         return TrainingWorkload(model=m, mbs=a.mbs, seq=a.seq, grad_accum=a.grad_accum, precision=a.precision,
-                                recompute=a.recompute, stack=a.stack or "eager", parallel=par)
+                                recompute=a.recompute, stack=a.stack or "eager", parallel=par,
+                                offload=a.offload, offload_layers=a.offload_layers)
     return InferenceWorkload(model=m, batch=a.batch, phase=a.mode, prompt_len=a.prompt, context_len=a.context,
                              weight_dtype=a.weight_dtype, kv_dtype=a.kv_dtype, stack=a.stack or "serving",
                              parallel=par)

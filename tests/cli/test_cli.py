@@ -68,3 +68,16 @@ def test_readme_python_example_runs(capsys):
         exec(compile(code, "README.md", "exec"), {})
     out = capsys.readouterr().out
     assert "ErrorBand" in out and "OpEstimate" in out   # the example's prints really ran
+
+
+def test_estimate_offload_shows_its_exposed_time(capsys):
+    argv = ["estimate", "--model", "llama3-70b", "--hw", "gb200_nvl72", "--tp", "4", "--sp", "--pp", "2", "--dp", "8",
+            "--zero", "1", "--grad-accum", "16", "--precision", "bf16", "--stack", "megatron_te", "--json"]
+    assert main(argv) == 0
+    base = json.loads(capsys.readouterr().out)
+    assert main(argv + ["--offload", "optimizer"]) == 0
+    off = json.loads(capsys.readouterr().out)
+    assert off["exposed_comm"]["offload"] > 0 and off["step_time_s"] > base["step_time_s"]
+    assert off["memory"]["total"] < base["memory"]["total"]
+    assert main(["estimate", "--offload", "activations"]) != 0
+    assert "offload_layers" in capsys.readouterr().err
