@@ -25,3 +25,12 @@ def test_unstated_choices_are_the_documented_assumptions():
     row, w = _first_buildable()
     assert w.parallel.sp and w.parallel.zero == 1 and w.stack == "megatron_te"
     assert w.mbs * w.grad_accum * w.parallel.dp == row.gbs
+
+
+def test_readme_published_table_is_the_comparison():
+    from mechsim.validation.published_compare import by_system
+    from mechsim.validation.update_readme import published_table
+    rows, _ = compare_published()
+    text = published_table()
+    for system, (n, m, mx) in by_system(rows).items():
+        assert f"| {system} | {n} | {m:.1%} | {mx:.1%} |" in text
