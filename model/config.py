@@ -11,6 +11,13 @@ be matched to the parameter:
   MoE layer        router E x d (+ E correction bias), E routed + S shared gated experts
   norms            rmsnorm: d; layernorm: 2d (weight + bias)
   embeddings       V x d (+ V x d lm_head unless tied) (+ max_seq x d learned positions)
+
+Sliding-window attention (Mistral-7B v0.1, Gemma 2/3, gpt-oss): ``sliding_window`` W is the keys a
+query attends, itself included (HF ``sliding_window``; FlashAttention window_size=(W-1, 0), as
+Megatron-Bridge's GPTOSSProvider (127, 0) for gpt-oss's 128), on the fraction
+``sliding_window_layers`` of the layers (gpt-oss, Gemma 2: 0.5; Gemma 3: 5/6); the rest attend
+fully. It changes no parameter; attention work and the KV cache do (model/ops_common.py
+window_pairs, kv_bytes_per_token(context=...)).
 """
 
 from __future__ import annotations
@@ -127,6 +134,8 @@ class TransformerConfig(BaseModel):
     # mtp_num_layers; Megatron-Bridge's DeepSeek-V3 recipe: 1). 0: none (HF-style training and
     # inference ignore the checkpoint's mtp_depth modules). Ops: model/ops_train._mtp.
     mtp_layers: int = Field(0, ge=0)
+    sliding_window: PositiveInt | None = None   # keys a windowed-layer query attends (itself included)
+    sliding_window_layers: float = 1.0          # fraction of the layers that use the window, (0, 1]
 
     @model_validator(mode="before")
     @classmethod
@@ -148,6 +157,10 @@ class TransformerConfig(BaseModel):
             raise ValueError("moe.first_k_dense_layers exceeds n_layers")
         if self.pos_embedding == "rope" and self.rope_dim % 2:
             raise ValueError(f"head_dim ({self.head_dim}) must be even for rope")
+        if not 0.0 < self.sliding_window_layers <= 1.0:
+            raise ValueError(f"sliding_window_layers: a fraction of the layers in (0, 1], got {self.sliding_window_layers}")
+        if self.sliding_window is None and self.sliding_window_layers != 1.0:
+            raise ValueError("sliding_window_layers is set but sliding_window is None: give the window size")
         return self
 
     # ---- layer layout -------------------------------------------------------
@@ -270,9 +283,31 @@ class TransformerConfig(BaseModel):
             total += self.attn_matmul_params() + ffn
         return total
 
-    def kv_bytes_per_token(self, dtype_bytes: float) -> float:
+    @property
+    def window_share(self) -> float:
+        """Fraction of the layers with a sliding window (0.0 without one)."""
+        return self.sliding_window_layers if self.sliding_window else 0.0
+
+    def kv_tokens_held(self, context: float) -> float:
+        """Layer-average tokens of KV one sequence of ``context`` tokens holds: windowed layers
+        keep only the last ``sliding_window`` (vLLM's hybrid KV cache manager frees the blocks
+        that leave a sliding window; TensorRT-LLM keeps a cyclic cache of max_attention_window
+        tokens on those layers). Whole-block rounding is left to the caller."""
+        s = self.window_share
+        return context if not s else (1.0 - s) * context + s * min(context, self.sliding_window)
+
+    def kv_bytes_per_token(self, dtype_bytes: float, context: float | None = None) -> float:
         """KV-cache bytes stored per token over all layers.
-        GQA: 2 * L * Hkv * Dh * b.  MLA: L * (kv_lora_rank + qk_rope_head_dim) * b."""
+        GQA: 2 * L * Hkv * Dh * b.  MLA: L * (kv_lora_rank + qk_rope_head_dim) * b.
+        ``context`` given: the average per token of a sequence that long, i.e. x
+        kv_tokens_held(context) / context (a sliding window caps its layers at W tokens);
+        None: per token of a short sequence (every layer holds every token)."""
         if self.mla:
-            return self.n_layers * (self.mla.kv_lora_rank + self.mla.qk_rope_head_dim) * dtype_bytes
-        return 2 * self.n_layers * self.n_kv_heads * self.head_dim * dtype_bytes
+            full = self.n_layers * (self.mla.kv_lora_rank + self.mla.qk_rope_head_dim) * dtype_bytes
+        else:
+            full = 2 * self.n_layers * self.n_kv_heads * self.head_dim * dtype_bytes
+        if context is None or not self.sliding_window:
+            return full
+        if context <= 0:
+            raise ValueError(f"context: must be > 0 tokens, got {context}")
+        return full * self.kv_tokens_held(context) / context

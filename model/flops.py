@@ -13,6 +13,10 @@ i.e. 2 (fwd) x 2 (QK^T and PV) x 3 (fwd+bwd) with causal halving (S/2 keys per q
 on average). No recompute credit. PaLM's 6N + 12*L*H*D*S per token is the same without
 causal halving. Multi-token prediction modules (cfg.mtp_layers) add their layer, norms, eh_proj
 and second head as Megatron-Bridge counts them (``mtp_model_flops``).
+A sliding window (cfg.sliding_window) is NOT counted here: model FLOPs stay the full causal
+convention above (Megatron-Bridge flop_utils does count it for gpt-oss, W(W+1)/2 + (S-W)W
+pairs on its windowed layers, but the published rows are compared on tokens/s, not on this
+figure). hardware_flops_per_step sums the ops, so it counts the window (ops_common.window_pairs).
 """
 
 from __future__ import annotations

@@ -44,6 +44,24 @@ def _base(k: _Keys, name: str) -> dict[str, Any]:
     )
 
 
+def _window(k: _Keys) -> dict[str, Any]:
+    """Sliding window from HF keys: ``sliding_window`` (None/absent, or use_sliding_window false as
+    in Qwen2/3 configs: no window) on the layers ``layer_types`` marks "sliding_attention", else on
+    (p-1)/p of them for Gemma 3's ``sliding_window_pattern`` p, else on every layer (Mistral v0.1).
+    Qwen2's max_window_layers split is not mapped (raises)."""
+    W = k.opt("sliding_window", None)
+    if W is None or not k.opt("use_sliding_window", True):
+        return {}
+    if "use_sliding_window" in k.data and "layer_types" not in k.data:
+        raise ValueError(f"{k.path}: key 'use_sliding_window' true (max_window_layers split) is not supported")
+    types = k.opt("layer_types", None)
+    if types:
+        share = sum(t == "sliding_attention" for t in types) / len(types)
+        return {"sliding_window": W, "sliding_window_layers": share} if share else {}
+    p = k.opt("sliding_window_pattern", None)
+    return {"sliding_window": W, "sliding_window_layers": (p - 1) / p if p else 1.0}
+
+
 def _mixtral(k: _Keys) -> dict[str, Any]:
     return dict(moe=MoEConfig(n_experts=k.req("num_local_experts"), top_k=k.req("num_experts_per_tok"),
                               expert_ffn=k.req("intermediate_size")))
@@ -91,4 +109,5 @@ def from_hf_config(path: str | Path, name: str | None = None) -> TransformerConf
         raise ValueError(f"{p}: model_type {mtype!r} is not supported (supported: {', '.join(SUPPORTED)})")
     fields = _base(k, name or data.get("_name_or_path") or p.parent.name or mtype)
     fields.update(_EXTRA[mtype](k))
+    fields.update(_window(k))
     return TransformerConfig(**fields)

@@ -251,7 +251,8 @@ def logits_bytes(w: TrainingWorkload | InferenceWorkload, fused=frozenset()) -> 
 
 
 def kv_cache_bytes(w: InferenceWorkload) -> float:
-    """KV cache held after the step: batch x tokens cached x kv_bytes_per_token(kv_dtype)
-    (tokens = prompt_len after prefill, context_len in decode)."""
+    """KV cache held after the step: batch x tokens cached x kv_bytes_per_token(kv_dtype, tokens)
+    (tokens = prompt_len after prefill, context_len in decode; a sliding window's layers hold
+    only its last W tokens: TransformerConfig.kv_tokens_held)."""
     tokens = w.prompt_len if w.phase == "prefill" else w.context_len
-    return w.batch * tokens * w.model.kv_bytes_per_token(DTYPE_BYTES[w.kv_dtype])
+    return w.batch * tokens * w.model.kv_bytes_per_token(DTYPE_BYTES[w.kv_dtype], tokens)

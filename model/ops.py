@@ -4,9 +4,10 @@ A workload becomes a flat tuple of Ops. Each Op counts what ONE instance does
 (FLOPs, bytes read from / written to device memory) and how many times it runs
 per step (``count``), so an 80-layer model is ~60 records, not 5,000.
 
-Shape conventions by kind (all ints; the simulator reads them for efficiency):
+Shape conventions by kind (ints but window_frac; the simulator reads them for efficiency):
   matmul     (M, N, K, batch)      C[M,N] = A[M,K] @ B[K,N], ``batch`` independent GEMMs
-  attention  (B, Hq, Hkv, Sq, Skv, Dqk, Dv, causal)   causal is 0/1; Dv may differ (MLA)
+  attention  (B, Hq, Hkv, Sq, Skv, Dqk, Dv, causal[, window_frac])   causal is 0/1; Dv may differ
+             (MLA); window_frac (a float < 1, sliding window only): ops_common.window_fraction
   others     (numel,)              elements touched by the kernel (for transfer-size effects)
   collective (bytes,)              message bytes per GPU (scale-out issue fills these)
 """

@@ -7,6 +7,10 @@ FLOP conventions (one instance):
               pair; pairs = Sq*Skv, or for causal (queries aligned to the end of the keys)
               Sq*Skv - Sq*(Sq-1)/2 -- the work a flash kernel does, ~half of S^2 when Sq == Skv.
               Backward = 2.5 x forward (FA2 convention: 5 GEMM-like products vs 2).
+              Sliding window W (cfg.sliding_window): flash kernels (FA2/FA3/cuDNN, split-KV decode)
+              skip key blocks outside the window, so a windowed layer computes window_pairs; a
+              layer's ops are built once and counted over the layers, so the op carries the
+              layer average share*windowed + (1-share)*full (exact for FLOPs and bytes).
 Bytes: every kernel reads its inputs once and writes its outputs once at their dtypes.
 """
 
@@ -200,6 +204,38 @@ def causal_pairs(Sq: int, Skv: int) -> float:
     return Sq * Skv - Sq * (Sq - 1) / 2.0
 
 
+def _window_prefix(n: float, W: int) -> float:
+    """sum_{m=1..n} min(m, W): keys attended by the first n positions of a W-token window."""
+    return n * (n + 1) / 2.0 if n <= W else W * (W + 1) / 2.0 + (n - W) * W
+
+
+def window_pairs(Sq: int, Skv: int, W: int) -> float:
+    """(query, key) pairs of a sliding-window causal kernel, queries aligned to the end of the
+    keys: query at position p (0-based) attends min(p + 1, W) keys, so the pairs are
+    sum_{p=Skv-Sq}^{Skv-1} min(p+1, W) = prefix(Skv) - prefix(Skv - Sq). W >= Skv gives
+    causal_pairs(Sq, Skv); decode (Sq = 1) gives min(Skv, W)."""
+    return _window_prefix(Skv, W) - _window_prefix(Skv - Sq, W)
+
+
+def window_fraction(cfg: TransformerConfig, Sq: int, Skv: int, causal: bool) -> float:
+    """Layer-average pairs with cfg's sliding window over the pairs without it (1.0 when the
+    model has no window or the window covers every key)."""
+    W, s = cfg.sliding_window, cfg.window_share
+    if not s or W >= Skv:
+        return 1.0
+    full = causal_pairs(Sq, Skv) if causal else float(Sq * Skv)
+    return 1.0 - s + s * window_pairs(Sq, Skv, W) / full
+
+
+def window_keys_fraction(cfg: TransformerConfig, Sq: int, Skv: int) -> float:
+    """Layer-average keys a kernel reads over Skv: a windowed layer touches only the last
+    min(Skv, W + Sq - 1) keys (all of them when Sq == Skv; W in decode)."""
+    W, s = cfg.sliding_window, cfg.window_share
+    if not s or W + Sq - 1 >= Skv:
+        return 1.0
+    return 1.0 - s + s * (W + Sq - 1) / Skv
+
+
 def attention(c: Ctx, name: str, Hq: int, Hkv: int, dqk: int, dv: int, n: int, causal: bool,
               kv_read: float | None = None) -> Pair:
     """Flash attention over (B, Hq, Sq=S, Skv) with GQA (Hkv KV heads).
@@ -215,18 +251,25 @@ def attention(c: Ctx, name: str, Hq: int, Hkv: int, dqk: int, dv: int, n: int, c
     Backward (cuDNN SDPA and FA2 alike, H200 trace): dot(dO, O) row sums, the dq/dk/dv kernel
     (dq accumulated in fp32 over a memset buffer: bytes, no launch), dq fp32 -> act convert, and
     with GQA (Hkv < Hq) dk/dv computed per query head then summed over each group (2 kernels).
+    Sliding window (module docstring): pairs x window_fraction, K/V bytes x window_keys_fraction,
+    and the fraction as a 9th shape entry (the simulator scales the exponentials and the per-CTA
+    loop length by it). With cp > 1 the windowed pairs are assumed spread evenly over the ranks
+    (1/cp each, as load-balanced causal) and the ring still carries every K/V chunk.
     """
     if c.f("math_attention") or c.f("te_unfused_attention"):
         return math_attention(c, name, Hq, Hkv, dqk, dv, n, causal, dropout=c.f("math_attention"))
     B, Sq, Skv = c.B, c.S, c.Skv
     pairs = causal_pairs(Sq, Skv) if causal else float(Sq * Skv)
+    wf = window_fraction(c.cfg, Skv if c.cp > 1 else Sq, Skv, causal) if c.cfg.sliding_window else 1.0
     if c.cp > 1:   # load-balanced causal ring attention: every rank does 1/cp of the pairs
         pairs = (causal_pairs(Skv, Skv) if causal else float(Skv * Skv)) / c.cp
-    flops = 2.0 * B * Hq * pairs * (dqk + dv)
+    flops = 2.0 * B * Hq * pairs * wf * (dqk + dv)
     q, o = B * Sq * Hq * dqk * c.act, B * Sq * Hq * dv * c.act
     kv = B * Skv * Hkv * (dqk + dv) * (c.act if c.train else c.kvb) if kv_read is None else kv_read
+    if wf < 1.0 and c.cp == 1:
+        kv *= window_keys_fraction(c.cfg, Sq, Skv)
     lse = B * Hq * Sq * 4.0 if c.train else 0.0
-    shape = (B, Hq, Hkv, Sq, Skv, dqk, dv, int(causal))
+    shape = (B, Hq, Hkv, Sq, Skv, dqk, dv, int(causal)) + ((wf,) if wf < 1.0 else ())
     cnt, dt = n * c.mb, ("fp32" if c.act == 4 else "bf16")
     if not c.train:
         fk = 2 if (Sq == 1 and B * Hkv < SPLIT_SMS) else 1   # fp32 partials: < 1% of the KV bytes

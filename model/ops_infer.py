@@ -5,7 +5,8 @@ K/V appended to the cache, lm_head on the last token of each sequence only (serv
 engines; ``prefill_logits="all"`` computes every position as llama_ref.py does).
 Decode: one token per sequence; GEMMs have M = batch (skinny, weight-streaming);
 attention reads the KV cache once per KV head (B*context*Hkv*(Dk+Dv) elements at
-kv_dtype); K/V of the new token appended. Logits for each sequence, then argmax
+kv_dtype; a sliding window's layers read only the last min(context, W):
+ops_common.attention); K/V of the new token appended. Logits for each sequence, then argmax
 (``sampling="greedy"``; "none" returns the logits as llama_ref.py does).
 No autocast: weights are stored in weight_dtype (layer linears) / act_dtype (rest).
 With ``w.parallel``: ONE GPU of the last pipeline stage (model/shard.py), tp all-reduces

@@ -129,10 +129,18 @@ def attention_efficiency(attn: np.ndarray, phase: np.ndarray, sm_count: int,
     frac = np.where(bwd, eff.get(a + "bwd_fraction"), eff.get(a + "fwd_fraction"))
     ctas, splits, row_fill, _ = launch or attention_launch(attn, phase, sm_count, eff, impl)
     waves = np.ceil(np.maximum(ctas, 1) / sm_count)
-    length = np.where(bwd, attn[:, 3], attn[:, 4] / splits) * np.where(attn[:, 7] > 0, 0.5, 1.0)
+    length = np.where(bwd, attn[:, 3], attn[:, 4] / splits) * np.where(attn[:, 7] > 0, 0.5, 1.0) * window_frac(attn)
     overhead = np.where(bwd, _param_or(eff, a + "bwd_len_overhead", a + "len_overhead"), eff.get(a + "len_overhead"))
     amort = length / (length + overhead * row_fill)   # the fixed work is per valid query row
     return frac * np.minimum(ctas / (waves * sm_count), 1.0) * amort * row_fill
+
+
+def window_frac(attn: np.ndarray) -> np.ndarray | float:
+    """Column 8 of the attention rows (model/ops_common.window_fraction: the layer-average share
+    of the pairs a sliding window leaves), 1.0 for rows without it. Sliding-window kernels skip
+    the key blocks outside the window, so the per-CTA loop (keys per query in the forward,
+    queries per key in the backward) and the exponentials shrink by it."""
+    return attn[:, 8] if attn.shape[1] > 8 else 1.0
 
 
 def _param_or(eff: Efficiency, name: str, fallback: str) -> float:
@@ -142,14 +150,14 @@ def _param_or(eff: Efficiency, name: str, fallback: str) -> float:
 def attention_exp_s(attn: np.ndarray, hw: "HwRates", eff: Efficiency, impl: str,
                     phase: np.ndarray | None = None, launch: tuple | None = None) -> np.ndarray:
     """Softmax exponentials the tensor-core work does not hide:
-        exp_exposed * B * Hq * Sq * Skv * causal_fraction / (exp_rate * row_fill)
+        exp_exposed * B * Hq * Sq * Skv * causal_fraction * window_frac / (exp_rate * row_fill)
     (FA3 paper: 256 FLOP of bf16 matmul per exponential at H100 peak, so at head dim
     64, where a score costs 4*64 = 256 matmul FLOP, exponentials take as long as the
     matmuls unless overlapped; the backward recomputes the same exponentials).
     The padded rows of a tile (row_fill < 1, FA2 decode) exponentiate too."""
     b, hq, sq, skv, causal = attn[:, 0], attn[:, 1], attn[:, 3], attn[:, 4], attn[:, 7] > 0
     frac = np.where(causal & (sq == skv), 1.0 - (sq - 1) / (2.0 * np.maximum(skv, 1)), 1.0)
-    exps = b * hq * sq * skv * frac
+    exps = b * hq * sq * skv * frac * window_frac(attn)
     if phase is not None:
         exps = exps / (launch or attention_launch(attn, phase, hw.sm_count, eff, impl))[2]
     return eff.get(f"attention.{impl}.exp_exposed") * exps / (hw.exp_rate * hw.clock_fraction)
@@ -231,7 +239,7 @@ def attention_launch(attn: np.ndarray, phase: np.ndarray, sm_count: int, eff: Ef
     packed = fwd & (sq == 1) & (hq > hkv)
     rows = np.where(packed, hq / np.maximum(hkv, 1), np.maximum(sq, 1))
     heads = np.where(packed, hkv, hq)
-    n_blocks = np.ceil(np.maximum(skv, 1) / _fa2_block_n(hd))
+    n_blocks = np.ceil(np.maximum(skv * window_frac(attn), 1) / _fa2_block_n(hd))
     splits = np.where(fwd, fa2_num_splits(b * heads * np.ceil(rows / _FA2_SPLIT_BLOCK_M), n_blocks, sm_count), 1.0)
     tile_m = np.where(splits > 1, float(_FA2_SPLIT_BLOCK_M), block_m)
     m_blocks = np.ceil(rows / tile_m)

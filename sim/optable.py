@@ -32,7 +32,8 @@ class OpTable:
     count: np.ndarray
     kernels: np.ndarray
     mnkb: np.ndarray        # [n_ops, 4] matmul M, N, K, batch (1 elsewhere)
-    attn: np.ndarray        # [n_ops, 8] attention B, Hq, Hkv, Sq, Skv, Dqk, Dv, causal (0 elsewhere)
+    attn: np.ndarray        # [n_ops, 9] attention B, Hq, Hkv, Sq, Skv, Dqk, Dv, causal (0 elsewhere),
+                            # window fraction (sliding window's share of the pairs; 1 without one)
     block_starts: np.ndarray  # first op of each run of consecutive ops with equal count
     align_bytes: np.ndarray   # matmul: largest power of two (<= 16) dividing N and K in bytes
     rows_cols: np.ndarray     # [n_ops, 2] row softmax (kind softmax, shape (rows, cols)); 0 elsewhere
@@ -103,8 +104,8 @@ def build_table(ops: tuple[Op, ...]) -> OpTable:
         count=count,
         kernels=np.array([o.kernels for o in ops], dtype=float),
         mnkb=mnkb,
-        attn=np.array([_padded(o.shape, 8, 0) if a else [0] * 8 for o, a in zip(ops, is_at)],
-                      dtype=float).reshape(len(ops), 8),
+        attn=np.array([_padded(o.shape, 8, 0) + [o.shape[8] if len(o.shape) > 8 else 1.0] if a else [0] * 8 + [1.0]
+                       for o, a in zip(ops, is_at)], dtype=float).reshape(len(ops), 9),
         block_starts=block_starts(count, np.array([PHASES.index(o.phase) for o in ops])),
         align_bytes=leading_dim_alignment(mnkb, dtype),
         strided=np.array([o.shape if o.kind == "strided" else (0, 0) for o in ops], dtype=float).reshape(len(ops), 2),

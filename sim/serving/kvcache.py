@@ -13,6 +13,16 @@ the routed experts, and each of the ep attention ranks keeps the KV of its own s
 holds ep x the sequences of one GPU); with pp each GPU holds the KV of its L / pp layers for every
 sequence of the replica. The activation workspace is one iteration of
 ``max_num_tokens`` tokens (model.memory.inference_activation_bytes + logits).
+
+Sliding-window models (TransformerConfig.sliding_window on a share s of the layers): a windowed
+layer keeps only the last W tokens of a sequence: vLLM's hybrid KV cache manager ("sliding window
+layers: reserve slots only for the most recent sliding_window_size tokens",
+https://docs.vllm.ai/en/latest/design/hybrid_kv_cache_manager/) and TensorRT-LLM (one block pool
+per attention window size, https://nvidia.github.io/TensorRT-LLM/features/kvcache.html). So a
+sequence of n tokens needs
+    blocks(n) = (1 - s) * ceil(n / block_tokens) + s * ceil(min(n, W) / block_tokens)
+whole-model blocks (``bytes_per_token`` stays the all-layer figure of a short sequence). Assumed:
+one shared pool (vLLM); TensorRT-LLM's static split between its pools is not modelled.
 """
 
 from __future__ import annotations
@@ -41,6 +51,8 @@ class KVCapacity:
     weights_bytes: float
     activation_bytes: float
     reserve_bytes: float
+    window: int | None = None       # sliding window (tokens) of the windowed layers, None: none
+    window_share: float = 0.0       # fraction of the layers with the window
 
     @property
     def tokens(self) -> int:
@@ -55,7 +67,16 @@ class KVCapacity:
         """Sequences of ``tokens_per_sequence`` tokens that fit (whole blocks each)."""
         if tokens_per_sequence <= 0:
             raise ValueError(f"tokens_per_sequence: must be > 0, got {tokens_per_sequence}")
-        return int(self.blocks // math.ceil(tokens_per_sequence / self.block_tokens))
+        need = math.ceil(tokens_per_sequence / self.block_tokens)
+        if self.window_share and tokens_per_sequence > self.window:
+            s = self.window_share
+            need = (1.0 - s) * need + s * math.ceil(self.window / self.block_tokens)
+        return int(self.blocks // need)
+
+    def tokens_held(self, tokens_per_sequence: float) -> float:
+        """Layer-average tokens of KV a sequence keeps (a window caps its layers at W)."""
+        s, n = self.window_share, tokens_per_sequence
+        return n if not s else (1.0 - s) * n + s * min(n, self.window)
 
     def to_dict(self) -> dict:
         return {**asdict(self), "tokens": self.tokens}
@@ -98,4 +119,5 @@ def kv_capacity(cfg, gpu, tp: int = 1, weight_dtype: str = "bf16", kv_dtype: str
     pool = max(0.0, frac * (cap - weights - act - reserve))
     per_tok = kv_bytes_per_token(cfg, kv_dtype, tp, ep, pp)
     block = bt * per_tok
-    return KVCapacity(per_tok, bt, block, pool, int(pool // block), cap, weights, act, reserve)
+    return KVCapacity(per_tok, bt, block, pool, int(pool // block), cap, weights, act, reserve,
+                      cfg.sliding_window, cfg.window_share)

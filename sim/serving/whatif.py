@@ -92,12 +92,12 @@ class DisaggPlan:
 
 def kv_transfer_s(server: Server) -> float:
     """One prompt's KV cache over the scale-out NICs of the tp GPUs holding it:
-    L_in * kv_bytes_per_token(one GPU) / NIC bandwidth per GPU per direction (of the system, or
+    tokens_held(L_in) * kv_bytes_per_token(one GPU) / NIC bandwidth per GPU per direction (of the system, or
     for a GPU key of the hwdb node it is built into)."""
     from ..distributed import resolve_cluster
     system = resolve_cluster(server.dep.hw, server.dep.gpus).system     # a GPU key: its reference node
     bw = float(hwdb.get_system(system).scaleout_bw_per_gpu_per_dir)
-    return server.len.mean_in * server.kv.bytes_per_token / bw
+    return server.kv.tokens_held(server.len.mean_in) * server.kv.bytes_per_token / bw
 
 
 def disaggregate(prefill: Server, decode: Server, rate: float, max_prefill_util: float = 0.8) -> DisaggPlan:
