@@ -57,3 +57,11 @@ def test_collectives_through_the_nic_do_not_stretch_beside_compute():
     four_nodes = cluster_layouts(Parallelism(tp=8, dp=4), Cluster(system="hgx_b200", nodes=4))["dp"]
     assert one_node.domains == 1 and network_bound_stretch(one_node) is None       # NVLink: comm_stretch
     assert four_nodes.domains == 4 and network_bound_stretch(four_nodes) == 1.0    # NIC-bound ring
+
+
+def test_megatron_a2a_overlap_pays_stretch_and_contention_dualpipe_does_not():
+    from mechsim.sim.distributed import dualpipe_ep_exposed_s
+    assert dualpipe_ep_exposed_s(3.0, 2.0) == pytest.approx(1.0)                      # DualPipe rule
+    # NVLink all-to-all stretched 2x beside 2 s of compute covers 1 s of it; slowdown on that 1 s
+    assert dualpipe_ep_exposed_s(3.0, 2.0, 2.0, 0.3) == pytest.approx(2.0 + 0.3)
+    assert dualpipe_ep_exposed_s(0.5, 2.0, 2.0, 0.3) == pytest.approx(0.15)
