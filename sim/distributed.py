@@ -160,6 +160,22 @@ def dp_exposure(t: OpTable, c: CommTimes, t_b_last: float, phase: int = BWD,
     return overlap.dp_grad_sync(ready, calls, t_b_last, stretch=stretch)
 
 
+@dataclass(frozen=True)
+class GroupStretch:
+    """How much slower each group's hidden collectives run beside compute (overlap.comm_stretch
+    for NVLink groups, 1.0 for groups whose ring goes through the NIC: network_bound_stretch)."""
+
+    dp: float
+    cp: float
+    ep: float
+
+    @classmethod
+    def of(cls, layouts) -> "GroupStretch":
+        k = overlap.comm_stretch()
+        pick = lambda name: network_bound_stretch(layouts.get(name)) or k  # noqa: E731
+        return cls(pick("dp"), pick("cp"), pick("ep"))
+
+
 def network_bound_stretch(layout) -> float | None:
     """The stretch of a group's collectives beside compute: None (contention.comm_stretch) inside
     one NVLink domain, 1.0 when the group spans domains. Beside compute a collective slows because
@@ -269,17 +285,19 @@ def moe_layers_per_microbatch(t: OpTable, m: int) -> int:
 
 def step_parts(t: OpTable, k: KernelTimes, gpu_s: np.ndarray, c: CommTimes, par, m: int,
                stack_key: str, launch_idle_s: float, moe=None, zero3_serial_s: float | None = None,
-               offload=None, dp_stretch: float | None = None, cp_stretch: float | None = None,
-               ep_stretch: float | None = None) -> StepParts:
+               offload=None, stretch: GroupStretch | None = None) -> StepParts:
     """Compose a multi-GPU step (module docstring). ``moe``: the model's MoE config, for the
     dropless host syncs added to each micro-batch's forward (sim/moe.py). ``zero3_serial_s``:
     a stack whose ZeRO-3 collectives run one synchronous call per tensor (sim/zero3_2021.py)
     exposes all of it, in place of the overlapped per-layer FSDP model. ``offload``: a function
     k_total -> offload.OffloadTimes (CPU offloading): its forward / backward parts lengthen each
-    micro-batch like critical communication, its after-step part follows the optimizer."""
+    micro-batch like critical communication, its after-step part follows the optimizer.
+    ``stretch``: per group kind, how much slower hidden collectives run beside compute
+    (GroupStretch.of the plan's layouts; default: contention.comm_stretch everywhere)."""
     k_total = np.where(t.kind == COLLECTIVE, 0.0, gpu_s * t.count)
     fwd, bwd, opt = phase_compute(t, k_total)
-    crit = critical_comm(t, c, k_total, stack_key, par, cp_stretch)
+    ks = stretch or GroupStretch(*(overlap.comm_stretch(),) * 3)
+    crit = critical_comm(t, c, k_total, stack_key, par, ks.cp)
     off = offload(k_total) if offload is not None else None
     if off is not None:
         crit["offload"] = (off.fwd_s, off.bwd_s)
@@ -288,7 +306,7 @@ def step_parts(t: OpTable, k: KernelTimes, gpu_s: np.ndarray, c: CommTimes, par,
             ep = dualpipe_ep_exposed_s(sum(crit["ep"]), fwd + bwd)
         else:                            # Megatron moe_a2a_overlap: DeepEP / NCCL beside the compute
             ep = dualpipe_ep_exposed_s(sum(crit["ep"]), fwd + bwd,
-                                       overlap.comm_stretch() if ep_stretch is None else ep_stretch,
+                                       ks.ep,
                                        overlap.default_contention())
         crit["ep"] = (ep / 2, ep / 2)
     t_f = (fwd + sum(v[0] for v in crit.values())) / m
@@ -298,10 +316,10 @@ def step_parts(t: OpTable, k: KernelTimes, gpu_s: np.ndarray, c: CommTimes, par,
     t_bw = min(wgrad_s(t, k_total) / m, t_b) if par.schedule in ("zero_bubble", "dualpipe") else None
     pipe = pipeline.pipeline_for(par, m, t_f, t_b, p2p_per_microbatch(t, c, m), t_bw,
                                  blocking=overlap.pp_stack_trait("blocking", stack_key))
-    dp = (fsdp_step_exposure(t, c, fwd, bwd, m, overlap.fsdp_persistent_root(stack_key), dp_stretch)
+    dp = (fsdp_step_exposure(t, c, fwd, bwd, m, overlap.fsdp_persistent_root(stack_key), ks.dp)
           if par.zero == 3 else
           dp_exposure(t, c, grad_ready_window_s(t_b, par, m), after_backward=overlap.ddp_after_backward(stack_key),
-                      stretch=dp_stretch))
+                      stretch=ks.dp))
     if par.zero == 3 and zero3_serial_s is not None:
         dp = overlap.Exposure("zero3_serial", zero3_serial_s, zero3_serial_s, 0.0, 0.0)
     after_opt = _sum(c.total_s, (c.group == GROUPS.index("dp")) & (t.phase == OPT))
@@ -417,8 +435,7 @@ def _estimate_parallel(workload, hw, stack=None, overrides=None):
     off = _offload_fn(workload, t, gpu, cluster, eff, st.fused)
 
     lays = cluster_layouts(par, cluster)
-    dp_stretch, cp_stretch = network_bound_stretch(lays["dp"]), network_bound_stretch(lays.get("cp"))
-    ep_stretch = network_bound_stretch(lays.get("ep"))
+    stretch = GroupStretch.of(lays)
 
     def timeline(k, speed=1.0):
         gpu_s = np.where(compute, k.gpu_s, 0.0)
@@ -427,8 +444,7 @@ def _estimate_parallel(workload, hw, stack=None, overrides=None):
         busy = float(np.dot(gpu_s, t.count))
         idle = max(0.0, tandem_step_time(host, gpu_s, t.count, t.block_starts) - busy)
         parts = step_parts(t, k, gpu_s, c, par, workload.grad_accum if hasattr(workload, "grad_accum") else 1,
-                           st.key, idle, getattr(workload.model, "moe", None), z3, off, dp_stretch, cp_stretch,
-                           ep_stretch)
+                           st.key, idle, getattr(workload.model, "moe", None), z3, off, stretch)
         by_cat, by_phase = _sums(t, k, gpu_s * t.count, idle + parts.moe_sync_s)
         by_cat["communication"] = float(sum(parts.exposed_s.values()))
         by_cat["pipeline_bubble"] = parts.bubble_s
