@@ -166,15 +166,19 @@ def _grad_buffers(w: TrainingWorkload, c: Ctx, trainable: list[int] | None = Non
     use set_to_none (free) and AccumulateGrad adds micro-batches 2..n (R 8, W 4 B/param).
     ``trainable``: the tensor sizes that get gradients when not all do (LoRA adapters)."""
     dt = train_dtypes_of(w)
-    P = sum(trainable) if trainable is not None else stage_params(c)
+    P, nt = trained(c, trainable)
     if c.f(GRAD_HOOKS_16BIT):   # zero the 16-bit buffer; every micro-batch: R 2 + 2, W 2 B/param
-        nt = len(trainable) if trainable is not None else stage_tensors(c)
         return (chain("grad/zero", "memcpy", "fwd", [(0, 0, 2.0 * P)], 1, P),
                 chain("grad/hook_add", "elementwise", "bwd", [(P, 4.0 * P, 2.0 * P, nt)], w.grad_accum, P))
     if dt.main_grad:
         return chain("grad/zero", "memcpy", "fwd", [(0, 0, 4.0 * P)], 1, P), []
-    nt = len(trainable) if trainable is not None else stage_tensors(c)
     return [], chain("grad/accumulate", "elementwise", "bwd", [(P, 8.0 * P, 4.0 * P, nt)], w.grad_accum - 1, P)
+
+
+def trained(c: Ctx, trainable: list[int] | None) -> tuple[int, int]:
+    """(parameters, tensors) that get gradients: the ``trainable`` tensors when given (LoRA
+    adapters), else every tensor of the stage."""
+    return (sum(trainable), len(trainable)) if trainable is not None else (stage_params(c), stage_tensors(c))
 
 
 def param_tensor_sizes(cfg: TransformerConfig) -> list[int]:
@@ -255,16 +259,15 @@ def optimizer_ops(w: TrainingWorkload, c: Ctx, trainable: list[int] | None = Non
     per tensor (mul_, lerp_, mul_, addcmul_, sqrt, div, add_, addcdiv_: R 48, W 32 B/param).
     ``trainable``: only these tensors have optimizer state (LoRA adapters)."""
     dt, fused, frac = train_dtypes_of(w), c.fused, optimizer_shard(w, c, trainable)
-    all_sizes = trainable if trainable is not None else None
-    P = (sum(trainable) if trainable is not None else stage_params(c)) * frac
-    nt = len(trainable) if trainable is not None else stage_tensors(c)
+    P, nt = trained(c, trainable)
+    P *= frac
     if w.offload == "optimizer":
         return offloaded_optimizer_ops(P, nt)
     extra_w = 2.0 if dt.master else 0.0
     adam = w.optimizer == "adamw"
     flops, r, wr = (12.0, 12.0 + dt.grad, 12.0 + extra_w) if adam else (3.0, 8.0 + dt.grad, 8.0 + extra_w)
     if "optimizer" in fused:
-        sizes = [math.ceil(x * frac) for x in (all_sizes if all_sizes is not None else stage_param_sizes(c))]
+        sizes = [math.ceil(x * frac) for x in (trainable if trainable is not None else stage_param_sizes(c))]
         k = multi_tensor_launches(sizes, 4 if adam else 3)
         ks = [(flops * P, r * P, wr * P, k)]
         if adam:
@@ -367,7 +370,7 @@ def _dp_ops(w: TrainingWorkload, c: Ctx, trainable: list[int] | None = None) -> 
     cp_f, cp_b = fsdp_copies(p, (Pl / L, P - Pl), L, w.grad_accum, dt.param, pb, 4 if pb == 4 else 2)
     ag_f, ag_b = cp_f[:2] + ag_f + cp_f[2:], cp_b[:2] + ag_b + cp_b[2:]
     sync = rs if p.zero == 3 else grad_sync(p, (P - Pe) * dt.grad, Pe * dt.grad, "bf16" if dt.grad == 2 else "fp32")
-    nt = len(trainable) if trainable is not None else stage_tensors(c)
+    nt = trained(c, trainable)[1]
     into, out = ddp_bucket_copies(p, (P - Pe) * dt.grad, nt, dt.main_grad or c.f(GRAD_HOOKS_16BIT))   # the buffer is the bucket
     sync = into + sync
     # Megatron: first and last stage sum the shared embedding grad (tied lm_head, or the MTP stage's embedding copy)

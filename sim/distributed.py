@@ -116,7 +116,7 @@ def critical_comm(t: OpTable, c: CommTimes, k_total: np.ndarray, stack_key: str,
         tp = overlap.tp_exposure(_group_phase(c, t, "tp", ph), f, contention=0.0).exposed_s
         ep = _group_phase(c, t, "ep", ph)
         ring, a = _group_phase(c, t, "cp", ph), _sum(k_total, attn & (t.phase == ph))
-        cp = max(0.0, ring - a / k) + min(ring, a / k) * slow
+        cp = overlap.beside_compute_exposed_s(ring, a, k, slow)
         out[ph_name] = (tp, cp, ep)
     return {g: (out["fwd"][i], out["bwd"][i]) for i, g in enumerate(("tp", "cp", "ep"))}
 
@@ -273,8 +273,7 @@ def dualpipe_ep_exposed_s(ep_s: float, compute_s: float, stretch: float = 1.0, s
     kernels run on 20 SMs with "near-zero" overhead (report sec. 3.2.2), and its GPU-hours imply
     1,543 tokens/s/GPU against 1,527 predicted this way (1,394 with the slowdown of the 20-SM
     partition, 132/112 - 1)."""
-    covered = compute_s / stretch
-    return max(0.0, ep_s - covered) + slowdown * min(ep_s, covered)
+    return overlap.beside_compute_exposed_s(ep_s, compute_s, stretch, slowdown)
 
 
 def moe_layers_per_microbatch(t: OpTable, m: int) -> int:
@@ -301,13 +300,12 @@ def step_parts(t: OpTable, k: KernelTimes, gpu_s: np.ndarray, c: CommTimes, par,
     off = offload(k_total) if offload is not None else None
     if off is not None:
         crit["offload"] = (off.fwd_s, off.bwd_s)
-    if par.schedule == "dualpipe" or getattr(moe, "a2a_overlap", False):
-        if par.schedule == "dualpipe":   # DeepSeek's own 20-SM kernels: "near-zero" overhead (module text)
-            ep = dualpipe_ep_exposed_s(sum(crit["ep"]), fwd + bwd)
-        else:                            # Megatron moe_a2a_overlap: DeepEP / NCCL beside the compute
-            ep = dualpipe_ep_exposed_s(sum(crit["ep"]), fwd + bwd,
-                                       ks.ep,
-                                       overlap.default_contention())
+    # (stretch, slowdown) of the EP all-to-all hidden under the other micro-batch's compute:
+    # DeepSeek's own 20-SM kernels ("near-zero" overhead) or Megatron's moe_a2a_overlap (DeepEP / NCCL)
+    a2a = ((1.0, 0.0) if par.schedule == "dualpipe" else
+           (ks.ep, overlap.default_contention()) if getattr(moe, "a2a_overlap", False) else None)
+    if a2a is not None:
+        ep = dualpipe_ep_exposed_s(sum(crit["ep"]), fwd + bwd, *a2a)
         crit["ep"] = (ep / 2, ep / 2)
     t_f = (fwd + sum(v[0] for v in crit.values())) / m
     sync = dropless_sync_per_mb_s(moe, stack_key, moe_layers_per_microbatch(t, m), t_f, par.ep)

@@ -132,6 +132,20 @@ def tp_overlap_fraction(stack: str, tp: int = 1, comm_overlap: bool = False) -> 
     return float(p[f"tp_overlap.{stack}"].value) if f"tp_overlap.{stack}" in p else 0.0
 
 
+def _stack_flag(name: str) -> bool:
+    """A per-stack switch of sim/data/overlap.toml: true when listed with a non-zero value."""
+    p = overlap_params().get(name)
+    return bool(p and float(p.value))
+
+
+def beside_compute_exposed_s(comm_s: float, compute_s: float, stretch: float, slowdown: float) -> float:
+    """Exposed seconds of a collective that runs beside ``compute_s`` of compute: beside it the
+    collective runs ``stretch`` times slower and slows that compute by ``slowdown`` per second:
+        exposed = max(0, A - C / stretch) + slowdown * min(A, C / stretch)."""
+    covered = compute_s / stretch
+    return max(0.0, comm_s - covered) + slowdown * min(comm_s, covered)
+
+
 PP_STACK_TRAITS = ("blocking", "scatter_gather")
 
 
@@ -144,8 +158,7 @@ def pp_stack_trait(trait: str, stack: str) -> bool:
                       NVLink (sim/distributed.scatter_gather_p2p)"""
     if trait not in PP_STACK_TRAITS:
         raise ValueError(f"trait: unknown {trait!r}; known: {', '.join(PP_STACK_TRAITS)}")
-    p = overlap_params().get(f"pp.{trait}.{stack}")
-    return bool(p and float(p.value))
+    return _stack_flag(f"pp.{trait}.{stack}")
 
 
 def ddp_after_backward(stack: str) -> bool:
@@ -153,8 +166,7 @@ def ddp_after_backward(stack: str) -> bool:
     (sim/data/overlap.toml [ddp.after_backward]; Megatron-LM 2021's --DDP-impl local:
     LocalDDP.allreduce_gradients runs once the last micro-batch's backward is done), so that
     exposed = the sum of the bucket all-reduces instead of what outlasts the backward."""
-    p = overlap_params().get(f"ddp.after_backward.{stack}")
-    return bool(p and float(p.value))
+    return _stack_flag(f"ddp.after_backward.{stack}")
 
 
 def fsdp_persistent_root(stack: str) -> bool:
@@ -166,8 +178,7 @@ def fsdp_persistent_root(stack: str) -> bool:
     buckets and only the units' post-forward / post-backward hooks release theirs, so the other
     buckets are gathered once per step and kept until the pipeline's reset in finish_grad_sync;
     their gradients are still reduce-scattered every micro-batch (grad_reduce_every_bprop)."""
-    p = overlap_params().get(f"fsdp.persistent_root.{stack}")
-    return bool(p and float(p.value))
+    return _stack_flag(f"fsdp.persistent_root.{stack}")
 
 
 def _arr(name: str, v) -> np.ndarray:
@@ -196,11 +207,6 @@ def serial_finish_times(ready_s, comm_s) -> np.ndarray:
         raise ValueError(f"ready_s and comm_s differ in length ({r.size} vs {c.size})")
     C = np.cumsum(c)
     return C + np.maximum.accumulate(r - (C - c))
-
-
-def overlapped_time_s(start_s: np.ndarray, finish_s: np.ndarray, until_s: float) -> float:
-    """Time comm runs within [0, until_s] (intervals on one stream do not overlap)."""
-    return float(np.sum(np.clip(finish_s, 0, until_s) - np.clip(start_s, 0, until_s)))
 
 
 def uniform_bucket_ready_s(t_bwd_s: float, bucket_bytes) -> np.ndarray:

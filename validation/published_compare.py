@@ -270,8 +270,8 @@ def workload_for(row) -> TrainingWorkload:
         cfg = cfg.model_copy(update={"moe": cfg.moe.model_copy(update=moe_software(row, cfg.moe))})
     if cfg.mla is not None:
         cfg = cfg.model_copy(update={"mla": cfg.mla.model_copy(update=mla_software(row, cfg.mla))})
-    if mtp_layers_for(row, cfg):
-        cfg = cfg.model_copy(update={"mtp_layers": mtp_layers_for(row, cfg)})
+    if mtp := mtp_layers_for(row, cfg):
+        cfg = cfg.model_copy(update={"mtp_layers": mtp})
     # LoRA rows: Megatron-Bridge's default LoRA (rank 32 on linear_qkv/proj/fc1/fc2), the
     # llama3_70b_finetune_config(peft="lora") of its performance scripts (model/lora.py).
     precision = _PRECISION.get(row.precision, "bf16")
