@@ -64,6 +64,20 @@ RUN_CONFIGS: dict[str, dict] = {
 }
 _RUN_SOURCES = {k: (_SC21_F12 if "174.6b" in k and "ptd-p" in k else _SC21_T1) for k in RUN_CONFIGS}
 
+# NeMo long-sequence table (reference A7): micro-batch 1, as NeMo's long-context recipes set it
+# (nemo/collections/llm/recipes/llama3_8b_16k.py / _64k.py / _128k.py: MockDataModule(...,
+# micro_batch_size=1)); the H100 8K row's pp 2 ran without virtual stages (vp not published; NeMo's
+# default virtual_pipeline_model_parallel_size is None). The B200 table's #GPUs is 4x TP*PP*DP*CP on
+# every row; its DP column is the consistent one (the 512K / 1024K rows' GBS 8 / 4 could not feed
+# 4x the data-parallel ranks), so the B200 rows run on TP*PP*DP*CP GPUs (a per-GPU metric either way).
+_LONGSEQ = "NVIDIA/NeMo nemo/collections/llm/recipes/llama3_8b_64k.py (micro_batch_size=1); reference A7 caveat"
+_LONGSEQ_B200 = {"8k": 2, "16k": 4, "32k": 8, "64k": 16, "128k": 32, "256k": 64, "512k": 128, "1024k": 256}
+_LONGSEQ_H100 = ("4k", "8k", "16k", "32k", "64k", "128k", "256k", "512k", "1024k")
+RUN_CONFIGS.update({f"nemo-longseq-b200-llama3-8b-{k}": {"mbs": 1, "gpus": g} for k, g in _LONGSEQ_B200.items()})
+RUN_CONFIGS.update({f"nemo-longseq-h100-llama2-7b-{k}": {"mbs": 1, **({"vp": 1} if k == "8k" else {})}
+                    for k in _LONGSEQ_H100})
+_RUN_SOURCES.update({k: _LONGSEQ for k in RUN_CONFIGS if k.startswith("nemo-longseq")})
+
 
 def megatron2021_tokens_per_s(row) -> float | None:
     """tokens/s/GPU from the paper's TFLOP/s/GPU: its eq. (3) counts, per token (recompute included),
@@ -74,6 +88,46 @@ def megatron2021_tokens_per_s(row) -> float | None:
     c = row.transformer_config()
     l, h, s, v = c.n_layers, c.d_model, row.seq, c.vocab
     return f / (96 * l * h * h * (1 + s / (6 * h) + v / (16 * l * h)))
+
+
+# NeMo's model-FLOPs count (nemo/utils/flops_formulas.py llama2 / llama3, vocabulary from
+# LLM_VOCAB_SIZE_MAP in nemo/collections/common/parts/perf_metrics_utils.py), per token:
+#     F_token = l h^2 (12 + 12 g/a + 18 f/h + 12 s/h + 6 V/(l h))
+# (g KV heads, a heads, f FFN width; attention counted full, not causal). It reproduces the
+# TFLOP/s / tokens/s ratio of every NeMo pretrain row that publishes both within 0.1 %
+# (tests/test_published_tokens.py), so it turns the long-sequence table's TFLOP/s into tokens/s.
+NEMO_VOCAB = {"llama2": 32000, "llama3": 128256}
+
+
+def nemo_flops_per_token(cfg, seq: int, family: str) -> float:
+    """F_token of NeMo's llama2 / llama3 formula (comment above)."""
+    if family not in NEMO_VOCAB:
+        raise ValueError(f"no NeMo FLOPs formula for family {family!r} (have {sorted(NEMO_VOCAB)})")
+    l, h = cfg.n_layers, cfg.d_model
+    return l * h * h * (12 + 12 * cfg.n_kv_heads / cfg.n_heads + 18 * cfg.ffn / h + 12 * seq / h
+                        + 6 * NEMO_VOCAB[family] / (l * h))
+
+
+def nemo_tokens_per_s(row) -> float | None:
+    """tokens/s/GPU from a NeMo row's model TFLOP/s/GPU (llama families only)."""
+    f = row.metrics.model_flops_per_s_per_gpu
+    name = row.model or row.model_ref or ""
+    family = next((k for k in NEMO_VOCAB if name.startswith(k)), None)
+    if f is None or family is None:
+        return None
+    return f / nemo_flops_per_token(row.transformer_config(), row.seq, family)
+
+
+# Sources that publish only model FLOP/s: their FLOP count turned into tokens/s/GPU.
+TOKENS_FROM_FLOPS = {"megatron2021_a1": megatron2021_tokens_per_s, "nemo_longseq_a7": nemo_tokens_per_s}
+
+
+def published_tokens_per_s(row) -> float | None:
+    """The row's tokens/s/GPU: published, or from its source's FLOP count."""
+    tok = row.metrics.tokens_per_s_per_gpu
+    if tok is None and row.source_id in TOKENS_FROM_FLOPS:
+        tok = TOKENS_FROM_FLOPS[row.source_id](row)
+    return tok
 
 
 STACK = "megatron_te"
@@ -243,9 +297,12 @@ _DELAYED_SOURCES = ("nemo2407", "nemo2502")
 
 
 def fp8_recipe_for(row) -> str:
+    """The row's recipe, else delayed scaling for the NeMo 24.x / 25.02 runs (the long-sequence
+    H100 rows ran NeMo 24.03), else current scaling."""
     if row.fp8_recipe:
         return row.fp8_recipe
-    return "delayed" if row.source_id.startswith(_DELAYED_SOURCES) else "current"
+    delayed = row.source_id.startswith(_DELAYED_SOURCES) or (row.software or "").startswith("NeMo 24.")
+    return "delayed" if delayed else "current"
 
 
 # Precision of the row -> TrainingWorkload.precision: fp8 (recipe above); nvfp4 = TE's
@@ -301,12 +358,17 @@ def cluster_for(row) -> Cluster:
     NVL72 racks of 72) uses equal parts of racks, as Slurm's block scheduling places it
     (sim/cluster.segment_gpus: 64 GPUs = 16 trays per rack, source slurm_block_nvl72)."""
     system = get_system(row.system)
-    per_node = system.gpus_per_node
-    if row.gpus % per_node:
-        return Cluster(system=row.system, nodes=1, gpus_used=row.gpus)
-    part = segment_gpus(system, row.gpus)
-    dom = part if part < min(system.nvlink_domain_size, row.gpus) else None
-    return Cluster(system=row.system, nodes=row.gpus // per_node, domain_gpus=dom)
+    per_node, gpus = system.gpus_per_node, gpus_for(row)
+    if gpus % per_node:
+        return Cluster(system=row.system, nodes=1, gpus_used=gpus)
+    part = segment_gpus(system, gpus)
+    dom = part if part < min(system.nvlink_domain_size, gpus) else None
+    return Cluster(system=row.system, nodes=gpus // per_node, domain_gpus=dom)
+
+
+def gpus_for(row) -> int:
+    """GPUs the row ran on: published, unless RUN_CONFIGS corrects a table (its provenance there)."""
+    return RUN_CONFIGS.get(row.id, {}).get("gpus", row.gpus)
 
 
 def predict_row(row) -> PublishedRow:
@@ -314,14 +376,12 @@ def predict_row(row) -> PublishedRow:
     if not row.predictable and not (row.system and all(
             getattr(row, k) is not None or k in run for k in ("tp", "pp", "vp", "dp"))):
         raise ValueError("model, system or a parallel degree is not published")
-    tok = row.metrics.tokens_per_s_per_gpu
-    if tok is None and row.source_id == "megatron2021_a1":
-        tok = megatron2021_tokens_per_s(row)
+    tok = published_tokens_per_s(row)
     if tok is None:
         raise ValueError("no tokens/s/GPU published")
+    gpus = gpus_for(row)
     e = estimate(workload_for(row), cluster_for(row))
-    return PublishedRow(row.id, row.source_id, row.system, row.gpus, tok, e.tokens_per_s / row.gpus,
-                        row.source_flag)
+    return PublishedRow(row.id, row.source_id, row.system, gpus, tok, e.tokens_per_s / gpus, row.source_flag)
 
 
 def compare_published(source: str | None = None) -> tuple[list[PublishedRow], list[tuple[str, str]]]:
