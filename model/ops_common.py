@@ -245,9 +245,9 @@ def attention(c: Ctx, name: str, Hq: int, Hkv: int, dqk: int, dv: int, n: int, c
     overrides, e.g. MLA's shared latent), o written (+ fp32 logsumexp B*Hq*Sq when training).
     Forward is one kernel, or two for split-KV decode (Sq == 1 with fewer than ~one SM's worth
     of B*Hkv: partial outputs in fp32 + a combine kernel; cuDNN's lean_reduction / FA2's combine).
-    Context parallel (c.cp > 1): Sq = S/cp local queries against all Skv = S keys (ring
-    attention, load-balanced causal: exactly 1/cp of the causal pairs per GPU); the cp steps
-    are counted as one aggregated kernel per direction (the ring sends: model/comm.py).
+    Context parallel (c.cp > 1), causal, no window: the ring's steps as TransformerEngine runs them
+    (``cp_ring_attention``). Other cp > 1 cases: Sq = S/cp local queries against all Skv = S keys,
+    1/cp of the pairs, one aggregated kernel per direction (the ring sends: model/comm.py).
     Backward (cuDNN SDPA and FA2 alike, H200 trace): dot(dO, O) row sums, the dq/dk/dv kernel
     (dq accumulated in fp32 over a memset buffer: bytes, no launch), dq fp32 -> act convert, and
     with GQA (Hkv < Hq) dk/dv computed per query head then summed over each group (2 kernels).
@@ -258,19 +258,33 @@ def attention(c: Ctx, name: str, Hq: int, Hkv: int, dqk: int, dv: int, n: int, c
     """
     if c.f("math_attention") or c.f("te_unfused_attention"):
         return math_attention(c, name, Hq, Hkv, dqk, dv, n, causal, dropout=c.f("math_attention"))
+    if c.cp > 1 and causal and not c.cfg.sliding_window and c.train:
+        return cp_ring_attention(c, name, Hq, Hkv, dqk, dv, n, kv_read)
     B, Sq, Skv = c.B, c.S, c.Skv
     pairs = causal_pairs(Sq, Skv) if causal else float(Sq * Skv)
     wf = window_fraction(c.cfg, Skv if c.cp > 1 else Sq, Skv, causal) if c.cfg.sliding_window else 1.0
     if c.cp > 1:   # load-balanced causal ring attention: every rank does 1/cp of the pairs
         pairs = (causal_pairs(Skv, Skv) if causal else float(Skv * Skv)) / c.cp
-    flops = 2.0 * B * Hq * pairs * wf * (dqk + dv)
+    keys = window_keys_fraction(c.cfg, Sq, Skv) if wf < 1.0 and c.cp == 1 else 1.0
+    return flash(c, name, Hq, Hkv, dqk, dv, Sq, Skv, pairs * wf, causal, n * c.mb, kv_read, wf, keys)
+
+
+def _kv_bytes(c: Ctx, Hkv: int, dqk: int, dv: int, Skv: int, kv_read: float | None) -> float:
+    return c.B * Skv * Hkv * (dqk + dv) * (c.act if c.train else c.kvb) if kv_read is None else kv_read
+
+
+def flash(c: Ctx, name: str, Hq: int, Hkv: int, dqk: int, dv: int, Sq: int, Skv: int, pairs: float,
+          causal: bool, cnt: int, kv_read: float | None = None, wf: float = 1.0, keys: float = 1.0) -> Pair:
+    """One flash-attention call (forward, and the backward kernels when training) over
+    (B, Hq, Sq, Skv) computing ``pairs`` (query, key) pairs, ``cnt`` times per step (bytes and
+    kernels as ``attention`` says; ``keys``: the fraction of the K/V a window lets it read)."""
+    B = c.B
+    flops = 2.0 * B * Hq * pairs * (dqk + dv)
     q, o = B * Sq * Hq * dqk * c.act, B * Sq * Hq * dv * c.act
-    kv = B * Skv * Hkv * (dqk + dv) * (c.act if c.train else c.kvb) if kv_read is None else kv_read
-    if wf < 1.0 and c.cp == 1:
-        kv *= window_keys_fraction(c.cfg, Sq, Skv)
+    kv = _kv_bytes(c, Hkv, dqk, dv, Skv, kv_read) * keys
     lse = B * Hq * Sq * 4.0 if c.train else 0.0
     shape = (B, Hq, Hkv, Sq, Skv, dqk, dv, int(causal)) + ((wf,) if wf < 1.0 else ())
-    cnt, dt = n * c.mb, ("fp32" if c.act == 4 else "bf16")
+    dt = "fp32" if c.act == 4 else "bf16"
     if not c.train:
         fk = 2 if (Sq == 1 and B * Hkv < SPLIT_SMS) else 1   # fp32 partials: < 1% of the KV bytes
         return Pair([Op(name, "attention", "fwd", flops, q + kv, o, dt, shape, cnt, fk)], [])
@@ -287,6 +301,36 @@ def attention(c: Ctx, name: str, Hq: int, Hkv: int, dqk: int, dv: int, n: int, c
         rd, wr, k = rd + kv * grp, wr + kv, 5                    # sum dk, dv over each group
     bwd = Op(name, "attention", "bwd", 2.5 * flops, rd, wr, dt, shape, cnt, k)
     return Pair(fwd, [bwd])
+
+
+def cp_ring_attention(c: Ctx, name: str, Hq: int, Hkv: int, dqk: int, dv: int, n: int,
+                      kv_read: float | None = None) -> Pair:
+    """Causal ring attention as TransformerEngine's AttnFuncWithCPAndKVP2P runs it (load-balanced:
+    the sequence in 2cp chunks, rank r holding chunks r and 2cp-1-r, L = S/cp local tokens):
+        step 0       local q vs local k,v, causal:            one (L x L) causal flash call
+        steps 1..cp-1 a peer's k,v, full (no mask):           q (L) vs its first chunk (L/2) when the
+                     peer is earlier, else q's second chunk (L/2) vs its k,v (L): (L/2 x L) each
+    so the pairs add up to causal_pairs(S, S)/cp. After each step i >= 1 the forward merges
+    the partial output into the running one (TE flash_attn_fwd_out_correction / softmax_lse
+    correction): reads out_i (act) and lse_i, updates an fp32 output and the lse. The backward
+    runs the same steps' flash backwards on the merged out / lse and adds each step's dq into
+    an fp32 accumulator and the returned dk, dv into the local ones. Measured on 2 H200s
+    (validation/experiments/cp_ring_attention.py): the step kernels come within 3 % of half the
+    unsplit attention at 8K-64K; what the unsplit model misses is the split into steps."""
+    L, cp, cnt = c.S, c.cp, n * c.mb
+    if kv_read is not None:
+        raise ValueError("cp_ring_attention: K,V bytes follow each step's keys; kv_read is for inference")
+    step0 = flash(c, name, Hq, Hkv, dqk, dv, L, L, causal_pairs(L, L), True, cnt)
+    steps = flash(c, name + "/cp_step", Hq, Hkv, dqk, dv, L // 2, L, float(L // 2 * L), False, cnt * (cp - 1))
+    # the merge on rank cp-1, whose peers are all earlier (every step updates its L rows)
+    B, rows = c.B, c.B * L * Hq
+    o_act, lse = rows * dv * c.act, rows * 4.0
+    merge = chain(name + "/cp_merge", "elementwise", "fwd",
+                  [(0.0, o_act + 2 * lse + 4.0 * rows * dv, 4.0 * rows * dv + lse, 2)], cnt * (cp - 1), rows * dv)
+    q4, kv = 4.0 * B * L * Hq * dqk, _kv_bytes(c, Hkv, dqk, dv, L, None)
+    acc = chain(name + "/cp_grad_acc", "elementwise", "bwd",
+                [(0.0, q4 / 2 + q4 / 2 + 2 * kv, q4 / 2 + kv, 2)], cnt * (cp - 1), B * L * Hq * dqk)
+    return Pair(step0.fwd + steps.fwd + merge, step0.bwd + steps.bwd + acc)
 
 
 def math_attention(c: Ctx, name: str, Hq: int, Hkv: int, dqk: int, dv: int, n: int, causal: bool,
