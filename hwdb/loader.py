@@ -218,12 +218,26 @@ def load_db(root: str | Path = DEFAULT_DATA_DIR) -> Database:
     sources = parse_sources(root / "sources.toml")
     raw = {c: _read_category(root, f) for c, f in CATEGORIES.items()}
     paths = {k: p for items in raw.values() for k, (p, _) in items.items()}
-    gpus = {k: _build(GPU, _resolve(k, raw["gpu"], sources), paths[k]) for k in raw["gpu"]}
+    gpus = _keep_order(raw["gpu"], {k: _build(GPU, _resolve(k, raw["gpu"], sources), paths[k])
+                                     for k in _base_first(raw["gpu"])})
     nics = {k: _build(NIC, _resolve(k, raw["nic"], sources), paths[k]) for k in raw["nic"]}
     systems = {k: _build_system(k, _resolve(k, raw["system"], sources), paths[k], gpus, nics)
                for k in raw["system"]}
     objs = {"gpu": gpus, "nic": nics, "system": systems}
     return Database(root, sources, gpus, nics, systems, _index(objs, paths))
+
+
+def _base_first(raws: dict) -> list[str]:
+    """Keys with their ``based_on`` parents first, so an error in an inherited field names the
+    file that holds it rather than a file inheriting it."""
+    def depth(k: str, seen: int = 0) -> int:
+        parent = raws[k][1].get("based_on")
+        return 0 if parent not in raws or seen > len(raws) else 1 + depth(parent, seen + 1)
+    return sorted(raws, key=lambda k: (depth(k), k))
+
+
+def _keep_order(raws: dict, built: dict) -> dict:
+    return {k: built[k] for k in raws}
 
 
 def _build_system(key: str, data: dict, path: Path, gpus: dict, nics: dict) -> System:

@@ -159,6 +159,8 @@ def activation_bytes_per_layer(w: TrainingWorkload, fused=frozenset(), moe_layer
     cfg, T = w.model, w.tokens_per_microbatch
     if w.recompute == "full":
         return train_dtypes_of(w).resid * T * cfg.d_model
+    if w.recompute == "op_sac":
+        return _op_sac_saved(w, T)
     fn = "norm" in fused
     cat = "concat_proj" in fused
     k_attn = 1 if cat else (2 if cfg.mla else 3)
@@ -166,6 +168,18 @@ def activation_bytes_per_layer(w: TrainingWorkload, fused=frozenset(), moe_layer
     norms = _norm_saved(w, T, cfg.d_model, k_attn, fn) + _norm_saved(w, T, cfg.d_model, k_mlp, fn)
     dense, moe = _ffn_saved(w, T, fused)
     return norms + _attn_saved(w, T, fused) + (moe if moe_layer else dense)
+
+
+def _op_sac_saved(w: TrainingWorkload, T: int) -> float:
+    """torchtitan op-level selective checkpointing (model/ops_train.op_sac_replay) keeps the block
+    input and the outputs of the odd-numbered GEMMs and of the attention kernel: for a dense GQA
+    layer wq (H D), wv (Hkv D), w1 (F), w2 (d), the attention output (H D) and its fp32 LSE."""
+    cfg, dt = w.model, train_dtypes_of(w)
+    if cfg.moe or cfg.mla:
+        raise ValueError("recompute 'op_sac' (torchtitan's op-level checkpointing) is modelled for dense "
+                         "attention + MLP layers only, not MoE or MLA")
+    H, D, kv = cfg.n_heads, cfg.head_dim, cfg.n_kv_heads
+    return dt.resid * T * cfg.d_model + dt.act * T * (2 * H * D + kv * D + cfg.ffn + cfg.d_model) + 4.0 * H * T
 
 
 def inference_activation_bytes(w: InferenceWorkload) -> float:

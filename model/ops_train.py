@@ -403,13 +403,43 @@ def training_ops(w: TrainingWorkload, fused: frozenset) -> tuple[Op, ...]:
                  + dp["gather"])
 
 
+def op_sac_replay(fwd: list[Op]) -> list[Op]:
+    """The forward ops torchtitan's op-level selective activation checkpointing runs again
+    (torchtitan parallelize_llama.py _apply_ac_to_transformer_block, selective_ac_option "op";
+    source torchtitan_op_sac): it saves the outputs of aten.mm except every second one in a
+    block's forward order, of the flash / efficient SDPA kernels, of reduce_scatter and of max;
+    everything else is recomputed from the block input. So per layer: the 2nd, 4th, 6th... of
+    its GEMMs (Llama: wk, wo, w3 of wq wk wv wo w1 w3 w2), every norm, RoPE, activation,
+    residual and cast kernel; not the attention core; not the collectives (tp: not modelled).
+    A GEMM op standing for k per-layer GEMMs (count = k x the attention core's) is replayed for
+    the even-numbered ones among them."""
+    core = next((o for o in fwd if o.name == "layer/attn/core"), None)
+    per_layer = core.count if core else 1
+    out, n_mm = [], 0
+    for o in fwd:
+        if o.kind == "attention" or o.kind == "collective":
+            continue
+        if o.kind != "matmul":
+            out.append(o)
+            continue
+        k = max(1, round(o.count / per_layer))
+        even = sum(1 for i in range(n_mm + 1, n_mm + k + 1) if i % 2 == 0)
+        n_mm += k
+        if even:
+            out.append(replace(o, count=o.count * even // k))
+    return out
+
+
 def _recompute(w: TrainingWorkload, c: Ctx, layers: list[Pair]) -> list[Op]:
     """full: every layer forward op again (phase bwd, '/recompute'), plus under autocast the
     layer weights re-cast (the recompute runs in a fresh autocast context);
-    selective: only the attention core (Megatron selective recompute)."""
+    selective: only the attention core (Megatron selective recompute);
+    op_sac: torchtitan's per-op selective checkpointing (``op_sac_replay``)."""
     fwd = [o for p in layers for o in p.fwd]
     if w.recompute == "selective":
         return recompute([o for o in fwd if o.name == "layer/attn/core"])
+    if w.recompute == "op_sac":
+        return recompute(op_sac_replay(fwd))
     if w.recompute == "none":
         return []
     ops = recompute(fwd)

@@ -74,7 +74,7 @@ class TrainingWorkload(BaseModel):
     seq: PositiveInt = 2048
     precision: Precision = "amp_bf16"
     optimizer: Literal["adamw", "sgd"] = "adamw"
-    recompute: Literal["none", "selective", "full"] = "none"
+    recompute: Literal["none", "selective", "full", "op_sac"] = "none"
     grad_accum: PositiveInt = 1
     stack: str = "eager"
     fp8_recipe: Fp8Recipe = "delayed"

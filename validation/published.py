@@ -227,6 +227,7 @@ class PublishedRow(_Row):
         vals = {k: getattr(self, k, None) for k in names}
         vals["tp_comm_overlap"] = fill.pop("tp_comm_overlap", False)   # a recipe setting, never in the tables
         etp = fill.pop("etp", None)      # expert tensor parallel: a recipe setting, never in the tables
+        extra = {k: fill.pop(k) for k in ("fsdp_param_dtype",) if k in fill}   # FSDP mixed precision: a recipe setting
         for k, v in fill.items():
             if k not in vals or vals[k] is not None:
                 raise ValueError(f"{self.path}: row {self.id!r}: field {k}: published (or unknown); not overridable")
@@ -235,7 +236,7 @@ class PublishedRow(_Row):
             if v is None:
                 raise ValueError(f"{self.path}: row {self.id!r}: field {k}: not published; pass it explicitly")
         sched = "interleaved" if vals["vp"] > 1 else "1f1b"
-        return Parallelism(schedule=sched, etp=etp, **vals)
+        return Parallelism(schedule=sched, etp=etp, **vals, **extra)
 
 
 class PublishedInferenceRow(_Row):

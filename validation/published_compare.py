@@ -132,6 +132,39 @@ def published_tokens_per_s(row) -> float | None:
 
 STACK = "megatron_te"
 
+# torchtitan rows (validation/published torchtitan_h100_a10, trainy_h200_a10; techniques carry "fsdp2"):
+#   stack      torchtitan_eager, or torchtitan_compile with torch.compile (sim/data/stacks.toml: SDPA ran
+#              FlashAttention-2 on H100 at the time)
+#   batch      local_batch per data-parallel rank, no gradient accumulation; with pp > 1 split into
+#              pp micro-batches (torchtitan pipelining: n_microbatches = pipeline_parallel_microbatches
+#              or the pipeline degree, torchtitan parallelisms/pipeline_llama.py of 2024-12)
+#   recompute  the row's ("full AC"), else the model's train config: llama3_8b.toml mode "selective"
+#              option "op" (op_sac, model/ops_train.op_sac_replay), llama3_70b / 405b.toml mode "full"
+#              (source torchtitan_op_sac)
+#   FSDP2      MixedPrecisionPolicy param_dtype bf16, reduce_dtype fp32 (torchtitan defaults
+#              mixed_precision_param / mixed_precision_reduce); the Trainy rows' float8 all-gather is
+#              not modelled (gathered as bf16)
+#   seq        8192 where not published (every llama3 train config)
+#   Float8     torchao dynamic tensorwise scaling: the "current" (per-tensor current scaling) recipe
+#   AsyncTP    the TP overlap (tp_comm_overlap)
+TORCHTITAN_RECOMPUTE = {"llama3-8b": "op_sac", "llama3.1-8b": "op_sac", "llama3-70b": "full", "llama3.1-405b": "full"}
+TORCHTITAN_SEQ = 8192
+
+
+def is_torchtitan(row) -> bool:
+    return "fsdp2" in (row.techniques or ())
+
+
+def torchtitan_run(row) -> dict:
+    """mbs, grad_accum, gbs, recompute and seq of a torchtitan row (table above)."""
+    pp = row.pp or 1
+    local = row.local_batch
+    if local is None or local % pp:
+        raise ValueError(f"local_batch={local} does not split into pp={pp} micro-batches")
+    mbs = local // pp
+    return {"mbs": mbs, "ga": pp, "gbs": row.gbs or local * (row.dp or 1), "seq": row.seq or TORCHTITAN_SEQ,
+            "recompute": row.recompute or TORCHTITAN_RECOMPUTE[row.model or row.model_ref]}
+
 
 # Models whose attention no fused TransformerEngine kernel ran before a release: TE falls back to
 # UnfusedDotProductAttention (bmm + softmax over the full score matrix, the sliding window only a
@@ -151,6 +184,8 @@ def stack_for(row) -> str:
     source's (SOURCE_STACKS) by the row's ZeRO stage."""
     if "stack" in RUN_CONFIGS.get(row.id, {}):
         return RUN_CONFIGS[row.id]["stack"]
+    if is_torchtitan(row):
+        return "torchtitan_compile" if "torch.compile" in row.techniques else "torchtitan_eager"
     before = UNFUSED_ATTENTION_BEFORE.get(getattr(row, "model_ref", None) or "")
     if before and row.source_id not in SOURCE_STACKS and row.release and _release(row.release) < before:
         return UNFUSED_STACK
@@ -198,6 +233,9 @@ def _fill(row) -> dict:
     sp = fill.get("sp", row.sp)
     if sp and row.source_id.startswith(TP_OVERLAP_SOURCES):
         fill["tp_comm_overlap"] = True
+    if is_torchtitan(row):
+        fill["tp_comm_overlap"] = "async_tp" in row.techniques
+        fill["fsdp_param_dtype"] = "bf16"
     if row.zero is None and "zero" not in fill:
         fill["zero"] = ASSUMED["zero"]
     if (row.model or row.model_ref) in _ETP1_MODELS and row.source_id.startswith("megatron_bridge"):
@@ -300,7 +338,7 @@ def fp8_recipe_for(row) -> str:
     """The row's recipe, else delayed scaling for the NeMo 24.x / 25.02 runs (the long-sequence
     H100 rows ran NeMo 24.03), else current scaling."""
     if row.fp8_recipe:
-        return row.fp8_recipe
+        return "current" if row.fp8_recipe == "torchao" else row.fp8_recipe   # torchao: dynamic tensorwise
     delayed = row.source_id.startswith(_DELAYED_SOURCES) or (row.software or "").startswith("NeMo 24.")
     return "delayed" if delayed else "current"
 
@@ -318,10 +356,11 @@ def workload_for(row) -> TrainingWorkload:
         par = par.model_copy(update=split)
         par = type(par)(**par.model_dump())     # re-validate
     run = RUN_CONFIGS.get(row.id, {})
-    mbs = row.mbs or run.get("mbs")
-    ga = row.gbs // (mbs * par.dp) if mbs else None
-    if not ga or row.gbs % (mbs * par.dp):
-        raise ValueError(f"gbs={row.gbs} is not mbs={mbs} x dp={par.dp} x an integer")
+    titan = torchtitan_run(row) if is_torchtitan(row) else {}
+    mbs, gbs = row.mbs or run.get("mbs") or titan.get("mbs"), row.gbs or titan.get("gbs")
+    ga = gbs // (mbs * par.dp) if (mbs and gbs) else None
+    if not ga or gbs % (mbs * par.dp):
+        raise ValueError(f"gbs={gbs} is not mbs={mbs} x dp={par.dp} x an integer")
     cfg = row.transformer_config()
     if cfg.moe is not None:
         cfg = cfg.model_copy(update={"moe": cfg.moe.model_copy(update=moe_software(row, cfg.moe))})
@@ -332,11 +371,12 @@ def workload_for(row) -> TrainingWorkload:
     # LoRA rows: Megatron-Bridge's default LoRA (rank 32 on linear_qkv/proj/fc1/fc2), the
     # llama3_70b_finetune_config(peft="lora") of its performance scripts (model/lora.py).
     precision = _PRECISION.get(row.precision, "bf16")
-    return TrainingWorkload(model=cfg, mbs=mbs, seq=row.seq, grad_accum=ga,
+    return TrainingWorkload(model=cfg, mbs=mbs, seq=row.seq or titan.get("seq"), grad_accum=ga,
                             precision=precision, fp8_recipe=fp8_recipe_for(row),
                             peft="lora" if row.task == "lora" else "none",
                             grad_reduce_dtype=grad_reduce_dtype_for(row, precision),
-                            recompute=row.recompute or run.get("recompute", "none"), stack=stack_for(row),
+                            recompute=row.recompute or run.get("recompute") or titan.get("recompute", "none"),
+                            stack=stack_for(row),
                             parallel=par)
 
 

@@ -658,9 +658,9 @@ def a10_rows(sec: list[str]) -> list[dict]:
         r = new_row(f"torchtitan-h100-t{tab}-{d['Model'].lower()}-{d['#GPUs']}g-r{count[tab]}")
         r.update(task="pretrain", table=f"Table {tab}", model_as_published=f"Llama 3 {d['Model']}",
                  model=models[d["Model"]], system_as_published="Grand Teton H100 96GB HBM2e 500W",
-                 system="hgx_h100", gpus=int(d["#GPUs"]), software="torchtitan (2024-12)")
-        r["notes"].append("closest hwdb system hgx_h100 (80 GB HBM3, 3.35 TB/s, 700 W); the measured GPUs are "
-                          "96 GB HBM2e, 2.4 TB/s, 500 W: lower HBM bandwidth and clocks (reference §N.4)")
+                 system="grand_teton_h100", gpu="h100_gt_96gb", gpus=int(d["#GPUs"]), software="torchtitan (2024-12)")
+        r["notes"].append("hwdb grand_teton_h100: H100 96 GB HBM2e at 2.4 TB/s under a 500 W limit, as the "
+                          "benchmark file states (reference §N.4)")
         deg = {k: int(v) for k, v in re.findall(r"(FSDP|TP|PP|CP)\s*(\d+)", d["Parallelism"])}
         prod = 1
         for v in deg.values():
