@@ -65,11 +65,13 @@ def cap_clock(u_tc: float, u_mem: float, f_gemm: float, f_boost: float, w_mem: f
     return min(max(f, f_gemm), f_boost)
 
 
-def speed_at(f: float, f_gemm: float, f_boost: float, boost_speedup: float) -> float:
-    """Compute speed at clock f over the sustained (f_gemm) rate, linear up to boost_speedup."""
-    if f_boost <= f_gemm:
+def speed_at(f: float, f_cal: float, f_boost: float, boost_speedup: float) -> float:
+    """Compute speed at clock f over the calibrated sustained rate: linear through (f_cal, 1) and
+    (f_boost, boost_speedup), f_cal being the sustained GEMM clock of the GPU whose efficiencies
+    were calibrated (below it, e.g. the same die under a lower power cap, the speed drops under 1)."""
+    if f_boost <= f_cal:
         return 1.0
-    return 1.0 + (boost_speedup - 1.0) * (f - f_gemm) / (f_boost - f_gemm)
+    return 1.0 + (boost_speedup - 1.0) * (f - f_cal) / (f_boost - f_cal)
 
 
 def shares(by_category: Mapping[str, float], step_s: float) -> tuple[float, float]:
@@ -91,11 +93,21 @@ def power_state(by_category: Mapping[str, float], step_s: float, gpu_key: str, f
     if params is None or boost_speedup <= 1.0:
         return None
     f_gemm, w_mem = params
+    f_cal = calibration_clock(gpu_key)
     tc = sum(by_category.get(c, 0.0) for c in TENSOR)
     speed, f = 1.0, f_gemm
     for _ in range(3):
         step = step_s - tc * (1.0 - 1.0 / speed)
         u_tc, u_mem = shares({**by_category, "matmul_compute": tc / speed, "attention": 0.0}, step)
         f = cap_clock(u_tc, u_mem, f_gemm, f_boost, w_mem)
-        speed = speed_at(f, f_gemm, f_boost, boost_speedup)
+        speed = speed_at(f, f_cal, f_boost, boost_speedup)
     return PowerState(f, speed, f < f_boost)
+
+
+def calibration_clock(gpu_key: str) -> float:
+    """Sustained GEMM clock (Hz) of the GPU whose calibrated efficiencies ``gpu_key`` uses (itself,
+    or the same-die GPU of sim/data/efficiency/transfer.toml): the clock its "speed 1" means."""
+    from .calibration import calibration_source
+    src = calibration_source(gpu_key) or gpu_key
+    params = clock_params(src) or clock_params(gpu_key)
+    return params[0]

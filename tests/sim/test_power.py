@@ -34,3 +34,18 @@ def test_estimates_report_the_clock_and_big_steps_run_slower_than_small_ones():
     big = estimate(TrainingWorkload(model="llama3-8b", mbs=2, seq=4096), "h200")
     assert F_GEMM <= big.sm_clock_hz < small.sm_clock_hz <= F_BOOST
     assert estimate(TrainingWorkload(model="llama3-8b", mbs=2, seq=4096), "b200").sm_clock_hz == 0.0
+
+
+def test_a_lower_power_cap_runs_the_same_die_below_its_calibrated_speed():
+    from mechsim.sim.power import calibration_clock, clock_params
+    # Grand Teton's H100 (500 W) uses the H200's calibrated efficiencies, whose speed 1 is 1,470 MHz
+    assert calibration_clock("h100_gt_96gb") == pytest.approx(F_GEMM)
+    f_gemm = clock_params("h100_gt_96gb")[0]
+    assert f_gemm < F_GEMM
+    ps = power_state({"matmul_compute": 1.0}, 1.0, "h100_gt_96gb", F_BOOST, 1.18)
+    assert ps.clock_hz == pytest.approx(f_gemm) and ps.speed == pytest.approx(speed_at(f_gemm, F_GEMM, F_BOOST, 1.18))
+    assert ps.speed < 1.0
+    same = power_state({"matmul_compute": 1.0}, 1.0, "h100_sxm", F_BOOST, 1.18)
+    assert same.speed == pytest.approx(1.0)                      # 700 W: the calibrated clock itself
+    w = TrainingWorkload(model="llama3-8b", mbs=2, seq=4096)
+    assert estimate(w, "h100_gt_96gb").step_time_s > estimate(w, "h100_sxm").step_time_s
