@@ -1,0 +1,128 @@
+"""What torch's experimental context parallelism (the one torchtitan uses) costs at cp = 2 (2 GPUs).
+
+torchtitan's CP rows (validation/published torchtitan_h100_a10, Tables 2 and 6) run
+torch.distributed.tensor.experimental.context_parallel: the same load-balanced ring steps as
+TransformerEngine's (cp_ring_attention.py), but its _SDPAMerger merges in fp32 with eager torch ops
+(to(float32), sigmoid, logsigmoid, chunk + cat for the half-updated rows), the K/V go round by one
+all_gather, and the backward rotates dK/dV in fp32 with all_to_all (permute_tensor) and accumulates
+dq/dk/dv in fp32 with chunk + cat. This times, per rank, one causal SDPA forward + backward under
+context_parallel (flash backend, load balancing on) against the same attention over the whole
+sequence on one GPU, halved:
+
+    overhead = t_cp2 / (t_full(S) / 2)
+
+Writes one JSON (stdlib + torch only):
+
+    python validation/experiments/torch_cp_attention.py --out $OUT/torch_cp_attention.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import socket
+import statistics
+import traceback
+
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+import torch.nn.functional as F
+
+SHAPES = [(8192, 32, 128), (16384, 32, 128), (32768, 32, 128), (65536, 8, 128)]   # (S, H, D)
+ITERS, REPEATS = 5, 5
+
+
+def timed(fn, sync) -> float:
+    ts = []
+    for _ in range(REPEATS):
+        sync()
+        torch.cuda.synchronize()
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        for _ in range(ITERS):
+            fn()
+        b.record()
+        torch.cuda.synchronize()
+        ts.append(a.elapsed_time(b) / 1e3 / ITERS)
+    return statistics.median(ts)
+
+
+def worker(rank: int, port: int, out_path: str) -> None:
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor.experimental import context_parallel
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    torch.cuda.set_device(rank)
+    dev = torch.device("cuda", rank)
+    dist.init_process_group("nccl", rank=rank, world_size=2, device_id=dev)
+    mesh = init_device_mesh("cuda", (2,))
+    w = torch.randn(8192, 8192, device=dev, dtype=torch.bfloat16)
+    for _ in range(200):
+        w @ w
+    rows = []
+    for S, H, D in SHAPES:
+        row = {"rank": rank, "S": S, "H": H, "D": D}
+        try:
+            torch.manual_seed(0)
+            mk = lambda: torch.randn(1, H, S, D, device=dev, dtype=torch.bfloat16, requires_grad=True)   # noqa: E731
+            q, k, v = mk(), mk(), mk()
+            dout = torch.randn(1, H, S, D, device=dev, dtype=torch.bfloat16)
+
+            def full_fwd():
+                with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
+                    return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+
+            def full_step():
+                o = full_fwd()
+                o.backward(dout)
+
+            row["t_full_fwd_s"] = timed(lambda: full_fwd(), dist.barrier)
+            row["t_full_step_s"] = timed(full_step, dist.barrier)
+            qc, kc, vc = (t.detach().clone().requires_grad_(True) for t in (q, k, v))
+            dc = dout.clone()
+            del q, k, v
+            torch.cuda.empty_cache()
+            with context_parallel(mesh, buffers=[qc, kc, vc, dc], buffer_seq_dims=[2, 2, 2, 2]):
+                def cp_fwd():
+                    with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
+                        return F.scaled_dot_product_attention(qc, kc, vc, is_causal=True)
+
+                def cp_step():
+                    o = cp_fwd()
+                    o.backward(dc)
+                row["local_S"] = int(qc.shape[2])
+                row["t_cp_fwd_s"] = timed(lambda: cp_fwd(), dist.barrier)
+                row["t_cp_step_s"] = timed(cp_step, dist.barrier)
+            row["overhead_fwd"] = row["t_cp_fwd_s"] / (row["t_full_fwd_s"] / 2)
+            row["overhead_step"] = row["t_cp_step_s"] / (row["t_full_step_s"] / 2)
+            del qc, kc, vc, dc
+        except Exception:
+            row["error"] = traceback.format_exc()[-2000:]
+        torch.cuda.empty_cache()
+        rows.append(row)
+    gathered = [None, None]
+    dist.all_gather_object(gathered, rows)
+    if rank == 0:
+        env = {"gpu": torch.cuda.get_device_name(0), "torch": torch.__version__,
+               "nccl": ".".join(map(str, torch.cuda.nccl.version())),
+               "uuid": [str(torch.cuda.get_device_properties(i).uuid) for i in range(2)],
+               "iters": ITERS, "repeats": REPEATS}
+        with open(out_path, "w") as f:
+            json.dump({"schema": "torch_cp_attention/1", "env": env, "rows": gathered[0] + gathered[1]}, f, indent=1)
+    dist.destroy_process_group()
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", required=True)
+    a = ap.parse_args()
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    mp.spawn(worker, args=(port, a.out), nprocs=2, join=True)
+
+
+if __name__ == "__main__":
+    main()
