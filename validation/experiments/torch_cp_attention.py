@@ -80,11 +80,13 @@ def worker(rank: int, port: int, out_path: str) -> None:
 
             row["t_full_fwd_s"] = timed(lambda: full_fwd(), dist.barrier)
             row["t_full_step_s"] = timed(full_step, dist.barrier)
-            qc, kc, vc = (t.detach().clone().requires_grad_(True) for t in (q, k, v))
+            qb, kb, vb = (t.detach().clone() for t in (q, k, v))   # buffers are sharded in place: no grad
             dc = dout.clone()
             del q, k, v
             torch.cuda.empty_cache()
-            with context_parallel(mesh, buffers=[qc, kc, vc, dc], buffer_seq_dims=[2, 2, 2, 2]):
+            with context_parallel(mesh, buffers=[qb, kb, vb, dc], buffer_seq_dims=[2, 2, 2, 2]):
+                qc, kc, vc = (t.requires_grad_(True) for t in (qb, kb, vb))
+
                 def cp_fwd():
                     with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
                         return F.scaled_dot_product_attention(qc, kc, vc, is_causal=True)
@@ -97,7 +99,7 @@ def worker(rank: int, port: int, out_path: str) -> None:
                 row["t_cp_step_s"] = timed(cp_step, dist.barrier)
             row["overhead_fwd"] = row["t_cp_fwd_s"] / (row["t_full_fwd_s"] / 2)
             row["overhead_step"] = row["t_cp_step_s"] / (row["t_full_step_s"] / 2)
-            del qc, kc, vc, dc
+            del qc, kc, vc, qb, kb, vb, dc
         except Exception:
             row["error"] = traceback.format_exc()[-2000:]
         torch.cuda.empty_cache()
