@@ -97,6 +97,9 @@ def worker(rank: int, port: int, out_path: str) -> None:
                 row["local_S"] = int(qc.shape[2])
                 row["t_cp_fwd_s"] = timed(lambda: cp_fwd(), dist.barrier)
                 row["t_cp_step_s"] = timed(cp_step, dist.barrier)
+                for t in (qc, kc, vc):             # the context restores the buffers' size on exit
+                    t.grad = None
+                    t.requires_grad_(False)
             row["overhead_fwd"] = row["t_cp_fwd_s"] / (row["t_full_fwd_s"] / 2)
             row["overhead_step"] = row["t_cp_step_s"] / (row["t_full_step_s"] / 2)
             del qc, kc, vc, qb, kb, vb, dc
