@@ -77,6 +77,12 @@ RUN_CONFIGS.update({f"nemo-longseq-b200-llama3-8b-{k}": {"mbs": 1, "gpus": g} fo
 RUN_CONFIGS.update({f"nemo-longseq-h100-llama2-7b-{k}": {"mbs": 1, **({"vp": 1} if k == "8k" else {})}
                     for k in _LONGSEQ_H100})
 _RUN_SOURCES.update({k: _LONGSEQ for k in RUN_CONFIGS if k.startswith("nemo-longseq")})
+# torchtitan Table 5 interleaved 1F1B: no split points given, so torchtitan's generate_split_points puts
+# num_stages_per_rank = 2 stages on each pipeline rank for a multi-stage schedule (pipeline_llama.py,
+# 2024-12): vp 2. Its split (126 layers over 16 stages, the remainder on the first stages) is taken
+# as the embedding / loss-aware even split pipeline_split gives.
+RUN_CONFIGS["torchtitan-h100-t5-405b-512g-r2"] = {"vp": 2}
+_RUN_SOURCES["torchtitan-h100-t5-405b-512g-r2"] = "pytorch/torchtitan torchtitan/parallelisms/pipeline_llama.py generate_split_points"
 
 
 def megatron2021_tokens_per_s(row) -> float | None:
