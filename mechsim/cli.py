@@ -20,7 +20,7 @@ def _add_workload_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seq", type=int, default=4096, help="sequence length (train)")
     p.add_argument("--grad-accum", type=int, default=1)
     p.add_argument("--precision", default="amp_bf16", help="amp_bf16 | bf16 | fp8 | fp32 (train)")
-    p.add_argument("--recompute", default="none", help="none | selective | full (train)")
+    p.add_argument("--recompute", default="none", help="none | selective (Megatron: attention core) | full | op_sac (torchtitan per-op selective) (train)")
     p.add_argument("--offload", default="none", help="none | optimizer | activations: CPU offload over "
                    "NVLink-C2C (GB200) or PCIe (train)")
     p.add_argument("--offload-layers", type=int, default=None, help="layers whose activations are offloaded "
