@@ -438,11 +438,11 @@ def _recompute(w: TrainingWorkload, c: Ctx, layers: list[Pair]) -> list[Op]:
     fwd = [o for p in layers for o in p.fwd]
     if w.recompute == "selective":
         return recompute([o for o in fwd if o.name == "layer/attn/core"])
-    if w.recompute == "op_sac":
-        return recompute(op_sac_replay(fwd))
     if w.recompute == "none":
         return []
-    ops = recompute(fwd)
+    # op_sac replays the whole block forward too, handing back the saved outputs: the autocast
+    # weight casts feeding even the saved GEMMs run again (measured: validation LOG, op_sac_step)
+    ops = recompute(op_sac_replay(fwd) if w.recompute == "op_sac" else fwd)
     if c.autocast and _fsdp_gather_bytes(w) != 2:
         P, nt = linear_weight_params(c.cfg, layers_only=True), linear_weight_tensors(c.cfg) - 1
         k = 1 if c.f("cast") else nt
