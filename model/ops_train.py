@@ -442,7 +442,13 @@ def _recompute(w: TrainingWorkload, c: Ctx, layers: list[Pair]) -> list[Op]:
         return []
     # op_sac replays the whole block forward too, handing back the saved outputs: the autocast
     # weight casts feeding even the saved GEMMs run again (measured: validation LOG, op_sac_step)
-    ops = recompute(op_sac_replay(fwd) if w.recompute == "op_sac" else fwd)
+    if w.recompute == "op_sac":
+        replay = op_sac_replay(fwd)
+    elif c.f("ac_early_stop"):                       # the last GEMM's saved input is already back
+        replay = [o for o in fwd if o.name != "layer/mlp/down"]
+    else:
+        replay = fwd
+    ops = recompute(replay)
     if c.autocast and _fsdp_gather_bytes(w) != 2:
         P, nt = linear_weight_params(c.cfg, layers_only=True), linear_weight_tensors(c.cfg) - 1
         k = 1 if c.f("cast") else nt
