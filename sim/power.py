@@ -104,6 +104,7 @@ def power_state(by_category: Mapping[str, float], step_s: float, gpu_key: str, f
     return PowerState(f, speed, f < f_boost)
 
 
+@functools.lru_cache(maxsize=64)
 def calibration_clock(gpu_key: str) -> float:
     """Sustained GEMM clock (Hz) of the GPU whose calibrated efficiencies ``gpu_key`` uses (itself,
     or the same-die GPU of sim/data/efficiency/transfer.toml): the clock its "speed 1" means."""
