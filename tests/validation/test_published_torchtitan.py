@@ -60,3 +60,12 @@ def test_op_sac_keeps_less_than_no_recompute_and_more_than_full():
 def test_trainy_h200_rows_are_predicted():
     rows = _rows("trainy_h200_a10")
     assert len(rows) == 2 and all(workload_for(r).seq == 8192 for r in rows.values())
+
+
+def test_non_reentrant_full_checkpoint_skips_the_last_gemm_only_in_torch_stacks():
+    from mechsim.sim.stacks import get_stack
+    w = TrainingWorkload(model=preset("llama3-8b"), mbs=1, seq=4096, recompute="full")
+    names = lambda stack: {o.name for o in build_ops(w, get_stack(stack).fused)}   # noqa: E731
+    assert "layer/mlp/down/recompute" not in names("eager")                  # torch.utils.checkpoint early stop
+    assert "layer/mlp/gate_up/recompute" in names("eager")
+    assert "layer/mlp/down/recompute" in names("megatron_te")                # reentrant: the whole layer
