@@ -21,7 +21,7 @@ from .. import hwdb
 from ..model import build_ops
 from ..model.ops import Op
 from .calibration import Efficiency, efficiency_for
-from .kernels import HwRates, KernelTimes, check_rates, kernel_times
+from .kernels import ATTENTION, MATMUL, HwRates, KernelTimes, check_rates, kernel_times
 from .launch import LaunchTimes, host_times, launch_times
 from .memory import fit_memory, memory_components
 from .optable import DTYPES, KINDS, PHASES, OpTable, build_table
@@ -116,10 +116,10 @@ def calibrated_stack(gpu, st: Stack) -> Stack:
 def categories(t: OpTable, k: KernelTimes) -> np.ndarray:
     """Index into CATEGORIES for each op: matmuls split by their binding side."""
     cat = np.full(len(t.ops), CATEGORIES.index("memory_bound"))
-    mm = t.kind == KINDS.index("matmul")
+    mm = t.kind == MATMUL
     cat[mm & (k.compute_s >= k.memory_s)] = CATEGORIES.index("matmul_compute")
     cat[mm & (k.compute_s < k.memory_s)] = CATEGORIES.index("matmul_memory")
-    cat[t.kind == KINDS.index("attention")] = CATEGORIES.index("attention")
+    cat[t.kind == ATTENTION] = CATEGORIES.index("attention")
     cat[t.kind == KINDS.index("collective")] = CATEGORIES.index("communication")
     return cat
 
@@ -211,7 +211,7 @@ def sustained_power_state(t, k: KernelTimes, st: Stack, gpu, r: float):
     tensor-core time = compute-bound GEMMs + attention (attention_ref r), the rest of the GPU
     time memory-bound, over a step of max(GPU busy, host issue time) (the tandem bound's two
     ends; the power model needs shares, not the exact step)."""
-    mm, at = t.kind == KINDS.index("matmul"), t.kind == KINDS.index("attention")
+    mm, at = t.kind == MATMUL, t.kind == ATTENTION
     sus = at_compute_speed(t, k, 1.0, r)
     g = sus.gpu_s * t.count
     busy, tc = float(g.sum()), float(g[(mm & (sus.compute_s >= sus.memory_s)) | at].sum())
@@ -232,11 +232,10 @@ def at_compute_speed(t, k: KernelTimes, speed: float, attention_ref: float = 1.0
     efficiency is the sustained rate) and attention (scale attention_ref/speed: its efficiency was
     calibrated on short microbenchmark windows at boost, i.e. at speed attention_ref =
     gemm.boost_speedup); other ops unchanged."""
-    mm, at = t.kind == KINDS.index("matmul"), t.kind == KINDS.index("attention")
+    mm, at = t.kind == MATMUL, t.kind == ATTENTION
     compute = np.where(mm, k.compute_s / speed, np.where(at, k.compute_s * attention_ref / speed, k.compute_s))
-    tc = mm | at
-    return dataclasses.replace(k, compute_s=compute,
-                               gpu_s=np.where(tc, np.maximum(compute, k.memory_s) + k.fixed_s, k.gpu_s))
+    gpu = np.where(mm | at, np.maximum(compute, k.memory_s) + k.fixed_s, k.gpu_s)
+    return KernelTimes(compute, k.memory_s, k.fixed_s, gpu, k.efficiency)   # hot path: no dataclasses.replace
 
 
 def estimate_op(op: Op, hw: Any = "h100_sxm", stack: str | Stack = "eager",

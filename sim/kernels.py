@@ -299,23 +299,23 @@ def split_combine_s(attn: np.ndarray, phase: np.ndarray, sm_count: int, eff: Eff
 def kernel_times(t: OpTable, hw: HwRates, eff: Efficiency, attention_impl: str) -> KernelTimes:
     """GPU time of one instance of every op (see module docstring)."""
     is_mm, is_at = t.kind == MATMUL, t.kind == ATTENTION
+    has_mm, has_at = bool(is_mm.any()), bool(is_at.any())     # hot path: each test once
     efficiency = np.ones(len(t.ops))
-    if is_mm.any():
+    if has_mm:
         efficiency[is_mm] = gemm_efficiency(t.mnkb[is_mm], t.dtype[is_mm], hw.sm_count, eff, t.align_bytes[is_mm])
-    la = attention_launch(t.attn[is_at], t.phase[is_at], hw.sm_count, eff, attention_impl) if is_at.any() else None
-    if is_at.any():
-        efficiency[is_at] = attention_efficiency(t.attn[is_at], t.phase[is_at], hw.sm_count, eff, attention_impl, la)
+    if has_at:
+        attn, ph = t.attn[is_at], t.phase[is_at]
+        la = attention_launch(attn, ph, hw.sm_count, eff, attention_impl)
+        efficiency[is_at] = attention_efficiency(attn, ph, hw.sm_count, eff, attention_impl, la)
     peak = np.where(is_mm, hw.tensor_peak[t.dtype], hw.vector_peak)
     peak = np.where(is_at, hw.tensor_peak[DTYPES.index("bf16")], peak) * hw.clock_fraction
     compute = t.flops / (peak * efficiency)
-    if is_at.any():
-        compute[is_at] += attention_exp_s(t.attn[is_at], hw, eff, attention_impl, t.phase[is_at], la)
     memory = streaming_memory_s(t, hw, eff)
-    if is_at.any():
-        memory[is_at] = attention_memory_s(t.attn[is_at], t.bytes[is_at], hw, eff, attention_impl, t.phase[is_at], la)
     fixed = t.kernels * _fixed_s(t, eff, attention_impl)
-    if is_at.any():
-        fixed[is_at] += split_combine_s(t.attn[is_at], t.phase[is_at], hw.sm_count, eff, attention_impl, la)
+    if has_at:
+        compute[is_at] += attention_exp_s(attn, hw, eff, attention_impl, ph, la)
+        memory[is_at] = attention_memory_s(attn, t.bytes[is_at], hw, eff, attention_impl, ph, la)
+        fixed[is_at] += split_combine_s(attn, ph, hw.sm_count, eff, attention_impl, la)
     nv = np.flatnonzero(t.strided[:, 0] > 0)
     memory[nv] = np.maximum(memory[nv], strided_s(t, nv, hw, eff))
     rows = np.flatnonzero((t.rows_cols[:, 0] > 0) & (t.phase == FWD))
