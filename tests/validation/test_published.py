@@ -332,7 +332,7 @@ def test_unset_field_must_be_listed_missing(tmp_path):
 
 def test_missing_but_set_is_rejected(tmp_path):
     p = _copy(tmp_path)
-    _edit_first_row(p, 'missing = ["system",', 'missing = ["gbs", "system",')
+    _edit_first_row(p, 'missing = [', 'missing = ["gbs", ')
     with pytest.raises(PublishedDataError, match="field gbs: listed in missing but has a value"):
         load_published([p])
 

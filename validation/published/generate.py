@@ -93,8 +93,9 @@ SYSTEMS = {  # as published -> (hwdb system key or None, hwdb gpu key or None, n
     "DGX-B200": ("hgx_b200", "b200", None),
     "DGX-GB200": ("gb200_nvl72", "gb200", "DGX GB200 = NVL72 racks (72 GPUs per NVLink domain); jobs above 72 GPUs "
                   "span several NVLink domains joined by the scale-out fabric"),
-    "DGX-GB300": (None, None, "Blackwell Ultra (GB300): no GPU or system in hwdb"),
-    "DGX-B300": (None, None, "Blackwell Ultra (B300): no GPU or system in hwdb"),
+    "DGX-GB300": ("gb300_nvl72", "gb300", "DGX GB300 = GB300 NVL72 racks (Blackwell Ultra, 72 GPUs per NVLink "
+                  "domain); jobs above 72 GPUs span several NVLink domains joined by the scale-out fabric"),
+    "DGX-B300": ("hgx_b300", "b300", "DGX B300 = 8x B300 (Blackwell Ultra) per node"),
 }
 
 A8_MODELS = {  # Megatron-Bridge model name -> (preset, models.toml key)
@@ -468,7 +469,7 @@ A8_SOURCE = {
               "(25.09 ... 26.06.01), git snapshot HEAD 067f987df; archive page: "
               "https://docs.nvidia.com/nemo/megatron-bridge/latest/performance-summary-archive.html"),
     "software": "NeMo container per row (`software`), Megatron-Bridge / Megatron-Core / Transformer Engine",
-    "hardware": "DGX-H100, DGX-B200, DGX-GB200 (NVL72); also DGX-B300/GB300 (Blackwell Ultra, not in hwdb)",
+    "hardware": "DGX-H100, DGX-B200, DGX-GB200 (NVL72), DGX-B300, DGX-GB300 (NVL72; Blackwell Ultra)",
     "status": "verified",
     "metric_notes": ("Tokens/s/GPU is steady-state per GPU; 'Model TFLOP/s/GPU' is the Megatron-Bridge model-FLOPs "
                      "formula (no recompute credit). Synthetic data. MoE rows force-balance the router (perfect load "
