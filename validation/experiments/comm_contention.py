@@ -20,15 +20,13 @@ Writes one JSON (stdlib + torch only; runs on the device machine):
 
 from __future__ import annotations
 
-import argparse
-import json
 import os
-import socket
 import statistics
 
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
+
+import two_gpu   # this folder's 2-GPU plumbing (the script's own directory is on sys.path)
 
 GEMMS = [(8192, 8192, 8192), (8192, 28672 // 4, 8192), (16384, 8192 // 4, 8192)]   # M, N, K
 GEMMS_DDP = [(8192, 8192, 8192)]
@@ -93,10 +91,7 @@ def _max_over_ranks(x: float, dev) -> float:
 
 
 def worker(rank: int, port: int, out: str) -> None:
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    torch.cuda.set_device(rank)
-    dev = torch.device("cuda", rank)
-    dist.init_process_group("nccl", rank=rank, world_size=2)
+    dev = two_gpu.init(rank, port, bind_device=False)
     gs, cs = torch.cuda.Stream(), torch.cuda.Stream()
     rows = []
     mode = os.environ.get("CONTENTION_MEMORY", "")
@@ -145,25 +140,9 @@ def worker(rank: int, port: int, out: str) -> None:
                 r = rows[-1]
                 print(f"{m}x{n}x{k} {op} {nbytes >> 20} MiB: gemm {ag:.4f} -> {cg:.4f} s, comm {ac:.4f} -> {ccm:.4f} s, "
                       f"slowdown/overlap {r['slowdown_per_overlap_s']:.3f}, comm stretch {r['comm_stretch']:.2f}", flush=True)
-    gathered = [None, None]
-    dist.all_gather_object(gathered, rows)
-    if rank == 0:
-        env = {"gpu": torch.cuda.get_device_name(0), "torch": torch.__version__, "nccl": ".".join(map(str, torch.cuda.nccl.version())),
-               "git_commit": os.environ.get("MECHSIM_GIT_COMMIT"), "nccl_env": {k: v for k, v in os.environ.items() if k.startswith("NCCL")}}
-        with open(out, "w") as f:
-            json.dump({"schema": "comm_contention/1", "env": env, "rows": gathered[0] + gathered[1]}, f, indent=1)
-    dist.destroy_process_group()
-
-
-def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--out", required=True)
-    a = ap.parse_args()
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    mp.spawn(worker, args=(port, a.out), nprocs=2, join=True)
+    two_gpu.finish(rows, out, "comm_contention/1", git_commit=os.environ.get("MECHSIM_GIT_COMMIT"),
+                   nccl_env={k: v for k, v in os.environ.items() if k.startswith("NCCL")})
 
 
 if __name__ == "__main__":
-    main()
+    two_gpu.run(worker, __doc__.splitlines()[0])

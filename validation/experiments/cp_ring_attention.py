@@ -27,15 +27,10 @@ torch only; runs on the device machine):
 
 from __future__ import annotations
 
-import argparse
-import json
-import os
-import socket
-import statistics
-
 import torch
-import torch.distributed as dist
-import torch.multiprocessing as mp
+
+import two_gpu   # this folder's 2-GPU plumbing (the script's own directory is on sys.path)
+from two_gpu import exchange
 
 # (total sequence S, heads H, head dim D): Llama-3-8B heads at tp 1 / tp 2 / tp 4, and a long row
 SHAPES = [(8192, 32, 128), (16384, 32, 128), (32768, 32, 128), (32768, 16, 128), (65536, 8, 128)]
@@ -60,12 +55,6 @@ def merge(out0, lse0, out1, lse1):
     lse = torch.logaddexp(lse0, lse1)
     return out0 * torch.exp(lse0 - lse).unsqueeze(-1).to(out0.dtype) + \
         out1 * torch.exp(lse1 - lse).unsqueeze(-1).to(out1.dtype), lse
-
-
-def exchange(rank: int, send: list, recv: list):
-    peer = 1 - rank
-    ops = [dist.P2POp(dist.isend, t, peer) for t in send] + [dist.P2POp(dist.irecv, t, peer) for t in recv]
-    return dist.batch_isend_irecv(ops)
 
 
 def cp2_forward(rank, q, k, v, kp, vp, c):
@@ -115,32 +104,10 @@ def cp2_backward(rank, q, k, v, kp, vp, out, lse, dout, c, dkp, dvp, dk_in, dv_i
     return dq, dk + dk_in, dv + dv_in
 
 
-def timed(fn, iters: int) -> float:
-    """Median over REPEATS of the mean seconds per call of ``fn`` (CUDA events, after a barrier)."""
-    ts = []
-    for _ in range(REPEATS):
-        dist.barrier()
-        torch.cuda.synchronize()
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        for _ in range(iters):
-            fn()
-        b.record()
-        torch.cuda.synchronize()
-        ts.append(a.elapsed_time(b) / 1e3 / iters)
-    return statistics.median(ts)
-
-
 def worker(rank: int, port: int, out_path: str) -> None:
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    torch.cuda.set_device(rank)
-    dev = torch.device("cuda", rank)
-    dist.init_process_group("nccl", rank=rank, world_size=2, device_id=dev)
+    dev = two_gpu.init(rank, port)
+    two_gpu.warm_up(dev)
     rows = []
-    # power warm-up: a few seconds of GEMMs so every case runs at the sustained clock
-    w = torch.randn(8192, 8192, device=dev, dtype=torch.bfloat16)
-    for _ in range(200):
-        w @ w
     for S, H, D in SHAPES:
         g = torch.Generator(device=dev).manual_seed(rank)
         mk = lambda s: torch.randn(1, H, s, D, device=dev, dtype=torch.bfloat16, generator=g)   # noqa: E731
@@ -148,47 +115,29 @@ def worker(rank: int, port: int, out_path: str) -> None:
         q, k, v, dout = mk(L), mk(L), mk(L), mk(L)
         kp, vp, dkp, dvp, dk_in, dv_in = (torch.empty_like(k) for _ in range(6))
         out, lse = cp2_forward(rank, q, k, v, kp, vp, c)
-        t_fwd = timed(lambda: cp2_forward(rank, q, k, v, kp, vp, c), ITERS)
-        t_bwd = timed(lambda: cp2_backward(rank, q, k, v, kp, vp, out, lse, dout, c, dkp, dvp, dk_in, dv_in), ITERS)
+        t_fwd = two_gpu.timed(lambda: cp2_forward(rank, q, k, v, kp, vp, c), ITERS, REPEATS)
+        t_bwd = two_gpu.timed(lambda: cp2_backward(rank, q, k, v, kp, vp, out, lse, dout, c, dkp, dvp, dk_in, dv_in), ITERS, REPEATS)
         # pieces: the two flash steps alone (no comm), the merge, the k/v exchange alone
-        t_step0 = timed(lambda: fwd(q, k, v, True), ITERS)
+        t_step0 = two_gpu.timed(lambda: fwd(q, k, v, True), ITERS, REPEATS)
         if rank == 0:
-            t_step1 = timed(lambda: fwd(q[:, :, c:], kp, vp, False), ITERS)
+            t_step1 = two_gpu.timed(lambda: fwd(q[:, :, c:], kp, vp, False), ITERS, REPEATS)
         else:
-            t_step1 = timed(lambda: fwd(q, kp[:, :, :c], vp[:, :, :c], False), ITERS)
-        t_kv = timed(lambda: [r.wait() for r in exchange(rank, [k, v], [kp, vp])], ITERS)
+            t_step1 = two_gpu.timed(lambda: fwd(q, kp[:, :, :c], vp[:, :, :c], False), ITERS, REPEATS)
+        t_kv = two_gpu.timed(lambda: [r.wait() for r in exchange(rank, [k, v], [kp, vp])], ITERS, REPEATS)
         del q, k, v, dout, kp, vp, dkp, dvp, dk_in, dv_in, out, lse
         # reference: the whole sequence's causal attention on one GPU (every rank runs it)
         Q, K, V, DO = mk(S), mk(S), mk(S), mk(S)
         o, l, saved = fwd(Q, K, V, True)
-        t_full_fwd = timed(lambda: fwd(Q, K, V, True), ITERS)
-        t_full_bwd = timed(lambda: bwd(DO, Q, K, V, saved, True), ITERS)
+        t_full_fwd = two_gpu.timed(lambda: fwd(Q, K, V, True), ITERS, REPEATS)
+        t_full_bwd = two_gpu.timed(lambda: bwd(DO, Q, K, V, saved, True), ITERS, REPEATS)
         del Q, K, V, DO, o, l, saved
         torch.cuda.empty_cache()
         rows.append({"rank": rank, "S": S, "H": H, "D": D, "t_fwd_s": t_fwd, "t_bwd_s": t_bwd,
                      "t_step0_s": t_step0, "t_step1_s": t_step1, "t_kv_exchange_s": t_kv,
                      "t_full_fwd_s": t_full_fwd, "t_full_bwd_s": t_full_bwd,
                      "overhead_fwd": t_fwd / (t_full_fwd / 2), "overhead_bwd": t_bwd / (t_full_bwd / 2)})
-    gathered = [None, None]
-    dist.all_gather_object(gathered, rows)
-    if rank == 0:
-        env = {"gpu": torch.cuda.get_device_name(0), "torch": torch.__version__,
-               "nccl": ".".join(map(str, torch.cuda.nccl.version())),
-               "uuid": [str(torch.cuda.get_device_properties(i).uuid) for i in range(2)], "iters": ITERS, "repeats": REPEATS}
-        with open(out_path, "w") as f:
-            json.dump({"schema": "cp_ring_attention/1", "env": env, "rows": gathered[0] + gathered[1]}, f, indent=1)
-    dist.destroy_process_group()
-
-
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--out", required=True)
-    a = ap.parse_args()
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    mp.spawn(worker, args=(port, a.out), nprocs=2, join=True)
+    two_gpu.finish(rows, out_path, "cp_ring_attention/1", iters=ITERS, repeats=REPEATS)
 
 
 if __name__ == "__main__":
-    main()
+    two_gpu.run(worker, __doc__.splitlines()[0])

@@ -18,15 +18,12 @@ Writes one JSON (stdlib + torch only):
 
 from __future__ import annotations
 
-import argparse
-import json
 import os
-import socket
-import statistics
 
 import torch
-import torch.distributed as dist
-import torch.multiprocessing as mp
+
+import two_gpu   # this folder's 2-GPU plumbing (the script's own directory is on sys.path)
+from two_gpu import exchange
 
 # (local tokens L, heads H, head dim D): the cp = 2 shapes of cp_ring_attention.py (S = 2L)
 SHAPES = [(4096, 32, 128), (16384, 32, 128), (32768, 8, 128)]
@@ -34,34 +31,13 @@ ITERS, REPEATS = 10, 5
 FA = torch.ops.aten._scaled_dot_product_flash_attention
 
 
-def exchange(rank, send, recv):
-    ops = [dist.P2POp(dist.isend, t, 1 - rank) for t in send] + [dist.P2POp(dist.irecv, t, 1 - rank) for t in recv]
-    return dist.batch_isend_irecv(ops)
-
-
 def timed(fn) -> float:
-    ts = []
-    for _ in range(REPEATS):
-        dist.barrier()
-        torch.cuda.synchronize()
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        for _ in range(ITERS):
-            fn()
-        b.record()
-        torch.cuda.synchronize()
-        ts.append(a.elapsed_time(b) / 1e3 / ITERS)
-    return statistics.median(ts)
+    return two_gpu.timed(fn, ITERS, REPEATS)
 
 
 def worker(rank: int, port: int, out_path: str) -> None:
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    torch.cuda.set_device(rank)
-    dev = torch.device("cuda", rank)
-    dist.init_process_group("nccl", rank=rank, world_size=2, device_id=dev)
-    w = torch.randn(8192, 8192, device=dev, dtype=torch.bfloat16)
-    for _ in range(200):
-        w @ w
+    dev = two_gpu.init(rank, port)
+    two_gpu.warm_up(dev)
     rows = []
     for L, H, D in SHAPES:
         mk = lambda: torch.randn(1, H, L, D, device=dev, dtype=torch.bfloat16)   # noqa: E731
@@ -97,27 +73,9 @@ def worker(rank: int, port: int, out_path: str) -> None:
                              "t_both_s": t_b, "overlap": (t_k + t_comm - t_b) / min(t_k, t_comm)})
         del q, k, v, kp, vp, a
         torch.cuda.empty_cache()
-    gathered = [None, None]
-    dist.all_gather_object(gathered, rows)
-    if rank == 0:
-        env = {"gpu": torch.cuda.get_device_name(0), "torch": torch.__version__,
-               "nccl": ".".join(map(str, torch.cuda.nccl.version())),
-               "uuid": [str(torch.cuda.get_device_properties(i).uuid) for i in range(2)],
-               "env_nccl": {k: v for k, v in os.environ.items() if k.startswith("NCCL")}}
-        with open(out_path, "w") as f:
-            json.dump({"schema": "p2p_overlap/1", "env": env, "rows": gathered[0] + gathered[1]}, f, indent=1)
-    dist.destroy_process_group()
-
-
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--out", required=True)
-    a = ap.parse_args()
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    mp.spawn(worker, args=(port, a.out), nprocs=2, join=True)
+    two_gpu.finish(rows, out_path, "p2p_overlap/1",
+                   env_nccl={k: v for k, v in os.environ.items() if k.startswith("NCCL")})
 
 
 if __name__ == "__main__":
-    main()
+    two_gpu.run(worker, __doc__.splitlines()[0])

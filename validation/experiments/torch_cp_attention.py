@@ -18,49 +18,28 @@ Writes one JSON (stdlib + torch only):
 
 from __future__ import annotations
 
-import argparse
-import json
-import os
-import socket
-import statistics
 import traceback
 
 import torch
-import torch.distributed as dist
-import torch.multiprocessing as mp
 import torch.nn.functional as F
+
+import two_gpu   # this folder's 2-GPU plumbing (the script's own directory is on sys.path)
 
 SHAPES = [(8192, 32, 128), (16384, 32, 128), (32768, 32, 128), (65536, 8, 128)]   # (S, H, D)
 ITERS, REPEATS = 5, 5
 
 
-def timed(fn, sync) -> float:
-    ts = []
-    for _ in range(REPEATS):
-        sync()
-        torch.cuda.synchronize()
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        for _ in range(ITERS):
-            fn()
-        b.record()
-        torch.cuda.synchronize()
-        ts.append(a.elapsed_time(b) / 1e3 / ITERS)
-    return statistics.median(ts)
+def timed(fn) -> float:
+    return two_gpu.timed(fn, ITERS, REPEATS)
 
 
 def worker(rank: int, port: int, out_path: str) -> None:
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.tensor.experimental import context_parallel
     from torch.nn.attention import SDPBackend, sdpa_kernel
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    torch.cuda.set_device(rank)
-    dev = torch.device("cuda", rank)
-    dist.init_process_group("nccl", rank=rank, world_size=2, device_id=dev)
+    dev = two_gpu.init(rank, port)
     mesh = init_device_mesh("cuda", (2,))
-    w = torch.randn(8192, 8192, device=dev, dtype=torch.bfloat16)
-    for _ in range(200):
-        w @ w
+    two_gpu.warm_up(dev)
     rows = []
     for S, H, D in SHAPES:
         row = {"rank": rank, "S": S, "H": H, "D": D}
@@ -78,8 +57,8 @@ def worker(rank: int, port: int, out_path: str) -> None:
                 o = full_fwd()
                 o.backward(dout)
 
-            row["t_full_fwd_s"] = timed(lambda: full_fwd(), dist.barrier)
-            row["t_full_step_s"] = timed(full_step, dist.barrier)
+            row["t_full_fwd_s"] = timed(lambda: full_fwd())
+            row["t_full_step_s"] = timed(full_step)
             qb, kb, vb = (t.detach().clone() for t in (q, k, v))   # buffers are sharded in place: no grad
             dc = dout.clone()
             del q, k, v
@@ -95,8 +74,8 @@ def worker(rank: int, port: int, out_path: str) -> None:
                     o = cp_fwd()
                     o.backward(dc)
                 row["local_S"] = int(qc.shape[2])
-                row["t_cp_fwd_s"] = timed(lambda: cp_fwd(), dist.barrier)
-                row["t_cp_step_s"] = timed(cp_step, dist.barrier)
+                row["t_cp_fwd_s"] = timed(lambda: cp_fwd())
+                row["t_cp_step_s"] = timed(cp_step)
                 for t in (qc, kc, vc):             # the context restores the buffers' size on exit
                     t.grad = None
                     t.requires_grad_(False)
@@ -107,27 +86,8 @@ def worker(rank: int, port: int, out_path: str) -> None:
             row["error"] = traceback.format_exc()[-2000:]
         torch.cuda.empty_cache()
         rows.append(row)
-    gathered = [None, None]
-    dist.all_gather_object(gathered, rows)
-    if rank == 0:
-        env = {"gpu": torch.cuda.get_device_name(0), "torch": torch.__version__,
-               "nccl": ".".join(map(str, torch.cuda.nccl.version())),
-               "uuid": [str(torch.cuda.get_device_properties(i).uuid) for i in range(2)],
-               "iters": ITERS, "repeats": REPEATS}
-        with open(out_path, "w") as f:
-            json.dump({"schema": "torch_cp_attention/1", "env": env, "rows": gathered[0] + gathered[1]}, f, indent=1)
-    dist.destroy_process_group()
-
-
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--out", required=True)
-    a = ap.parse_args()
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    mp.spawn(worker, args=(port, a.out), nprocs=2, join=True)
+    two_gpu.finish(rows, out_path, "torch_cp_attention/1", iters=ITERS, repeats=REPEATS)
 
 
 if __name__ == "__main__":
-    main()
+    two_gpu.run(worker, __doc__.splitlines()[0])
