@@ -450,11 +450,11 @@ def _estimate_parallel(workload, hw, stack=None, overrides=None):
 
     k = kernel_times(t, rates, eff, st.attention)
     r, ps = boost_speedup(eff), None
-    if r != 1.0:   # the clock the step sustains under the power cap (shares at the sustained rate)
-        _, _, parts_sus, by_cat_sus, _ = timeline(at_compute_speed(t, k, 1.0, r))
-        ps = power_state(by_cat_sus, parts_sus.step_s, gpu.key, gpu.boost_clock_hz, r)
+    if r != 1.0:   # the clock the step sustains under the power cap (shares at the calibrated rates)
+        _, _, parts_sus, by_cat_sus, _ = timeline(k)
+        ps = power_state(by_cat_sus, parts_sus.step_s, gpu.key, gpu.boost_clock_hz, r, st.attention)
     if ps is not None:
-        k = at_compute_speed(t, k, ps.speed, r)
+        k = at_compute_speed(t, k, ps.speed, ps.attention_speed)
     busy, idle, parts, by_cat, by_phase = timeline(k, ps.speed if ps is not None else 1.0)
     single = _single(workload)
     replicas = par.dp

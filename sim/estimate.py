@@ -189,7 +189,7 @@ def estimate(workload, hw: Any = "h100_sxm", stack: str | Stack | None = None,
     r = boost_speedup(eff)
     ps = sustained_power_state(t, k, st, gpu, r) if r != 1.0 else None
     if ps is not None:
-        k = at_compute_speed(t, k, ps.speed, r)
+        k = at_compute_speed(t, k, ps.speed, ps.attention_speed)
     lt = launch_times(t, k.gpu_s, st)
     by_cat, by_phase = _sums(t, k, lt.gpu_s * t.count, lt.idle_s)
     step, exposed = lt.step_s, {}
@@ -207,17 +207,17 @@ def estimate(workload, hw: Any = "h100_sxm", stack: str | Stack | None = None,
 
 
 def sustained_power_state(t, k: KernelTimes, st: Stack, gpu, r: float):
-    """The step's power state (sim/power.py) from its time shares at the sustained rate:
-    tensor-core time = compute-bound GEMMs + attention (attention_ref r), the rest of the GPU
-    time memory-bound, over a step of max(GPU busy, host issue time) (the tandem bound's two
-    ends; the power model needs shares, not the exact step)."""
+    """The step's power state (sim/power.py) from its time shares at the calibrated rates:
+    compute-bound GEMMs, attention (kernel st.attention), the rest of the GPU time memory-bound,
+    over a step of max(GPU busy, host issue time) (the tandem bound's two ends; the power model
+    needs shares, not the exact step)."""
     mm, at = t.kind == MATMUL, t.kind == ATTENTION
-    sus = at_compute_speed(t, k, 1.0, r)
-    g = sus.gpu_s * t.count
-    busy, tc = float(g.sum()), float(g[(mm & (sus.compute_s >= sus.memory_s)) | at].sum())
+    g = k.gpu_s * t.count
+    busy = float(g.sum())
+    gemm, att = float(g[mm & (k.compute_s >= k.memory_s)].sum()), float(g[at].sum())
     host = 0.0 if st.graphs else float(np.dot(host_times(t, st), t.count))
-    return power_state({"matmul_compute": tc, "memory_bound": busy - tc}, max(busy, host), gpu.key,
-                       gpu.boost_clock_hz, r)
+    return power_state({"matmul_compute": gemm, "attention": att, "memory_bound": busy - gemm - att},
+                       max(busy, host), gpu.key, gpu.boost_clock_hz, r, st.attention)
 
 
 def boost_speedup(eff) -> float:
@@ -226,14 +226,12 @@ def boost_speedup(eff) -> float:
     return float(eff.get("gemm.boost_speedup")) if "gemm.boost_speedup" in eff.params else 1.0
 
 
-def at_compute_speed(t, k: KernelTimes, speed: float, attention_ref: float = 1.0) -> KernelTimes:
-    """Kernel times at the compute speed of a power state (sim/power.py), relative to the
-    sustained rate: gpu_s = max(compute x scale, memory) + fixed for GEMMs (scale 1/speed: their
-    efficiency is the sustained rate) and attention (scale attention_ref/speed: its efficiency was
-    calibrated on short microbenchmark windows at boost, i.e. at speed attention_ref =
-    gemm.boost_speedup); other ops unchanged."""
+def at_compute_speed(t, k: KernelTimes, speed: float, attention_speed: float = 1.0) -> KernelTimes:
+    """Kernel times at the compute speeds of a power state (sim/power.py): gpu_s = max(compute /
+    speed, memory) + fixed for GEMMs (speed over their calibrated sustained rate) and attention
+    (attention_speed over its calibrated rate); other ops unchanged."""
     mm, at = t.kind == MATMUL, t.kind == ATTENTION
-    compute = np.where(mm, k.compute_s / speed, np.where(at, k.compute_s * attention_ref / speed, k.compute_s))
+    compute = np.where(mm, k.compute_s / speed, np.where(at, k.compute_s / attention_speed, k.compute_s))
     gpu = np.where(mm | at, np.maximum(compute, k.memory_s) + k.fixed_s, k.gpu_s)
     return KernelTimes(compute, k.memory_s, k.fixed_s, gpu, k.efficiency)   # hot path: no dataclasses.replace
 

@@ -2,24 +2,32 @@
 
 Power in units of the cap's headroom over idle, (P - idle) / (tdp - idle), at SM clock f:
 
-    p(f) = u_tc(f) * (f / f_gemm)^3 + w_mem * u_mem(f)
+    p(f) = u_gemm (f / f_gemm)^3 + u_att (f / f_att)^3 + w_mem u_mem
 
-u_tc and u_mem are the step's time shares of tensor-core-bound work (GEMM and attention
-compute) and memory-bound work (HBM-bound kernels, exposed communication); idle time (host
-gaps, pipeline bubbles) draws idle power. f_gemm is the clock a pure GEMM stream sustains at
-the cap (u_tc = 1 gives p = 1: hwdb/data/power.toml [gemm_sustained_clock], measured on H200),
-the cube is dynamic power ~ f V^2 with V ~ f across the DVFS range, and w_mem is the
-memory-bound activity weight of sim/energy.py (power.toml [activity]). The clock is the boost
-clock when p(f_boost) <= 1, else the f in [f_gemm, f_boost] with p(f) = 1.
+u_gemm, u_att and u_mem are the step's time shares of compute-bound GEMMs, attention and
+memory-bound work (HBM-bound kernels, exposed communication); idle time (host gaps, pipeline
+bubbles) draws idle power. f_gemm is the clock a pure GEMM stream sustains at the cap
+(hwdb/data/power.toml [gemm_sustained_clock], measured on H200) and f_att = rho f_gemm the one
+a pure attention stream sustains (rho per attention kernel, [attention_cap_clock]: FA2 1.361,
+cuDNN 1.165, measured); the cube is dynamic power ~ f V^2 with V ~ f across the DVFS range, and
+w_mem is the memory-bound activity weight of sim/energy.py (power.toml [activity]). The clock
+is the boost clock when p(f_boost) <= 1, else the f >= f_gemm with p(f) = 1. Measured check
+(validation/experiments/attention_power.py on H200): GEMM / attention streams alternating every
+few ms sustain 1,515-1,890 MHz, which this predicts within -5..+1 % (GEMM-only shares: -4..-23 %).
 
-Compute-bound speed relative to the calibrated GEMM efficiency, which is the sustained rate
-(validation/predict.boosted_compute_scale), rising to gemm.boost_speedup at boost:
+Compute speed at clock f, relative to each kernel's calibrated rate:
 
-    speed(f) = 1 + (boost_speedup - 1) * (f - f_gemm) / (f_boost - f_gemm)
+    GEMMs      speed(f) = 1 + (boost_speedup - 1) (f - f_cal) / (f_boost - f_cal)
+               (f_cal: the calibration GPU's f_gemm; boost_speedup: the burst rate at boost)
+    attention  speed(f) = f / f_boost    (its microbenchmarks ran at 1,935-1,980 MHz)
 
-Shares depend on f (compute time shrinks as the clock rises): sustained_speed iterates.
-Measured check (LOG 2026-11-30): timed eager train steps on H200 ran at 1,980 MHz (host-bound
-125M/1B), 1,935 (1B mbs2), 1,770 (1B mbs4 s4096) and 1,583 MHz (8B, 4 layers).
+Attention is linear in the clock, as measured in the same alternating runs (phases at 0.80-0.96
+of its lone clock ran at 0.80-0.95 of its lone speed). The 8192^3 GEMM there sped up 1.03-1.17x
+at 1.04-1.19x its lone clock, steeper than the line above, but the line keeps the held-out H200
+train steps within 1.7 % where the measured slope gives -5 % (validation LOG, session 6): one
+large square shape is not every GEMM of a step. Shares depend on f (compute time changes with
+the clock): power_state iterates. Timed eager train steps on H200 ran at 1,980 MHz
+(host-bound 125M/1B), 1,935 (1B mbs2), 1,770 (1B mbs4 s4096) and 1,583 MHz (8B, 4 layers).
 """
 
 from __future__ import annotations
@@ -28,16 +36,17 @@ import functools
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-TENSOR = ("matmul_compute", "attention")
 MEMORY = ("matmul_memory", "memory_bound", "communication")
 
 
 @dataclass(frozen=True)
 class PowerState:
-    """Sustained SM clock (Hz) and compute speed over the calibrated sustained rate."""
+    """Sustained SM clock (Hz); GEMM speed over the calibrated sustained rate; attention speed
+    over its calibrated (boost-clock) rate."""
 
     clock_hz: float
     speed: float
+    attention_speed: float
     throttled: bool
 
 
@@ -52,56 +61,66 @@ def clock_params(gpu_key: str) -> tuple[float, float] | None:
     return table[gpu_key].value * 1e6, book.value("power.activity.memory_bound")
 
 
-def cap_power(u_tc: float, u_mem: float, f: float, f_gemm: float, w_mem: float) -> float:
-    """p(f) = u_tc (f / f_gemm)^3 + w_mem u_mem: power over idle, in units of (tdp - idle)."""
-    return u_tc * (f / f_gemm) ** 3 + w_mem * u_mem
+@functools.lru_cache(maxsize=16)
+def attention_clock_ratio(kernel: str | None) -> float:
+    """rho = f_att / f_gemm of an attention kernel (power.toml [attention_cap_clock]); 1 (GEMM
+    power) for kernels not measured."""
+    from ..hwdb.prices import load_prices
+    rec = load_prices().power.get("attention_cap_clock", {}).get(kernel or "")
+    return rec.value if rec is not None else 1.0
 
 
-def cap_clock(u_tc: float, u_mem: float, f_gemm: float, f_boost: float, w_mem: float) -> float:
-    """The clock in [f_gemm, f_boost] at which p(f) = 1 (f_boost when it stays under the cap)."""
-    if u_tc <= 0 or cap_power(u_tc, u_mem, f_boost, f_gemm, w_mem) <= 1.0:
+def cap_power(f: float, loads: tuple[tuple[float, float], ...], u_mem: float, w_mem: float) -> float:
+    """p(f) = sum of u (f / f_cap)^3 over the (share u, cap clock f_cap) loads + w_mem u_mem."""
+    return sum(u * (f / fc) ** 3 for u, fc in loads) + w_mem * u_mem
+
+
+def cap_clock(loads: tuple[tuple[float, float], ...], u_mem: float, w_mem: float, f_floor: float,
+              f_boost: float) -> float:
+    """The clock in [f_floor, f_boost] at which p(f) = 1 (f_boost when it stays under the cap):
+    f = ((1 - w_mem u_mem) / sum u / f_cap^3)^(1/3)."""
+    k = sum(u / fc ** 3 for u, fc in loads)
+    if k <= 0 or cap_power(f_boost, loads, u_mem, w_mem) <= 1.0:
         return f_boost
-    f = f_gemm * ((1.0 - w_mem * u_mem) / u_tc) ** (1.0 / 3.0)
-    return min(max(f, f_gemm), f_boost)
+    f = (max(1.0 - w_mem * u_mem, 0.0) / k) ** (1.0 / 3.0)
+    return min(max(f, f_floor), f_boost)
 
 
-def speed_at(f: float, f_cal: float, f_boost: float, boost_speedup: float) -> float:
-    """Compute speed at clock f over the calibrated sustained rate: linear through (f_cal, 1) and
-    (f_boost, boost_speedup), f_cal being the sustained GEMM clock of the GPU whose efficiencies
-    were calibrated (below it, e.g. the same die under a lower power cap, the speed drops under 1)."""
+def gemm_speed(f: float, f_cal: float, f_boost: float, boost_speedup: float) -> float:
+    """GEMM compute speed at clock f over the calibrated sustained rate: linear through (f_cal, 1)
+    and (f_boost, boost_speedup), f_cal being the sustained GEMM clock of the GPU whose
+    efficiencies were calibrated (below it, e.g. the same die under a lower power cap, the speed
+    drops under 1)."""
     if f_boost <= f_cal:
         return 1.0
     return 1.0 + (boost_speedup - 1.0) * (f - f_cal) / (f_boost - f_cal)
 
 
-def shares(by_category: Mapping[str, float], step_s: float) -> tuple[float, float]:
-    """(u_tc, u_mem): time shares of tensor-core-bound and memory-bound work in the step."""
-    if step_s <= 0:
-        return 0.0, 0.0
-    tc = sum(by_category.get(c, 0.0) for c in TENSOR)
-    mem = sum(by_category.get(c, 0.0) for c in MEMORY)
-    return min(tc / step_s, 1.0), min(mem / step_s, 1.0)
-
-
 def power_state(by_category: Mapping[str, float], step_s: float, gpu_key: str, f_boost: float,
-                boost_speedup: float) -> PowerState | None:
-    """The clock and speed of a step whose categories were timed at the sustained rate (speed 1).
+                boost_speedup: float, attention: str | None = None) -> PowerState | None:
+    """The clock and speeds of a step whose categories were timed at the calibrated rates (GEMMs
+    at the sustained rate, attention at its boost-clock rate): "matmul_compute" (compute-bound
+    GEMMs), "attention", and the MEMORY categories. ``attention`` names the attention kernel
+    (Stack.attention) for its cap clock.
 
-    Fixed point: at speed s the tensor-core time is tc / s and the step is shorter by
-    tc (1 - 1/s); three iterations settle it to well under 0.1 %."""
+    Fixed point: at clock f the GEMM time is g / gemm_speed(f), the attention time a f_boost / f,
+    the step changes by the difference; five iterations settle it to well under 0.1 %."""
     params = clock_params(gpu_key)
     if params is None or boost_speedup <= 1.0:
         return None
     f_gemm, w_mem = params
-    f_cal = calibration_clock(gpu_key)
-    tc = sum(by_category.get(c, 0.0) for c in TENSOR)
-    speed, f = 1.0, f_gemm
-    for _ in range(3):
-        step = step_s - tc * (1.0 - 1.0 / speed)
-        u_tc, u_mem = shares({**by_category, "matmul_compute": tc / speed, "attention": 0.0}, step)
-        f = cap_clock(u_tc, u_mem, f_gemm, f_boost, w_mem)
-        speed = speed_at(f, f_cal, f_boost, boost_speedup)
-    return PowerState(f, speed, f < f_boost)
+    f_cal, f_att = calibration_clock(gpu_key), attention_clock_ratio(attention) * f_gemm
+    g, a = by_category.get("matmul_compute", 0.0), by_category.get("attention", 0.0)
+    mem = sum(by_category.get(c, 0.0) for c in MEMORY)
+    f = f_gemm
+    for _ in range(5):
+        tg, ta = g / gemm_speed(f, f_cal, f_boost, boost_speedup), a * f_boost / f
+        step = step_s + (tg - g) + (ta - a)
+        if step <= 0:
+            break
+        loads = ((min(tg / step, 1.0), f_gemm), (min(ta / step, 1.0), f_att))
+        f = cap_clock(loads, min(mem / step, 1.0), w_mem, f_gemm, f_boost)
+    return PowerState(f, gemm_speed(f, f_cal, f_boost, boost_speedup), f / f_boost, f < f_boost)
 
 
 @functools.lru_cache(maxsize=64)

@@ -4,25 +4,68 @@ import pytest
 
 from mechsim.model import TrainingWorkload
 from mechsim.sim.estimate import estimate
-from mechsim.sim.power import cap_clock, cap_power, power_state, speed_at
+from mechsim.sim.power import attention_clock_ratio, cap_clock, cap_power, gemm_speed, power_state
 
 F_GEMM, F_BOOST, W_MEM = 1.47e9, 1.98e9, 0.29
 
 
 def test_a_pure_gemm_stream_runs_at_the_measured_sustained_clock():
-    assert cap_clock(1.0, 0.0, F_GEMM, F_BOOST, W_MEM) == pytest.approx(F_GEMM)
+    assert cap_clock(((1.0, F_GEMM),), 0.0, W_MEM, F_GEMM, F_BOOST) == pytest.approx(F_GEMM)
 
 
 def test_a_light_step_stays_at_boost_and_a_heavy_one_sits_on_the_cap():
-    assert cap_clock(0.2, 0.5, F_GEMM, F_BOOST, W_MEM) == F_BOOST
-    f = cap_clock(0.7, 0.3, F_GEMM, F_BOOST, W_MEM)
+    assert cap_clock(((0.2, F_GEMM),), 0.5, W_MEM, F_GEMM, F_BOOST) == F_BOOST
+    loads = ((0.7, F_GEMM),)
+    f = cap_clock(loads, 0.3, W_MEM, F_GEMM, F_BOOST)
     assert F_GEMM < f < F_BOOST
-    assert cap_power(0.7, 0.3, f, F_GEMM, W_MEM) == pytest.approx(1.0)
+    assert cap_power(f, loads, 0.3, W_MEM) == pytest.approx(1.0)
 
 
-def test_speed_is_one_at_the_sustained_clock_and_boost_speedup_at_boost():
-    assert speed_at(F_GEMM, F_GEMM, F_BOOST, 1.18) == pytest.approx(1.0)
-    assert speed_at(F_BOOST, F_GEMM, F_BOOST, 1.18) == pytest.approx(1.18)
+def test_attention_draws_less_power_per_clock_than_gemms():
+    fa2, cudnn = attention_clock_ratio("fa2"), attention_clock_ratio("cudnn")
+    assert fa2 > cudnn > 1.0 and attention_clock_ratio("unmeasured") == 1.0
+    half = ((0.5, F_GEMM), (0.5, fa2 * F_GEMM))
+    f = cap_clock(half, 0.0, W_MEM, F_GEMM, F_BOOST)
+    assert F_GEMM < f < fa2 * F_GEMM and cap_power(f, half, 0.0, W_MEM) == pytest.approx(1.0)
+
+
+def test_mixed_clocks_match_the_alternating_gemm_attention_measurement():
+    """validation/experiments/attention_power.py on H200: GEMM and attention phases alternating
+    every few ms; the clock from the measured time shares within 5 % of the measured clock."""
+    import json
+    from pathlib import Path
+    rec = Path(__file__).resolve().parents[2] / "validation/experiments/records/20261130T2200Z_attention_power_h200.json"
+    runs = {r["run"]: r for r in json.loads(rec.read_text())["runs"]}
+    f_gemm = runs["gemm"]["power_state"]["sm_clock_mhz"]["median"] * 1e6
+    checked = 0
+    for r in runs.values():
+        names = [n for n, _ in r["pattern"]]
+        if len(names) < 2 or "mem" in names:
+            continue
+        total = sum(p["total_s"] for p in r["phases"].values())
+        share = {n: sum(p["total_s"] for k, p in r["phases"].items() if k.split("/")[0] == n) / total
+                 for n in names}
+        loads = tuple((share[n], f_gemm * (1.0 if n == "gemm" else attention_clock_ratio(n))) for n in names)
+        f = cap_clock(loads, 0.0, W_MEM, f_gemm, F_BOOST)
+        measured = r["power_state"]["sm_clock_mhz"]["median"] * 1e6
+        assert f == pytest.approx(measured, rel=0.05), r["run"]
+        checked += 1
+    assert checked == 5
+
+
+def test_gemm_speed_is_one_at_the_sustained_clock_and_boost_speedup_at_boost():
+    assert gemm_speed(F_GEMM, F_GEMM, F_BOOST, 1.18) == pytest.approx(1.0)
+    assert gemm_speed(F_BOOST, F_GEMM, F_BOOST, 1.18) == pytest.approx(1.18)
+
+
+def test_attention_time_follows_the_clock_it_runs_at():
+    """Attention is calibrated at boost and slows linearly with the clock; an attention-only step
+    sits at the attention cap clock, above the GEMM one."""
+    ps = power_state({"attention": 1.0}, 1.0, "h200_sxm", F_BOOST, 1.18, "fa2")
+    assert ps.attention_speed == pytest.approx(ps.clock_hz / F_BOOST)
+    assert ps.clock_hz > F_GEMM * 1.3
+    gemm_like = power_state({"attention": 1.0}, 1.0, "h200_sxm", F_BOOST, 1.18, "unmeasured")
+    assert gemm_like.clock_hz == pytest.approx(F_GEMM, rel=1e-3)
 
 
 def test_gpus_without_a_clock_model_are_left_alone():
@@ -43,7 +86,7 @@ def test_a_lower_power_cap_runs_the_same_die_below_its_calibrated_speed():
     f_gemm = clock_params("h100_gt_96gb")[0]
     assert f_gemm < F_GEMM
     ps = power_state({"matmul_compute": 1.0}, 1.0, "h100_gt_96gb", F_BOOST, 1.18)
-    assert ps.clock_hz == pytest.approx(f_gemm) and ps.speed == pytest.approx(speed_at(f_gemm, F_GEMM, F_BOOST, 1.18))
+    assert ps.clock_hz == pytest.approx(f_gemm) and ps.speed == pytest.approx(gemm_speed(f_gemm, F_GEMM, F_BOOST, 1.18))
     assert ps.speed < 1.0
     same = power_state({"matmul_compute": 1.0}, 1.0, "h100_sxm", F_BOOST, 1.18)
     assert same.speed == pytest.approx(1.0)                      # 700 W: the calibrated clock itself
