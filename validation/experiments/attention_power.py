@@ -16,6 +16,9 @@ backward, (1, 32, 8192, 128), with the flash / cuDNN backend (forward and backwa
 mem = 4 copies of 1 GiB. Writes one JSON (torch + stdlib):
 
     python validation/experiments/attention_power.py --out $OUT/attention_power.json
+
+--shapes M,N,K[;M,N,K...] instead runs, per GEMM shape (repeated to ~6.7 ms per unit), the shape
+alone and alternating with FA2 1:1 and 1:3 (how that shape's speed follows the clock).
 """
 
 from __future__ import annotations
@@ -47,12 +50,15 @@ RUNS = [  # (name, [(workload, units per period), ...])
     ("gemm1_mem1", [("gemm", 1), ("mem", 1)]),
     ("fa2_1_mem1", [("fa2", 1), ("mem", 1)]),
 ]
+SHAPE_RUNS = [("gemm", [("gemm", 1)]), ("gemm1_fa2_1", [("gemm", 1), ("fa2", 1)]),
+              ("gemm1_fa2_3", [("gemm", 1), ("fa2", 3)])]
 
 
-def workloads(dev):
-    n = 8192
-    a, b = (torch.randn(n, n, device=dev, dtype=torch.bfloat16) for _ in range(2))
-    c = torch.empty(n, n, device=dev, dtype=torch.bfloat16)
+def workloads(dev, shape=(8192, 8192, 8192)):
+    m, n, kk = shape
+    a, b = torch.randn(m, kk, device=dev, dtype=torch.bfloat16), torch.randn(kk, n, device=dev, dtype=torch.bfloat16)
+    c = torch.empty(m, n, device=dev, dtype=torch.bfloat16)
+    reps = max(1, round(4 * 8192 ** 3 / (m * n * kk)))
     q, k, v = (torch.randn(1, 32, 8192, 128, device=dev, dtype=torch.bfloat16, requires_grad=True)
                for _ in range(3))
     g = torch.randn(1, 32, 8192, 128, device=dev, dtype=torch.bfloat16)
@@ -60,7 +66,7 @@ def workloads(dev):
     dst = torch.empty_like(src)
 
     def gemm(ev):
-        for _ in range(4):
+        for _ in range(reps):
             torch.mm(a, b, out=c)
         ev()
 
@@ -133,20 +139,25 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", required=True)
     ap.add_argument("--only", default="", help="comma-separated run names")
+    ap.add_argument("--shapes", default="", help="M,N,K;M,N,K: per GEMM shape, alone and with FA2")
     args = ap.parse_args()
     dev = "cuda:0"
     torch.backends.cuda.matmul.allow_tf32 = False
-    fns = workloads(dev)
     only = set(filter(None, args.only.split(",")))
-    rows = []
-    for name, pattern in RUNS:
-        if only and name not in only:
-            continue
+    if args.shapes:
+        plan = [(tuple(int(x) for x in sh.split(",")), name, pattern)
+                for sh in args.shapes.split(";") for name, pattern in SHAPE_RUNS]
+    else:
+        plan = [((8192, 8192, 8192), name, pattern) for name, pattern in RUNS if not only or name in only]
+    rows, fns, cur = [], None, None
+    for shape, name, pattern in plan:
+        if shape != cur:
+            fns, cur = workloads(dev, shape), shape
         try:
             res = run_pattern(fns, pattern, dev, lambda: timing.power_sampler(dev))
-            rows.append({"run": name, "pattern": pattern, **res})
+            rows.append({"run": name, "gemm_shape": list(shape), "pattern": pattern, **res})
         except Exception as e:  # noqa: BLE001 - one failing backend must not lose the others
-            rows.append({"run": name, "pattern": pattern, "error": repr(e)[:400]})
+            rows.append({"run": name, "gemm_shape": list(shape), "pattern": pattern, "error": repr(e)[:400]})
         print(json.dumps(rows[-1])[:600], flush=True)
         time.sleep(1.0)
     env = {"gpu": torch.cuda.get_device_name(0), "torch": torch.__version__,
