@@ -452,7 +452,7 @@ def _estimate_parallel(workload, hw, stack=None, overrides=None):
     r, ps = boost_speedup(eff), None
     if r != 1.0:   # the clock the step sustains under the power cap (shares at the calibrated rates)
         _, _, parts_sus, by_cat_sus, _ = timeline(k)
-        ps = power_state(by_cat_sus, parts_sus.step_s, gpu.key, gpu.boost_clock_hz, r, st.attention)
+        ps = power_state(*power_window(by_cat_sus, parts_sus), gpu.key, gpu.boost_clock_hz, r, st.attention)
     if ps is not None:
         k = at_compute_speed(t, k, ps.speed, ps.attention_speed)
     busy, idle, parts, by_cat, by_phase = timeline(k, ps.speed if ps is not None else 1.0)
@@ -467,6 +467,20 @@ def _estimate_parallel(workload, hw, stack=None, overrides=None):
         fit_memory(p.memory, gpu), errorband.band_for(p.mode, gpu.key, st.key),
         functools.partial(op_estimates, t, k, lt), gpus=par.gpus, exposed_comm=dict(parts.exposed_s),
         cluster=f"{cluster.nodes} x {cluster.system}", sm_clock_hz=ps.clock_hz if ps else 0.0)
+
+
+def power_window(by_cat: dict, parts: StepParts) -> tuple[dict, float]:
+    """The categories and time the power cap averages the clock over: the step without its
+    pipeline bubble (each stage idles in contiguous warm-up / cool-down blocks of whole
+    micro-batches, seconds at scale) and without the exposed data-parallel reduction (one block
+    at the step's end). The controller averages board power over ~0.11 s (gemm.power_tau_s,
+    calibrated on H200; a GEMM burst from idle keeps boost ~60 ms): phases alternating every
+    ~7 ms run at their mixed clock (validation experiment attention_power), while blocks of
+    seconds bank no power for the compute between them. Blocks near tau are treated the same
+    (an approximation for small pipelines)."""
+    dp = parts.exposed_s.get("dp", 0.0)
+    cats = {**by_cat, "pipeline_bubble": 0.0, "communication": max(by_cat.get("communication", 0.0) - dp, 0.0)}
+    return cats, max(parts.step_s - parts.bubble_s - dp, 0.0)
 
 
 def _offload_fn(workload, t: OpTable, gpu, cluster: Cluster, eff, fused):

@@ -5,8 +5,10 @@ Power in units of the cap's headroom over idle, (P - idle) / (tdp - idle), at SM
     p(f) = u_gemm (f / f_gemm)^3 + u_att (f / f_att)^3 + w_mem u_mem
 
 u_gemm, u_att and u_mem are the step's time shares of compute-bound GEMMs, attention and
-memory-bound work (HBM-bound kernels, exposed communication); idle time (host gaps, pipeline
-bubbles) draws idle power. f_gemm is the clock a pure GEMM stream sustains at the cap
+memory-bound work (HBM-bound kernels, exposed communication); short idle time (host gaps) draws
+idle power inside the window, while idle blocks of seconds (pipeline bubbles, the exposed DP
+reduction at the step's end) leave it: the controller averages over ~0.11 s
+(sim/distributed.power_window). f_gemm is the clock a pure GEMM stream sustains at the cap
 (hwdb/data/power.toml [gemm_sustained_clock], measured on H200) and f_att = rho f_gemm the one
 a pure attention stream sustains (rho per attention kernel, [attention_cap_clock]: FA2 1.361,
 cuDNN 1.165, measured); the cube is dynamic power ~ f V^2 with V ~ f across the DVFS range, and
@@ -17,7 +19,8 @@ few ms sustain 1,515-1,890 MHz, which this predicts within -5..+1 % (GEMM-only s
 
 Compute speed at clock f, relative to each kernel's calibrated rate:
 
-    GEMMs      speed(f) = 1 + (boost_speedup - 1) (f - f_cal) / (f_boost - f_cal)
+    GEMMs      speed(f) = f / f_cal                                          f <= f_cal
+                          1 + (boost_speedup - 1) (f - f_cal) / (f_boost - f_cal)  above
                (f_cal: the calibration GPU's f_gemm; boost_speedup: the burst rate at boost)
     attention  speed(f) = f / f_boost    (its microbenchmarks ran at 1,935-1,980 MHz)
 
@@ -87,10 +90,12 @@ def cap_clock(loads: tuple[tuple[float, float], ...], u_mem: float, w_mem: float
 
 
 def gemm_speed(f: float, f_cal: float, f_boost: float, boost_speedup: float) -> float:
-    """GEMM compute speed at clock f over the calibrated sustained rate: linear through (f_cal, 1)
-    and (f_boost, boost_speedup), f_cal being the sustained GEMM clock of the GPU whose
-    efficiencies were calibrated (below it, e.g. the same die under a lower power cap, the speed
-    drops under 1)."""
+    """GEMM compute speed at clock f over the calibrated sustained rate, f_cal being the sustained
+    GEMM clock of the GPU whose efficiencies were calibrated: f / f_cal below it (e.g. the same die
+    under a lower power cap; a compute-bound GEMM is linear in the clock there, measured from
+    1,455 to ~1,750 MHz), above it the line through (f_cal, 1) and (f_boost, boost_speedup)."""
+    if f <= f_cal:
+        return f / f_cal
     if f_boost <= f_cal:
         return 1.0
     return 1.0 + (boost_speedup - 1.0) * (f - f_cal) / (f_boost - f_cal)

@@ -92,3 +92,17 @@ def test_a_lower_power_cap_runs_the_same_die_below_its_calibrated_speed():
     assert same.speed == pytest.approx(1.0)                      # 700 W: the calibrated clock itself
     w = TrainingWorkload(model="llama3-8b", mbs=2, seq=4096)
     assert estimate(w, "h100_gt_96gb").step_time_s > estimate(w, "h100_sxm").step_time_s
+
+
+def test_pipeline_bubbles_and_the_final_dp_block_do_not_raise_the_clock():
+    """Contiguous idle blocks of seconds (pipeline warm-up / cool-down, the exposed DP reduction
+    at the step's end) leave the power window; fine-grained exposed comm stays in it."""
+    from mechsim.sim.distributed import StepParts, power_window
+    cats = {"matmul_compute": 6.0, "attention": 1.0, "memory_bound": 1.0, "communication": 2.5,
+            "pipeline_bubble": 4.0}
+    parts = StepParts(8.0, {"tp": 0.5, "dp": 2.0}, 4.0, 0.0, 14.5)
+    window_cats, window = power_window(cats, parts)
+    assert window == pytest.approx(8.5) and window_cats["communication"] == pytest.approx(0.5)
+    busy = power_state(window_cats, window, "h200_sxm", F_BOOST, 1.18, "cudnn")
+    diluted = power_state(cats, parts.step_s, "h200_sxm", F_BOOST, 1.18, "cudnn")
+    assert busy.clock_hz < diluted.clock_hz
