@@ -184,15 +184,27 @@ def torchtitan_run(row) -> dict:
 UNFUSED_ATTENTION_BEFORE = {"gpt-oss-120b": (26, 6)}
 UNFUSED_STACK = "megatron_te_unfused_attn"
 
+# Rows of the 2024 NeMo containers (24.03 long-sequence table, 24.07 performance table; all
+# DGX-H100) run attention at FlashAttention-2's rate (stack megatron_te_fa2). NeMo's docs of the
+# time said TE's flash attention was FlashAttention-2, on by default; NeMo PR 9188 (2024-05, source
+# nemo_flash_attn_docs) then documented TE's cuDNN preference on Hopper, whose 2024 cuDNN is not the
+# 9.19 the H200 calibration measured. Evidence (validation LOG, session 6): with the measured
+# attention power, FA2 puts all 17 rows within -12..+8 % (4K to 1M tokens) where today's cuDNN
+# rate leaves them +0..+30 %.
+SOFTWARE_STACKS = {"NeMo 24.": "megatron_te_fa2"}
+
 
 def stack_for(row) -> str:
-    """The stack the row's run ran (RUN_CONFIGS "stack"), else unfused attention for models whose
-    attention had no fused kernel in the row's release (UNFUSED_ATTENTION_BEFORE), else its
-    source's (SOURCE_STACKS) by the row's ZeRO stage."""
+    """The stack the row's run ran (RUN_CONFIGS "stack"), else its software release's
+    (SOFTWARE_STACKS), else unfused attention for models whose attention had no fused kernel in the
+    row's release (UNFUSED_ATTENTION_BEFORE), else its source's (SOURCE_STACKS) by ZeRO stage."""
     if "stack" in RUN_CONFIGS.get(row.id, {}):
         return RUN_CONFIGS[row.id]["stack"]
     if is_torchtitan(row):
         return "torchtitan_compile" if "torch.compile" in row.techniques else "torchtitan_eager"
+    for prefix, stack in SOFTWARE_STACKS.items():
+        if (row.software or "").startswith(prefix):
+            return stack
     before = UNFUSED_ATTENTION_BEFORE.get(getattr(row, "model_ref", None) or "")
     if before and row.source_id not in SOURCE_STACKS and row.release and _release(row.release) < before:
         return UNFUSED_STACK
