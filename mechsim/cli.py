@@ -136,10 +136,10 @@ def cmd_published(a: argparse.Namespace) -> int:
     from .validation.published_compare import by_system, compare_published
     rows, unused = compare_published(a.source)
     if a.verbose and a.header:
-        print(f"{'row':<70} {'published':>10} {'predicted':>10} {'error':>7}")
+        print(f"{'row':<70} {'published':>10} {'predicted':>10} {'error':>7}  stack")
     if a.verbose:
         for r in sorted(rows, key=lambda r: r.row_id):
-            print(f"{r.row_id:<70} {r.published:10.0f} {r.predicted:10.0f} {r.error:+7.1%}")
+            print(f"{r.row_id:<70} {r.published:10.0f} {r.predicted:10.0f} {r.error:+7.1%}  {r.stack}")
     print(f"{'system':<14} {'rows':>5} {'MAPE':>7} {'max':>7}   (tokens/s/GPU, predicted vs published)")
     kept = by_system(rows, unflagged=True)
     for k, (n, mape, mx) in by_system(rows).items():

@@ -221,6 +221,7 @@ class PublishedRow:
     published: float        # tokens/s/GPU
     predicted: float
     source_flag: str | None = None   # the source says this measurement regressed (its footnote)
+    stack: str = ""                  # the software stack it was predicted with (stack_for)
 
     @property
     def error(self) -> float:
@@ -439,8 +440,9 @@ def predict_row(row) -> PublishedRow:
     if tok is None:
         raise ValueError("no tokens/s/GPU published")
     gpus = gpus_for(row)
-    e = estimate(workload_for(row), cluster_for(row))
-    return PublishedRow(row.id, row.source_id, row.system, gpus, tok, e.tokens_per_s / gpus, row.source_flag)
+    w = workload_for(row)
+    e = estimate(w, cluster_for(row))
+    return PublishedRow(row.id, row.source_id, row.system, gpus, tok, e.tokens_per_s / gpus, row.source_flag, w.stack)
 
 
 def compare_published(source: str | None = None) -> tuple[list[PublishedRow], list[tuple[str, str]]]:
