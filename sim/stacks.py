@@ -49,9 +49,24 @@ def _stack(key: str, rec: dict) -> Stack:
     )
 
 
+def _resolve(raw: dict, key: str) -> dict:
+    """A stack record with ``based_on`` = another stack's key takes that stack's fields and
+    overrides the ones it gives; ``fused_add`` appends fusion groups to the inherited ``fused``."""
+    rec = raw[key]
+    base = rec.get("based_on")
+    if base is None:
+        return rec
+    if base not in raw:
+        raise ValueError(f"{STACKS_FILE}: stack {key!r}: based_on {base!r} is not a stack")
+    out = {**_resolve(raw, base), **{k: v for k, v in rec.items() if k not in ("based_on", "fused_add")}}
+    out["fused"] = list(out["fused"]) + list(rec.get("fused_add", []))
+    return out
+
+
 @functools.cache
 def _all_stacks() -> dict[str, Stack]:
-    return {k: _stack(k, v) for k, v in load_toml(STACKS_FILE).items()}
+    raw = load_toml(STACKS_FILE)
+    return {k: _stack(k, _resolve(raw, k)) for k in raw}
 
 
 def list_stacks() -> list[str]:

@@ -126,8 +126,6 @@ def run_pattern(fns, pattern, dev, sampler_factory):
             continue
         wl, sub = lb.split("/")
         key = wl if sub == "end" else f"{wl}/{sub}"
-        if sub == "fwd":
-            key = f"{wl}/fwd"
         phases.setdefault(key, []).append(ea.elapsed_time(eb) / 1e3)
     return {"power_state": state,
             "phases": {k: {"median_s": statistics.median(v), "n": len(v),

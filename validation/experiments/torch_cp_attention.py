@@ -22,6 +22,7 @@ import traceback
 
 import torch
 import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
 
 import two_gpu   # this folder's 2-GPU plumbing (the script's own directory is on sys.path)
 
@@ -33,10 +34,20 @@ def timed(fn) -> float:
     return two_gpu.timed(fn, ITERS, REPEATS)
 
 
+def flash_calls(q, k, v, dout):
+    """(forward, forward + backward) of causal flash SDPA on these tensors."""
+    def fwd():
+        with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
+            return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+
+    def step():
+        fwd().backward(dout)
+    return fwd, step
+
+
 def worker(rank: int, port: int, out_path: str) -> None:
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.tensor.experimental import context_parallel
-    from torch.nn.attention import SDPBackend, sdpa_kernel
     dev = two_gpu.init(rank, port)
     mesh = init_device_mesh("cuda", (2,))
     two_gpu.warm_up(dev)
@@ -49,14 +60,7 @@ def worker(rank: int, port: int, out_path: str) -> None:
             q, k, v = mk(), mk(), mk()
             dout = torch.randn(1, H, S, D, device=dev, dtype=torch.bfloat16)
 
-            def full_fwd():
-                with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
-                    return F.scaled_dot_product_attention(q, k, v, is_causal=True)
-
-            def full_step():
-                o = full_fwd()
-                o.backward(dout)
-
+            full_fwd, full_step = flash_calls(q, k, v, dout)
             row["t_full_fwd_s"] = timed(lambda: full_fwd())
             row["t_full_step_s"] = timed(full_step)
             qb, kb, vb = (t.detach().clone() for t in (q, k, v))   # buffers are sharded in place: no grad
@@ -65,14 +69,7 @@ def worker(rank: int, port: int, out_path: str) -> None:
             torch.cuda.empty_cache()
             with context_parallel(mesh, buffers=[qb, kb, vb, dc], buffer_seq_dims=[2, 2, 2, 2]):
                 qc, kc, vc = (t.requires_grad_(True) for t in (qb, kb, vb))
-
-                def cp_fwd():
-                    with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
-                        return F.scaled_dot_product_attention(qc, kc, vc, is_causal=True)
-
-                def cp_step():
-                    o = cp_fwd()
-                    o.backward(dc)
+                cp_fwd, cp_step = flash_calls(qc, kc, vc, dc)
                 row["local_S"] = int(qc.shape[2])
                 row["t_cp_fwd_s"] = timed(lambda: cp_fwd())
                 row["t_cp_step_s"] = timed(cp_step)
