@@ -16,6 +16,10 @@ Writes one JSON (stdlib + torch only; runs on the device machine):
     CONTENTION_MEMORY=1 ...   adds a memory-bound kernel (out-of-place bf16 scale) beside the same collectives
     CONTENTION_MEMORY=only    the memory-bound kernel alone
     CONTENTION_COMMS=ddp      all_reduce 25 / 256 MiB, all_gather and reduce_scatter 25 MiB (DDP buckets)
+    CONTENTION_COMMS=slowlink all_reduce / all_gather / reduce_scatter 25 MiB and send/recv 64 MiB beside the
+                              8192^3 GEMM: sizes that finish in seconds over a slow transport, for runs with
+                              NCCL_P2P_DISABLE=1 (SHM through host memory) or also NCCL_SHM_DISABLE=1 (sockets),
+                              stand-ins for a collective paced by a scale-out NIC instead of NVLink
 """
 
 from __future__ import annotations
@@ -38,6 +42,10 @@ COMMS = [("all_gather", 64 << 20), ("all_gather", 256 << 20), ("reduce_scatter",
 # CONTENTION_COMMS=ddp: the collectives of the 2-GPU DDP / FSDP steps (25 MiB buckets, all_reduce)
 DDP_COMMS = [("all_reduce", 25 << 20), ("all_reduce", 256 << 20), ("all_gather", 25 << 20),
              ("reduce_scatter", 25 << 20)]
+# CONTENTION_COMMS=slowlink: one bucket-sized call per collective, and a CP-ring-sized send/recv
+SLOWLINK_COMMS = [("all_reduce", 25 << 20), ("all_gather", 25 << 20), ("reduce_scatter", 25 << 20),
+                  ("sendrecv", 64 << 20)]
+COMM_SETS = {"ddp": DDP_COMMS, "slowlink": SLOWLINK_COMMS}
 REPEATS = 5
 
 
@@ -95,7 +103,8 @@ def worker(rank: int, port: int, out: str) -> None:
     gs, cs = torch.cuda.Stream(), torch.cuda.Stream()
     rows = []
     mode = os.environ.get("CONTENTION_MEMORY", "")
-    gemms = GEMMS_DDP if os.environ.get("CONTENTION_COMMS") == "ddp" else GEMMS
+    comm_set = os.environ.get("CONTENTION_COMMS", "")
+    gemms = GEMMS_DDP if comm_set in COMM_SETS else GEMMS
     for (m, n, k) in (MEMORY if mode == "only" else gemms + (MEMORY if mode else [])):
         if m == 0:      # memory-bound kernel (MEMORY)
             a, c = torch.randn(n, device=dev, dtype=torch.bfloat16), torch.empty(n, device=dev, dtype=torch.bfloat16)
@@ -110,7 +119,7 @@ def worker(rank: int, port: int, out: str) -> None:
         for _ in range(warm):                      # power warm-up: sustained clock
             _measure(gemm, None, 50, 0, gs, cs, both=False)
         tg1 = _measure(gemm, None, 20, 0, gs, cs, both=False)[0] / 20
-        for op, nbytes in (DDP_COMMS if os.environ.get("CONTENTION_COMMS") == "ddp" else COMMS):
+        for op, nbytes in COMM_SETS.get(comm_set, COMMS):
             comm = _comm_fn(op, nbytes, rank, dev)
             for _ in range(3):
                 comm()
