@@ -408,7 +408,7 @@ def _estimate_parallel(workload, hw, stack=None, overrides=None):
     from .estimate import (_sums, at_compute_speed, boost_speedup, calibrated_stack, efficiency, hw_rates,
                            op_estimates, prepare)
     from .power import power_state
-    from .kernels import check_rates
+    from .kernels import check_rates, check_recipe
     from .launch import LaunchTimes, host_times, tandem_step_time
     from .memory import fit_memory
     from .results import Estimate
@@ -423,6 +423,7 @@ def _estimate_parallel(workload, hw, stack=None, overrides=None):
     st = stack if isinstance(stack, Stack) else calibrated_stack(gpu, get_stack(stack or workload.stack))
     p = prepare(workload, st.fused)
     t, rates, eff = p.table, hw_rates(gpu, clock), efficiency(gpu)
+    check_recipe(workload, gpu)
     check_rates(t, rates)
     compute = t.kind != COLLECTIVE
     host = dp_host_times(t, np.where(compute, host_times(t, st), 0.0), st.graphs)

@@ -21,7 +21,7 @@ from .. import hwdb
 from ..model import build_ops
 from ..model.ops import Op
 from .calibration import Efficiency, efficiency_for
-from .kernels import ATTENTION, MATMUL, HwRates, KernelTimes, check_rates, kernel_times
+from .kernels import ATTENTION, MATMUL, HwRates, KernelTimes, check_recipe, check_rates, kernel_times
 from .launch import LaunchTimes, host_times, launch_times
 from .memory import fit_memory, memory_components
 from .optable import DTYPES, KINDS, PHASES, OpTable, build_table
@@ -183,6 +183,7 @@ def estimate(workload, hw: Any = "h100_sxm", stack: str | Stack | None = None,
     st = stack if isinstance(stack, Stack) else calibrated_stack(gpu, get_stack(stack or workload.stack))
     p = prepare(workload, st.fused)
     t, rates = p.table, hw_rates(gpu, clock)
+    check_recipe(workload, gpu)
     check_rates(t, rates)
     eff = efficiency(gpu)
     k = kernel_times(t, rates, eff, st.attention)

@@ -405,6 +405,21 @@ def _fixed_s(t: OpTable, eff: Efficiency, impl: str) -> np.ndarray:
     return fixed
 
 
+# GPU generations whose tensor cores take block-scaled operands (MXFP8: an E8M0 scale per 32
+# elements, applied inside the MMA): Blackwell. TransformerEngine's MXFP8BlockScaling recipe runs
+# only there (its docs: MXFP8 is supported from Blackwell); Hopper has per-tensor-scaled FP8 only.
+BLOCK_SCALED_ARCHS = frozenset({"blackwell"})
+
+
+def check_recipe(workload, gpu) -> None:
+    """Raise a clear error when a training recipe needs tensor cores this GPU lacks (MXFP8 on
+    Ampere or Hopper); NVFP4 needs an fp4 rate and is caught by check_rates."""
+    if (getattr(workload, "precision", None) == "fp8" and getattr(workload, "fp8_recipe", None) == "mxfp8"
+            and gpu.arch not in BLOCK_SCALED_ARCHS):
+        raise ValueError(f"fp8_recipe: 'mxfp8' needs Blackwell's block-scaled tensor cores; {gpu.key} is "
+                         f"{gpu.arch}: use fp8_recipe 'current', 'delayed' or 'blockwise'")
+
+
 def check_rates(t: OpTable, hw: HwRates) -> None:
     """Raise a clear error when a GEMM needs a tensor-core dtype this GPU lacks."""
     bad = (t.kind == MATMUL) & np.isnan(hw.tensor_peak[t.dtype])

@@ -179,13 +179,14 @@ def stage_times(workload, hw, stack=None) -> StageTimes:
     import numpy as np
     from . import distributed as d
     from .estimate import calibrated_stack, efficiency, hw_rates, prepare
-    from .kernels import check_rates, kernel_times
+    from .kernels import check_rates, check_recipe, kernel_times
     from .stacks import Stack, get_stack
     par = workload.parallel
     cluster = d.resolve_cluster(hw, par.gpus)
     gpu = cluster.sys.gpu
     st = stack if isinstance(stack, Stack) else calibrated_stack(gpu, get_stack(stack or workload.stack))
     t, rates, eff = prepare(workload, st.fused).table, hw_rates(gpu), efficiency(gpu)
+    check_recipe(workload, gpu)
     check_rates(t, rates)
     k = kernel_times(t, rates, eff, st.attention)
     k_total = np.where(t.kind == d.COLLECTIVE, 0.0, k.gpu_s * t.count)

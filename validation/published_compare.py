@@ -439,6 +439,7 @@ def predict_row(row) -> PublishedRow:
     tok = published_tokens_per_s(row)
     if tok is None:
         raise ValueError("no tokens/s/GPU published")
+    row.transformer_config()    # a row without an architecture says so before its plan is checked
     gpus = gpus_for(row)
     w = workload_for(row)
     e = estimate(w, cluster_for(row))

@@ -56,6 +56,15 @@ def test_fp8_on_a100_is_a_clear_error():
         estimate(TrainingWorkload(model="llama3-8b", mbs=1, seq=1024, precision="fp8"), "a100")
 
 
+@pytest.mark.parametrize("hw", ["h100", "hgx_h100"])   # one GPU and the multi-GPU path
+def test_mxfp8_needs_blackwell(hw):
+    par = {} if hw == "h100" else {"parallel": {"tp": 8, "sp": True}}
+    w = TrainingWorkload(model="llama3-8b", mbs=1, seq=1024, precision="fp8", fp8_recipe="mxfp8", **par)
+    with pytest.raises(ValueError, match="mxfp8.*Blackwell.*hopper"):
+        estimate(w, hw)
+    assert estimate(w, "b200" if hw == "h100" else "hgx_b200").total > 0
+
+
 @pytest.mark.parametrize("bad,match", [({"hbm_bandwith": "+1%"}, "unknown override"),
                                        ({"sustained_clock": 1.2}, "at most 1"),
                                        ({"hbm_bandwidth": "fast"}, "hbm_bandwidth")])

@@ -42,3 +42,18 @@ def test_long_sequence_rows_are_predicted_on_the_consistent_gpu_count():
         assert predict_row(r).predicted > 0
     h100 = [r for r in rows if r.system == "hgx_h100"]
     assert all(workload_for(r).fp8_recipe == "delayed" for r in h100)   # NeMo 24.03
+
+
+def test_rows_whose_ep_cannot_fold_into_a_stage_are_marked():
+    """EP must divide a stage's GPUs (#GPUs / PP) under Megatron-Core's MoE folding; a row whose
+    published degrees break that carries known_inconsistency (generate.py a8_row)."""
+    bad = [r for r in load_published() if (r.ep or 1) > 1 and r.pp and r.gpus and (r.gpus // r.pp) % r.ep]
+    assert bad, "the 25.09 GB200 DeepSeek-V3 token-drop alt row (PP 8, EP 64, 256 GPUs) should be one"
+    assert all(r.known_inconsistency and "EP" in r.known_inconsistency for r in bad)
+
+
+def test_a_row_without_an_architecture_says_so_before_its_plan_is_checked():
+    rows = {r.id: r for r in load_published()}
+    row = rows["mbridge-26.04-pretrain-gb200-nemotron-3-super-64g-nvfp4"]    # tp 2, ep 64: etp*ep > 64
+    with pytest.raises(ValueError, match="no architecture published"):
+        predict_row(row)

@@ -604,6 +604,10 @@ def a8_row(d: dict, alt: bool, prev: list[dict]) -> dict:
                           + ("/parallel mapping" if rel == "25.09" else "") + ")")
     if r["tp"] and r["pp"] and r["cp"] and g % (r["tp"] * r["pp"] * r["cp"]):
         r["known_inconsistency"] = "#GPUs not divisible by TP*PP*CP"
+    stage = g // r["pp"] if r["pp"] else None    # GPUs of one pipeline stage (TP*CP*DP)
+    if stage and (r.get("ep") or 1) > 1 and stage % r["ep"]:
+        r["known_inconsistency"] = (f"EP {r['ep']} does not divide the {stage} GPUs of a pipeline stage "
+                                    f"(#GPUs/PP; Megatron-Core's MoE parallel folding needs EP*ETP | TP*CP*DP)")
     if r.get("ga") and r.get("mbs") and r["mbs"] * r["ga"] * r["dp"] != r["gbs"]:
         r["known_inconsistency"] = (f"MBS*GA*DP = {r['mbs'] * r['ga'] * r['dp']} != GBS {r['gbs']} "
                                     "as published, with DP = #GPUs/(TP*PP*CP)")
