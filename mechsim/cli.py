@@ -126,6 +126,21 @@ def _fit_data_parallel(a: argparse.Namespace) -> None:
         print(f"wrote {write_overlap_fit(vals, n, runs)}")
 
 
+def _print_published_memory(rows, verbose: bool) -> None:
+    """Peak GPU memory of the rows whose source gives it: per system MAPE (rows with -v)."""
+    mem = [r for r in rows if r.memory_error is not None]
+    if not mem:
+        return
+    print(f"\n{'system':<14} {'rows':>5} {'MAPE':>7} {'mean':>7}   (peak GPU memory, predicted vs published max reserved)")
+    for k in sorted({r.system for r in mem}):
+        errs = [r.memory_error for r in mem if r.system == k]
+        print(f"{k:<14} {len(errs):>5} {sum(map(abs, errs)) / len(errs):7.1%} {sum(errs) / len(errs):+7.1%}")
+    if verbose:
+        for r in sorted(mem, key=lambda r: r.row_id):
+            print(f"  {r.row_id:<50} {r.published_memory / 2**30:6.1f} GiB published, {r.predicted_memory / 2**30:6.1f} "
+                  f"predicted ({r.memory_error:+.1%})")
+
+
 def cmd_published(a: argparse.Namespace) -> int:
     from collections import Counter
     if a.inference:
@@ -148,6 +163,7 @@ def cmd_published(a: argparse.Namespace) -> int:
         print(f"{k:<14} {n:>5} {mape:7.1%} {mx:7.1%}{extra}")
     for r in sorted((r for r in rows if r.source_flag), key=lambda r: r.row_id):
         print(f"  source-flagged: {r.row_id} {r.error:+.1%} ({r.source_flag})")
+    _print_published_memory(rows, a.verbose)
     print(f"\nnot predicted: {len(unused)} rows")
     for why, n in Counter(w for _, w in unused).most_common(None if a.verbose else 8):
         print(f"  {n:>4} x {why}")

@@ -20,7 +20,9 @@ For pipeline stage ``stage`` (default 0, the stage holding the most micro-batche
               copy of the gradients (gradient_as_bucket_view=False, the default); Megatron's
               main_grad buffer (bf16, fp8) is bucketed in place: 0; zero 1/2 same rule;
               zero 3: one layer's gathered parameters twice (current + prefetched) and its
-              unsharded gradient
+              unsharded gradient; with fsdp_keep_unsharded (FSDP2 under a pipeline schedule)
+              every parameter of the stage gathered (param dtype of the policy) and its fp32
+              unsharded accumulated gradient
 With Parallelism() the parts equal the single-GPU functions of model/memory.py.
 """
 
@@ -147,6 +149,9 @@ def dp_buffer_bytes(w: TrainingWorkload, stage: int = 0) -> float:
     p, dt = w.parallel, train_dtypes_of(w)
     if dp_group(p) == 1:
         return 0.0
+    if p.zero == 3 and p.fsdp_keep_unsharded:   # the whole stage gathered, fp32 unsharded grads
+        gathered = 2 if p.fsdp_param_dtype == "bf16" else dt.param
+        return stage_param_count(w, stage) * (gathered + 4)
     if p.zero == 3:
         loc = train_local_config(w.model, p, stage)
         layer = max(loc.layer_params(i) for i in range(loc.n_layers))

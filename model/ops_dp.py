@@ -13,6 +13,11 @@ zero 1/2 ``grad_rs``: reduce_scatter of the same buckets; ``param_ag`` (phase op
          after the update): all_gather of the updated parameters at the parameter dtype
          (bf16 for bf16/fp8, fp32 for amp_bf16/fp32), same bucket count. zero 2 differs only
          in memory (the gradients are kept sharded).
+zero 3 with ``fsdp_keep_unsharded`` (FSDP2 under a pipeline schedule, torchtitan): ``param_ag``
+         once per step, before the first micro-batch's forward, no backward gathers, and
+         ``grad_rs`` once, after the last micro-batch's backward; each micro-batch's bf16
+         gradient is added into an fp32 unsharded accumulator (``grad_upcast`` the first time,
+         ``grad_accumulate`` after), which is the reduce-scatter's input.
 zero 3   (FSDP) per layer: ``param_ag`` before its forward and again before its backward,
          ``grad_rs`` after its backward, every micro-batch (no no_sync), parameter dtype =
          the stored parameter dtype (fp32 for amp_bf16: torch FSDP without a mixed-precision
@@ -89,10 +94,13 @@ def fsdp(p: Parallelism, layer: tuple[float, float], rest: tuple[float, float], 
     (param bytes, grad bytes) of one layer (the stage mean) / of the stage's other params."""
     if p.zero != 3:
         return [], [], []
+    if p.fsdp_keep_unsharded:   # gathered once per step, kept; gradients reduce-scattered once
+        mb = 1
     g, n = dp_group(p), n_layers * mb
     ag = coll("param_ag", "all_gather", "dp", layer[0], g, "fwd", n, dt)
     ag += coll("rest_param_ag", "all_gather", "dp", rest[0], g, "fwd", mb, dt)
-    bag = [Op(o.name, o.kind, "bwd", 0.0, 0.0, 0.0, o.dtype, o.shape, o.count, 1) for o in ag]
+    bag = [] if p.fsdp_keep_unsharded else [Op(o.name, o.kind, "bwd", 0.0, 0.0, 0.0, o.dtype, o.shape, o.count, 1)
+                                           for o in ag]
     rs = coll("grad_rs", "reduce_scatter", "dp", layer[1], g, "bwd", n, "fp32")
     rs += coll("rest_grad_rs", "reduce_scatter", "dp", rest[1], g, "bwd", mb, "fp32")
     return ag, bag, rs
@@ -117,13 +125,23 @@ def fsdp_copies(p: Parallelism, unit_params: tuple[float, float], n_layers: int,
     and the unsharded gradient (the reduce buffer is fp32)."""
     if p.zero != 3 or dp_group(p) == 1:
         return [], []
-    g, fwd, bwd = dp_group(p), [], []
-    for tag, P, cnt in (("", unit_params[0], n_layers * mb), ("rest_", unit_params[1], mb)):
+    keep = p.fsdp_keep_unsharded
+    g, fwd, bwd, per_step = dp_group(p), [], [], 1 if keep else mb
+    for tag, P, cnt in (("", unit_params[0], n_layers * per_step), ("rest_", unit_params[1], per_step)):
         cin = [(0, P * stored / g, P * gathered / g, 2)]
         cout = [(0, P * gathered, P * gathered, 1)]
-        for ph, out in (("fwd", fwd), ("bwd", bwd)):
+        for ph, out in ((("fwd", fwd),) if keep else (("fwd", fwd), ("bwd", bwd))):
             out += chain(f"dp/{tag}ag_copy_in", "elementwise", ph, cin, cnt, P / g)
             out += chain(f"dp/{tag}ag_copy_out", "elementwise", ph, cout, cnt, P)
-        bwd += chain(f"dp/{tag}rs_copy_in", "elementwise", "bwd", [(0, P * grad, 4 * P, 1)], cnt, P)
+        if keep:   # each micro-batch's gradient goes into the fp32 unsharded accumulator (first: an up-cast)
+            k = n_layers if tag == "" else 1
+            bwd += chain(f"dp/{tag}grad_upcast", "elementwise", "bwd", [(0, P * grad, 4 * P, 1)], k, P)
+            if mb > 1:
+                bwd += chain(f"dp/{tag}grad_accumulate", "elementwise", "bwd", [(P, P * grad + 4 * P, 4 * P, 1)],
+                             k * (mb - 1), P)
+            rs_in = [(0, 4 * P, 4 * P, 1)]
+        else:
+            rs_in = [(0, P * grad, 4 * P, 1)]
+        bwd += chain(f"dp/{tag}rs_copy_in", "elementwise", "bwd", rs_in, cnt, P)
         bwd += chain(f"dp/{tag}rs_copy_out", "memcpy", "bwd", [(0, 4 * P / g, 4 * P / g, 1)], cnt, P / g)
     return fwd, bwd

@@ -50,6 +50,13 @@ class Parallelism(BaseModel):
         (torch FSDP2 MixedPrecisionPolicy(param_dtype=...)); None: the stored parameter
         dtype. "bf16" over fp32 master weights (amp_bf16) gathers half the bytes and makes
         autocast's weight / gradient casts disappear (model/ops_dp.py).
+    fsdp_keep_unsharded: zero 3 with pp > 1 only: FSDP2 under torch.distributed.pipelining as
+        torchtitan runs it: reshard_after_forward = not pp_enabled (torchtitan apply_fsdp's
+        default) and the schedule's set_reshard_after_backward(False) /
+        set_requires_gradient_sync(False) on every micro-batch but the last
+        (PipelineStage.backward_maybe_with_nosync). Each unit is gathered once per step and
+        stays unsharded; its gradients accumulate unsharded in the reduce dtype (fp32) and are
+        reduce-scattered once, after the last micro-batch (model/ops_dp.py, model/memory_parallel.py).
 
     Uneven pipeline splits (Megatron-Core; model/shard.py ``stage_layer_counts`` applies them):
     first_stage_layers / last_stage_layers
@@ -82,6 +89,7 @@ class Parallelism(BaseModel):
     pp_split_loss: bool = False
     layout: tuple[NonNegativeInt, ...] | None = None
     fsdp_param_dtype: Literal["fp32", "bf16"] | None = None
+    fsdp_keep_unsharded: bool = False
     tp_comm_overlap: bool = False   # TransformerEngine userbuffers: TP AG/RS pipelined with the GEMMs
     timed_stage: NonNegativeInt | None = None   # the pipeline stage an estimate times (None: shard.timed_stage)
 
@@ -96,6 +104,9 @@ class Parallelism(BaseModel):
         self._check_expert()
         if self.fsdp_param_dtype is not None and self.zero != 3:
             raise ValueError("fsdp_param_dtype: a parameter dtype policy needs zero = 3 (FSDP)")
+        if self.fsdp_keep_unsharded and (self.zero != 3 or self.pp == 1):
+            raise ValueError(f"fsdp_keep_unsharded: needs zero = 3 (FSDP) and pp > 1 (got zero={self.zero}, "
+                             f"pp={self.pp}): it is FSDP2's behaviour under a pipeline schedule")
         self._check_split()
         if self.timed_stage is not None and self.timed_stage >= self.pp:
             raise ValueError(f"timed_stage: {self.timed_stage} is not a stage of pp = {self.pp} (0..{self.pp - 1})")

@@ -207,7 +207,8 @@ def _calls(t: OpTable, c: CommTimes, name: str, phase: int) -> tuple[float, int]
 
 
 def fsdp_step_exposure(t: OpTable, c: CommTimes, fwd_s: float, bwd_s: float, m: int,
-                       persistent_root: bool = False, stretch: float | None = None) -> overlap.Exposure:
+                       persistent_root: bool = False, stretch: float | None = None,
+                       keep_unsharded: bool = False) -> overlap.Exposure:
     """ZeRO-3 / FSDP: per micro-batch, each layer's parameters are gathered one layer
     ahead in forward and again in backward, its gradients reduce-scattered after its
     backward (overlap.fsdp_exposure); the stage's non-layer parameters form a first
@@ -217,13 +218,20 @@ def fsdp_step_exposure(t: OpTable, c: CommTimes, fwd_s: float, bwd_s: float, m: 
     parameters are gathered once per step, before the first micro-batch's forward (nothing to
     hide behind), and stay gathered through every micro-batch's forward and backward; their
     gradients are still reduce-scattered after each backward:
-        exposed = m * exposed_mb(first gather 0) + AG_first."""
+        exposed = m * exposed_mb(first gather 0) + AG_first.
+
+    ``keep_unsharded`` (Parallelism.fsdp_keep_unsharded): the gathers run once, hidden behind
+    the first micro-batch's forward, and the reduce-scatters once, behind the last one's
+    backward: one micro-batch's exposure without the backward gathers."""
     ag, n_ag = _calls(t, c, "comm/dp/param_ag", FWD)
     rs, _ = _calls(t, c, "comm/dp/grad_rs", BWD)
     rest_ag, _ = _calls(t, c, "comm/dp/rest_param_ag", FWD)
     rest_rs, _ = _calls(t, c, "comm/dp/rest_grad_rs", BWD)
-    layers = max(1, n_ag // max(m, 1))
+    layers = max(1, n_ag if keep_unsharded else n_ag // max(m, 1))
     unit = lambda first, per: np.concatenate(([first], np.full(layers, per)))  # noqa: E731
+    if keep_unsharded:
+        return overlap.fsdp_exposure(unit(0.0, fwd_s / m / layers), unit(0.0, bwd_s / m / layers),
+                                     unit(rest_ag, ag), unit(rest_rs, rs), stretch=stretch, regather=False)
     once = rest_ag if persistent_root else 0.0
     e = overlap.fsdp_exposure(unit(0.0, fwd_s / m / layers), unit(0.0, bwd_s / m / layers),
                               unit(rest_ag - once, ag), unit(rest_rs, rs), stretch=stretch)
@@ -314,7 +322,8 @@ def step_parts(t: OpTable, k: KernelTimes, gpu_s: np.ndarray, c: CommTimes, par,
     t_bw = min(wgrad_s(t, k_total) / m, t_b) if par.schedule in ("zero_bubble", "dualpipe") else None
     pipe = pipeline.pipeline_for(par, m, t_f, t_b, p2p_per_microbatch(t, c, m), t_bw,
                                  blocking=overlap.pp_stack_trait("blocking", stack_key))
-    dp = (fsdp_step_exposure(t, c, fwd, bwd, m, overlap.fsdp_persistent_root(stack_key), ks.dp)
+    dp = (fsdp_step_exposure(t, c, fwd, bwd, m, overlap.fsdp_persistent_root(stack_key), ks.dp,
+                             keep_unsharded=par.fsdp_keep_unsharded)
           if par.zero == 3 else
           dp_exposure(t, c, grad_ready_window_s(t_b, par, m), after_backward=overlap.ddp_after_backward(stack_key),
                       stretch=ks.dp))

@@ -275,12 +275,13 @@ def _prefetch_exposed(compute_s: np.ndarray, comm_s: np.ndarray, stretch: float 
 
 
 def fsdp_exposure(fwd_compute_s, bwd_compute_s, ag_s, rs_s, contention: float | None = None,
-                  stretch: float | None = None) -> Exposure:
+                  stretch: float | None = None, regather: bool = True) -> Exposure:
     """FSDP (zero 3) per-layer all-gather prefetch and reduce-scatter (module docstring).
 
     Arrays per FSDP unit in forward order (the caller puts a root unit first if it has
     one): forward and backward compute, all-gather and reduce-scatter times. The gather
-    is paid twice (forward and backward: parameters are resharded after forward).
+    is paid twice (forward and backward: parameters are resharded after forward), once
+    with ``regather`` False (reshard_after_forward=False: they stay gathered).
     """
     cf, cb = _arr("fwd_compute_s", fwd_compute_s), _arr("bwd_compute_s", bwd_compute_s)
     ag, rs = _arr("ag_s", ag_s), _arr("rs_s", rs_s)
@@ -292,10 +293,10 @@ def fsdp_exposure(fwd_compute_s, bwd_compute_s, ag_s, rs_s, contention: float | 
     # AG_j must be done; RS_{j-1} is issued after unit j-1's compute, so the comm that the
     # compute of unit j-1 covers is AG_j + RS_{j-2}; a virtual unit L holds RS_{L-2},
     # and RS_{L-1} runs after the last compute.
-    cb_r, ag_r, rs_r = cb[::-1], ag[::-1], rs[::-1]
+    cb_r, ag_r, rs_r = cb[::-1], (ag if regather else np.zeros_like(ag))[::-1], rs[::-1]
     gate = np.concatenate((ag_r, [0.0])) + np.concatenate(([0.0, 0.0], rs_r))[: ag_r.size + 1]
     bwd = _prefetch_exposed(cb_r, gate, k) + float(rs_r[-1])
-    comm = float(2 * ag.sum() + rs.sum())
+    comm = float((2 if regather else 1) * ag.sum() + rs.sum())
     overlapped = float(np.minimum(ag[1:], cf[:-1] / k).sum() + np.minimum(gate[1:], cb_r / k).sum())
     return _exposure("fsdp", comm, fwd + bwd, overlapped, contention)
 

@@ -222,6 +222,14 @@ class PublishedRow:
     predicted: float
     source_flag: str | None = None   # the source says this measurement regressed (its footnote)
     stack: str = ""                  # the software stack it was predicted with (stack_for)
+    published_memory: float | None = None   # peak GPU memory the source gives (B; torchtitan: max reserved)
+    predicted_memory: float | None = None   # the plan's per-GPU peak (sim/memory: allocated, no allocator cache)
+
+    @property
+    def memory_error(self) -> float | None:
+        if not self.published_memory or self.predicted_memory is None:
+            return None
+        return self.predicted_memory / self.published_memory - 1.0
 
     @property
     def error(self) -> float:
@@ -256,6 +264,9 @@ def _fill(row) -> dict:
     if is_torchtitan(row):
         fill["tp_comm_overlap"] = "async_tp" in row.techniques
         fill["fsdp_param_dtype"] = "bf16"
+        # torchtitan apply_fsdp: reshard_after_forward = not pp_enabled; torch's pipeline schedule
+        # syncs FSDP gradients on the last micro-batch only (Parallelism.fsdp_keep_unsharded)
+        fill["fsdp_keep_unsharded"] = bool(row.pp and row.pp > 1 and (row.zero or fill.get("zero")) == 3)
     if row.zero is None and "zero" not in fill:
         fill["zero"] = ASSUMED["zero"]
     if (row.model or row.model_ref) in _ETP1_MODELS and row.source_id.startswith("megatron_bridge"):
@@ -443,7 +454,8 @@ def predict_row(row) -> PublishedRow:
     gpus = gpus_for(row)
     w = workload_for(row)
     e = estimate(w, cluster_for(row))
-    return PublishedRow(row.id, row.source_id, row.system, gpus, tok, e.tokens_per_s / gpus, row.source_flag, w.stack)
+    return PublishedRow(row.id, row.source_id, row.system, gpus, tok, e.tokens_per_s / gpus, row.source_flag, w.stack,
+                        row.metrics.peak_memory_bytes, e.memory.total)
 
 
 def compare_published(source: str | None = None) -> tuple[list[PublishedRow], list[tuple[str, str]]]:
