@@ -134,11 +134,9 @@ def fsdp_copies(p: Parallelism, unit_params: tuple[float, float], n_layers: int,
             out += chain(f"dp/{tag}ag_copy_in", "elementwise", ph, cin, cnt, P / g)
             out += chain(f"dp/{tag}ag_copy_out", "elementwise", ph, cout, cnt, P)
         if keep:   # each micro-batch's gradient goes into the fp32 unsharded accumulator (first: an up-cast)
-            k = n_layers if tag == "" else 1
-            bwd += chain(f"dp/{tag}grad_upcast", "elementwise", "bwd", [(0, P * grad, 4 * P, 1)], k, P)
-            if mb > 1:
-                bwd += chain(f"dp/{tag}grad_accumulate", "elementwise", "bwd", [(P, P * grad + 4 * P, 4 * P, 1)],
-                             k * (mb - 1), P)
+            bwd += chain(f"dp/{tag}grad_upcast", "elementwise", "bwd", [(0, P * grad, 4 * P, 1)], cnt, P)
+            bwd += chain(f"dp/{tag}grad_accumulate", "elementwise", "bwd", [(P, P * grad + 4 * P, 4 * P, 1)],
+                         cnt * (mb - 1), P)      # chain() drops a zero count (one micro-batch)
             rs_in = [(0, 4 * P, 4 * P, 1)]
         else:
             rs_in = [(0, P * grad, 4 * P, 1)]
