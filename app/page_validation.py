@@ -91,7 +91,7 @@ def published_section() -> None:
     st.plotly_chart(figures.published_scatter(rows), key="val.pub.scatter")
     recs = tables.published_rows(rows, sources)
     st.dataframe(recs, hide_index=True,
-                 column_config={"error": st.column_config.NumberColumn("error", format="percent")})
+                 column_config={k: st.column_config.NumberColumn(k, format="percent") for k in ("error", "memory_error")})
     st.caption(f"{len(rows)} rows predicted; {len(unused)} rows not predicted (a model, system or parallel degree "
                "not published, or no tokens/s/GPU).")
     common.downloads("published_rows", recs, key="val.pub", label="at-scale rows")

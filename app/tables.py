@@ -55,12 +55,16 @@ def validation_rows(rows) -> list[dict]:
 
 
 def published_rows(rows, sources: dict) -> list[dict]:
-    """One published at-scale run per row: tokens/s/GPU published vs predicted, its source."""
+    """One published at-scale run per row: tokens/s/GPU published vs predicted, peak memory where
+    the source gives it (torchtitan: max reserved), its source."""
     out = []
     for r in sorted(rows, key=lambda r: -abs(r.error)):
         src = sources.get(r.source)
         out.append({"row": r.row_id, "system": r.system, "gpus": r.gpus, "published_tokens_per_s_per_gpu": r.published,
-                    "predicted_tokens_per_s_per_gpu": r.predicted, "error": r.error, "source": r.source,
+                    "predicted_tokens_per_s_per_gpu": r.predicted, "error": r.error,
+                    "published_peak_GiB": r.published_memory / 2**30 if r.published_memory else None,
+                    "predicted_peak_GiB": r.predicted_memory / 2**30 if r.predicted_memory else None,
+                    "memory_error": r.memory_error, "source": r.source,
                     "source_title": getattr(src, "title", ""), "source_flag": r.source_flag or ""})
     return out
 

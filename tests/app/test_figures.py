@@ -131,3 +131,13 @@ def test_published_scatter_has_one_trace_per_system_and_the_band():
     assert set(names[:len(systems)]) == systems and names[len(systems):] == ["y = x", "+25 %", "-25 %"]
     pts = sum(len(t.x) for t in fig.data[:len(systems)])
     assert pts == len(rows)
+
+
+def test_published_rows_carry_memory_where_the_source_gives_it():
+    rows, unused, sources = cached.run_published()
+    recs = {r["row"]: r for r in tables.published_rows(rows, sources)}
+    titan = [r for k, r in recs.items() if k.startswith("torchtitan")]
+    assert titan and all(r["published_peak_GiB"] > 50 and r["predicted_peak_GiB"] > 0 for r in titan)
+    assert all(r["memory_error"] == pytest.approx(r["predicted_peak_GiB"] / r["published_peak_GiB"] - 1) for r in titan)
+    mbridge = [r for k, r in recs.items() if k.startswith("mbridge")]
+    assert mbridge and all(r["published_peak_GiB"] is None and r["memory_error"] is None for r in mbridge)
