@@ -169,6 +169,14 @@ def ddp_after_backward(stack: str) -> bool:
     return _stack_flag(f"ddp.after_backward.{stack}")
 
 
+def fsdp_keep_unsharded_under_pp(stack: str) -> bool:
+    """Whether a stack's FSDP under a pipeline schedule gathers each unit once per step, keeps it,
+    and reduce-scatters the fp32-accumulated gradients once (torchtitan with torch.distributed.
+    pipelining; sim/data/overlap.toml [fsdp.keep_unsharded_under_pp]): plans of such a stack with
+    zero 3 and pp > 1 run with Parallelism.fsdp_keep_unsharded."""
+    return _stack_flag(f"fsdp.keep_unsharded_under_pp.{stack}")
+
+
 def fsdp_persistent_root(stack: str) -> bool:
     """Whether a stack's FSDP keeps the parameters outside its FSDP units (the stage's embedding,
     output layer and final norm) gathered from their first forward use until the optimizer step

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 
 from ..model import TrainingWorkload, preset
 from ..model.parallel import Parallelism
+from . import overlap
 from .cluster import Cluster
 from .estimate import calibrated_stack, estimate
 from .search_space import RECOMPUTE, Bounds, Candidate, SearchSpace, degrees, reason
@@ -118,7 +119,10 @@ def enumerate_plans(base: TrainingWorkload, cluster: Cluster, gbs: int, space: S
     n: Counter = Counter()
     n_rc = len(space.recompute)
     out: list[Candidate] = []
+    keep = overlap.fsdp_keep_unsharded_under_pp(base.stack)
     for p in degrees(space, base.model, cluster.gpus, cluster.gpus_per_nvlink_domain):
+        if keep and p.zero == 3 and p.pp > 1:
+            p = p.model_copy(update={"fsdp_keep_unsharded": True})
         for mbs in space.mbs:
             n["enumerated"] += n_rc
             if gbs % (p.dp * mbs):

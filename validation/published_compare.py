@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 from ..hwdb import get_system
 from ..model import TrainingWorkload
+from ..sim import overlap
 from ..sim.cluster import Cluster, segment_gpus
 from ..sim.estimate import estimate
 from .published import load_published
@@ -265,8 +266,9 @@ def _fill(row) -> dict:
         fill["tp_comm_overlap"] = "async_tp" in row.techniques
         fill["fsdp_param_dtype"] = "bf16"
         # torchtitan apply_fsdp: reshard_after_forward = not pp_enabled; torch's pipeline schedule
-        # syncs FSDP gradients on the last micro-batch only (Parallelism.fsdp_keep_unsharded)
-        fill["fsdp_keep_unsharded"] = bool(row.pp and row.pp > 1 and (row.zero or fill.get("zero")) == 3)
+        # syncs FSDP gradients on the last micro-batch only (overlap.fsdp_keep_unsharded_under_pp)
+        fill["fsdp_keep_unsharded"] = bool(overlap.fsdp_keep_unsharded_under_pp(stack_for(row)) and row.pp
+                                           and row.pp > 1 and (row.zero or fill.get("zero")) == 3)
     if row.zero is None and "zero" not in fill:
         fill["zero"] = ASSUMED["zero"]
     if (row.model or row.model_ref) in _ETP1_MODELS and row.source_id.startswith("megatron_bridge"):

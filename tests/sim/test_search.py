@@ -157,3 +157,18 @@ def test_cli_plan_prints_the_table(capsys):
     winner = re.search(r"^ 1 (tp=\d+ )?dp=\d+ .*$", out, re.M)
     assert winner and re.match(r" 1 (tp=2 dp=4|dp=8) ", winner.group(0)) and "pp=" not in winner.group(0)
     assert main(["plan", "--model", "llama3.2-1b", "--nodes", "1", "--gbs", "0"]) == 2
+
+
+def test_torchtitan_fsdp_pipeline_plans_keep_units_gathered():
+    """A torchtitan stack's zero-3 plans with pp > 1 run as torchtitan does (overlap.toml
+    [fsdp.keep_unsharded_under_pp]), and the listed memory is that plan's."""
+    space = SearchSpace(tp=(1,), zero=(3,), recompute=("full",))
+    r = search_plans("llama3-8b", C.Cluster(system="hgx_h100", nodes=2), gbs=32, seq=4096, top=20,
+                     stack="torchtitan_compile", constraints=space)
+    pp_rows = [x for x in r.rows if x.parallel.pp > 1]
+    assert pp_rows and all(x.parallel.fsdp_keep_unsharded for x in pp_rows)
+    assert not any(x.parallel.fsdp_keep_unsharded for x in r.rows if x.parallel.pp == 1)
+    x = pp_rows[0]
+    w = TrainingWorkload(model="llama3-8b", seq=4096, precision="bf16", stack="torchtitan_compile", mbs=x.mbs,
+                         grad_accum=x.grad_accum, recompute=x.recompute, parallel=x.parallel)
+    assert estimate(w, C.Cluster(system="hgx_h100", nodes=2)).memory.total == pytest.approx(x.memory_bytes, rel=1e-12)
