@@ -35,7 +35,7 @@ from .memory import (_attn_saved, _ffn_saved, _norm_saved, activation_bytes_per_
 from .ops_dp import dp_group
 from .parallel import Parallelism
 from .shard import mtp_stage, train_local_config
-from .workload import TrainingWorkload, train_dtypes_of
+from .workload import TrainingWorkload, fsdp_gather_bytes, train_dtypes_of
 
 
 def inflight_microbatches(p: Parallelism, stage: int = 0, n_microbatches: int | None = None) -> float:
@@ -150,8 +150,7 @@ def dp_buffer_bytes(w: TrainingWorkload, stage: int = 0) -> float:
     if dp_group(p) == 1:
         return 0.0
     if p.zero == 3 and p.fsdp_keep_unsharded:   # the whole stage gathered, fp32 unsharded grads
-        gathered = 2 if p.fsdp_param_dtype == "bf16" else dt.param
-        return stage_param_count(w, stage) * (gathered + 4)
+        return stage_param_count(w, stage) * (fsdp_gather_bytes(w) + 4)
     if p.zero == 3:
         loc = train_local_config(w.model, p, stage)
         layer = max(loc.layer_params(i) for i in range(loc.n_layers))

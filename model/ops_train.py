@@ -24,13 +24,13 @@ from dataclasses import replace
 
 from .config import TransformerConfig
 from .lora import adapter_tensor_sizes, frozen, frozen_base
-from .ops import DTYPE_BYTES, STORED_BYTES, Op
+from .ops import STORED_BYTES, Op
 from .ops_common import CAT, Ctx, Pair, chain, linear, nv, recompute
 from .ops_dp import ddp_bucket_copies, dp_group, fsdp, fsdp_copies, grad_sync, param_gather
 from .ops_layer import layer_pairs
 from .quant import recipe_of, training_casts, weight_cast_bytes
 from .shard import timed_stage, train_local_config
-from .workload import TrainingWorkload, train_dtypes_of
+from .workload import TrainingWorkload, fsdp_gather_bytes, train_dtypes_of
 
 
 def linear_weight_params(cfg: TransformerConfig, layers_only: bool = False) -> int:
@@ -150,7 +150,7 @@ def _weight_casts(w: TrainingWorkload, c: Ctx) -> tuple[list[Op], list[Op]]:
     micro-batches), bytes by recipe (model/quant.weight_cast_bytes); the bf16 output layer is not
     cast. Eager: one kernel per weight tensor; "cast" fused: one multi-tensor kernel."""
     cfg, dt, recipe = c.cfg, train_dtypes_of(w), recipe_of(w.precision, w.fp8_recipe)
-    if dt.weight_cast is None or _fsdp_gather_bytes(w) == 2:   # FSDP bf16 params: nothing to cast
+    if dt.weight_cast is None or fsdp_gather_bytes(w) == 2:   # FSDP bf16 params: nothing to cast
         return [], []
     P = linear_weight_params(cfg, layers_only=bool(recipe)) + mtp_linear_params(c)
     nt = linear_weight_tensors(cfg) - bool(recipe) + (cfg.mtp_layers if c.head else 0)
@@ -348,18 +348,12 @@ def _first(c: Ctx) -> list[Pair]:
     return [embedding(c, c.T), tp_out(c, "embed_out", 1)] if c.embed else []
 
 
-def _fsdp_gather_bytes(w: TrainingWorkload) -> int:
-    """Bytes per parameter FSDP gathers and computes with: the policy's dtype, else stored."""
-    pol = w.parallel.fsdp_param_dtype
-    return DTYPE_BYTES[pol] if pol else train_dtypes_of(w).param
-
-
 def _dp_ops(w: TrainingWorkload, c: Ctx, trainable: list[int] | None = None) -> dict[str, list[Op]]:
     """DP / FSDP / tied-embedding collectives by where they go, and the copies around them
     (model/ops_dp.py). ``trainable``: only these tensors' gradients are synced and gathered
     (LoRA adapters; frozen embeddings need no shared-embedding all-reduce)."""
     p, dt = w.parallel, step_dtypes(w, c.fused)
-    P, Pe, pb = stage_params(c), expert_params(c.cfg), _fsdp_gather_bytes(w)
+    P, Pe, pb = stage_params(c), expert_params(c.cfg), fsdp_gather_bytes(w)
     if trainable is not None:
         P, Pe = sum(trainable), 0
     pdt = "fp32" if pb == 4 else "bf16"
@@ -449,7 +443,7 @@ def _recompute(w: TrainingWorkload, c: Ctx, layers: list[Pair]) -> list[Op]:
     else:
         replay = fwd
     ops = recompute(replay)
-    if c.autocast and _fsdp_gather_bytes(w) != 2:
+    if c.autocast and fsdp_gather_bytes(w) != 2:
         P, nt = linear_weight_params(c.cfg, layers_only=True), linear_weight_tensors(c.cfg) - 1
         k = 1 if c.f("cast") else nt
         ops = chain("cast/weights/recompute", "cast", "bwd", [(0, 4 * P, 2 * P, k)], w.grad_accum, P) + ops

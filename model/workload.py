@@ -13,6 +13,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, PositiveInt, field_validator, model_validator
 
 from .config import TransformerConfig
+from .ops import DTYPE_BYTES
 from .parallel import Parallelism
 from .plan_check import check_inference, check_training
 from .presets import preset
@@ -224,3 +225,10 @@ def train_dtypes_of(w) -> Dtypes:
     gradient buffer and its reduction are bf16 (grad_reduce_dtype)."""
     dt = _TRAIN[w.precision]
     return replace(dt, grad=2.0) if getattr(w, "grad_reduce_dtype", "fp32") == "bf16" else dt
+
+
+def fsdp_gather_bytes(w) -> float:
+    """Bytes per parameter FSDP gathers and computes with: the policy's dtype
+    (Parallelism.fsdp_param_dtype), else the stored parameter dtype."""
+    pol = w.parallel.fsdp_param_dtype
+    return DTYPE_BYTES[pol] if pol else train_dtypes_of(w).param

@@ -227,15 +227,15 @@ def fsdp_step_exposure(t: OpTable, c: CommTimes, fwd_s: float, bwd_s: float, m: 
     rs, _ = _calls(t, c, "comm/dp/grad_rs", BWD)
     rest_ag, _ = _calls(t, c, "comm/dp/rest_param_ag", FWD)
     rest_rs, _ = _calls(t, c, "comm/dp/rest_grad_rs", BWD)
-    layers = max(1, n_ag if keep_unsharded else n_ag // max(m, 1))
+    reps = 1 if keep_unsharded else m            # micro-batches that run the collectives
+    layers = max(1, n_ag // max(reps, 1))
     unit = lambda first, per: np.concatenate(([first], np.full(layers, per)))  # noqa: E731
-    if keep_unsharded:
-        return overlap.fsdp_exposure(unit(0.0, fwd_s / m / layers), unit(0.0, bwd_s / m / layers),
-                                     unit(rest_ag, ag), unit(rest_rs, rs), stretch=stretch, regather=False)
-    once = rest_ag if persistent_root else 0.0
+    once = rest_ag if persistent_root and not keep_unsharded else 0.0
     e = overlap.fsdp_exposure(unit(0.0, fwd_s / m / layers), unit(0.0, bwd_s / m / layers),
-                              unit(rest_ag - once, ag), unit(rest_rs, rs), stretch=stretch)
-    return overlap.Exposure("fsdp", e.comm_s * m + once, e.exposed_s * m + once, e.hidden_s * m, e.slowdown_s * m)
+                              unit(rest_ag - once, ag), unit(rest_rs, rs), stretch=stretch,
+                              regather=not keep_unsharded)
+    return overlap.Exposure("fsdp", e.comm_s * reps + once, e.exposed_s * reps + once, e.hidden_s * reps,
+                            e.slowdown_s * reps)
 
 
 TP_LINEARS = ("layer/attn/qkv_proj", "layer/attn/o_proj", "layer/mlp/gate_up", "layer/mlp/down")
