@@ -23,6 +23,9 @@ UNFUSED_FORMS (also accepted in ``fused``; the opposite of a fusion, so not in F
   expert_streams the "grouped" MoE GEMM issued as one GEMM per local expert on the library's
                  compute streams, each expert's input quantized by its own kernels
                  (TransformerEngine GroupedLinear; ops_layer.moe)
+  loss_parallel  torch's loss_parallel (torchtitan with tp > 1, its default): the cross-entropy
+                 runs on the vocabulary-sharded logits as DTensor ops, which hold one more fp32
+                 T x V shard than the plain eager loss (model/memory.logits_bytes; measured)
   ac_early_stop  torch.utils.checkpoint's non-reentrant full checkpoint (early stop, the default
                  since torch 2.1): the replay stops once every tensor the block's backward saved is
                  back, so a dense layer's last GEMM (the MLP down projection: what it saves is its
@@ -44,7 +47,7 @@ FUSION_GROUPS: frozenset[str] = frozenset({
     "concat_proj", "grouped_gemm", "moe_permute",
 })
 UNFUSED_FORMS: frozenset[str] = frozenset({"math_attention", "te_unfused_attention", "expert_streams",
-                                            "grad_hooks_16bit", "ac_early_stop"})
+                                            "grad_hooks_16bit", "ac_early_stop", "loss_parallel"})
 
 
 def build_ops(w: TrainingWorkload | InferenceWorkload, fused=frozenset()) -> tuple[Op, ...]:

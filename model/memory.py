@@ -239,13 +239,17 @@ def layers_activation_bytes(w: TrainingWorkload, fused=frozenset()) -> tuple[flo
     return dense + moe, cfg.n_dense_layers + cfg.n_moe_layers
 
 
-def logits_bytes(w: TrainingWorkload | InferenceWorkload, fused=frozenset()) -> float:
+def logits_bytes(w: TrainingWorkload | InferenceWorkload, fused=frozenset(), vocab_shards: int = 1) -> float:
     """Peak bytes of the loss and lm_head tensors, at the start of the backward (training) or
     of the logits (inference). Training, T tokens, V vocab, d model, a act bytes:
       eager loss (logits.float() -> cross_entropy): the backward's log_softmax node holds its
         saved fp32 output, the fp32 gradient from nll_loss and its own fp32 output gradient,
         12*T*V (the forward's a-byte logits + fp32 copy + log_softmax output, (a + 8)*T*V, is
-        smaller and is freed before the backward);
+        smaller and is freed before the backward); measured on H200 (validation/experiments/
+        loss_memory.py): 12.0 T V allocated over forward + backward, (2 + 8) T V in the forward;
+      torch's loss_parallel (``"loss_parallel" in fused`` and ``vocab_shards`` > 1: DTensor
+        cross-entropy over vocabulary shards, V the local shard): one more fp32 T x V tensor,
+        16*T*V (measured the same way on 2 H200s: 14 T V forward, 16 T V over both);
       fused cross-entropy: logits + their gradient, 2a*T*V;
       the lm_head backward, if larger (short sequences): logits gradient + input gradient +
         weight gradient, a*(T*V + T*d + V*d) (main_grad: no V*d term); then the weight gradient's cast to the fp32 .grad,
@@ -257,11 +261,25 @@ def logits_bytes(w: TrainingWorkload | InferenceWorkload, fused=frozenset()) -> 
         return rows * cfg.vocab * DTYPE_BYTES[w.act_dtype]
     dt = train_dtypes_of(w)
     a, T, V, d = dt.act, w.tokens_per_microbatch, cfg.vocab, cfg.d_model
-    loss = 2 * a * T * V if "cross_entropy" in fused else 12.0 * T * V
+    eager = 16.0 if ("loss_parallel" in fused and vocab_shards > 1) else 12.0
+    loss = 2 * a * T * V if "cross_entropy" in fused else eager * T * V
     head = a * (T * V + T * d) + (0 if dt.main_grad else a * V * d)
     if not dt.main_grad and dt.grad != a:
         head = max(head, (a + dt.grad) * V * d + a * T * d)
     return max(loss, head)
+
+
+def loss_allocator_reserve_bytes(w: TrainingWorkload | InferenceWorkload, fused=frozenset()) -> float:
+    """Bytes PyTorch's caching allocator holds above the allocated peak of an eager training loss
+    (logits.float() -> cross_entropy), 2*T*V (T tokens, V the local vocabulary): the a-byte logits'
+    block freed after the forward cannot hold an fp32 T x V gradient, so the log_softmax backward
+    reserves a new segment. Measured on H200 (validation/experiments/loss_memory.py, torch 2.11,
+    with and without expandable_segments): reserved - allocated peak = 2.0 T V for plain and
+    loss_parallel cross-entropy, 0 with bf16 logits (no up-cast). Inference and a fused loss: 0.
+    Frameworks that report max reserved memory (torchtitan) include it."""
+    if isinstance(w, InferenceWorkload) or "cross_entropy" in fused:
+        return 0.0
+    return 2.0 * w.tokens_per_microbatch * w.model.vocab
 
 
 def kv_cache_bytes(w: InferenceWorkload) -> float:

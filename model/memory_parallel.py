@@ -31,7 +31,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .memory import (_attn_saved, _ffn_saved, _norm_saved, activation_bytes_per_layer, logits_bytes,
-                     offloaded_activation_bytes)
+                     loss_allocator_reserve_bytes, offloaded_activation_bytes)
 from .ops_dp import dp_group
 from .parallel import Parallelism
 from .shard import mtp_stage, train_local_config
@@ -121,13 +121,21 @@ def stage_activation_bytes(w: TrainingWorkload, fused=frozenset(), stage: int = 
     total = stage_layers_activation_bytes(w, fused, stage)[0]
     if stage == p.pp - 1:
         T = wl.tokens_per_microbatch // (p.tp if p.sp else 1)
-        total += _norm_saved(wl, T, cfg.d_model, 1, "norm" in fused) + logits_bytes(wl, fused)
+        total += _norm_saved(wl, T, cfg.d_model, 1, "norm" in fused) + logits_bytes(wl, fused, p.tp)
     if stage == mtp_stage(w.model, p):   # per MTP module (its layer is in cfg): enorm, hnorm, final
         T = wl.tokens_per_microbatch // (p.tp if p.sp else 1)   # norm, the gathered 2d eh_proj input, logits
         a = train_dtypes_of(wl).act
         total += w.model.mtp_layers * (3 * _norm_saved(wl, T, cfg.d_model, 1, "norm" in fused)
-                                      + a * wl.tokens_per_microbatch * 2 * cfg.d_model + logits_bytes(wl, fused))
+                                      + a * wl.tokens_per_microbatch * 2 * cfg.d_model + logits_bytes(wl, fused, p.tp))
     return total
+
+
+def stage_allocator_reserve_bytes(w: TrainingWorkload, fused=frozenset(), stage: int = 0) -> float:
+    """The caching allocator's reserve above the allocated peak on a stage that computes the loss
+    (model/memory.loss_allocator_reserve_bytes of its local micro-batch and vocabulary shard)."""
+    if stage != w.parallel.pp - 1:
+        return 0.0
+    return loss_allocator_reserve_bytes(_local_workload(w, stage), frozenset(fused))
 
 
 @dataclass(frozen=True)

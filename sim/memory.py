@@ -13,7 +13,10 @@ so its live bytes move monotonically from one moment to the other):
     weights + gradients + optimizer states + a tied embedding's second gradient
     + cuBLAS workspaces
 Measured on an H200 in a fresh process (validation/data/h200/probes/), the backward-start
-moment is the peak for every llama_ref case and matches to within 1 %.
+moment is the peak for every llama_ref case and matches to within 1 %. The backward-start
+moment also carries the caching allocator's reserve of an eager loss ("allocator_reserve",
+M.loss_allocator_reserve_bytes, measured): the total is what the allocator reserves (what must
+fit), MemoryEstimate.allocated the allocated peak (torch.cuda.max_memory_allocated).
 Inference:
     peak = weights + KV cache + the largest transient activation (+ logits)
          + one cuBLAS workspace
@@ -44,6 +47,7 @@ def _train_moments(w, fused: frozenset[str], arch: str) -> tuple[dict[str, float
         "weight_casts": float(M.weight_cast_cache_bytes(w)),
         "loss_transient": float(M.logits_bytes(w, fused)),
         "cublas_workspaces": ws,
+        "allocator_reserve": float(MM.loss_allocator_reserve_bytes(w, fused)),
     }
     end = {
         "weights": weights,
@@ -74,10 +78,11 @@ def inference_components(w, fused: frozenset[str] = frozenset(), arch: str = "ho
 def parallel_components(w, fused: frozenset[str]) -> dict[str, float]:
     """One GPU of a multi-GPU training job (model.memory_parallel.gpu_memory, first
     pipeline stage: it holds the most micro-batches in flight)."""
-    from ..model.memory_parallel import gpu_memory
+    from ..model.memory_parallel import gpu_memory, stage_allocator_reserve_bytes
     g = gpu_memory(w, fused, stage=0)
     return {"weights": g.weights, "gradients": g.grads, "optimizer_states": g.optimizer,
-            "activations": g.activations, "dp_buffers": g.dp_buffers}
+            "activations": g.activations, "dp_buffers": g.dp_buffers,
+            "allocator_reserve": stage_allocator_reserve_bytes(w, fused, stage=0)}
 
 
 def memory_components(w, fused: frozenset[str] = frozenset(), arch: str = "hopper") -> dict[str, float]:

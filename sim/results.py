@@ -57,6 +57,11 @@ class MemoryEstimate:
     def headroom(self) -> float:
         return self.capacity - self.total
 
+    @property
+    def allocated(self) -> float:
+        """The allocated peak: the total less the caching allocator's reserve (sim/memory.py)."""
+        return self.total - self.components.get("allocator_reserve", 0.0)
+
 
 @dataclass(frozen=True, slots=True)
 class ErrorBand:

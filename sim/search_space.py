@@ -34,7 +34,8 @@ import re
 from dataclasses import dataclass
 
 from ..model import TrainingWorkload, hardware_flops_per_step
-from ..model.memory_parallel import gpu_memory, inflight_microbatches, stage_activation_bytes
+from ..model.memory_parallel import (gpu_memory, inflight_microbatches, stage_activation_bytes,
+                                     stage_allocator_reserve_bytes)
 from ..model.parallel import Parallelism
 
 RECOMPUTE = ("none", "selective", "full")
@@ -172,12 +173,14 @@ class Bounds:
         return mm / self.mm_rate + at / self.attn_rate
 
     def memory(self, w: TrainingWorkload) -> float:
-        """Per-GPU bytes, equal to model.memory_parallel.gpu_memory(w).total (stage 0)."""
+        """Per-GPU bytes, equal to model.memory_parallel.gpu_memory(w).total (stage 0) plus the
+        caching allocator's reserve of a loss on stage 0 (sim/memory.parallel_components)."""
         p = w.parallel
         states = self._states(p)
         shared = p.model_copy(update={"dp": 1, "zero": 0}) if p.ep == 1 else p   # activations ignore dp, zero
         acts = self._acts(shared, w.mbs, w.recompute)
-        return states + acts * inflight_microbatches(p, 0, w.grad_accum)
+        reserve = stage_allocator_reserve_bytes(w, self.fused, 0) if p.pp == 1 else 0.0
+        return states + acts * inflight_microbatches(p, 0, w.grad_accum) + reserve
 
     def step_lb(self, w: TrainingWorkload, gpus: int, gbs: int) -> float:
         """Lower bound on the step time (module docstring)."""

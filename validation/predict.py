@@ -333,7 +333,7 @@ def predict_decode(p: dict, gpu: str, host_scale: float = 1.0) -> float:
 
 
 def predict_train_memory(p: dict, gpu: str) -> float:
-    return estimate(train_workload(p), gpu).memory.total
+    return estimate(train_workload(p), gpu).memory.allocated   # the runners record max_memory_allocated
 
 
 PREDICTORS = {

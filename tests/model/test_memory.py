@@ -55,6 +55,18 @@ def test_logits_bytes():
     assert logits_bytes(s) == (2 + 4) * V * d + 2 * T * d
 
 
+def test_loss_parallel_and_allocator_reserve():
+    """Measured on H200 (validation/experiments/records/*_loss_memory_*): torch's loss_parallel
+    peaks at 16 T V_local, the plain eager loss at 12 T V; the allocator reserves 2 T V more."""
+    from mechsim.model.memory import loss_allocator_reserve_bytes
+    w = TrainingWorkload(model="llama3-8b", mbs=1, seq=4096)
+    T, V = 4096, 128256
+    assert logits_bytes(w, {"loss_parallel"}, vocab_shards=8) == 16 * T * V
+    assert logits_bytes(w, {"loss_parallel"}, vocab_shards=1) == 12 * T * V   # no shards: plain loss
+    assert loss_allocator_reserve_bytes(w) == 2 * T * V
+    assert loss_allocator_reserve_bytes(w, {"cross_entropy"}) == 0.0
+
+
 def test_grad_lifetimes():
     from mechsim.model.memory import grad_accumulate_transient_bytes, grads_persist
     amp = TrainingWorkload(model="llama3-8b")

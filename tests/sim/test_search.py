@@ -7,6 +7,8 @@ import re
 
 import pytest
 
+from mechsim.sim.memory import parallel_components
+
 from mechsim.model import TrainingWorkload
 from mechsim.model.memory_parallel import gpu_memory
 from mechsim.model.parallel import Parallelism
@@ -94,6 +96,17 @@ def _plans(cfg_name, gpus):
             continue
 
 
+def test_bounds_memory_counts_the_loss_allocator_reserve():
+    """An eager loss (torchtitan) on stage 0 adds the allocator's 2 T V reserve, as estimate does."""
+    fused = get_stack("torchtitan_compile").fused
+    base = TrainingWorkload(model="llama3-8b", seq=4096, precision="bf16", stack="torchtitan_compile")
+    b = Bounds(base, fused, NODE.sys.gpu)
+    w = base.model_copy(update={"mbs": 2, "grad_accum": 4, "parallel": Parallelism(dp=8, zero=3)})
+    comps = parallel_components(w, fused)
+    assert comps["allocator_reserve"] == 2 * 2 * 4096 * 128256
+    assert b.memory(w) == pytest.approx(sum(comps.values()), rel=1e-12)
+
+
 def test_bounds_memory_exact_and_time_below_the_estimate():
     fused = get_stack("megatron_te").fused
     base = TrainingWorkload(model="llama3-8b", seq=4096, precision="bf16", stack="megatron_te")
@@ -103,7 +116,7 @@ def test_bounds_memory_exact_and_time_below_the_estimate():
     assert len(plans) > 40
     ratios = []
     for w in plans[:40]:
-        assert b.memory(w) == pytest.approx(gpu_memory(w, fused).total, rel=1e-12)
+        assert b.memory(w) == pytest.approx(sum(parallel_components(w, fused).values()), rel=1e-12)
         e = estimate(w, NODE)
         assert b.step_lb(w, 8, 64) <= e.step_time_s
         ratios.append(b.step_lb(w, 8, 64) / e.step_time_s)
