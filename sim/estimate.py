@@ -229,11 +229,12 @@ def boost_speedup(eff) -> float:
 
 def at_compute_speed(t, k: KernelTimes, speed: float, attention_speed: float = 1.0) -> KernelTimes:
     """Kernel times at the compute speeds of a power state (sim/power.py): gpu_s = max(compute /
-    speed, memory) + fixed for GEMMs (speed over their calibrated sustained rate) and attention
-    (attention_speed over its calibrated rate); other ops unchanged."""
-    mm, at = t.kind == MATMUL, t.kind == ATTENTION
-    compute = np.where(mm, k.compute_s / speed, np.where(at, k.compute_s / attention_speed, k.compute_s))
-    gpu = np.where(mm | at, np.maximum(compute, k.memory_s) + k.fixed_s, k.gpu_s)
+    speed, memory) + fixed for GEMMs (speed over their calibrated sustained rate); every other op
+    (attention, and the element-rate and vector work of the rest, all calibrated on
+    microbenchmarks at the boost clock) at attention_speed = f / f_boost: compute / f / f_boost."""
+    mm = t.kind == MATMUL
+    compute = np.where(mm, k.compute_s / speed, k.compute_s / attention_speed)
+    gpu = np.maximum(compute, k.memory_s) + k.fixed_s
     return KernelTimes(compute, k.memory_s, k.fixed_s, gpu, k.efficiency)   # hot path: no dataclasses.replace
 
 

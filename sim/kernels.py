@@ -316,8 +316,8 @@ def kernel_times(t: OpTable, hw: HwRates, eff: Efficiency, attention_impl: str) 
         compute[is_at] += attention_exp_s(attn, hw, eff, attention_impl, ph, la)
         memory[is_at] = attention_memory_s(attn, t.bytes[is_at], hw, eff, attention_impl, ph, la)
         fixed[is_at] += split_combine_s(attn, ph, hw.sm_count, eff, attention_impl, la)
-    nv = np.flatnonzero(t.strided[:, 0] > 0)
-    memory[nv] = np.maximum(memory[nv], strided_s(t, nv, hw, eff))
+    nv = np.flatnonzero(t.strided[:, 0] > 0)     # element-rate (instruction-bound) time: compute side
+    compute[nv] = np.maximum(compute[nv], strided_s(t, nv, hw, eff))
     rows = np.flatnonzero((t.rows_cols[:, 0] > 0) & (t.phase == FWD))
     memory[rows], fixed[rows] = row_softmax_s(t, rows, hw, eff), 0.0
     brows = np.flatnonzero((t.rows_cols[:, 0] > 0) & (t.phase == BWD))

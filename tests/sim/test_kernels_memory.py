@@ -41,7 +41,26 @@ def test_widening_cast_is_unrolled_and_slower_than_narrowing():
     assert tw > 1.5 * tn   # same bytes, half the bytes/s (H200: 2.1 vs 4.3 TB/s)
     op = chain("c", "elementwise", "fwd", [wide], 1, n)[0]
     k = kernel_times(build_table((op,)), hw_rates(g, 1.0), eff, "fa2")
-    assert k.memory_s[0] == pytest.approx(n / eff.get("memory.unrolled_elem_rate"), rel=1e-9)
+    # the element rate is instruction-bound: compute side, so it follows the SM clock in a power state
+    assert k.compute_s[0] == pytest.approx(n / eff.get("memory.unrolled_elem_rate"), rel=1e-9)
+    assert k.gpu_s[0] == pytest.approx(max(k.compute_s[0], k.memory_s[0]) + k.fixed_s[0], rel=1e-12)
+
+
+def test_element_rate_kernels_follow_the_clock_of_a_power_state():
+    """at_compute_speed: GEMMs at their sustained-rate speed, every other op's compute (attention,
+    element-rate kernels) at f / f_boost; a purely HBM-bound copy does not change."""
+    from mechsim.sim.estimate import at_compute_speed
+    n = 64 * 2 ** 20
+    g = resolve_gpu(GPU)
+    op = chain("c", "elementwise", "fwd", [cast(n, 2, 4)], 1, n)[0]
+    t = build_table((op,))
+    k = kernel_times(t, hw_rates(g, 1.0), efficiency(g), "fa2")
+    slow = at_compute_speed(t, k, 0.8, 0.8)
+    assert slow.gpu_s[0] == pytest.approx(max(k.compute_s[0] / 0.8, k.memory_s[0]) + k.fixed_s[0], rel=1e-12)
+    assert slow.gpu_s[0] > k.gpu_s[0]
+    copy = build_table((memory_kernel(4e8, 4e8),))
+    kc = kernel_times(copy, hw_rates(g, 1.0), efficiency(g), "fa2")
+    assert at_compute_speed(copy, kc, 0.8, 0.8).gpu_s[0] == pytest.approx(kc.gpu_s[0], rel=1e-12)
 
 
 def test_optimizer_step_runs_at_its_own_fraction():
