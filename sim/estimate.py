@@ -231,7 +231,7 @@ def at_compute_speed(t, k: KernelTimes, speed: float, attention_speed: float = 1
     """Kernel times at the compute speeds of a power state (sim/power.py): gpu_s = max(compute /
     speed, memory) + fixed for GEMMs (speed over their calibrated sustained rate); every other op
     (attention, and the element-rate and vector work of the rest, all calibrated on
-    microbenchmarks at the boost clock) at attention_speed = f / f_boost: compute / f / f_boost."""
+    microbenchmarks at the boost clock) runs its compute at attention_speed = f / f_boost."""
     mm = t.kind == MATMUL
     compute = np.where(mm, k.compute_s / speed, k.compute_s / attention_speed)
     gpu = np.maximum(compute, k.memory_s) + k.fixed_s

@@ -179,8 +179,8 @@ class Bounds:
         states = self._states(p)
         shared = p.model_copy(update={"dp": 1, "zero": 0}) if p.ep == 1 else p   # activations ignore dp, zero
         acts = self._acts(shared, w.mbs, w.recompute)
-        reserve = stage_allocator_reserve_bytes(w, self.fused, 0) if p.pp == 1 else 0.0
-        return states + acts * inflight_microbatches(p, 0, w.grad_accum) + reserve
+        return (states + acts * inflight_microbatches(p, 0, w.grad_accum)
+                + stage_allocator_reserve_bytes(w, self.fused, 0))
 
     def step_lb(self, w: TrainingWorkload, gpus: int, gbs: int) -> float:
         """Lower bound on the step time (module docstring)."""
