@@ -18,7 +18,8 @@ mem = 4 copies of 1 GiB. Writes one JSON (torch + stdlib):
     python validation/experiments/attention_power.py --out $OUT/attention_power.json
 
 --shapes M,N,K[;M,N,K...] instead runs, per GEMM shape (repeated to ~6.7 ms per unit), the shape
-alone and alternating with FA2 1:1 and 1:3 (how that shape's speed follows the clock).
+alone and alternating with FA2 1:1 and 1:3 (how that shape's speed follows the clock); with
+--alone, each shape alone only (the clock each GEMM shape sustains at the cap).
 """
 
 from __future__ import annotations
@@ -138,13 +139,14 @@ def main() -> None:
     ap.add_argument("--out", required=True)
     ap.add_argument("--only", default="", help="comma-separated run names")
     ap.add_argument("--shapes", default="", help="M,N,K;M,N,K: per GEMM shape, alone and with FA2")
+    ap.add_argument("--alone", action="store_true", help="with --shapes: each shape alone only")
     args = ap.parse_args()
     dev = "cuda:0"
     torch.backends.cuda.matmul.allow_tf32 = False
     only = set(filter(None, args.only.split(",")))
     if args.shapes:
         plan = [(tuple(int(x) for x in sh.split(",")), name, pattern)
-                for sh in args.shapes.split(";") for name, pattern in SHAPE_RUNS]
+                for sh in args.shapes.split(";") for name, pattern in (SHAPE_RUNS[:1] if args.alone else SHAPE_RUNS)]
     else:
         plan = [((8192, 8192, 8192), name, pattern) for name, pattern in RUNS if not only or name in only]
     rows, fns, cur = [], None, None
