@@ -135,7 +135,7 @@ def stage_allocator_reserve_bytes(w: TrainingWorkload, fused=frozenset(), stage:
     (model/memory.loss_allocator_reserve_bytes of its local micro-batch and vocabulary shard)."""
     if stage != w.parallel.pp - 1:
         return 0.0
-    return loss_allocator_reserve_bytes(_local_workload(w, stage), frozenset(fused))
+    return loss_allocator_reserve_bytes(_local_workload(w, stage), fused)
 
 
 @dataclass(frozen=True)

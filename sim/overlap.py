@@ -132,7 +132,7 @@ def tp_overlap_fraction(stack: str, tp: int = 1, comm_overlap: bool = False) -> 
     return float(p[f"tp_overlap.{stack}"].value) if f"tp_overlap.{stack}" in p else 0.0
 
 
-def _stack_flag(name: str) -> bool:
+def stack_flag(name: str) -> bool:
     """A per-stack switch of sim/data/overlap.toml: true when listed with a non-zero value."""
     p = overlap_params().get(name)
     return bool(p and float(p.value))
@@ -158,7 +158,7 @@ def pp_stack_trait(trait: str, stack: str) -> bool:
                       NVLink (sim/distributed.scatter_gather_p2p)"""
     if trait not in PP_STACK_TRAITS:
         raise ValueError(f"trait: unknown {trait!r}; known: {', '.join(PP_STACK_TRAITS)}")
-    return _stack_flag(f"pp.{trait}.{stack}")
+    return stack_flag(f"pp.{trait}.{stack}")
 
 
 def ddp_after_backward(stack: str) -> bool:
@@ -166,7 +166,7 @@ def ddp_after_backward(stack: str) -> bool:
     (sim/data/overlap.toml [ddp.after_backward]; Megatron-LM 2021's --DDP-impl local:
     LocalDDP.allreduce_gradients runs once the last micro-batch's backward is done), so that
     exposed = the sum of the bucket all-reduces instead of what outlasts the backward."""
-    return _stack_flag(f"ddp.after_backward.{stack}")
+    return stack_flag(f"ddp.after_backward.{stack}")
 
 
 def fsdp_keep_unsharded_under_pp(stack: str) -> bool:
@@ -174,7 +174,7 @@ def fsdp_keep_unsharded_under_pp(stack: str) -> bool:
     and reduce-scatters the fp32-accumulated gradients once (torchtitan with torch.distributed.
     pipelining; sim/data/overlap.toml [fsdp.keep_unsharded_under_pp]): plans of such a stack with
     zero 3 and pp > 1 run with Parallelism.fsdp_keep_unsharded."""
-    return _stack_flag(f"fsdp.keep_unsharded_under_pp.{stack}")
+    return stack_flag(f"fsdp.keep_unsharded_under_pp.{stack}")
 
 
 def fsdp_persistent_root(stack: str) -> bool:
@@ -186,7 +186,7 @@ def fsdp_persistent_root(stack: str) -> bool:
     buckets and only the units' post-forward / post-backward hooks release theirs, so the other
     buckets are gathered once per step and kept until the pipeline's reset in finish_grad_sync;
     their gradients are still reduce-scattered every micro-batch (grad_reduce_every_bprop)."""
-    return _stack_flag(f"fsdp.persistent_root.{stack}")
+    return stack_flag(f"fsdp.persistent_root.{stack}")
 
 
 def _arr(name: str, v) -> np.ndarray:

@@ -22,13 +22,14 @@ Compute speed at clock f, relative to each kernel's calibrated rate:
     GEMMs      speed(f) = f / f_cal                                          f <= f_cal
                           1 + (boost_speedup - 1) (f - f_cal) / (f_boost - f_cal)  above
                (f_cal: the calibration GPU's f_gemm; boost_speedup: the burst rate at boost)
-    attention  speed(f) = f / f_boost    (its microbenchmarks ran at 1,935-1,980 MHz)
+    others     speed(f) = f / f_boost    (attention and the element-rate kernels: their
+                                          microbenchmarks ran at 1,935-1,980 MHz)
 
 Attention is linear in the clock, as measured in the same alternating runs (phases at 0.80-0.96
 of its lone clock ran at 0.80-0.95 of its lone speed). GEMMs there (8192^3 and the 8B step's
 shapes) are linear too up to ~1.18x, then flat: steeper above f_cal than the line, which is kept
-because the held-out H200 eager train steps need it (1.7 % MAPE; the measured slope gives a -5 %
-bias, so some other part of the eager step is modelled fast: validation LOG, session 6). Shares
+because the held-out H200 eager train steps need it (validation LOG, session 6: the measured
+slope gave a -5 % bias there, before the element-rate kernels followed the clock, session 8). Shares
 depend on f (compute time changes with the clock): power_state iterates. Timed eager train steps on H200 ran at 1,980 MHz
 (host-bound 125M/1B), 1,935 (1B mbs2), 1,770 (1B mbs4 s4096) and 1,583 MHz (8B, 4 layers).
 """

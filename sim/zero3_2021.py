@@ -44,8 +44,7 @@ TRAIT = "zero3.sync_per_tensor"
 
 def has_trait(stack: str) -> bool:
     """Whether a stack runs 2021 DeepSpeed ZeRO-3 (sim/data/overlap.toml [zero3.sync_per_tensor])."""
-    p = overlap.overlap_params().get(f"{TRAIT}.{stack}")
-    return bool(p and float(p.value))
+    return overlap.stack_flag(f"{TRAIT}.{stack}")
 
 
 @dataclass(frozen=True)
