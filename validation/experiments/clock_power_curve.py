@@ -16,10 +16,16 @@ slope -1/a in log n. bf16 and fp8 dots give two loads per SM (fp8 draws more per
 reaches lower clocks). Each point: WARM_S, then WINDOW_S of back-to-back launches sampled by
 nvidia-smi every 50 ms (clock, instantaneous power, temperature, throttle reasons), and the
 kernel's rate from CUDA events (dots per second per CTA: the clock the SMs really ran at).
-cuBLAS 8192^3 bf16 and fp8 GEMMs on the whole GPU are run for reference. Writes one JSON
-(torch, triton, stdlib):
+cuBLAS 8192^3 bf16 and fp8 GEMMs on the whole GPU are run for reference.
+
+``--loads gemm`` replaces the register-resident dots by a persistent GEMM: n CTAs walk the
+(128 x 256) output tiles of an 8192^3 GEMM (operands from HBM / L2 through shared memory, as cuBLAS
+does), so the per-SM power includes the data movement a real GEMM pays (L2, crossbar, HBM), which
+scales with the work rate (~f) rather than with f V^2. Its exponent a is the one a power cap
+applies to GEMM-bound steps. Writes one JSON (torch, triton, stdlib):
 
     python validation/experiments/clock_power_curve.py --out $OUT/clock_power_curve.json
+    python validation/experiments/clock_power_curve.py --loads gemm --out $OUT/gemm_power_curve.json
 """
 
 from __future__ import annotations
@@ -58,6 +64,52 @@ def dot_burn(a_ptr, b_ptr, out_ptr, iters, BM: tl.constexpr, BN: tl.constexpr, B
     tl.store(out_ptr + pid, tl.sum(tl.sum(acc, axis=1), axis=0))
 
 
+@triton.jit
+def gemm_persist(a_ptr, b_ptr, c_ptr, total, M: tl.constexpr, N: tl.constexpr, K: tl.constexpr,
+                 BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr):
+    """C = A B^T (A: M x K, B: N x K, both K-major) tile by tile: CTA p computes tiles p, p + n,
+    ... below `total` (tile t is output tile t mod (M/BM x N/BN), column-major over the tile grid
+    so the CTAs in flight share B panels through L2)."""
+    pid, nprog = tl.program_id(0), tl.num_programs(0)
+    tiles_m, tiles = M // BM, (M // BM) * (N // BN)
+    rk = tl.arange(0, BK)
+    for t in range(pid, total, nprog):
+        tile = t % tiles
+        pm, pn = tile % tiles_m, tile // tiles_m
+        rm, rn = pm * BM + tl.arange(0, BM), pn * BN + tl.arange(0, BN)
+        a_ptrs = a_ptr + rm[:, None] * K + rk[None, :]
+        b_ptrs = b_ptr + rn[:, None] * K + rk[None, :]
+        acc = tl.zeros((BM, BN), dtype=tl.float32)
+        for _ in range(0, K, BK):
+            acc = tl.dot(tl.load(a_ptrs), tl.trans(tl.load(b_ptrs)), acc)
+            a_ptrs += BK
+            b_ptrs += BK
+        tl.store(c_ptr + rm[:, None] * N + rn[None, :], acc.to(tl.bfloat16))
+
+
+GEMM_MNK = 8192
+
+
+def make_gemm_load(dtype: torch.dtype, dev: str):
+    """Persistent GEMM on n CTAs; one 'iteration' is one output tile (2 x 128 x 256 x 8192 FLOPs)."""
+    m = GEMM_MNK
+    a = torch.randn(m, m, device=dev).to(dtype)
+    b = torch.randn(m, m, device=dev).to(dtype)
+    c = torch.empty(m, m, device=dev, dtype=torch.bfloat16)
+    bk = 128 if dtype == torch.float8_e4m3fn else 64
+
+    def launch(n: int, iters: int) -> None:
+        gemm_persist[(n,)](a, b, c, n * iters, M=m, N=m, K=m, BM=128, BN=256, BK=bk,
+                           num_warps=8, num_stages=3)
+
+    launch(132, -(-(m // 128) * (m // 256) // 132))        # every tile once: check one block
+    ref = a[:256].float() @ b[:512].float().t()
+    err = ((c[:256, :512].float() - ref).abs().max() / ref.abs().max()).item()
+    if err > 0.02:
+        raise RuntimeError(f"persistent GEMM wrong: max rel error {err:.3g}")
+    return launch
+
+
 def make_load(dtype: torch.dtype, dev: str):
     a = (torch.rand(BM, BK, device=dev) * 0.01).to(dtype)
     b = (torch.rand(BK, BN, device=dev) * 0.01).to(dtype)
@@ -86,15 +138,15 @@ def cublas_load(dtype: torch.dtype, dev: str):
     return run
 
 
-def calibrate_iters(launch, n: int, flops_per_iter: float) -> int:
+def calibrate_iters(launch, n: int, probe: int = 20000, floor: int = 1000) -> int:
     """Iterations for a launch of ~LAUNCH_S at the boost-clock rate of a lone few SMs."""
-    launch(n, 1000)
+    launch(n, probe // 20)
     torch.cuda.synchronize()
     t0 = time.perf_counter()
-    launch(n, 20000)
+    launch(n, probe)
     torch.cuda.synchronize()
-    per_iter = (time.perf_counter() - t0) / 20000
-    return max(1000, int(LAUNCH_S / per_iter))
+    per_iter = (time.perf_counter() - t0) / probe
+    return max(floor, int(LAUNCH_S / per_iter))
 
 
 def measure(launch, n: int, iters: int, dev: str) -> dict:
@@ -138,6 +190,7 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", required=True)
     ap.add_argument("--counts", default=",".join(map(str, COUNTS)))
+    ap.add_argument("--loads", choices=("dots", "gemm"), default="dots")
     args = ap.parse_args()
     dev = "cuda:0"
     counts = [int(x) for x in args.counts.split(",")]
@@ -145,21 +198,24 @@ def main() -> None:
     res = {"schema": "clock_power_curve/1",
            "env": {"gpu": props.name, "sms": props.multi_processor_count, "torch": torch.__version__,
                    "triton": triton.__version__, "warm_s": WARM_S, "window_s": WINDOW_S,
-                   "tile": [BM, BN, BK]},
+                   "tile": [BM, BN, BK], "loads": args.loads},
            "idle_before": idle_state(dev), "loads": {}}
     print(json.dumps(res["idle_before"]), flush=True)
+    gemm = args.loads == "gemm"
     for name, dtype in (("bf16", torch.bfloat16), ("fp8", torch.float8_e4m3fn)):
         rows = []
+        name = "gemm_" + name if gemm else name
+        flops = 2 * 128 * 256 * GEMM_MNK if gemm else 2 * BM * BN * BK
         try:
-            launch = make_load(dtype, dev)
-            iters = calibrate_iters(launch, 4, 2 * BM * BN * BK)
+            launch = (make_gemm_load if gemm else make_load)(dtype, dev)
+            iters = calibrate_iters(launch, 4, 200, 20) if gemm else calibrate_iters(launch, 4)
             for n in counts:
                 rows.append(measure(launch, n, iters, dev))
                 print(name, json.dumps(rows[-1])[:400], flush=True)
         except Exception as e:  # noqa: BLE001 - fp8 dots may not compile here; keep bf16
             rows.append({"error": repr(e)[:600]})
             print(name, rows[-1], flush=True)
-        res["loads"][name] = {"flops_per_iter": 2 * BM * BN * BK, "points": rows}
+        res["loads"][name] = {"flops_per_iter": flops, "points": rows}
         time.sleep(2.0)
     for name, dtype in (("cublas_bf16", torch.bfloat16), ("cublas_fp8", torch.float8_e4m3fn)):
         try:
