@@ -2,20 +2,29 @@
 
 Power in units of the cap's headroom over idle, (P - idle) / (tdp - idle), at SM clock f:
 
-    p(f) = u_gemm (f / f_gemm)^3 + u_att (f / f_att)^3 + w_mem u_mem
+    p(f) = u_gemm G(f) / G(f_gemm) + u_att G(f) / G(f_att) + w_mem u_mem
 
 u_gemm, u_att and u_mem are the step's time shares of compute-bound GEMMs, attention and
 memory-bound work (HBM-bound kernels, exposed communication); short idle time (host gaps) draws
 idle power inside the window, while idle blocks of seconds (pipeline bubbles, the exposed DP
 reduction at the step's end) leave it: the controller averages over ~0.11 s
 (sim/distributed.power_window). f_gemm is the clock a pure GEMM stream sustains at the cap
-(hwdb/data/power.toml [gemm_sustained_clock], measured on H200) and f_att = rho f_gemm the one
-a pure attention stream sustains (rho per attention kernel, [attention_cap_clock]: FA2 1.361,
-cuDNN 1.165, measured); the cube is dynamic power ~ f V^2 with V ~ f across the DVFS range, and
-w_mem is the memory-bound activity weight of sim/energy.py (power.toml [activity]). The clock
-is the boost clock when p(f_boost) <= 1, else the f >= f_gemm with p(f) = 1. Measured check
-(validation/experiments/attention_power.py on H200): GEMM / attention streams alternating every
-few ms sustain 1,515-1,890 MHz, which this predicts within -5..+1 % (GEMM-only shares: -4..-23 %).
+(hwdb/data/power.toml [gemm_sustained_clock], measured on H200) and f_att the one a pure
+attention stream sustains ([attention_cap_clock]: f_att = rho f_ref on the GPU it was measured
+on, FA2 rho 1.361, cuDNN 1.165). G is the dynamic power of a tensor-core load against the clock,
+in x = f / f_boost ([dynamic_power_curve], measured on H200 by
+validation/experiments/clock_power_curve.py --loads gemm: n SMs of a persistent 8192^3 GEMM,
+n = 4..132, clock and power at the cap):
+
+    G(x) = beta x^3 + (1 - beta) x          beta = 0.856 (GH100)
+
+the core's f V^2 with V ~ f, plus data movement (L2, crossbar, HBM) that scales with the work
+rate only; its local exponent is 2.7 at boost and 2.5 at 1,470 MHz, so a lower cap costs more
+clock than the cube law (beta = 1) says. w_mem is the memory-bound activity weight of
+sim/energy.py (power.toml [activity]). The clock is the boost clock when p(f_boost) <= 1, else
+the f >= f_gemm with p(f) = 1. Measured check (validation/experiments/attention_power.py on
+H200): GEMM / attention streams alternating every few ms sustain 1,515-1,890 MHz, which this
+predicts within 5 % (tests/sim/test_power.py).
 
 Compute speed at clock f, relative to each kernel's calibrated rate:
 
@@ -37,6 +46,7 @@ depend on f (compute time changes with the clock): power_state iterates. Timed e
 from __future__ import annotations
 
 import functools
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -65,6 +75,42 @@ def clock_params(gpu_key: str) -> tuple[float, float] | None:
     return table[gpu_key].value * 1e6, book.value("power.activity.memory_bound")
 
 
+@functools.lru_cache(maxsize=64)
+def curve_beta(gpu_key: str) -> float:
+    """beta of the GPU's dynamic power curve G (power.toml [dynamic_power_curve]); 1 (the cube
+    law) where none is recorded."""
+    from ..hwdb.prices import load_prices
+    rec = load_prices().power.get("dynamic_power_curve", {}).get(gpu_key)
+    return rec.value if rec is not None else 1.0
+
+
+def power_curve(x: float, beta: float) -> float:
+    """G(x) = beta x^3 + (1 - beta) x: dynamic power at clock x = f / f_boost over that at boost."""
+    return beta * x ** 3 + (1.0 - beta) * x
+
+
+def power_curve_inverse(y: float, beta: float) -> float:
+    """The x >= 0 with G(x) = y (G is increasing for 0 <= beta <= 1): Cardano's root of
+    x^3 + p x + q = 0 with p = (1 - beta) / beta, q = -y / beta."""
+    if y <= 0.0:
+        return 0.0
+    if beta >= 1.0:
+        return y ** (1.0 / 3.0)
+    if beta <= 0.0:
+        return y
+    p, q = (1.0 - beta) / beta, -y / beta
+    s = math.sqrt(q * q / 4.0 + p ** 3 / 27.0)
+    return math.cbrt(-q / 2.0 + s) + math.cbrt(-q / 2.0 - s)
+
+
+def same_power_clock(f: float, f_from: float, f_to: float, f_boost: float, beta: float) -> float:
+    """The clock at which a load draws what it drew at ``f`` once the power it may draw is scaled
+    by G(f_to) / G(f_from) (a GEMM's cap clock moving from f_from to f_to): how another load's
+    cap clock moves with the cap."""
+    g = power_curve(f / f_boost, beta) * power_curve(f_to / f_boost, beta) / power_curve(f_from / f_boost, beta)
+    return f_boost * power_curve_inverse(g, beta)
+
+
 @functools.lru_cache(maxsize=16)
 def attention_clock_ratio(kernel: str | None) -> float:
     """rho = f_att / f_gemm of an attention kernel (power.toml [attention_cap_clock]); 1 (GEMM
@@ -74,19 +120,21 @@ def attention_clock_ratio(kernel: str | None) -> float:
     return rec.value if rec is not None else 1.0
 
 
-def cap_power(f: float, loads: tuple[tuple[float, float], ...], u_mem: float, w_mem: float) -> float:
-    """p(f) = sum of u (f / f_cap)^3 over the (share u, cap clock f_cap) loads + w_mem u_mem."""
-    return sum(u * (f / fc) ** 3 for u, fc in loads) + w_mem * u_mem
+def cap_power(f: float, loads: tuple[tuple[float, float], ...], u_mem: float, w_mem: float,
+              f_boost: float, beta: float = 1.0) -> float:
+    """p(f) = sum of u G(f) / G(f_cap) over the (share u, cap clock f_cap) loads + w_mem u_mem."""
+    g = power_curve(f / f_boost, beta)
+    return sum(u * g / power_curve(fc / f_boost, beta) for u, fc in loads) + w_mem * u_mem
 
 
 def cap_clock(loads: tuple[tuple[float, float], ...], u_mem: float, w_mem: float, f_floor: float,
-              f_boost: float) -> float:
+              f_boost: float, beta: float = 1.0) -> float:
     """The clock in [f_floor, f_boost] at which p(f) = 1 (f_boost when it stays under the cap):
-    f = ((1 - w_mem u_mem) / sum u / f_cap^3)^(1/3)."""
-    k = sum(u / fc ** 3 for u, fc in loads)
-    if k <= 0 or cap_power(f_boost, loads, u_mem, w_mem) <= 1.0:
+    f = f_boost G^-1((1 - w_mem u_mem) / sum(u / G(f_cap)))."""
+    k = sum(u / power_curve(fc / f_boost, beta) for u, fc in loads)
+    if k <= 0 or cap_power(f_boost, loads, u_mem, w_mem, f_boost, beta) <= 1.0:
         return f_boost
-    f = (max(1.0 - w_mem * u_mem, 0.0) / k) ** (1.0 / 3.0)
+    f = f_boost * power_curve_inverse(max(1.0 - w_mem * u_mem, 0.0) / k, beta)
     return min(max(f, f_floor), f_boost)
 
 
@@ -115,7 +163,8 @@ def power_state(by_category: Mapping[str, float], step_s: float, gpu_key: str, f
     if params is None or boost_speedup <= 1.0:
         return None
     f_gemm, w_mem = params
-    f_cal, f_att = calibration_clock(gpu_key), attention_clock_ratio(attention) * f_gemm
+    beta, f_cal = curve_beta(gpu_key), calibration_clock(gpu_key)
+    f_att = same_power_clock(attention_clock_ratio(attention) * f_cal, f_cal, f_gemm, f_boost, beta)
     g, a = by_category.get("matmul_compute", 0.0), by_category.get("attention", 0.0)
     mem = sum(by_category.get(c, 0.0) for c in MEMORY)
     f = f_gemm
@@ -125,7 +174,7 @@ def power_state(by_category: Mapping[str, float], step_s: float, gpu_key: str, f
         if step <= 0:
             break
         loads = ((min(tg / step, 1.0), f_gemm), (min(ta / step, 1.0), f_att))
-        f = cap_clock(loads, min(mem / step, 1.0), w_mem, f_gemm, f_boost)
+        f = cap_clock(loads, min(mem / step, 1.0), w_mem, f_gemm, f_boost, beta)
     return PowerState(f, gemm_speed(f, f_cal, f_boost, boost_speedup), f / f_boost, f < f_boost)
 
 

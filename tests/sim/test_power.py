@@ -4,29 +4,31 @@ import pytest
 
 from mechsim.model import TrainingWorkload
 from mechsim.sim.estimate import estimate
-from mechsim.sim.power import attention_clock_ratio, cap_clock, cap_power, gemm_speed, power_state
+from mechsim.sim.power import (attention_clock_ratio, cap_clock, cap_power, curve_beta, gemm_speed, power_curve,
+                               power_curve_inverse, power_state)
 
 F_GEMM, F_BOOST, W_MEM = 1.47e9, 1.98e9, 0.29
+BETA = curve_beta("h200_sxm")
 
 
 def test_a_pure_gemm_stream_runs_at_the_measured_sustained_clock():
-    assert cap_clock(((1.0, F_GEMM),), 0.0, W_MEM, F_GEMM, F_BOOST) == pytest.approx(F_GEMM)
+    assert cap_clock(((1.0, F_GEMM),), 0.0, W_MEM, F_GEMM, F_BOOST, BETA) == pytest.approx(F_GEMM)
 
 
 def test_a_light_step_stays_at_boost_and_a_heavy_one_sits_on_the_cap():
-    assert cap_clock(((0.2, F_GEMM),), 0.5, W_MEM, F_GEMM, F_BOOST) == F_BOOST
+    assert cap_clock(((0.2, F_GEMM),), 0.5, W_MEM, F_GEMM, F_BOOST, BETA) == F_BOOST
     loads = ((0.7, F_GEMM),)
-    f = cap_clock(loads, 0.3, W_MEM, F_GEMM, F_BOOST)
+    f = cap_clock(loads, 0.3, W_MEM, F_GEMM, F_BOOST, BETA)
     assert F_GEMM < f < F_BOOST
-    assert cap_power(f, loads, 0.3, W_MEM) == pytest.approx(1.0)
+    assert cap_power(f, loads, 0.3, W_MEM, F_BOOST, BETA) == pytest.approx(1.0)
 
 
 def test_attention_draws_less_power_per_clock_than_gemms():
     fa2, cudnn = attention_clock_ratio("fa2"), attention_clock_ratio("cudnn")
     assert fa2 > cudnn > 1.0 and attention_clock_ratio("unmeasured") == 1.0
     half = ((0.5, F_GEMM), (0.5, fa2 * F_GEMM))
-    f = cap_clock(half, 0.0, W_MEM, F_GEMM, F_BOOST)
-    assert F_GEMM < f < fa2 * F_GEMM and cap_power(f, half, 0.0, W_MEM) == pytest.approx(1.0)
+    f = cap_clock(half, 0.0, W_MEM, F_GEMM, F_BOOST, BETA)
+    assert F_GEMM < f < fa2 * F_GEMM and cap_power(f, half, 0.0, W_MEM, F_BOOST, BETA) == pytest.approx(1.0)
 
 
 def test_mixed_clocks_match_the_alternating_gemm_attention_measurement():
@@ -46,11 +48,48 @@ def test_mixed_clocks_match_the_alternating_gemm_attention_measurement():
         share = {n: sum(p["total_s"] for k, p in r["phases"].items() if k.split("/")[0] == n) / total
                  for n in names}
         loads = tuple((share[n], f_gemm * (1.0 if n == "gemm" else attention_clock_ratio(n))) for n in names)
-        f = cap_clock(loads, 0.0, W_MEM, f_gemm, F_BOOST)
+        f = cap_clock(loads, 0.0, W_MEM, f_gemm, F_BOOST, BETA)
         measured = r["power_state"]["sm_clock_mhz"]["median"] * 1e6
         assert f == pytest.approx(measured, rel=0.05), r["run"]
         checked += 1
     assert checked == 5
+
+
+@pytest.mark.parametrize("beta", [0.0, 0.3, BETA, 1.0])
+def test_the_power_curve_inverts_and_is_the_cube_law_at_beta_one(beta):
+    for x in (0.05, 0.4, 0.742, 1.0, 1.3):
+        assert power_curve_inverse(power_curve(x, beta), beta) == pytest.approx(x, rel=1e-9)
+    assert power_curve(0.5, 1.0) == pytest.approx(0.125) and power_curve(1.0, beta) == pytest.approx(1.0)
+
+
+def test_the_recorded_beta_is_the_fit_of_the_committed_gemm_power_curve():
+    """hwdb/data/power.toml [dynamic_power_curve] h200_sxm re-fitted from its record; the fit
+    beats the cube law, and the curve is steeper at boost than at the sustained GEMM clock."""
+    import numpy as np
+
+    from mechsim.validation.power_curve import capped_points, fit_beta, load_record
+    beta, rms = fit_beta(load_record())
+    assert beta == pytest.approx(BETA, abs=0.005) and rms < 0.05
+    x, g = np.array(capped_points(load_record())).T
+    cube_rms = np.sqrt(np.mean((3 * np.log(x) - np.log(g)) ** 2))
+    assert rms < 0.5 * cube_rms
+    def slope(xx):
+        return (3 * BETA * xx ** 3 + (1 - BETA) * xx) / power_curve(xx, BETA)
+    assert slope(1.0) > slope(F_GEMM / F_BOOST) + 0.15 and 2.4 < slope(F_GEMM / F_BOOST) < 2.6
+
+
+def test_the_grand_teton_gemm_clock_is_the_700_w_clock_moved_along_the_curve():
+    """power.toml's derived h100_gt_96gb cap clock: G(f) = G(f_700) (500 - idle) / (700 - idle)."""
+    from mechsim.hwdb.loader import get_gpu
+    from mechsim.hwdb.prices import load_prices
+    from mechsim.sim.power import clock_params
+    book = load_prices()
+    idle = book.value("power.gpu_idle.h100_gt_96gb")
+    tdp_gt, tdp = get_gpu("h100_gt_96gb").tdp_w, get_gpu("h100_sxm").tdp_w
+    beta = curve_beta("h100_gt_96gb")
+    h = (tdp_gt - idle) / (tdp - idle)
+    f = F_BOOST * power_curve_inverse(h * power_curve(clock_params("h100_sxm")[0] / F_BOOST, beta), beta)
+    assert clock_params("h100_gt_96gb")[0] == pytest.approx(f, abs=1e6)
 
 
 def test_gemm_speed_is_one_at_the_sustained_clock_and_boost_speedup_at_boost():
