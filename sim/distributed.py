@@ -414,8 +414,8 @@ def _estimate_parallel(workload, hw, stack=None, overrides=None):
     from .. import hwdb
     from ..model import hardware_flops_per_step, model_flops_per_step
     from . import errorband
-    from .estimate import (_sums, at_compute_speed, boost_speedup, calibrated_stack, efficiency, hw_rates,
-                           op_estimates, prepare)
+    from .estimate import (_sums, at_compute_speed, boost_speedup, calibrated_stack, efficiency, gemm_power_weight,
+                           hw_rates, op_estimates, prepare)
     from .power import power_state
     from .kernels import check_rates, check_recipe
     from .launch import LaunchTimes, host_times, tandem_step_time
@@ -462,6 +462,7 @@ def _estimate_parallel(workload, hw, stack=None, overrides=None):
     r, ps = boost_speedup(eff), None
     if r != 1.0:   # the clock the step sustains under the power cap (shares at the calibrated rates)
         _, _, parts_sus, by_cat_sus, _ = timeline(k)
+        by_cat_sus["matmul_power"] = by_cat_sus["matmul_compute"] * gemm_power_weight(t, k, gpu)
         ps = power_state(*power_window(by_cat_sus, parts_sus), gpu.key, gpu.boost_clock_hz, r, st.attention)
     if ps is not None:
         k = at_compute_speed(t, k, ps.speed, ps.attention_speed)

@@ -217,8 +217,30 @@ def sustained_power_state(t, k: KernelTimes, st: Stack, gpu, r: float):
     busy = float(g.sum())
     gemm, att = float(g[mm & (k.compute_s >= k.memory_s)].sum()), float(g[at].sum())
     host = 0.0 if st.graphs else float(np.dot(host_times(t, st), t.count))
-    return power_state({"matmul_compute": gemm, "attention": att, "memory_bound": busy - gemm - att},
+    return power_state({"matmul_compute": gemm, "attention": att, "memory_bound": busy - gemm - att,
+                        "matmul_power": gemm * gemm_power_weight(t, k, gpu)},
                        max(busy, host), gpu.key, gpu.boost_clock_hz, r, st.attention)
+
+
+def gemm_power_weight(t, k: KernelTimes, gpu) -> float:
+    """Dynamic power per second of the step's compute-bound GEMMs over that of the 8192^3 GEMM
+    the cap clock was measured with: the time-weighted mean of each GEMM's efficiency (tensor-core
+    utilisation) over the reference's, each at most 1 (measured: shapes at 0.68-0.86 of the
+    per-clock peak hold the cap at 1,650-1,470 MHz, record 20261130T2320Z_gemm_shape_clocks_h200)."""
+    rows = (t.kind == MATMUL) & (k.compute_s >= k.memory_s)
+    g = (k.gpu_s * t.count)[rows]
+    if g.sum() <= 0:
+        return 1.0
+    return float(np.dot(g, np.minimum(k.efficiency[rows] / reference_gemm_efficiency(gpu)[t.dtype[rows]], 1.0))
+                 / g.sum())
+
+
+def reference_gemm_efficiency(gpu) -> np.ndarray:
+    """Efficiency of an aligned 8192^3 GEMM per dtype index (optable.DTYPES) on ``gpu``."""
+    from .kernels import gemm_efficiency
+    eff, n = efficiency(gpu), len(DTYPES)
+    return eff.cached("gemm.reference_8192", lambda: gemm_efficiency(
+        np.tile([8192.0, 8192.0, 8192.0, 1.0], (n, 1)), np.arange(n), gpu.sm_count, eff, np.full(n, 16)))
 
 
 def boost_speedup(eff) -> float:

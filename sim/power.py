@@ -4,8 +4,9 @@ Power in units of the cap's headroom over idle, (P - idle) / (tdp - idle), at SM
 
     p(f) = u_gemm G(f) / G(f_gemm) + u_att G(f) / G(f_att) + w_mem u_mem
 
-u_gemm, u_att and u_mem are the step's time shares of compute-bound GEMMs, attention and
-memory-bound work (HBM-bound kernels, exposed communication); short idle time (host gaps) draws
+u_gemm, u_att and u_mem are the step's time shares of compute-bound GEMMs (each GEMM's time
+weighted by its efficiency over the 8192^3 reference GEMM's, "matmul_power": a GEMM that uses the
+tensor cores less draws less, sim/estimate.gemm_power_weight), attention and memory-bound work (HBM-bound kernels, exposed communication); short idle time (host gaps) draws
 idle power inside the window, while idle blocks of seconds (pipeline bubbles, the exposed DP
 reduction at the step's end) leave it: the controller averages over ~0.11 s
 (sim/distributed.power_window). f_gemm is the clock a pure GEMM stream sustains at the cap
@@ -154,7 +155,8 @@ def power_state(by_category: Mapping[str, float], step_s: float, gpu_key: str, f
                 boost_speedup: float, attention: str | None = None) -> PowerState | None:
     """The clock and speeds of a step whose categories were timed at the calibrated rates (GEMMs
     at the sustained rate, attention at its boost-clock rate): "matmul_compute" (compute-bound
-    GEMMs), "attention", and the MEMORY categories. ``attention`` names the attention kernel
+    GEMMs), "matmul_power" (the same time weighted by power per second; default: unweighted),
+    "attention", and the MEMORY categories. ``attention`` names the attention kernel
     (Stack.attention) for its cap clock.
 
     Fixed point: at clock f the GEMM time is g / gemm_speed(f), the attention time a f_boost / f,
@@ -166,6 +168,7 @@ def power_state(by_category: Mapping[str, float], step_s: float, gpu_key: str, f
     beta, f_cal = curve_beta(gpu_key), calibration_clock(gpu_key)
     f_att = same_power_clock(attention_clock_ratio(attention) * f_cal, f_cal, f_gemm, f_boost, beta)
     g, a = by_category.get("matmul_compute", 0.0), by_category.get("attention", 0.0)
+    gp = by_category.get("matmul_power", g)
     mem = sum(by_category.get(c, 0.0) for c in MEMORY)
     f = f_gemm
     for _ in range(5):
@@ -173,7 +176,8 @@ def power_state(by_category: Mapping[str, float], step_s: float, gpu_key: str, f
         step = step_s + (tg - g) + (ta - a)
         if step <= 0:
             break
-        loads = ((min(tg / step, 1.0), f_gemm), (min(ta / step, 1.0), f_att))
+        loads = ((min(gp / gemm_speed(f, f_cal, f_boost, boost_speedup) / step, 1.0), f_gemm),
+                 (min(ta / step, 1.0), f_att))
         f = cap_clock(loads, min(mem / step, 1.0), w_mem, f_gemm, f_boost, beta)
     return PowerState(f, gemm_speed(f, f_cal, f_boost, boost_speedup), f / f_boost, f < f_boost)
 

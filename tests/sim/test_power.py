@@ -145,3 +145,40 @@ def test_pipeline_bubbles_and_the_final_dp_block_do_not_raise_the_clock():
     busy = power_state(window_cats, window, "h200_sxm", F_BOOST, 1.18, "cudnn")
     diluted = power_state(cats, parts.step_s, "h200_sxm", F_BOOST, 1.18, "cudnn")
     assert busy.clock_hz < diluted.clock_hz
+
+
+def test_gemms_that_use_the_tensor_cores_less_hold_the_cap_at_a_higher_clock():
+    """The 14 GEMM shapes of record 20261130T2320Z_gemm_shape_clocks_h200, each alone at the cap
+    (1,470-1,650 MHz): weighting power by the model's efficiency over the 8192^3 GEMM's predicts
+    their clocks better than one cap clock for all."""
+    import json
+    from pathlib import Path
+
+    import numpy as np
+
+    from mechsim.model.microops import gemm
+    from mechsim.sim.estimate import estimate_op
+    rec = Path(__file__).resolve().parents[2] / "validation/experiments/records/20261130T2320Z_gemm_shape_clocks_h200.json"
+    ref = estimate_op(gemm(8192, 8192, 8192), "h200_sxm").efficiency
+    weighted, flat = [], []
+    for r in json.loads(rec.read_text())["runs"]:
+        w = min(estimate_op(gemm(*r["gemm_shape"]), "h200_sxm").efficiency / ref, 1.0)
+        measured = r["power_state"]["sm_clock_mhz"]["median"] * 1e6
+        ps = power_state({"matmul_compute": 1.0, "matmul_power": w}, 1.0, "h200_sxm", F_BOOST, 1.18)
+        weighted.append(ps.clock_hz / measured - 1)
+        flat.append(F_GEMM / measured - 1)
+    assert np.mean(np.abs(weighted)) < 0.025 and np.mean(np.abs(weighted)) < 0.75 * np.mean(np.abs(flat))
+
+
+def test_a_small_gemm_step_runs_at_a_higher_clock_than_its_unweighted_gemm_time_says():
+    from mechsim.model import InferenceWorkload
+    from mechsim.sim import estimate as est
+    w = InferenceWorkload(model="llama3.2-1b", batch=8, prompt_len=1024, context_len=1024, phase="prefill")
+    base = estimate(w, "h200")
+    orig = est.gemm_power_weight
+    try:
+        est.gemm_power_weight = lambda *a: 1.0
+        unweighted = estimate(w, "h200")
+    finally:
+        est.gemm_power_weight = orig
+    assert base.sm_clock_hz > unweighted.sm_clock_hz
