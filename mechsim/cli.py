@@ -86,6 +86,9 @@ def _parser() -> argparse.ArgumentParser:
     pub.add_argument("-v", "--verbose", action="store_true", help="print every row and every unpredicted row")
     pub.add_argument("--inference", action="store_true", help="the serving rows (validation/published/inference)")
     pub.add_argument("--header", action="store_true", help="print a header line over the per-row table")
+    clk = vs.add_parser("clocks", help="predicted vs measured SM clock of the timed steps (the power model)")
+    clk.add_argument("paths", nargs="*", help="run files or folders (default: validation/data)")
+    clk.add_argument("-v", "--verbose", action="store_true", help="print every record")
     cal = vs.add_parser("calibrate", help="fit efficiency parameters on the calibration split")
     cal.add_argument("--gpu", default="h200_sxm")
     cal.add_argument("paths", nargs="*", help="run files or folders (default: validation/data)")
@@ -175,6 +178,10 @@ def cmd_validate(a: argparse.Namespace) -> int:
         return cmd_calibrate(a)
     if a.vcmd == "published":
         return cmd_published(a)
+    if a.vcmd == "clocks":
+        from .validation.clocks import clock_rows, report
+        print(report(clock_rows(a.paths or None), a.verbose))
+        return 0
     from .validation.compare import compare, failures, summarize, thresholds
     from .validation.report import text_report, write_html
     rows, unused = compare(a.paths or None)
