@@ -21,7 +21,8 @@ from .. import hwdb
 from ..model import build_ops
 from ..model.ops import Op
 from .calibration import Efficiency, efficiency_for
-from .kernels import ATTENTION, MATMUL, HwRates, KernelTimes, check_recipe, check_rates, kernel_times
+from .kernels import (ATTENTION, MATMUL, HwRates, KernelTimes, check_recipe, check_rates, gemm_efficiency,
+                      kernel_times)
 from .launch import LaunchTimes, host_times, launch_times
 from .memory import fit_memory, memory_components
 from .optable import DTYPES, KINDS, PHASES, OpTable, build_table
@@ -237,7 +238,6 @@ def gemm_power_weight(t, k: KernelTimes, gpu) -> float:
 
 def reference_gemm_efficiency(gpu) -> np.ndarray:
     """Efficiency of an aligned 8192^3 GEMM per dtype index (optable.DTYPES) on ``gpu``."""
-    from .kernels import gemm_efficiency
     eff, n = efficiency(gpu), len(DTYPES)
     return eff.cached("gemm.reference_8192", lambda: gemm_efficiency(
         np.tile([8192.0, 8192.0, 8192.0, 1.0], (n, 1)), np.arange(n), gpu.sm_count, eff, np.full(n, 16)))
