@@ -213,10 +213,9 @@ def sustained_power_state(t, k: KernelTimes, st: Stack, gpu, r: float):
     compute-bound GEMMs, attention (kernel st.attention), the rest of the GPU time memory-bound,
     over a step of max(GPU busy, host issue time) (the tandem bound's two ends; the power model
     needs shares, not the exact step)."""
-    mm, at = t.kind == MATMUL, t.kind == ATTENTION
     g = k.gpu_s * t.count
     busy = float(g.sum())
-    gemm, att = float(g[mm & (k.compute_s >= k.memory_s)].sum()), float(g[at].sum())
+    gemm, att = float(g[compute_bound_gemms(t, k)].sum()), float(g[t.kind == ATTENTION].sum())
     host = 0.0 if st.graphs else float(np.dot(host_times(t, st), t.count))
     return power_state({"matmul_compute": gemm, "attention": att, "memory_bound": busy - gemm - att,
                         "matmul_power": gemm * gemm_power_weight(t, k, gpu)},
@@ -228,12 +227,17 @@ def gemm_power_weight(t, k: KernelTimes, gpu) -> float:
     the cap clock was measured with: the time-weighted mean of each GEMM's efficiency (tensor-core
     utilisation) over the reference's, each at most 1 (measured: shapes at 0.68-0.86 of the
     per-clock peak hold the cap at 1,650-1,470 MHz, record 20261130T2320Z_gemm_shape_clocks_h200)."""
-    rows = (t.kind == MATMUL) & (k.compute_s >= k.memory_s)
+    rows = compute_bound_gemms(t, k)
     g = (k.gpu_s * t.count)[rows]
     if g.sum() <= 0:
         return 1.0
     return float(np.dot(g, np.minimum(k.efficiency[rows] / reference_gemm_efficiency(gpu)[t.dtype[rows]], 1.0))
                  / g.sum())
+
+
+def compute_bound_gemms(t, k: KernelTimes) -> np.ndarray:
+    """Mask of the GEMM rows whose compute time is at least their memory time."""
+    return (t.kind == MATMUL) & (k.compute_s >= k.memory_s)
 
 
 def reference_gemm_efficiency(gpu) -> np.ndarray:

@@ -6,8 +6,9 @@ Power in units of the cap's headroom over idle, (P - idle) / (tdp - idle), at SM
 
 u_gemm, u_att and u_mem are the step's time shares of compute-bound GEMMs (each GEMM's time
 weighted by its efficiency over the 8192^3 reference GEMM's, "matmul_power": a GEMM that uses the
-tensor cores less draws less, sim/estimate.gemm_power_weight), attention and memory-bound work (HBM-bound kernels, exposed communication); short idle time (host gaps) draws
-idle power inside the window, while idle blocks of seconds (pipeline bubbles, the exposed DP
+tensor cores less draws less, sim/estimate.gemm_power_weight), attention and memory-bound work
+(HBM-bound kernels, exposed communication); short idle time (host gaps) draws idle power inside
+the window, while idle blocks of seconds (pipeline bubbles, the exposed DP
 reduction at the step's end) leave it: the controller averages over ~0.11 s
 (sim/distributed.power_window). f_gemm is the clock a pure GEMM stream sustains at the cap
 (hwdb/data/power.toml [gemm_sustained_clock], measured on H200) and f_att the one a pure
@@ -122,14 +123,14 @@ def attention_clock_ratio(kernel: str | None) -> float:
 
 
 def cap_power(f: float, loads: tuple[tuple[float, float], ...], u_mem: float, w_mem: float,
-              f_boost: float, beta: float = 1.0) -> float:
+              f_boost: float, beta: float) -> float:
     """p(f) = sum of u G(f) / G(f_cap) over the (share u, cap clock f_cap) loads + w_mem u_mem."""
     g = power_curve(f / f_boost, beta)
     return sum(u * g / power_curve(fc / f_boost, beta) for u, fc in loads) + w_mem * u_mem
 
 
 def cap_clock(loads: tuple[tuple[float, float], ...], u_mem: float, w_mem: float, f_floor: float,
-              f_boost: float, beta: float = 1.0) -> float:
+              f_boost: float, beta: float) -> float:
     """The clock in [f_floor, f_boost] at which p(f) = 1 (f_boost when it stays under the cap):
     f = f_boost G^-1((1 - w_mem u_mem) / sum(u / G(f_cap)))."""
     k = sum(u / power_curve(fc / f_boost, beta) for u, fc in loads)
@@ -172,12 +173,12 @@ def power_state(by_category: Mapping[str, float], step_s: float, gpu_key: str, f
     mem = sum(by_category.get(c, 0.0) for c in MEMORY)
     f = f_gemm
     for _ in range(5):
-        tg, ta = g / gemm_speed(f, f_cal, f_boost, boost_speedup), a * f_boost / f
+        speed = gemm_speed(f, f_cal, f_boost, boost_speedup)
+        tg, ta = g / speed, a * f_boost / f
         step = step_s + (tg - g) + (ta - a)
         if step <= 0:
             break
-        loads = ((min(gp / gemm_speed(f, f_cal, f_boost, boost_speedup) / step, 1.0), f_gemm),
-                 (min(ta / step, 1.0), f_att))
+        loads = ((min(gp / speed / step, 1.0), f_gemm), (min(ta / step, 1.0), f_att))
         f = cap_clock(loads, min(mem / step, 1.0), w_mem, f_gemm, f_boost, beta)
     return PowerState(f, gemm_speed(f, f_cal, f_boost, boost_speedup), f / f_boost, f < f_boost)
 

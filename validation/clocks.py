@@ -3,7 +3,7 @@ prefill / train_step record that carries an nvidia-smi sample of its timed windo
 
 sim/power.py predicts the clock a step sustains under the board power cap from its time shares;
 step times fold that clock in with everything else, so this is the direct check. The runners
-sample the clock (median over the timed window) into ``extra.power_state`` / ``power_state``.
+sample the clock (median over the timed window) into ``extra.power_state``.
 
     mechsim validate clocks [-v] [paths...]
 """
@@ -31,12 +31,10 @@ class ClockRow:
 
 
 def measured_clock_hz(rec: dict) -> float | None:
-    """Median SM clock of the record's timed window, where the runner sampled one."""
-    for ps in ((rec.get("extra") or {}).get("power_state"), rec.get("power_state"),
-               (rec.get("timing") or {}).get("power_state")):
-        if ps and "sm_clock_mhz" in ps:
-            return float(ps["sm_clock_mhz"]["median"]) * 1e6
-    return None
+    """Median SM clock of the record's timed window, where the runner sampled one
+    (validation/runners/timing.py writes it to ``extra.power_state``)."""
+    ps = (rec.get("extra") or {}).get("power_state")
+    return float(ps["sm_clock_mhz"]["median"]) * 1e6 if ps and "sm_clock_mhz" in ps else None
 
 
 def predicted_clock_hz(rec: dict, run: dict) -> float:

@@ -19,26 +19,26 @@ from pathlib import Path
 import numpy as np
 from scipy.optimize import least_squares
 
+from ..hwdb.loader import get_gpu
 from ..sim.power import power_curve
 
 RECORD = Path(__file__).resolve().parent / "experiments/records/20261201T0000Z_gemm_power_curve_h200.json"
-F_BOOST_MHZ = 1980.0
 
 
-def capped_points(record: dict) -> list[tuple[float, float]]:
+def capped_points(record: dict, gpu: str = "h200_sxm") -> list[tuple[float, float]]:
     """(x = f / f_boost, g) for every point of every load that ran below the boost clock; P0 and
     c per load from the points at boost (least squares), power = instantaneous median."""
-    out = []
+    f_boost_mhz, out = get_gpu(gpu).boost_clock_hz / 1e6, []
     for load in record["loads"].values():
         pts = [p for p in load["points"] if "power_state" in p]
         n = np.array([p["n"] for p in pts], dtype=float)
         power = np.array([p["power_state"]["power_instant_w"]["median"] for p in pts])
         clock = np.array([p["power_state"]["sm_clock_mhz"]["median"] for p in pts])
-        boost = clock >= F_BOOST_MHZ
+        boost = clock >= f_boost_mhz
         if boost.sum() < 2 or boost.all():
             continue
         p0, c = np.linalg.lstsq(np.vstack([np.ones(boost.sum()), n[boost]]).T, power[boost], rcond=None)[0]
-        out += [(clock[i] / F_BOOST_MHZ, (power[i] - p0) / (n[i] * c)) for i in np.flatnonzero(~boost)]
+        out += [(clock[i] / f_boost_mhz, (power[i] - p0) / (n[i] * c)) for i in np.flatnonzero(~boost)]
     return out
 
 
