@@ -2,7 +2,7 @@
 
 Llama 3.1 405B, seq 8192, global batch 2048 sequences (16M tokens: the batch the Llama 3 paper,
 arXiv:2407.21783 table 4, reports for 16K H100s; that table is not in
-shared/reference/published_results.md, so the figure is quoted, not verified here), bf16,
+validation/published/reference.md, so the figure is quoted, not verified here), bf16,
 megatron_te, on 16,384 H100s = Cluster("hgx_h100", nodes=2048).
 
 1. cold: a fresh Python process, imports excluded, first search (no layout, flow-rate or op

@@ -1,7 +1,7 @@
 """Named model presets with their published parameter counts.
 
 Sources of the architecture values: the public HF ``config.json`` of each model
-(cross-checked with /work/shared/reference/published_results.md §M). The exact
+(cross-checked with validation/published/reference.md §M). The exact
 totals in PUBLISHED_PARAMS are what tests/model/test_presets.py pins; each cites
 where the number was read. ``param_count()`` reproduces every one exactly.
 """

@@ -2,7 +2,7 @@
 
 The TOML files in validation/published/ (one per source table; schema in
 validation/published/README.md) hold rows transcribed from
-/work/shared/reference/published_results.md. This module loads and checks them:
+validation/published/reference.md. This module loads and checks them:
 
     load_published()            training rows   (validation/published/*.toml)
     load_published_inference()  serving rows    (validation/published/inference/*.toml)

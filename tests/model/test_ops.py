@@ -34,7 +34,7 @@ def test_total_close_to_model_flops(name):
 
 
 def test_llama3_70b_model_flops_match_nemo():
-    # published_results.md: NeMo Llama3-70B, 1602 tok/s/GPU -> 719 TFLOP/s/GPU = 448.8 GFLOP/token at S=8192
+    # validation/published/reference.md (A5): NeMo Llama3-70B, 1602 tok/s/GPU -> 719 TFLOP/s/GPU = 448.8 GFLOP/token at S=8192
     w = TrainingWorkload(model="llama3-70b", mbs=1, seq=8192)
     assert model_flops_per_step(w) / w.tokens == pytest.approx(719e12 / 1602, rel=0.005)
     # NeMo flops_formulas.llama3 closed form

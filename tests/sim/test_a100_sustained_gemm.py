@@ -1,7 +1,7 @@
 """A100 GEMMs run at the sustained (power-capped) cuBLASLt rate, not the MAMF burst rate.
 
 Azure AI-benchmarking-guide ND A100 v4 (cuBLASLt fp16, random inputs, 10,000 warm-ups;
-shared/reference/published_results.md C2). With the MAMF burst fraction (0.869) these shapes were
+validation/published/reference.md C2). With the MAMF burst fraction (0.869) these shapes were
 predicted 4.8-6.7 % fast."""
 
 import pytest

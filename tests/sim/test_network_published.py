@@ -1,4 +1,4 @@
-"""sim/network.py against published NCCL all-reduce bus bandwidths (published_results.md §C2, §C3).
+"""sim/network.py against published NCCL all-reduce bus bandwidths (validation/published/reference.md §C2, §C3).
 
 Nothing here was tuned to these rows except two constants, each fixed from ONE row and marked in
 sim/data/network.toml: nvls.bw_fraction (8x H200 16 GiB NVLS 480 GB/s) and fabric.efa.hop_latency_s

@@ -45,7 +45,7 @@ def test_eager_collectives_unchanged(eff):
 
 @pytest.mark.parametrize("mb,busbw", [(4, 137.77), (16, 240.37)])
 def test_eight_gpu_graph_all_reduce_matches_published_nccl_tests(eff, mb, busbw):
-    """Azure ND H200 v5 nccl-tests (published_results.md C2, NCCL 2.26.2), 8 GPUs: 4 MB and 16 MB
+    """Azure ND H200 v5 nccl-tests (validation/published/reference.md C2, NCCL 2.26.2), 8 GPUs: 4 MB and 16 MB
     all_reduce. A flat 8 us latency predicts them 44 % and 24 % too fast."""
     published = mb * 1e6 * 1.75 / (busbw * 1e9)
     t = collective_time_s("all_reduce", mb * 1e6, 8, NVLINK4, in_cuda_graph(eff))

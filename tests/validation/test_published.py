@@ -1,14 +1,12 @@
 """validation/published.py and the TOML files of validation/published/.
 
-The transcription checks read the reference markdown (the files' citation) with a
-parser written here, independent of validation/published/generate.py, so a wrong
-cell in a TOML file fails a test. They skip where the markdown is absent
-(set MECHSIM_REFERENCE_MD to point at a copy).
+The transcription checks read the reference markdown (validation/published/reference.md,
+the files' citation) with a parser written here, independent of
+validation/published/generate.py, so a wrong cell in a TOML file fails a test.
 """
 
 from __future__ import annotations
 
-import os
 import re
 import shutil
 from pathlib import Path
@@ -20,7 +18,7 @@ from mechsim.validation.published import (
     load_published_inference, published_sources,
 )
 
-REFERENCE_MD = Path(os.environ.get("MECHSIM_REFERENCE_MD", "/work/shared/reference/published_results.md"))
+REFERENCE_MD = PUBLISHED_DIR / "reference.md"
 TRAINING_FILES = sorted(p for p in PUBLISHED_DIR.glob("*.toml") if p.name != MODELS_FILE.name)
 INFERENCE_FILES = sorted(INFERENCE_DIR.glob("*.toml"))
 A8_FILE = PUBLISHED_DIR / "megatron_bridge_a8.toml"
@@ -42,8 +40,6 @@ def inference():
 
 @pytest.fixture(scope="module")
 def md() -> dict[str, list[str]]:
-    if not REFERENCE_MD.exists():
-        pytest.skip(f"reference markdown not found at {REFERENCE_MD}")
     out, cur = {}, None
     for line in REFERENCE_MD.read_text(encoding="utf-8").splitlines():
         m = re.match(r"^###\s+([A-Z]\d+)\.", line)

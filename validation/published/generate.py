@@ -1,6 +1,6 @@
 """Regenerate the TOML files in this folder from the reference markdown.
 
-    python validation/published/generate.py [path/to/published_results.md]
+    python validation/published/generate.py [path/to/reference.md]  (default: reference.md beside this file)
 
 Why a generator: the Megatron-Bridge table alone has ~200 rows; copying cells by
 hand invites typos. Every cell that becomes a number is parsed from the markdown,
@@ -21,7 +21,7 @@ import sys
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-DEFAULT_MD = Path("/work/shared/reference/published_results.md")
+DEFAULT_MD = Path(__file__).with_name("reference.md")
 TB = 1e12
 
 # ---------------------------------------------------------------- markdown ---

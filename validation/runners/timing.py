@@ -1,6 +1,6 @@
 """The one timing helper every runner case uses (torch + stdlib only).
 
-Short ops are timed the way they run inside a model (shared/reference/traps.md):
+Short ops are timed the way they run inside a model (operands from HBM, not a warm L2):
 `inner` calls back to back over ROTATING input sets whose total size exceeds
 2x L2 (so each call reads from HBM, not L2), captured in one CUDA graph that is
 replayed `reps` times between CUDA events; per-call time = replay time / inner.
