@@ -22,7 +22,7 @@ KINDS = frozenset({
     "prefill_tp", "decode_tp", "pp_step",
 })
 METHODS = frozenset({"graph_rotating", "events", "flush", "wall"})
-SUITES = frozenset({"quick", "full", "smoke"})
+SUITES = frozenset({"quick", "full", "smoke", "sweep"})
 RUN_KEYS = {"schema": str, "run_id": str, "suite": str, "started_utc": str,
             "env": dict, "records": list}
 RECORD_KEYS = {"case_id": str, "kind": str, "params": dict}
