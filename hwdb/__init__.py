@@ -8,6 +8,10 @@ this package only validates, converts to SI and looks names up.
     >>> get_gpu("H100").peak_flops("bf16")   # dense FLOP/s
     989500000000000.0
 """
+if __name__ == "hwdb":   # imported as a top-level package from the checkout root
+    raise ImportError("import mechsim.hwdb, not hwdb: the folders of a checkout are mapped into the "
+                      "mechsim namespace (pip install -e . in the checkout)")
+
 
 from .loader import (
     DEFAULT_DATA_DIR,

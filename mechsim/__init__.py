@@ -7,6 +7,14 @@ from __future__ import annotations
 
 __version__ = "0.1.0"
 
+from pathlib import Path as _Path
+
+from mechsim._tree import checkout_root as _checkout_root
+
+_ROOT = _checkout_root(_Path(__file__).resolve().parent)
+if _ROOT is not None:   # a source checkout: its own hwdb/ model/ sim/ ... (mechsim/_tree.py says why)
+    __path__.append(str(_ROOT))
+
 _LAZY = {
     "estimate": ("mechsim.sim.estimate", "estimate"),
     "estimate_op": ("mechsim.sim.estimate", "estimate_op"),
@@ -38,6 +46,10 @@ def __getattr__(name: str):
 
         mod, attr = _LAZY[name]
         value = getattr(importlib.import_module(mod), attr)
+        if _ROOT is not None:
+            from mechsim._tree import check_one_tree
+
+            check_one_tree(_ROOT)
         globals()[name] = value
         return value
     raise AttributeError(f"module 'mechsim' has no attribute {name!r}")

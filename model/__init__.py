@@ -1,4 +1,8 @@
 """Workloads -> flat lists of Op records (hardware-agnostic). See model/ops.py and model/build.py."""
+if __name__ == "model":   # imported as a top-level package from the checkout root
+    raise ImportError("import mechsim.model, not model: the folders of a checkout are mapped into the "
+                      "mechsim namespace (pip install -e . in the checkout)")
+
 from .build import FUSION_GROUPS, build_ops
 from .config import MLAConfig, MoEConfig, TransformerConfig
 from .hf import from_hf_config
