@@ -26,7 +26,7 @@ from models import build_model, kernel_summary, model_params, ref_config
 from timing import add_host_probe, host_probe_s, host_time_per_call, measure
 
 _STATE: dict = {}  # the model (and decode caches) shared by consecutive cases; see teardowns
-MAX_SEQ = {"tiny": 64, "1b": 8320, "8b": 8320}  # rope tables; >= longest context + 1
+MAX_SEQ = {"tiny": 64, "1b": 8320, "8b": 8320, "0p5b": 4160, "1p5b": 4160, "3b": 4160}  # rope tables; >= longest context + 1
 
 
 def _model(ctx: Ctx, name: str):

@@ -23,6 +23,9 @@ SHAPES = {
     # Llama-3.2-1B / 3B (tied embeddings, like the released models)
     "1b": dict(vocab=128256, d_model=2048, n_layers=16, n_heads=32, n_kv_heads=8, ffn=8192, tie_embeddings=True),
     "3b": dict(vocab=128256, d_model=3072, n_layers=28, n_heads=24, n_kv_heads=8, ffn=8192, tie_embeddings=True),
+    # Qwen2.5-0.5B / 1.5B layer shapes as Llama-style decoders (no QKV bias; tied embeddings as released)
+    "0p5b": dict(vocab=151936, d_model=896, n_layers=24, n_heads=14, n_kv_heads=2, ffn=4864, tie_embeddings=True),
+    "1p5b": dict(vocab=151936, d_model=1536, n_layers=28, n_heads=12, n_kv_heads=2, ffn=8960, tie_embeddings=True),
     # Llama-3-8B layers, untied; fewer layers to fit a single-GPU training step
     "8b": dict(vocab=128256, d_model=4096, n_layers=32, n_heads=32, n_kv_heads=8, ffn=14336),
     "8b_l4": dict(vocab=128256, d_model=4096, n_layers=4, n_heads=32, n_kv_heads=8, ffn=14336),

@@ -1,0 +1,263 @@
+"""The host/GPU probe behind `mechsim probe`: torch and the standard library only.
+
+Runs in ~10 s on the GPU machine a user wants estimates for and writes a versioned JSON
+profile (format ``mechsim.host_profile/1``, docs/host.md):
+
+- host: CPU model (/proc/cpuinfo), physical and usable cores, boot id, OS, Python;
+- software: torch, CUDA, cuDNN versions; gpu: name, SMs, memory;
+- measurements (SI units, unit in the name): host seconds per eager kernel launch (a
+  1-element ``add_``), GPU seconds per kernel inside a CUDA graph, a tiny Llama-style
+  model's eager decode step (host issue time and wall time), bf16 GEMM rates at 1024^3 and
+  8192^3, and device-to-device copy bandwidth.
+
+The tiny model is validation/runners/llama_ref.py's decoder (the code mechsim's eager stack
+is counted on), loaded by path. Usable without mechsim installed::
+
+    python3 mechsim/probe_runner.py --out profile.json
+
+Importing this module needs neither torch nor pydantic; torch is imported when a probe runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import os
+import platform
+import sys
+import tempfile
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Callable
+
+FORMAT = "mechsim.host_profile/1"
+TINY = {"vocab": 512, "d_model": 64, "n_layers": 2, "n_heads": 4, "n_kv_heads": 2, "ffn": 128,
+        "tie_embeddings": False, "max_seq": 64, "batch": 1, "ctx": 16}
+GEMM_SIZES = (1024, 8192)
+COPY_BYTES = 1 << 30
+
+
+def default_profile_path() -> Path:
+    """<user data dir>/mechsim/host_profile.json (platformdirs where installed, else XDG)."""
+    try:
+        import platformdirs
+        base = Path(platformdirs.user_data_dir("mechsim", appauthor=False))
+    except ImportError:
+        base = Path(os.environ.get("XDG_DATA_HOME") or Path.home() / ".local" / "share") / "mechsim"
+    return base / "host_profile.json"
+
+
+def write_json_atomic(path: Path, obj: dict) -> None:
+    """Write ``obj`` as JSON to ``path``: temp file in the same folder, fsync, os.replace."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            json.dump(obj, f, indent=1, sort_keys=True)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+# ---- the host -------------------------------------------------------------------------
+
+def _read(path: str) -> str | None:
+    try:
+        return Path(path).read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return None
+
+
+def cpu_info(text: str | None = None) -> dict:
+    """CPU model and core counts from /proc/cpuinfo text (physical cores: distinct
+    (physical id, core id) pairs; None where the file does not say)."""
+    text = _read("/proc/cpuinfo") if text is None else text
+    model, cores, cur = None, set(), {}
+    for line in (text or "").splitlines() + [""]:
+        if not line.strip():
+            if "core id" in cur:
+                cores.add((cur.get("physical id", "0"), cur["core id"]))
+            cur = {}
+            continue
+        key, _, val = line.partition(":")
+        cur[key.strip()] = val.strip()
+        if key.strip() == "model name" and model is None:
+            model = val.strip()
+    return {"cpu_model": model or platform.processor() or platform.machine(),
+            "physical_cores": len(cores) or None, "logical_cpus": os.cpu_count(),
+            "usable_cpus": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None}
+
+
+def host_info() -> dict:
+    boot = _read("/proc/sys/kernel/random/boot_id")
+    return {**cpu_info(), "boot_id": boot.strip() if boot else None, "machine": platform.machine(),
+            "os": f"{platform.system()} {platform.release()}", "python": platform.python_version()}
+
+
+def software_info(torch: Any) -> dict:
+    cudnn = torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None
+    return {"torch": torch.__version__, "cuda": torch.version.cuda, "cudnn": cudnn}
+
+
+def gpu_info(torch: Any) -> dict:
+    p = torch.cuda.get_device_properties(0)
+    return {"name": p.name, "count": torch.cuda.device_count(), "sm_count": p.multi_processor_count,
+            "memory_bytes": p.total_memory}
+
+
+# ---- timings --------------------------------------------------------------------------
+
+def median(xs: list[float]) -> float:
+    s = sorted(xs)
+    return (s[(len(s) - 1) // 2] + s[len(s) // 2]) / 2
+
+
+def host_per_call_s(torch: Any, call: Callable[[], object], inner: int, reps: int) -> float:
+    """Median over ``reps`` bursts of host seconds per call (``inner`` calls, no sync inside
+    a burst; the GPU queue is drained before each burst)."""
+    per = []
+    for _ in range(reps):
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        for _ in range(inner):
+            call()
+        per.append((time.perf_counter() - t0) / inner)
+    torch.cuda.synchronize()
+    return median(per)
+
+
+def gpu_per_call_s(torch: Any, call: Callable[[], object], inner: int, reps: int) -> float:
+    """Median over ``reps`` of CUDA-event seconds per call, ``inner`` calls per sample."""
+    per = []
+    for _ in range(reps):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        for _ in range(inner):
+            call()
+        b.record()
+        b.synchronize()
+        per.append(a.elapsed_time(b) * 1e-3 / inner)
+    return median(per)
+
+
+def launch_probe(torch: Any, kernels: int = 200) -> dict:
+    """Host seconds per eager launch of a 1-element add_, and GPU seconds per kernel when the
+    same 200 launches replay from a CUDA graph (graph launch gap included)."""
+    x = torch.zeros(1, device="cuda")
+    eager = host_per_call_s(torch, lambda: x.add_(1.0), 300, 7)
+    graph = graph_per_call_s(torch, lambda: x.add_(1.0), kernels, 7)
+    return {"launch_eager_host_s": eager, "launch_graph_gpu_s": graph}
+
+
+def _llama_ref() -> Any:
+    """validation/runners/llama_ref.py, found beside this package (repo or installed)."""
+    here = Path(__file__).resolve().parent
+    for cand in (here.parent / "validation" / "runners", here / "validation" / "runners"):
+        path = cand / "llama_ref.py"
+        if path.exists():
+            spec = importlib.util.spec_from_file_location("_mechsim_llama_ref", path)
+            mod = importlib.util.module_from_spec(spec)
+            spec.loader.exec_module(mod)
+            return mod
+    raise FileNotFoundError("validation/runners/llama_ref.py not found beside the mechsim package")
+
+
+def tiny_step_probe(torch: Any) -> dict:
+    """The tiny decoder's eager decode step (batch 1, 16 cached tokens, bf16, inference
+    mode): host seconds to issue one forward (7 bursts of 10, no sync) and wall seconds per
+    forward with a sync after each."""
+    ref = _llama_ref()
+    cfg = ref.RefConfig(**{k: TINY[k] for k in ("vocab", "d_model", "n_layers", "n_heads", "n_kv_heads",
+                                                "ffn", "tie_embeddings", "max_seq")})
+    torch.manual_seed(0)
+    with torch.device("cuda"):
+        m = ref.Llama(cfg).to(torch.bfloat16).eval()
+        shape = (TINY["batch"], cfg.n_kv_heads, cfg.max_seq, cfg.head_dim)
+        caches = [(torch.randn(shape, dtype=torch.bfloat16), torch.randn(shape, dtype=torch.bfloat16))
+                  for _ in range(cfg.n_layers)]
+        idx = torch.randint(0, cfg.vocab, (TINY["batch"], 1))
+    with torch.inference_mode():
+        step = lambda: m(idx, caches, TINY["ctx"])  # noqa: E731
+        for _ in range(5):
+            step()
+        host = host_per_call_s(torch, step, 10, 7)
+        wall = host_per_call_s(torch, lambda: (step(), torch.cuda.synchronize()), 5, 5)
+    return {"tiny_step_host_s": host, "tiny_step_wall_s": wall}
+
+
+def graph_per_call_s(torch: Any, call: Callable[[], object], inner: int, reps: int) -> float:
+    """GPU seconds per call, ``inner`` calls captured in one CUDA graph (no host launch gaps
+    between them), median of ``reps`` timed replays after one untimed."""
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        call()
+    torch.cuda.current_stream().wait_stream(s)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        for _ in range(inner):
+            call()
+    g.replay()
+    return gpu_per_call_s(torch, g.replay, 1, reps) / inner
+
+
+def gemm_rate(torch: Any, n: int) -> float:
+    """bf16 n x n x n matmul rate (FLOP/s): ~40 GFLOP of back-to-back products per graph replay."""
+    a = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
+    c = torch.empty(n, n, device="cuda", dtype=torch.bfloat16)
+    inner = max(2, int(4e10 // (2 * n**3)))
+    return 2 * n**3 / graph_per_call_s(torch, lambda: torch.mm(a, b, out=c), inner, 7)
+
+
+def gemm_probe(torch: Any) -> dict:
+    return {f"gemm_{n}_bf16_flop_per_s": gemm_rate(torch, n) for n in GEMM_SIZES}
+
+
+def copy_probe(torch: Any) -> dict:
+    """Device-to-device copy of COPY_BYTES: bytes read + written per second."""
+    src = torch.empty(COPY_BYTES, dtype=torch.uint8, device="cuda")
+    dst = torch.empty_like(src)
+    dst.copy_(src)
+    return {"hbm_copy_bytes_per_s": 2 * COPY_BYTES / gpu_per_call_s(torch, lambda: dst.copy_(src), 3, 7)}
+
+
+def run_probe() -> dict:
+    """Every probe on GPU 0 of this machine, as a profile dict (FORMAT)."""
+    t0 = time.perf_counter()
+    import torch
+    if not torch.cuda.is_available():
+        raise RuntimeError("the probe needs an NVIDIA GPU: torch.cuda.is_available() is False")
+    torch.cuda.init()
+    meas: dict = {}
+    for probe in (launch_probe, tiny_step_probe, gemm_probe, copy_probe):
+        meas.update(probe(torch))
+    return {"format": FORMAT, "created_utc": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+            "host": host_info(), "software": software_info(torch), "gpu": gpu_info(torch),
+            "tiny_model": dict(TINY), "measurements": meas, "probe_s": time.perf_counter() - t0}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description="Probe this machine's host and GPU for mechsim (torch only).")
+    ap.add_argument("--out", default=None, help=f"profile path (default {default_profile_path()})")
+    args = ap.parse_args(argv)
+    try:
+        prof = run_probe()
+    except (RuntimeError, FileNotFoundError, ImportError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    path = Path(args.out) if args.out else default_profile_path()
+    write_json_atomic(path, prof)
+    m = prof["measurements"]
+    print(f"wrote {path}: {prof['host']['cpu_model']}, eager launch {m['launch_eager_host_s'] * 1e6:.2f} us, "
+          f"tiny eager step {m['tiny_step_host_s'] * 1e6:.0f} us, probe {prof['probe_s']:.1f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
