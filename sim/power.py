@@ -39,8 +39,8 @@ Compute speed at clock f, relative to each kernel's calibrated rate:
 Attention is linear in the clock, as measured in the same alternating runs (phases at 0.80-0.96
 of its lone clock ran at 0.80-0.95 of its lone speed). GEMMs there (8192^3 and the 8B step's
 shapes) are linear too up to ~1.18x, then flat: steeper above f_cal than the line, which is kept
-because the held-out H200 eager train steps need it (validation LOG, session 6: the measured
-slope gave a -5 % bias there, before the element-rate kernels followed the clock, session 8). Shares
+because the held-out H200 eager train steps need it (validation LOG, "Attention draws less power per clock than GEMMs", 2026-11-30: the measured
+slope gave a -5 % bias there, before the element-rate kernels followed the clock: "Element-rate kernels follow the step's clock"). Shares
 depend on f (compute time changes with the clock): power_state iterates. Timed eager train steps on H200 ran at 1,980 MHz
 (host-bound 125M/1B), 1,935 (1B mbs2), 1,770 (1B mbs4 s4096) and 1,583 MHz (8B, 4 layers).
 """

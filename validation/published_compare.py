@@ -189,7 +189,7 @@ UNFUSED_STACK = "megatron_te_unfused_attn"
 # DGX-H100) run attention at FlashAttention-2's rate (stack megatron_te_fa2). NeMo's docs of the
 # time said TE's flash attention was FlashAttention-2, on by default; NeMo PR 9188 (2024-05, source
 # nemo_flash_attn_docs) then documented TE's cuDNN preference on Hopper, whose 2024 cuDNN is not the
-# 9.19 the H200 calibration measured. Evidence (validation LOG, session 6): with the measured
+# 9.19 the H200 calibration measured. Evidence (validation LOG "The NeMo 24.x H100 rows at FlashAttention-2's rate", 2026-11-30): with the measured
 # attention power, FA2 puts all 17 rows within -12..+8 % (4K to 1M tokens) where today's cuDNN
 # rate leaves them +0..+30 %.
 SOFTWARE_STACKS = {"NeMo 24.": "megatron_te_fa2"}

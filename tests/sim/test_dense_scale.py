@@ -1,4 +1,4 @@
-"""Dense at-scale training mechanisms (issue 4): Megatron-LM 2021 pipeline p2p."""
+"""Dense at-scale training mechanisms: Megatron-LM 2021 pipeline p2p."""
 
 import numpy as np
 import pytest

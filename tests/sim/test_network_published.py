@@ -91,7 +91,7 @@ def test_p6_four_nodes_pipelined_within_10pct_and_staged_is_a_lower_bound(nbytes
 
 def test_h200_ring_8gpu_against_published():
     """8-GPU ring busbw vs the published table: all_reduce within 10 % since the 2-GPU fit took
-    the 11-size sweep (2026-11-30 session 2); all_gather and reduce_scatter are still low by a
+    the 11-size sweep (2026-11-30); all_gather and reduce_scatter are still low by a
     fifth to a quarter (documented miss; fails, prompting a table update, if calibration moves it)."""
     err = busbw_GBps("hgx_h200", 1, "all_reduce", 16 * GiB) / 367.2 - 1
     assert abs(err) < 0.10, err

@@ -17,7 +17,7 @@ def test_summary_groups_by_kind_and_split():
 
 
 def test_the_committed_step_clocks_are_predicted_within_five_percent():
-    """Every prefill / train_step record with a clock sample (177 at session 9): held-out clock
+    """Every prefill / train_step record with a clock sample (177 on 2026-12-01): held-out clock
     MAPE 3.8 %, all 4.3 %."""
     rows = clock_rows()
     assert len(rows) >= 150

@@ -76,7 +76,7 @@ def test_flagged_groups_are_real_and_the_rest_within_15_percent(compared):
     assert set(FLAGGED) <= groups
     kept = [r for r in rows if (r.source, r.gpu, MODE_SHORT[r.mode]) not in FLAGGED]
     assert len(kept) >= 140 and mape(kept) <= 0.14
-    assert mape(rows) <= 0.15      # all rows, flagged included (the issue 5 target)
+    assert mape(rows) <= 0.15      # all rows, flagged included (the serving target)
 
 
 def test_azure_gb200_rows_are_output_tokens():

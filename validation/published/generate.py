@@ -478,7 +478,7 @@ A8_SOURCE = {
                      "parentheses: MXFP8 (32x32) on GB200/B200, FP8 blockwise (128x128 w, 1x128 act) on H100; in "
                      "25.09 the LLAMA3_70B/405B/DeepSeekV3 GB200 parentheses also change the parallel mapping. "
                      "Kimi-K2 uses the Muon optimizer. 26.06.01 GPT-OSS pre-training regressed (cudnn-frontend "
-                     "issue 256): use the 26.06 or 26.08 rows."),
+                     "GitHub issue #256): use the 26.06 or 26.08 rows."),
     "flop_accounting": "megatron_bridge_model_flops",
 }
 
@@ -518,7 +518,7 @@ def a8_rows(sec: list[str]) -> list[dict]:
 
 
 # Regressions the publisher's maintainers state in their own tracker for rows of these tables.
-# NVIDIA-NeMo/Megatron-Bridge issue 1998 (2026-01-20, labels performance, performance/release):
+# NVIDIA-NeMo/Megatron-Bridge GitHub issue #1998 (2026-01-20, labels performance, performance/release):
 # "[Regression] Low QWEN3 30B B200 and H100 performance with dropless ... the perf in 25.11 is 2X
 # slower than 25.09. We need to fix this in 26.02." The 26.02 rows still run the 25.11 plans at the
 # 25.11 speed; at 26.02.01 the identical H100 plan publishes 1.77x more.
@@ -594,10 +594,10 @@ def a8_row(d: dict, alt: bool, prev: list[dict]) -> dict:
         r["metrics"]["model_flops_per_s_per_gpu"] = num(tfl, alt) * TB
     if "*" in tfl:
         r["notes"].append("TFLOP/s cell carries an asterisk in the source"
-                          + (" (26.06.01 footnote: GPT-OSS pre-training regressed, cudnn-frontend issue 256)"
+                          + (" (26.06.01 footnote: GPT-OSS pre-training regressed, cudnn-frontend GitHub issue #256)"
                              if rel == "26.06.01" else " (footnote not transcribed)"))
         if rel == "26.06.01" and "gpt" in name.lower():
-            r["source_flag"] = "source footnote: GPT-OSS pre-training regressed, cudnn-frontend issue 256"
+            r["source_flag"] = "source footnote: GPT-OSS pre-training regressed, cudnn-frontend GitHub issue #256"
     if alt:
         r["alt_of"] = prev[-1]["id"]
         r["notes"].append("value in parentheses (alternative quantization granularity"

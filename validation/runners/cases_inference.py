@@ -94,7 +94,7 @@ def model_probe_s(ctx: Ctx) -> float | None:
     """Host seconds to issue one eager decode step of the 2-layer "tiny" llama_ref (batch 1,
     position 16): the same Python modules and kernels per layer as the measured model, with
     negligible GPU work, so it reads the host's speed for this code path right now (the
-    1-element add_ probe follows only the launch path; LOG 2026-11-30 session 3). Median of
+    1-element add_ probe follows only the launch path; LOG "Host speed from a tiny model's eager step", 2026-11-30). Median of
     5 bursts of 10 forwards, no sync inside a burst. None on CPU."""
     if not ctx.is_cuda:
         return None
