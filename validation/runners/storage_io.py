@@ -1,0 +1,414 @@
+"""Storage I/O of the device machine: raw disk bandwidth, checkpoint save/restore, data loading.
+
+torch + numpy + the standard library (and ``tokenizers`` when the machine has it); one JSON, written
+atomically after every section so a run stopped at its time limit still returns what it measured:
+
+    python validation/runners/storage_io.py --out $OUT/storage_io.json [--dir PATH] [--budget-s 115]
+
+1. Environment: CPU count, memory, disk device (lsblk, /sys/block), file system, free space, boot id.
+2. Raw disk: sequential write of large buffered writes + fsync (return and durable times), the same
+   with O_DIRECT, sequential read with O_DIRECT and buffered after dropping the file's pages from the
+   page cache (fsync + posix_fadvise DONTNEED: clean pages of that file only, no root needed), and a
+   warm re-read (page cache speed) to show that the drop worked.
+3. Checkpoints of a Llama-3.2-1B and -3B training state as an amp_bf16 run keeps it (fp32 parameters,
+   fp32 AdamW exp_avg / exp_avg_sq, real layer shapes, tensors on the GPU made with normal_): torch.save
+   (+ fsync) and torch.load (cold, map_location cuda), torch.distributed.checkpoint save (sync) and
+   async_save (blocking and total time) in a process group of one, dcp.load.
+4. Data loading (CPU): a byte-level BPE trained here on the machine's own text files (package
+   READMEs / METADATA / licences under the Python prefix: no downloads) and a pure-Python regex
+   word-level tokenizer with byte fallback; their per-core rates; torch DataLoader throughput over raw
+   text (tokenised in the workers) and over pre-tokenised uint16 / uint32 shards, by worker count.
+
+Items that would run past the time budget (estimated from the measured disk rates) or need more free
+space than the disk has are skipped with the reason recorded.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import mmap
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")   # per-core rates: one thread per process
+
+import torch  # noqa: E402
+
+from storage_loader import GiB, MiB, attempt, data_loading, drop_cache, fsync_path  # noqa: E402
+
+CHUNK = 64 * MiB
+SHAPES = {  # Llama-3.2 (tied embeddings): vocab, d_model, layers, heads, kv heads, ffn
+    "1b": (128256, 2048, 16, 32, 8, 8192),
+    "3b": (128256, 3072, 28, 24, 8, 8192),
+    "tiny": (512, 64, 2, 4, 2, 128),   # CPU smoke test of the code paths
+}
+T0 = time.monotonic()
+REC: dict = {"kind": "storage_io", "sections": {}, "skipped": []}
+
+
+# ------------------------------------------------------------------ bookkeeping
+def save_record(path: Path) -> None:
+    tmp = path.with_suffix(".tmp")
+    with open(tmp, "w", encoding="utf-8") as f:
+        json.dump(REC, f, indent=1, default=str)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def left_s(budget: float) -> float:
+    return budget - (time.monotonic() - T0)
+
+
+def fits(name: str, need_s: float, budget: float, need_bytes: float = 0.0, where: Path | None = None) -> bool:
+    """Record a skip (and return False) if ``name`` would pass the budget or the free space."""
+    free = shutil.disk_usage(where).free if where else float("inf")
+    if need_s > left_s(budget):
+        REC["skipped"].append({"item": name, "why": f"needs ~{need_s:.0f} s, {left_s(budget):.0f} s left"})
+        return False
+    if need_bytes * 1.05 > free:
+        REC["skipped"].append({"item": name, "why": f"needs {need_bytes / 1e9:.1f} GB, {free / 1e9:.1f} GB free"})
+        return False
+    return True
+
+
+def sh(cmd: list[str]) -> str | None:
+    try:
+        p = subprocess.run(cmd, capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return p.stdout.strip() if p.returncode == 0 else None
+
+
+def read(path: str) -> str | None:
+    try:
+        return Path(path).read_text().strip()
+    except OSError:
+        return None
+
+
+# ------------------------------------------------------------------ environment
+def mount_of(path: Path) -> dict:
+    """The /proc/mounts entry with the longest mount point that is a prefix of ``path``."""
+    best = {"mountpoint": "", "device": None, "fstype": None}
+    for line in (read("/proc/mounts") or "").splitlines():
+        dev, mnt, fstype = line.split()[:3]
+        p = str(path.resolve())
+        if (p == mnt or p.startswith(mnt.rstrip("/") + "/")) and len(mnt) > len(best["mountpoint"]):
+            best = {"mountpoint": mnt, "device": dev, "fstype": fstype}
+    return best
+
+
+def block_info() -> dict:
+    out = {}
+    for dev in sorted(os.listdir("/sys/block")) if os.path.isdir("/sys/block") else []:
+        q = f"/sys/block/{dev}"
+        out[dev] = {k: read(f"{q}/{p}") for k, p in (
+            ("rotational", "queue/rotational"), ("model", "device/model"), ("vendor", "device/vendor"),
+            ("size_512b_sectors", "size"), ("scheduler", "queue/scheduler"), ("max_sectors_kb", "queue/max_sectors_kb"),
+            ("logical_block_size", "queue/logical_block_size"), ("nr_requests", "queue/nr_requests"))}
+    return out
+
+
+def pick_dir(user: str | None) -> Path:
+    """--dir, else the candidate (not tmpfs/ramfs) with the most free space."""
+    if user:
+        return Path(user)
+    cands = [Path(p) for p in ("/tmp", "/var/tmp", "/root", str(Path.cwd()), "/workspace", "/mnt") if Path(p).is_dir()]
+    ok = [p for p in cands if mount_of(p)["fstype"] not in ("tmpfs", "ramfs") and os.access(p, os.W_OK)]
+    return max(ok or cands, key=lambda p: shutil.disk_usage(p).free)
+
+
+def environment(work: Path) -> dict:
+    mem = {k: v for k, v in (line.split(":", 1) for line in (read("/proc/meminfo") or "").splitlines())}
+    du = shutil.disk_usage(work)
+    cands = {p: {**mount_of(Path(p)), "free_bytes": shutil.disk_usage(p).free}
+             for p in ("/tmp", "/", str(Path.cwd())) if Path(p).is_dir()}
+    return {
+        "boot_id": read("/proc/sys/kernel/random/boot_id"), "hostname": os.uname().nodename,
+        "kernel": os.uname().release, "cpu_count": os.cpu_count(), "cpu_affinity": len(os.sched_getaffinity(0)),
+        "cpu_model": next((ln.split(":", 1)[1].strip() for ln in (read("/proc/cpuinfo") or "").splitlines()
+                           if ln.startswith("model name")), None),
+        "mem_total": mem.get("MemTotal", "").strip(), "vm_dirty_ratio": read("/proc/sys/vm/dirty_ratio"),
+        "vm_dirty_background_ratio": read("/proc/sys/vm/dirty_background_ratio"),
+        "work_dir": str(work), "work_mount": mount_of(work), "free_bytes": du.free, "total_bytes": du.total,
+        "candidates": cands, "lsblk": sh(["lsblk", "-J", "-b", "-o", "NAME,TYPE,SIZE,ROTA,MODEL,TRAN,MOUNTPOINT"]),
+        "sys_block": block_info(), "torch": torch.__version__, "cuda": torch.version.cuda,
+        "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu",
+        "python": sys.version.split()[0], "git_commit": os.environ.get("MECHSIM_GIT_COMMIT"),
+        "command": sys.argv, "date_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
+
+
+# ------------------------------------------------------------------ raw disk
+def aligned_buffer(size: int) -> mmap.mmap:
+    mm = mmap.mmap(-1, size)
+    mm.write(os.urandom(size))
+    return mm
+
+
+def write_file(path: Path, nbytes: int, buf, direct: bool) -> dict:
+    flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | (os.O_DIRECT if direct else 0)
+    t0 = time.perf_counter()
+    fd = os.open(path, flags, 0o644)
+    try:
+        done = 0
+        while done < nbytes:
+            done += os.write(fd, buf)
+        t_ret = time.perf_counter()
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    t_end = time.perf_counter()
+    return {"bytes": done, "return_s": t_ret - t0, "durable_s": t_end - t0, "GBps": done / (t_end - t0) / 1e9}
+
+
+def read_file(path: Path, buf, direct: bool) -> dict:
+    fd = os.open(path, os.O_RDONLY | (os.O_DIRECT if direct else 0))
+    t0, done = time.perf_counter(), 0
+    try:
+        while (n := os.readv(fd, [buf])) > 0:
+            done += n
+    finally:
+        os.close(fd)
+    dt = time.perf_counter() - t0
+    return {"bytes": done, "s": dt, "GBps": done / dt / 1e9}
+
+
+def raw_disk(work: Path, size: int) -> dict:
+    buf = aligned_buffer(CHUNK)
+    f = work / "raw.bin"
+    out = {"buffered_write": write_file(f, size, buf, False)}
+    out["direct_read"] = attempt(read_file, f, buf, True)
+    drop_cache(f)
+    out["buffered_read_cold"] = read_file(f, buf, False)
+    out["buffered_read_warm"] = read_file(f, buf, False)
+    f.unlink()
+    out["direct_write"] = attempt(write_file, f, size, buf, True)
+    if f.exists():
+        out["direct_read_2"] = attempt(read_file, f, buf, True)
+        f.unlink()
+    out["method"] = ("random 64 MiB buffer written size/64MiB times; durable = after fsync; cold read after "
+                     "fsync + posix_fadvise(DONTNEED) of the file; direct = O_DIRECT with a page-aligned mmap buffer")
+    return out
+
+
+# ------------------------------------------------------------------ checkpoints
+def layer_shapes(name: str) -> list[tuple[str, tuple[int, ...]]]:
+    V, D, L, H, K, F = SHAPES[name]
+    kv = K * D // H
+    out = [("tok_embeddings.weight", (V, D)), ("norm.weight", (D,))]
+    for i in range(L):
+        p = f"layers.{i}."
+        out += [(p + "attention_norm.weight", (D,)), (p + "attention.wq.weight", (D, D)),
+                (p + "attention.wk.weight", (kv, D)), (p + "attention.wv.weight", (kv, D)),
+                (p + "attention.wo.weight", (D, D)), (p + "ffn_norm.weight", (D,)),
+                (p + "feed_forward.w1.weight", (F, D)), (p + "feed_forward.w3.weight", (F, D)),
+                (p + "feed_forward.w2.weight", (D, F))]
+    return out
+
+
+def train_state(name: str, dev: str) -> dict:
+    """fp32 parameters + fp32 AdamW moments + step, as torch AMP (amp_bf16) training keeps them."""
+    def t(shape):
+        return torch.empty(shape, device=dev, dtype=torch.float32).normal_()
+    model, optim = {}, {}
+    for key, shape in layer_shapes(name):
+        model[key] = t(shape)
+        optim[key] = {"exp_avg": t(shape), "exp_avg_sq": t(shape), "step": torch.tensor(100.0)}
+    return {"model": model, "optim": {"state": optim}}
+
+
+def state_bytes(sd) -> int:
+    if isinstance(sd, dict):
+        return sum(state_bytes(v) for v in sd.values())
+    return sd.numel() * sd.element_size() if isinstance(sd, torch.Tensor) else 0
+
+
+def sync() -> None:
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+
+
+def torch_save_load(sd: dict, f: Path, dev: str) -> dict:
+    sync()
+    t0 = time.perf_counter()
+    torch.save(sd, f)
+    t1 = time.perf_counter()
+    fsync_path(f)
+    t2 = time.perf_counter()
+    drop_cache(f)
+    t3 = time.perf_counter()
+    back = torch.load(f, map_location=dev, weights_only=True)
+    sync()
+    t4 = time.perf_counter()
+    del back
+    out = {"file_bytes": f.stat().st_size, "save_return_s": t1 - t0, "save_durable_s": t2 - t0,
+           "load_cold_s": t4 - t3, "load_to": dev}
+    f.unlink()
+    return out
+
+
+def dcp_init() -> None:
+    import torch.distributed as dist
+    if not dist.is_initialized():
+        os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+        os.environ.setdefault("MASTER_PORT", "29531")
+        backend = "cpu:gloo,cuda:nccl" if torch.cuda.is_available() else "gloo"
+        dist.init_process_group(backend, rank=0, world_size=1)
+
+
+def dcp_save(sd: dict, d: Path, asynchronous: bool) -> dict:
+    import torch.distributed.checkpoint as dcp
+    sync()
+    t0 = time.perf_counter()
+    if asynchronous:
+        res = dcp.async_save(sd, storage_writer=dcp.FileSystemWriter(str(d)))
+        t1 = time.perf_counter()
+        (res.upload_completion if hasattr(res, "upload_completion") else res).result()
+    else:
+        dcp.save(sd, storage_writer=dcp.FileSystemWriter(str(d)))
+        t1 = time.perf_counter()
+    t2 = time.perf_counter()
+    nbytes = sum(p.stat().st_size for p in d.rglob("*") if p.is_file())
+    return {"dir_bytes": nbytes, "blocking_s": t1 - t0, "total_s": t2 - t0, "files": len(list(d.iterdir())),
+            "writer": "FileSystemWriter defaults (sync_files=True: fsync per file; thread_count=1)"}
+
+
+def dcp_load(sd: dict, d: Path) -> dict:
+    import torch.distributed.checkpoint as dcp
+    drop_cache(d)
+    sync()
+    t0 = time.perf_counter()
+    dcp.load(sd, storage_reader=dcp.FileSystemReader(str(d)))
+    sync()
+    return {"load_cold_s": time.perf_counter() - t0, "into": "the existing GPU tensors (in place)"}
+
+
+def d2h_rates(dev: str) -> dict:
+    """Copy of one 2 GiB fp32 tensor GPU -> pinned and -> pageable host memory (median of 3)."""
+    if not dev.startswith("cuda"):
+        return {}
+    x = torch.empty(GiB // 2, device=dev).normal_()
+    out = {}
+    for kind, host in (("pinned", torch.empty(x.shape, pin_memory=True)), ("pageable", torch.empty(x.shape))):
+        ts = []
+        for _ in range(3):
+            sync()
+            t0 = time.perf_counter()
+            host.copy_(x)
+            sync()
+            ts.append(time.perf_counter() - t0)
+        out[f"{kind}_GBps"] = 2 * GiB / sorted(ts)[1] / 1e9
+    return out
+
+
+STATES: dict[str, dict] = {}
+ITEMS = {  # item -> (I/O passes over the state, for the time estimate)
+    "torch_save_load": 2.2, "dcp_async": 2.3, "dcp_sync": 1.2}
+
+
+def checkpoint_item(name: str, item: str, work: Path, dev: str, budget: float, rate: float) -> dict | None:
+    """One measurement on the (cached) training state of model ``name``; None when skipped."""
+    if name not in STATES:
+        STATES[name] = train_state(name, dev)
+    sd = STATES[name]
+    n = state_bytes(sd)
+    if not fits(f"{name}.{item}", ITEMS[item] * n / rate + 2.0, budget, n, work):
+        return None
+    if item == "torch_save_load":
+        return attempt(torch_save_load, sd, work / f"{name}.pt", dev)
+    return attempt(dcp_then_drop, sd, work / f"dcp_{name}_{item}", item == "dcp_async", item == "dcp_async")
+
+
+def checkpoint_info(name: str) -> dict:
+    return {"model": f"llama3.2-{name}", "state_bytes": state_bytes(STATES[name]), "tensors": 3 * len(layer_shapes(name)),
+            "layout": "fp32 params + fp32 exp_avg + fp32 exp_avg_sq (+ a 0-dim step per param, CPU)"}
+
+
+def free_state(name: str) -> None:
+    STATES.pop(name, {}).clear()
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+
+
+def dcp_then_drop(sd: dict, d: Path, asynchronous: bool, load: bool) -> dict:
+    dcp_init()
+    out = dcp_save(sd, d, asynchronous)
+    if load:
+        out["load"] = attempt(dcp_load, sd, d)
+    shutil.rmtree(d, ignore_errors=True)
+    return out
+
+
+# ------------------------------------------------------------------ main
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--dir", default=None, help="where to write test files (default: largest non-tmpfs)")
+    ap.add_argument("--budget-s", type=float, default=115.0)
+    ap.add_argument("--raw-gib", type=float, default=4.0)
+    ap.add_argument("--models", default="1b,3b")
+    a = ap.parse_args()
+    if unknown := sorted(set(a.models.split(",")) - set(SHAPES) - {""}):
+        ap.error(f"--models: unknown {unknown}; known: {', '.join(SHAPES)}")
+    out, dev = Path(a.out), "cuda" if torch.cuda.is_available() else "cpu"
+    work = pick_dir(a.dir) / "mechsim_storage_io"
+    work.mkdir(parents=True, exist_ok=True)
+    try:
+        run_all(a, out, dev, work)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+        REC["wall_s"] = time.monotonic() - T0
+        save_record(out)
+    print(summary())
+    return 0
+
+
+def run_all(a, out: Path, dev: str, work: Path) -> None:
+    S = REC["sections"]
+    REC["env"] = environment(work)
+    save_record(out)
+    S["raw_disk"] = raw_disk(work, int(a.raw_gib * GiB))
+    S["d2h"] = attempt(d2h_rates, dev)
+    save_record(out)
+    rate = min(S["raw_disk"]["buffered_write"]["GBps"], S["raw_disk"]["buffered_read_cold"]["GBps"]) * 1e9
+    names = [m for m in a.models.split(",") if m]
+    first, rest = names[:1], names[1:]
+    order = ([(m, "torch_save_load") for m in names] + [(m, "dcp_async") for m in first] + [("loader", "")]
+             + [(m, "dcp_sync") for m in first] + [(m, "dcp_async") for m in rest] + [(m, "dcp_sync") for m in rest])
+    for m, item in order:
+        if m == "loader":
+            S["data_loading"] = attempt(data_loading, work, lambda name, need: fits(name, need, a.budget_s))
+        else:
+            res = checkpoint_item(m, item, work, dev, a.budget_s, rate)
+            S.setdefault(f"checkpoint_{m}", checkpoint_info(m))[item] = res
+        save_record(out)
+    for m in names:
+        free_state(m)
+
+
+def summary() -> str:
+    S, lines = REC["sections"], [f"wall {REC.get('wall_s', 0):.1f} s; skipped {len(REC['skipped'])}"]
+    rd = S.get("raw_disk", {})
+    for k, v in rd.items():
+        if isinstance(v, dict):
+            lines.append(f"raw {k:<20} {v.get('GBps', float('nan')):7.2f} GB/s {v.get('error', '')}")
+    for k, v in S.items():
+        if k.startswith("checkpoint_"):
+            lines.append(f"{k}: {json.dumps(v, default=str)[:600]}")
+    for c in S.get("data_loading", {}).get("loaders", []):
+        lines.append(f"loader {c.get('case')} w{c.get('workers')} {c.get('tokens_per_s', 0) / 1e6:8.2f} Mtok/s "
+                     f"{c.get('error', '')}")
+    for s in REC["skipped"]:
+        lines.append(f"skipped {s}")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
