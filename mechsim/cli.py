@@ -80,7 +80,9 @@ def _parser() -> argparse.ArgumentParser:
     cmp_.add_argument("-v", "--verbose", action="store_true", help="print every case")
     cmp_.add_argument("--markdown", action="store_true", help="print the held-out table as markdown only")
     cmp_.add_argument("--write-accuracy", action="store_true",
-                      help="write the held-out end-to-end errors to sim/data/accuracy.toml (error bands)")
+                      help="write the held-out end-to-end errors to accuracy.toml (error bands) in the user "
+                           "data directory, or in --out")
+    cmp_.add_argument("--out", default=None, help="data directory for --write-accuracy (default: user data dir)")
     pub = vs.add_parser("published", help="predict published at-scale training results (validation/published)")
     pub.add_argument("--source", default=None, help="one source id (e.g. megatron_bridge_a8)")
     pub.add_argument("-v", "--verbose", action="store_true", help="print every row and every unpredicted row")
@@ -93,6 +95,9 @@ def _parser() -> argparse.ArgumentParser:
     cal.add_argument("--gpu", default="h200_sxm")
     cal.add_argument("paths", nargs="*", help="run files or folders (default: validation/data)")
     cal.add_argument("--dry-run", action="store_true", help="print the fit, write nothing")
+    cal.add_argument("--out", default=None,
+                     help="data directory to write efficiency/<gpu>.toml and overlap.toml into "
+                          "(default: the user data directory; sim/data updates the package's own data)")
     _add_plan_parser(sub)
     for name in PLUGINS:
         mod = _plugin(name)
@@ -110,23 +115,36 @@ def cmd_calibrate(a: argparse.Namespace) -> int:
         print(f"{g:<18} n={n:<4} calibration MAPE {before:6.1%} -> {after:6.1%}")
     if not a.dry_run:
         runs = sorted({run["run_id"] for run, _ in iter_records(run_paths(a.paths or [DATA_DIR]))})
-        print(f"wrote {write_calibration(a.gpu, fitted, report, runs)}")
+        print(f"wrote {write_calibration(a.gpu, fitted, report, runs, a.out)}")
         _fit_data_parallel(a)
+        _say_data_dir(a.out)
     return 0
 
 
 def _fit_data_parallel(a: argparse.Namespace) -> None:
     """Second stage: DP contention and FSDP host cost, fitted on the single-GPU
     calibration just written (so the caches holding the old one are cleared first)."""
-    from .sim import calibration, estimate as est_mod
+    import os
+
+    from .sim import calibration, userdata
+    from .sim import estimate as est_mod
     from .validation.calibrate import fit_data_parallel, write_overlap_fit
-    calibration.efficiency_for.cache_clear()
-    calibration.load_efficiency_file.cache_clear()
+    if a.out is not None:   # the second stage reads the first stage's file from where it went
+        os.environ[userdata.ENV_VAR] = str(a.out)
+    calibration.clear_caches()
     est_mod.calibrated_stack.cache_clear()
     vals, (before, after, n), runs = fit_data_parallel(a.paths or None, a.gpu)
     if n:
         print(f"{'data parallel':<18} n={n:<4} calibration MAPE {before:6.1%} -> {after:6.1%}")
-        print(f"wrote {write_overlap_fit(vals, n, runs)}")
+        print(f"wrote {write_overlap_fit(vals, n, runs, a.out)}")
+
+
+def _say_data_dir(out: str | None) -> None:
+    from .sim import userdata
+    if out is None:
+        print(f"estimates now read it (user data directory {userdata.user_data_dir()}; delete the files to undo)")
+    else:
+        print(f"estimates read it with {userdata.ENV_VAR}={out} (or with --out naming mechsim's sim/data)")
 
 
 def _print_published_memory(rows, verbose: bool) -> None:
@@ -195,10 +213,8 @@ def cmd_validate(a: argparse.Namespace) -> int:
         write_html(a.html, rows, summary)
         print(f"wrote {a.html}")
     if a.write_accuracy:
-        from .sim.errorband import ACCURACY_FILE
-        from .validation.compare import accuracy_table
-        ACCURACY_FILE.write_text(accuracy_table(rows, "h200_sxm"), encoding="utf-8")
-        print(f"wrote {ACCURACY_FILE}")
+        from .validation.compare import write_accuracy
+        print(f"wrote {write_accuracy(rows, 'h200_sxm', a.out)}")
     bad = failures(summary, limits)
     for b in bad:
         print(f"OVER THRESHOLD: {b}")

@@ -19,9 +19,10 @@ def estimate_table(est, top: int = 12) -> str:
     lines = [
         f"{est.workload}  on {est.cluster or est.gpu}  [{est.stack}]",
         f"step time        {est.step_time_s * 1e3:.3f} ms   ({est.tokens_per_s:,.0f} tokens/s)",
-        f"MFU / HFU        {est.mfu * 100:.1f} % / {est.hfu * 100:.1f} %  (vs dense bf16 peak)",
+        f"MFU / HFU        {est.mfu * 100:.1f} % / {est.hfu * 100:.1f} %  (vs dense {est.peak_dtype} peak)",
         f"GPU busy         {est.gpu_busy_s * 1e3:.3f} ms; launch overhead {est.launch_overhead_s * 1e3:.3f} ms",
         _band(est.error_band),
+        *([f"data files       {', '.join(est.error_band.data_files)}"] if est.error_band.data_files else []),
         *([f"SM clock         {est.sm_clock_hz / 1e6:,.0f} MHz sustained under the power cap (sim/power.py)"]
           if est.sm_clock_hz else []),
         *(["exposed comm     " + ", ".join(f"{k} {v * 1e3:.2f} ms" for k, v in est.exposed_comm.items() if v > 0)]

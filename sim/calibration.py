@@ -3,17 +3,21 @@
 Peaks live in hwdb; what fraction of them real kernels reach lives here. Each GPU
 gets the parameters of its architecture (sim/data/efficiency/<arch>.toml, sourced
 from published microbenchmarks) overlaid with a calibrated file for that exact GPU
-when `mechsim validate calibrate` has written one (efficiency/<gpu_key>.toml, each
-value pointing at the measured runs it was fitted on).
+when one exists (efficiency/<gpu_key>.toml, each value pointing at the measured runs it was
+fitted on), and last with the user's own calibration of that GPU from the user data directory
+(sim/userdata.py) when `mechsim validate calibrate` has written one there. ``Efficiency.files``
+names every file read, in overlay order.
 """
 
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
+from . import userdata
 from ._toml import load_toml
 
 DATA = Path(__file__).parent / "data"
@@ -38,6 +42,7 @@ class Efficiency:
 
     key: str                                   # gpu key or arch it was built for
     params: dict[str, Param] = field(default_factory=dict)
+    files: tuple[str, ...] = ()                # data files read, in overlay order
     _memo: dict = field(default_factory=dict, init=False, repr=False, compare=False)
 
     def cached(self, key: str, make: Callable[[], Any]) -> Any:
@@ -55,7 +60,7 @@ class Efficiency:
             raise KeyError(f"efficiency parameter {name!r} missing for {self.key!r}; "
                            f"have {sorted(self.params)}") from None
 
-    def with_values(self, values: dict[str, Any], source: str, kind: str = "calibrated") -> "Efficiency":
+    def with_values(self, values: dict[str, Any], source: str, kind: str = "calibrated") -> Efficiency:
         """A copy with some parameters replaced (what-if or calibration)."""
         new = dict(self.params)
         for name, v in values.items():
@@ -92,23 +97,37 @@ def load_efficiency_file(path: Path) -> dict[str, Param]:
 @functools.cache
 def efficiency_for(gpu_key: str, arch: str) -> Efficiency:
     """Arch defaults overlaid with the calibrated file of this GPU, or of the GPU it
-    shares a chip with (efficiency/transfer.toml), if any."""
+    shares a chip with (efficiency/transfer.toml), if any, then with the user's calibration
+    of that GPU (user data directory), if any."""
     base = EFFICIENCY_DIR / f"{arch}.toml"
     if not base.exists():
         raise ValueError(f"no efficiency data for architecture {arch!r} (looked for {base})")
-    params = dict(load_efficiency_file(base))
-    source = calibration_source(gpu_key)
-    if source:
-        params.update(load_efficiency_file(EFFICIENCY_DIR / f"{source}.toml"))
-    return Efficiency(gpu_key, params)
+    files = [base] + efficiency_files(gpu_key)
+    params: dict[str, Param] = {}
+    for f in files:
+        params.update(load_efficiency_file(f))
+    return Efficiency(gpu_key, params, tuple(str(f) for f in files))
+
+
+def efficiency_files(gpu_key: str) -> list[Path]:
+    """The calibrated files that apply to ``gpu_key`` beyond its arch defaults: the package's,
+    then the user's (sim/userdata.py), for the GPU itself or the one it shares a die with."""
+    out = []
+    for key in (gpu_key, transfer_source(gpu_key)):
+        if key is None:
+            continue
+        found = [p for p in (EFFICIENCY_DIR / f"{key}.toml", userdata.user_file("efficiency", f"{key}.toml"))
+                 if p.exists()]
+        if found:
+            out = found
+            break
+    return out
 
 
 def calibration_source(gpu_key: str) -> str | None:
     """The GPU whose calibrated file applies to ``gpu_key``: itself, a same-chip GPU, or None."""
-    if (EFFICIENCY_DIR / f"{gpu_key}.toml").exists():
-        return gpu_key
-    src = transfer_source(gpu_key)
-    return src if src and (EFFICIENCY_DIR / f"{src}.toml").exists() else None
+    files = efficiency_files(gpu_key)
+    return files[0].stem if files else None
 
 
 def transfer_source(gpu_key: str) -> str | None:
@@ -122,6 +141,16 @@ def _transfers() -> dict:
 
 
 def calibrated_keys() -> list[str]:
-    """GPU keys that have a calibrated efficiency file."""
+    """GPU keys that have a calibrated efficiency file (package or user)."""
     archs = {"ampere", "hopper", "blackwell", "transfer"}
-    return sorted(p.stem for p in EFFICIENCY_DIR.glob("*.toml") if p.stem not in archs)
+    user = userdata.user_file("efficiency")
+    found = list(EFFICIENCY_DIR.glob("*.toml")) + (list(user.glob("*.toml")) if user.is_dir() else [])
+    return sorted({p.stem for p in found if p.stem not in archs})
+
+
+def clear_caches() -> None:
+    """Forget loaded data files (after a calibration wrote new ones in this process)."""
+    from . import errorband
+    load_efficiency_file.cache_clear()
+    efficiency_for.cache_clear()
+    errorband.clear_caches()

@@ -415,7 +415,7 @@ def _estimate_parallel(workload, hw, stack=None, overrides=None):
     from ..model import hardware_flops_per_step, model_flops_per_step
     from . import errorband
     from .estimate import (_sums, at_compute_speed, boost_speedup, calibrated_stack, efficiency, gemm_power_weight,
-                           hw_rates, op_estimates, prepare)
+                           hw_rates, op_estimates, prepare, step_peak)
     from .power import power_state
     from .kernels import check_rates, check_recipe
     from .launch import LaunchTimes, host_times, tandem_step_time
@@ -474,10 +474,11 @@ def _estimate_parallel(workload, hw, stack=None, overrides=None):
         p.summary + f" {_plan_text(par)}", p.mode, gpu.key, st.key, parts.step_s, busy, idle,
         p.tokens * replicas, float(model_flops_per_step(single)) * replicas,
         float(hardware_flops_per_step(single, fused=st.fused)) * replicas,
-        float(gpu.peak_flops("bf16")) * clock * par.gpus, by_cat, by_phase,
+        step_peak(t, gpu)[1] * par.gpus, by_cat, by_phase,
         fit_memory(p.memory, gpu), errorband.band_for(p.mode, gpu.key, st.key),
         functools.partial(op_estimates, t, k, lt), gpus=par.gpus, exposed_comm=dict(parts.exposed_s),
-        cluster=f"{cluster.nodes} x {cluster.system}", sm_clock_hz=ps.clock_hz if ps else 0.0)
+        cluster=f"{cluster.nodes} x {cluster.system}", sm_clock_hz=ps.clock_hz if ps else 0.0,
+        peak_dtype=step_peak(t, gpu)[0])
 
 
 def power_window(by_cat: dict, parts: StepParts) -> tuple[dict, float]:

@@ -202,10 +202,21 @@ def estimate(workload, hw: Any = "h100_sxm", stack: str | Stack | None = None,
         by_cat["communication"] += off
     return Estimate(
         p.summary, p.mode, gpu.key, st.key, step, lt.gpu_busy_s, lt.idle_s, p.tokens,
-        p.model_flops, p.hardware_flops, float(gpu.peak_flops("bf16")) * clock, by_cat, by_phase,
+        p.model_flops, p.hardware_flops, step_peak(t, gpu)[1], by_cat, by_phase,
         fit_memory(p.memory, gpu), errorband.band_for(p.mode, gpu.key, st.key),
         functools.partial(op_estimates, t, k, lt), sm_clock_hz=ps.clock_hz if ps else 0.0,
-        exposed_comm=exposed)
+        exposed_comm=exposed, peak_dtype=step_peak(t, gpu)[0])
+
+
+def step_peak(t: OpTable, gpu) -> tuple[str, float]:
+    """(dtype, dense datasheet FLOP/s per GPU) MFU is measured against: the fastest tensor dtype
+    the step's matmuls and attention run in (an fp8 step against the fp8 peak, so MFU <= 1), at
+    the boost clock (a sustained-clock what-if slows the step, not the peak)."""
+    rows = ((t.kind == MATMUL) | (t.kind == ATTENTION)) & (t.flops > 0)
+    names = {DTYPES[i] for i in np.unique(t.dtype[rows])} or {"bf16"}
+    peaks = {d: _peak_or_nan(gpu, d) for d in names}
+    best = max(peaks, key=lambda d: -1.0 if math.isnan(peaks[d]) else peaks[d])
+    return best, peaks[best]
 
 
 def sustained_power_state(t, k: KernelTimes, st: Stack, gpu, r: float):

@@ -45,13 +45,17 @@ PP: see sim/pipeline.py.
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import functools
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
 import numpy as np
 
-from .calibration import DATA, Param, _flatten
+from . import userdata
 from ._toml import load_toml
+from .calibration import DATA, Param, _flatten
 
 OVERLAP_FILE = DATA / "overlap.toml"
 
@@ -74,17 +78,36 @@ class Exposure:
 
 @functools.cache
 def overlap_params() -> dict[str, Param]:
+    """The package's overlap.toml overlaid with the user's (sim/userdata.py), if present."""
     out: dict[str, Param] = {}
-    _flatten(load_toml(OVERLAP_FILE), "", out, OVERLAP_FILE)
+    for path in (OVERLAP_FILE, userdata.existing("overlap.toml")):
+        if path is not None:
+            _flatten(load_toml(path), "", out, path)
     return out
 
 
-_OVERRIDES: dict[str, float] = {}   # set only by validation/calibrate.py while it fits
+_SCOPED: contextvars.ContextVar[Mapping[str, float] | None] = contextvars.ContextVar("overlap_values", default=None)
+
+
+@contextlib.contextmanager
+def overridden(values: Mapping[str, float]) -> Iterator[None]:
+    """Estimates inside the block read these overlap parameters instead of the data
+    (a calibration trying candidate values); unknown names are refused."""
+    known = overlap_params()
+    bad = sorted(set(values) - set(known))
+    if bad:
+        raise KeyError(f"unknown overlap parameters {bad}; have {sorted(known)}")
+    token = _SCOPED.set({**(_SCOPED.get() or {}), **{k: float(v) for k, v in values.items()}})
+    try:
+        yield
+    finally:
+        _SCOPED.reset(token)
 
 
 def overlap_param(name: str) -> float:
-    if name in _OVERRIDES:
-        return _OVERRIDES[name]
+    scoped = _SCOPED.get()
+    if scoped and name in scoped:
+        return scoped[name]
     p = overlap_params()
     if name not in p:
         raise KeyError(f"overlap parameter {name!r} missing from {OVERLAP_FILE}; have {sorted(p)}")

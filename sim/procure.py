@@ -273,7 +273,7 @@ def _evaluate(option: str, s: _Settings) -> _Model | ComparisonRow:
         return _infeasible(option, sysobj, str(e).strip("\"'"), gpus=cluster.gpus, nodes=nodes, gbs=gbs)
     base = ComparisonRow(option, sysobj.key, sysobj.gpu.key, True, gpus=cluster.gpus, nodes=nodes,
                          plan=res.best.plan, gbs=gbs, step_time_s=est.step_time_s, tokens_per_s=est.tokens_per_s,
-                         tokens_per_s_per_gpu=est.tokens_per_s / est.gpus, mfu=est.mfu * clock, sustained_clock=clock,
+                         tokens_per_s_per_gpu=est.tokens_per_s / est.gpus, mfu=est.mfu, sustained_clock=clock,
                          capex_usd=capex, price_source=hour.source)
     m = _Model(base, est.tokens_per_s, cluster.gpus_per_node, checkpoint_bytes(w), hour, en, pm, s.params,
                bought - nodes)

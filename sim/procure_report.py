@@ -14,6 +14,7 @@ import plotly.graph_objects as go
 import plotly.io as pio
 from plotly.subplots import make_subplots
 
+from .atomic import write_text_atomic
 from .procure import Comparison
 
 DAY = 86400.0
@@ -150,7 +151,7 @@ def report_html(c: Comparison) -> str:
 
 def write_html(c: Comparison, path: str | Path) -> Path:
     p = Path(path)
-    p.write_text(report_html(c), encoding="utf-8")
+    write_text_atomic(p, report_html(c))
     return p
 
 
@@ -158,9 +159,9 @@ def write_csv(c: Comparison, path: str | Path) -> list[Path]:
     """The options table at ``path``; sensitivity and assumptions next to it (<stem>_sensitivity.csv, ...)."""
     p = Path(path)
     out = [p]
-    p.write_text(c.to_csv("options"), encoding="utf-8")
+    write_text_atomic(p, c.to_csv("options"))
     for t in ("sensitivity", "assumptions"):
         q = p.with_name(f"{p.stem}_{t}{p.suffix or '.csv'}")
-        q.write_text(c.to_csv(t), encoding="utf-8")
+        write_text_atomic(q, c.to_csv(t))
         out.append(q)
     return out

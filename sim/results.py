@@ -73,6 +73,7 @@ class ErrorBand:
     kind: str = ""
     reference_gpu: str = ""
     note: str = ""
+    data_files: tuple[str, ...] = ()   # calibration / accuracy files the estimate read (sim/errorband.py)
 
 
 @dataclass(frozen=True)
@@ -80,8 +81,9 @@ class Estimate:
     """A step-time estimate for one workload on one GPU with one software stack.
 
     total (= step_time_s) = sum of op times + launch_overhead (GPU idle waiting
-    for the host). mfu = model_flops / (step_time_s * dense bf16 peak); hfu uses
-    the FLOPs actually executed (recompute included).
+    for the host). mfu = model_flops / (step_time_s * peak_flops), peak_flops the dense datasheet
+    peak of ``peak_dtype`` (the fastest tensor dtype the step computes in: fp8 steps against the
+    fp8 peak) over the job's GPUs; hfu uses the FLOPs actually executed (recompute included).
     """
 
     workload: str
@@ -104,6 +106,7 @@ class Estimate:
     exposed_comm: dict[str, float] = field(default_factory=dict)   # per group kind, seconds
     cluster: str = ""
     sm_clock_hz: float = 0.0      # SM clock sustained under the power cap (sim/power.py); 0 = not modelled
+    peak_dtype: str = "bf16"      # the dtype whose dense datasheet peak peak_flops is (estimate.step_peak)
 
     @functools.cached_property
     def ops(self) -> tuple[OpEstimate, ...]:

@@ -3,9 +3,11 @@
 For each group of parameters (GEMM, memory-bound kernels, each attention kernel
 family) scipy's least_squares minimises the log error log(predicted/measured)
 over the CALIBRATION records of that group only; held-out records are never
-read here. The result is written to sim/data/efficiency/<gpu>.toml, every value
-with kind "calibrated", the run ids it was fitted on and the git commit, where
-the simulator picks it up over the architecture defaults.
+read here. The result is written to <data dir>/efficiency/<gpu>.toml (the user data
+directory of sim/userdata.py, or the directory given with --out; never the installed package
+unless --out names it), every value with kind "calibrated", the run ids it was fitted on and the
+git commit, where the simulator picks it up over the package's data. Files are written with
+tomlkit through sim/atomic.py: a crash leaves the old file or the new one.
 """
 
 from __future__ import annotations
@@ -19,14 +21,23 @@ import numpy as np
 from scipy.optimize import least_squares
 
 from ..model.microops import attention, gemm, memory_kernel, reduction
-from ..sim.calibration import EFFICIENCY_DIR, Efficiency, efficiency_for
+from ..sim._toml import update_records, write_toml
+from ..sim.calibration import Efficiency, efficiency_for
 from ..sim.estimate import hw_rates, resolve_gpu
 from ..sim.kernels import kernel_times
 from ..sim.optable import build_table
-from .compare import DATA_DIR, fit_split
 from . import gemm_power
-from .predict import (ATTN_IMPL, GEMM_DTYPES, NotPredicted, boosted_compute_scale, chain_ops, gemm_activity, gpu_key,
-                      timed_window_s)
+from .compare import DATA_DIR, fit_split
+from .predict import (
+    ATTN_IMPL,
+    GEMM_DTYPES,
+    NotPredicted,
+    boosted_compute_scale,
+    chain_ops,
+    gemm_activity,
+    gpu_key,
+    timed_window_s,
+)
 from .records import iter_records, run_paths
 
 GEMM_PARAMS = ("gemm.peak_fraction_bf16", "gemm.peak_fraction_fp16", "gemm.peak_fraction_fp8",
@@ -279,6 +290,7 @@ def fit_launch(paths, gpu) -> tuple[dict[str, float], tuple[float, float, int]]:
     eager steps of the calibration split (train, prefill, decode): it carries the
     Python-side work a kernel count misses (views, autocast dispatch, autograd)."""
     import dataclasses
+
     from ..sim.estimate import estimate
     from ..sim.stacks import get_stack
     from .predict import host_scale, inference_workload, train_workload
@@ -325,7 +337,7 @@ def fit_collectives(paths, gpu) -> tuple[dict[str, float], dict[str, tuple[float
     for op, pts in sorted(by_op.items()):
         x = np.array([a for a, _ in pts])
         meas = np.array([m for _, m in pts])
-        res = least_squares(lambda z: np.log((z[0] * 1e-6 + x / z[1]) / meas), [25.0, 0.75],
+        res = least_squares(lambda z, x=x, meas=meas: np.log((z[0] * 1e-6 + x / z[1]) / meas), [25.0, 0.75],
                             bounds=([0.1, 0.05], [1000.0, 1.0]))
         fitted[f"collective.{op}.latency_s"] = float(res.x[0] * 1e-6)
         fitted[f"collective.{op}.bw_fraction"] = float(res.x[1])
@@ -362,21 +374,35 @@ def _mape(pred: np.ndarray, meas: np.ndarray) -> float:
     return float(np.mean(np.abs(pred / meas - 1.0)))
 
 
-def write_calibration(gpu: str, fitted: dict[str, float], report: dict, runs: list[str]) -> Path:
-    """sim/data/efficiency/<gpu>.toml: every fitted value with its provenance."""
+def write_calibration(gpu: str, fitted: dict[str, float], report: dict, runs: list[str],
+                      out_dir: Path | None = None) -> Path:
+    """<out_dir or the user data directory>/efficiency/<gpu>.toml: every fitted value with its
+    provenance (tomlkit, written atomically; never into the installed package unless out_dir
+    names it)."""
     commit = _git_commit()
-    lines = [f"# Calibrated efficiency for {gpu}: written by `mechsim validate calibrate` at commit {commit}.",
-             f"# Fitted (scipy least_squares, log error) on the calibration split of runs: {', '.join(runs)}.",
-             "# Do not edit by hand; re-run the calibration.", f'arch = "{resolve_gpu(gpu).arch}"', ""]
+    data: dict = {"arch": resolve_gpu(gpu).arch}
     for name, v in sorted(fitted.items()):
         group = name.rsplit(".", 1)[0]
         n = next((r[2] for k, r in report.items() if group.startswith(k) or k.startswith(group)), 0)
-        lines.append(f'{name} = {{ value = {v:.6g}, unit = "{"s" if name.endswith("_s") else "1"}", '
-                     f'source = "calibration:{"+".join(runs)}", kind = "calibrated", '
-                     f'note = "fitted on {n} calibration records" }}')
-    path = EFFICIENCY_DIR / f"{gpu}.toml"
-    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
-    return path
+        _nest(data, name, {"value": float(f"{v:.6g}"), "unit": "s" if name.endswith("_s") else "1",
+                           "source": f"calibration:{'+'.join(runs)}", "kind": "calibrated",
+                           "note": f"fitted on {n} calibration records"})
+    comments = [f"Calibrated efficiency for {gpu}: written by `mechsim validate calibrate` at commit {commit}.",
+                f"Fitted (scipy least_squares, log error) on the calibration split of runs: {', '.join(runs)}.",
+                "Do not edit by hand; re-run the calibration."]
+    return write_toml(_data_dir(out_dir) / "efficiency" / f"{gpu}.toml", data, comments)
+
+
+def _nest(data: dict, dotted: str, record: dict) -> None:
+    *tables, leaf = dotted.split(".")
+    for t in tables:
+        data = data.setdefault(t, {})
+    data[leaf] = record
+
+
+def _data_dir(out_dir: Path | None) -> Path:
+    from ..sim import userdata
+    return Path(out_dir) if out_dir is not None else userdata.user_data_dir()
 
 
 def _git_commit() -> str:
@@ -405,11 +431,8 @@ def fit_data_parallel(paths=None, gpu: str = "h200_sxm") -> tuple[dict[str, floa
     meas = np.array([m for *_, m in cases])
 
     def pred(x):
-        overlap._OVERRIDES.update({DP_PARAMS[0]: x[0], DP_PARAMS[1]: x[1] * 1e-3})
-        try:
+        with overlap.overridden({DP_PARAMS[0]: x[0], DP_PARAMS[1]: x[1] * 1e-3}):
             return np.array([predict_data_parallel(p, gpu, n) for p, n, _ in cases])
-        finally:
-            overlap._OVERRIDES.clear()
 
     x0 = np.array([overlap.overlap_param(DP_PARAMS[0]), overlap.overlap_param(DP_PARAMS[1]) * 1e3])
     res = least_squares(lambda x: np.log(pred(x) / meas), x0, bounds=([0.0, 0.0], [1.0, 20.0]), diff_step=0.05)
@@ -417,17 +440,15 @@ def fit_data_parallel(paths=None, gpu: str = "h200_sxm") -> tuple[dict[str, floa
     return vals, (_mape(pred(x0), meas), _mape(pred(res.x), meas), len(cases)), sorted(runs)
 
 
-def write_overlap_fit(vals: dict[str, float], n: int, runs: list[str]) -> Path:
-    """Rewrite the fitted entries of sim/data/overlap.toml in place (value, kind, source)."""
-    import re
-    from ..sim.overlap import OVERLAP_FILE
-    text = OVERLAP_FILE.read_text(encoding="utf-8")
-    for name, v in vals.items():
-        key = name.rsplit(".", 1)[1]
-        pat = re.compile(rf'^({key} = \{{ value = )[^,]+(, unit = "[^"]*", source = )"[^"]*"(, kind = )"[^"]*"',
-                         re.MULTILINE)
-        text, k = pat.subn(rf'\g<1>{v:.4g}\g<2>"calibration:{"+".join(runs)}"\g<3>"calibrated"', text)
-        if k != 1:
-            raise ValueError(f"{name}: expected one entry in {OVERLAP_FILE}, found {k}")
-    OVERLAP_FILE.write_text(text, encoding="utf-8")
-    return OVERLAP_FILE
+def write_overlap_fit(vals: dict[str, float], n: int, runs: list[str], out_dir: Path | None = None) -> Path:
+    """Set the fitted entries (value, kind, source; unit and note kept) in <out_dir or the user
+    data directory>/overlap.toml, which overlays the package's sim/data/overlap.toml (tomlkit,
+    written atomically; out_dir = the package's sim/data updates the shipped table in place)."""
+    from ..sim.overlap import overlap_params
+    base = overlap_params()
+    records = {name: {"value": float(f"{v:.4g}"), "unit": base[name].unit, "source": f"calibration:{'+'.join(runs)}",
+                      "kind": "calibrated", "note": base[name].note or f"fitted on {n} calibration records"}
+               for name, v in vals.items()}
+    comments = [f"DP contention and FSDP host cost fitted by `mechsim validate calibrate` at commit {_git_commit()}",
+                "(overlays mechsim's sim/data/overlap.toml)."]
+    return update_records(_data_dir(out_dir) / "overlap.toml", records, comments)

@@ -52,9 +52,31 @@ def _hashed(key: str) -> bool:
     return int(hashlib.sha1(key.encode()).hexdigest(), 16) % SPLITS["hash"]["modulus"] == 0
 
 
+HELD_OUT_SPLITS = ("held_out", "held_out_start")
+
+
+def is_sweep(record: dict) -> bool:
+    """A random-shape sweep record (runners/cases_sweep.py: params carry family and seed)."""
+    return "family" in record["params"] and "seed" in record["params"]
+
+
+def sweep_split(record: dict) -> str:
+    """Sweep records of a calibration machine start (splits.toml [sweep]) fall in two halves by a
+    seeded hash of the case id ('calibration' / 'held_out'); records of any other machine start
+    are 'held_out_start' (shapes and a machine start calibration never saw)."""
+    cfg = SPLITS["sweep"]
+    if (record.get("extra") or {}).get("boot_id") not in cfg["calibration_boot_ids"]:
+        return "held_out_start"
+    h = int(hashlib.sha1(f"{cfg['half_seed']}/{record['case_id']}".encode()).hexdigest(), 16)
+    return "held_out" if h % 2 else "calibration"
+
+
 def split_of(record: dict) -> str:
-    """'held_out' or 'calibration', decided by the case's configuration only."""
+    """'held_out' or 'calibration' ('held_out_start' for sweep records of another machine start),
+    decided by the case's configuration (sweeps: at random, seeded) only."""
     kind, p = record["kind"], record["params"]
+    if is_sweep(record):
+        return sweep_split(record)
     if kind == "gemm":
         tags = " ".join(p.get("tags", []))
         held = any(t in tags for t in SPLITS["gemm"]["held_out_tags"])
@@ -71,10 +93,12 @@ def row_kind(rec: dict) -> str:
     """The kind accuracy is judged by: decode splits into CUDA-graph and eager
     (different targets: eager decode is host-bound and varies with the host CPU); collectives
     with a forced NCCL algorithm are judged apart from NCCL's own choice."""
+    if is_sweep(rec):
+        return f"{rec['params']['family']}_sweep"
     if rec["kind"] == "decode":
         return "decode_graph" if rec["params"].get("mode") == "graph" else "decode_eager"
     if rec["kind"] == "collective" and rec["params"].get("algo"):
-        return "collective_algo"   # NCCL_ALGO forced (ring vs tree, issue 8): not what a job runs by default
+        return "collective_algo"   # NCCL_ALGO forced (ring vs tree): not what a job runs by default
     return rec["kind"]
 
 
@@ -164,7 +188,7 @@ def failures(summary: dict, limits: dict) -> list[str]:
     bad = []
     for (kind, split), s in summary.items():
         lim = limits.get(kind)
-        if split != "held_out" or lim is None:
+        if split not in HELD_OUT_SPLITS or lim is None:
             continue
         if s["mape"] > lim["mape"] or s["max"] > lim["max"]:
             bad.append(f"{kind}: MAPE {s['mape']:.1%} (limit {lim['mape']:.0%}), "
@@ -183,17 +207,27 @@ def _band_key(r: Row) -> str:
     return f"{mode}.{stack}"
 
 
-def accuracy_table(rows: list[Row], gpu: str) -> str:
-    """TOML for sim/data/accuracy.toml: held-out error per estimate mode and stack."""
+def accuracy_records(rows: list[Row], gpu: str) -> dict[str, dict]:
+    """{gpu: {"<mode>.<stack>": {mape, max_error, n, note}}}: held-out error per estimate mode and stack."""
     groups: dict[str, list[Row]] = {}
     for r in rows:
         if r.split == "held_out" and r.kind in BAND_KEYS:
             groups.setdefault(_band_key(r), []).append(r)
-    runs = sorted({r.run_id for r in rows})
-    lines = ["# Held-out accuracy of end-to-end estimates, written by `mechsim validate compare --write-accuracy`.",
-             f"# Runs: {', '.join(runs)}. Estimates carry these as their error band.", "", f"[{gpu}]"]
+    n_runs = len({r.run_id for r in rows})
+    table = {}
     for key, rs in sorted(groups.items()):
         st = _stats(rs)
-        lines.append(f'"{key}" = {{ mape = {st["mape"]:.4f}, max_error = {st["max"]:.4f}, n = {st["n"]}, '
-                     f'note = "held-out {key} steps on {gpu}, {len(runs)} runs" }}')
-    return "\n".join(lines) + "\n"
+        table[key] = {"mape": round(st["mape"], 4), "max_error": round(st["max"], 4), "n": st["n"],
+                      "note": f"held-out {key} steps on {gpu}, {n_runs} runs"}
+    return {gpu: table}
+
+
+def write_accuracy(rows: list[Row], gpu: str, out_dir: str | Path | None = None) -> Path:
+    """<out_dir or the user data directory>/accuracy.toml (sim/errorband.py reads it), atomically."""
+    from ..sim import userdata
+    from ..sim._toml import write_toml
+    runs = sorted({r.run_id for r in rows})
+    comments = ["Held-out accuracy of end-to-end estimates, written by `mechsim validate compare --write-accuracy`.",
+                f"Runs: {', '.join(runs)}. Estimates carry these as their error band."]
+    directory = Path(out_dir) if out_dir is not None else userdata.user_data_dir()
+    return write_toml(directory / "accuracy.toml", accuracy_records(rows, gpu), comments)

@@ -17,7 +17,7 @@ def text_report(rows, unused, summary, limits, verbose: bool = False) -> str:
                  f"{'limit (MAPE/max)':<17} worst case")
     for (kind, split), s in summary.items():
         lim = limits.get(kind)
-        lim_s = f"{lim['mape']:.0%}/{lim['max']:.0%}" if lim and split == "held_out" else ""
+        lim_s = f"{lim['mape']:.0%}/{lim['max']:.0%}" if lim and split.startswith("held_out") else ""
         lines.append(f"{kind:<14} {split:<11} {s['n']:>4} {s['mape']:7.1%} {s['max']:7.1%} {s['bias']:+7.1%}  "
                      f"{lim_s:<17} {s['worst']}")
     lines.append("")
@@ -67,9 +67,9 @@ def error_figure(summary):
 def write_html(path, rows, summary) -> None:
     html = [f.to_html(full_html=False, include_plotlyjs=("cdn" if i else True))
             for i, f in enumerate((scatter_figure(rows), error_figure(summary)))]
-    with open(path, "w", encoding="utf-8") as f:
-        f.write("<html><head><meta charset='utf-8'><title>mechsim validation</title></head><body>"
-                + "".join(html) + "</body></html>")
+    from ..sim.atomic import write_text_atomic
+    write_text_atomic(path, "<html><head><meta charset='utf-8'><title>mechsim validation</title></head><body>"
+                      + "".join(html) + "</body></html>")
 
 
 TARGETS = {  # the validation issue's held-out targets (MAPE, max) per kind; None = not set

@@ -12,6 +12,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from ..sim.atomic import write_text_atomic
 from .compare import compare, summarize, thresholds
 from .report import markdown_table
 from .spread import spread_table
@@ -53,11 +54,15 @@ def main() -> None:
     text = README.read_text(encoding="utf-8")
     text = replace_between(text, "accuracy", table)
     text = replace_between(text, "spread", spread_table())
-    README.write_text(text, encoding="utf-8")
+    write_text_atomic(README, text)
     if TOP_README.exists():   # an installed package has no top-level README
         top = replace_between(TOP_README.read_text(encoding="utf-8"), "accuracy", table)
-        TOP_README.write_text(replace_between(top, "published", published_table()), encoding="utf-8")
+        write_text_atomic(TOP_README, replace_between(top, "published", published_table()))
     print(f"updated {README} and {TOP_README}")
+    if TOP_README.exists():
+        from .figures import update_docs
+        for page in update_docs(TOP_README.parent):
+            print(f"updated {page}")
 
 
 if __name__ == "__main__":

@@ -103,11 +103,8 @@ def test_fsdp_param_dtype_needs_zero3():
 def test_fsdp_host_time_per_unit_slows_a_host_bound_step():
     from mechsim.sim import overlap
     base = estimate(_amp(Parallelism(dp=2, zero=3)), "h200").step_time_s
-    overlap._OVERRIDES["fsdp.host_per_unit_s"] = 10e-3
-    try:
+    with overlap.overridden({"fsdp.host_per_unit_s": 10e-3}):
         slow = estimate(_amp(Parallelism(dp=2, zero=3)), "h200").step_time_s
-    finally:
-        overlap._OVERRIDES.clear()
     assert slow > base
 
 

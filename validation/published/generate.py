@@ -970,8 +970,25 @@ def write(path: Path, source: dict, rows: list[dict], header: str) -> None:
         for sub in ("model_config", "published", "metrics"):
             if r.get(sub):
                 out.append(f"{sub} = {tv(r[sub])}")
+    _write_atomic(path, "\n".join(out) + "\n")
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    """Temp file beside ``path``, fsync, os.replace (stdlib twin of mechsim's sim/atomic.py)."""
+    import os
+    import tempfile
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text("\n".join(out) + "\n", encoding="utf-8")
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
 
 
 def main(md_path: Path, out: Path = HERE) -> None:
