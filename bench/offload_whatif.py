@@ -1,4 +1,4 @@
-"""Issue 4's offloading what-if: what CPU offloading costs and frees on GB200 NVL72 (NVLink-C2C to
+"""The CPU-offloading what-if: what CPU offloading costs and frees on GB200 NVL72 (NVLink-C2C to
 Grace LPDDR5X) against HGX B200 and HGX H100 (PCIe Gen5 to x86 DDR5), for Llama 3.1 405B and
 DeepSeek-V3 on 64 GPUs (16 NVL72 compute trays / 8 HGX nodes), one plan per model on every system.
 

@@ -1,4 +1,4 @@
-"""Issue 4's two what-if questions, answered with mechsim's scale-out model.
+"""Two scale-out what-if questions, answered with mechsim's scale-out model.
 
 1. What does the H800's cut NVLink (400 vs 900 GB/s) cost DeepSeek-V3-style training against
    H100? DeepSeek's own plan (DeepSeek-V3 technical report, arXiv:2412.19437 section 3.2:

@@ -44,11 +44,11 @@ def test_hw_and_lists(capsys):
     assert "h800_sxm" in out and "llama3-70b" in out and "eager" in out
 
 
-def test_readme_spec_table_is_generated_from_hwdb():
+def test_docs_spec_table_is_generated_from_hwdb():
     from pathlib import Path
     from mechsim.hwdb import spec_table_markdown
-    readme = (Path(__file__).parents[2] / "README.md").read_text()
-    assert spec_table_markdown() in readme
+    page = (Path(__file__).parents[2] / "docs" / "hardware.md").read_text()
+    assert spec_table_markdown() in page
 
 
 def test_fresh_process_entry_point():
