@@ -351,7 +351,7 @@ COMMANDS = {"validate": cmd_validate, "estimate": cmd_estimate, "hw": cmd_hw, "m
 
 # Commands that live in their own module `mechsim/cli_<name>.py`, each with
 # `add_parser(sub)` (registers its subparser) and `run(args) -> int`.
-PLUGINS = ("serve", "compare", "app")
+PLUGINS = ("serve", "compare", "app", "trace")
 
 
 def _plugin(name: str):

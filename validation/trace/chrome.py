@@ -202,7 +202,8 @@ def _op(b: Builder, e: dict, name: str) -> None:
         return
     dims = a.get("Input Dims") or ()
     mb = _message_bytes(a) if "In msg nelems" in a else float("nan")
-    b.ops.setdefault(int(ext), LaunchOp(name, _freeze(dims), mb))
+    types = a.get("Input type") or ("",)
+    b.ops.setdefault(int(ext), LaunchOp(name, _freeze(dims), mb, str(types[0]) if types else ""))
 
 
 def _freeze(x):

@@ -24,6 +24,7 @@ class LaunchOp:
     name: str
     dims: tuple = ()             # "Input Dims" of torch.profiler(record_shapes=True), else ()
     message_bytes: float = float("nan")   # collectives: bytes of the message, where the trace says
+    dtype: str = ""                       # first input's dtype ("Input type"), e.g. "c10::BFloat16"
 
 
 @dataclass(frozen=True, slots=True)

@@ -83,25 +83,30 @@ def _prod(xs) -> int:
     return out
 
 
-def dims_gemm_key(op_name: str, dims: tuple) -> tuple | None:
-    """The GEMM key of an aten matmul op from its Input Dims; None when they do not say."""
+def dims_mnk(op_name: str, dims: tuple) -> tuple[int, int, int, int] | None:
+    """(M, N, K, batch) of an aten matmul op from its Input Dims; None when they do not say."""
     d = [x for x in dims if isinstance(x, tuple) and x]
     try:
         if op_name in ("aten::mm", "aten::_scaled_mm") and len(d) >= 2:
-            return gemm_key(d[0][0], d[1][1], d[0][1])
+            return int(d[0][0]), int(d[1][1]), int(d[0][1]), 1
         if op_name == "aten::addmm" and len(d) >= 3:
-            return gemm_key(d[1][0], d[2][1], d[1][1])
+            return int(d[1][0]), int(d[2][1]), int(d[1][1]), 1
         if op_name == "aten::bmm" and len(d) >= 2:
-            return gemm_key(d[0][1], d[1][2], d[0][2], d[0][0])
+            return int(d[0][1]), int(d[1][2]), int(d[0][2]), int(d[0][0])
         if op_name == "aten::baddbmm" and len(d) >= 3:
-            return gemm_key(d[1][1], d[2][2], d[1][2], d[1][0])
+            return int(d[1][1]), int(d[2][2]), int(d[1][2]), int(d[1][0])
         if op_name == "aten::linear" and len(d) >= 2:
-            return gemm_key(_prod(d[0][:-1]), d[1][0], d[0][-1])
+            return _prod(d[0][:-1]), int(d[1][0]), int(d[0][-1]), 1
         if op_name == "aten::matmul" and len(d) >= 2 and len(d[1]) == 2:
-            return gemm_key(_prod(d[0][:-1]), d[1][1], d[0][-1])
+            return _prod(d[0][:-1]), int(d[1][1]), int(d[0][-1]), 1
     except (IndexError, TypeError, ValueError):
         return None
     return None
+
+
+def dims_gemm_key(op_name: str, dims: tuple) -> tuple | None:
+    mnk = dims_mnk(op_name, dims)
+    return None if mnk is None else gemm_key(*mnk)
 
 
 def op_key(op, phase_override: str | None = None) -> tuple:
