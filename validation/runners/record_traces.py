@@ -122,7 +122,7 @@ def record_decode(name: str, shape: str, b: int, ctx: int, smax: int, out: Path)
         info = _profile(step, name, out)
     params = {**model_params(shape, cfg), "batch": b, "context": ctx, "mode": "decode", "dtype": "bf16",
               "stack": "graph"}
-    del graph, caches, model
+    del caches, model
     torch.cuda.empty_cache()
     return {**info, "params": params, "wall_s": time.perf_counter() - t0}
 

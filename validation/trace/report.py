@@ -86,7 +86,7 @@ def _between_steps(tl: Timeline) -> float:
     t, end = tl.trace, tl.trace.start_us + tl.trace.dur_us
     firsts = [t.start_us[tl.step == s.index].min() for s in tl.steps]
     lasts = [end[tl.step == s.index].max() for s in tl.steps]
-    gaps = [max(0.0, f - l) for f, l in zip(firsts[1:], lasts[:-1])]
+    gaps = [max(0.0, f - e) for f, e in zip(firsts[1:], lasts[:-1])]
     return float(np.mean(gaps)) * 1e-6 if gaps else 0.0
 
 
