@@ -19,7 +19,6 @@ from .families import op_pattern
 CHUNK = 1 << 22                 # characters read at a time
 MAX_EVENT = 1 << 26             # one event larger than this is taken as malformed, not truncated
 _WS = re.compile(r"[ \t\n\r]*")
-_SEP = re.compile(r"[ \t\n\r,]*")
 KERNEL_CATS = frozenset(("kernel", "gpu_memcpy", "gpu_memset"))
 LAUNCH_CATS = frozenset(("cuda_runtime", "cuda_driver"))
 GEMM_OPS = re.compile(r"^aten::(mm|addmm|bmm|baddbmm|_scaled_mm|_grouped_mm|matmul|linear)$")
@@ -101,13 +100,16 @@ def iter_events(f: IO[str], path: str, meta: dict) -> Iterator[dict]:
 
 
 def _object(t: _Text, dec: json.JSONDecoder, meta: dict) -> Iterator[dict]:
-    found = False
+    found, first = False, True
     while True:
-        ch = t.skip(_SEP)
+        ch = t.skip()
         if ch == "}":
             break
-        if ch != '"':
-            t.expect('"', "a key or '}' in the top-level object")
+        if not first:
+            _comma(t, ch, "'}' or ',' in the top-level object")
+        first = False
+        if t.skip() != '"':
+            t.expect('"', "a key in the top-level object")
         key = t.value(dec)
         t.expect(":", f"':' after key {key!r}")
         if key == "traceEvents":
@@ -122,17 +124,30 @@ def _object(t: _Text, dec: json.JSONDecoder, meta: dict) -> Iterator[dict]:
 
 
 def _array(t: _Text, dec: json.JSONDecoder) -> Iterator[dict]:
+    first = True
     while True:
-        ch = t.skip(_SEP)
+        ch = t.skip()
         if ch == "]":
             t.pos += 1
             return
-        if not ch:
-            raise TraceError(f"{t.path}: truncated JSON (traceEvents array not closed); the profiler did "
-                             "not finish writing: re-export the trace")
+        if not first:
+            _comma(t, ch, "']' or ',' between traceEvents")
+        first = False
         ev = t.value(dec)
         if isinstance(ev, dict):
             yield ev
+
+
+def _comma(t: _Text, ch: str, what: str) -> None:
+    """Consume the ',' between two members (``ch`` is the next character)."""
+    if ch != ",":
+        if not ch:
+            raise TraceError(f"{t.path}: truncated JSON (ends before {what}); the profiler did not finish "
+                             "writing: re-export the trace")
+        raise TraceError(f"{t.path}: malformed JSON at character {t.base + t.pos}: expected {what}")
+    t.pos += 1
+    if not t.skip():
+        raise TraceError(f"{t.path}: truncated JSON (ends after ','); re-export the trace")
 
 
 def read_chrome(f: IO[str], path: str, device: int | None = None):
