@@ -17,10 +17,12 @@ from .loader import (
     DEFAULT_DATA_DIR,
     Database,
     default_db,
+    get_cpu,
     get_gpu,
     get_nic,
     get_source,
     get_system,
+    list_cpus,
     list_gpus,
     list_nics,
     list_sources,
@@ -29,9 +31,10 @@ from .loader import (
     normalize,
 )
 from .report import describe, spec_table_markdown
-from .schema import GPU, NIC, UNITS, HwdbError, Source, Spec, System, UnknownHardwareError
+from .schema import CPU, GPU, NIC, UNITS, HwdbError, Source, Spec, System, UnknownHardwareError
 
 __all__ = [
+    "CPU",
     "DEFAULT_DATA_DIR",
     "GPU",
     "NIC",
@@ -44,10 +47,12 @@ __all__ = [
     "UnknownHardwareError",
     "default_db",
     "describe",
+    "get_cpu",
     "get_gpu",
     "get_nic",
     "get_source",
     "get_system",
+    "list_cpus",
     "list_gpus",
     "list_nics",
     "list_sources",

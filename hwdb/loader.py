@@ -5,7 +5,8 @@ Layout of a data directory (see hwdb/README.md)::
     sources.toml          [<source id>] title, url, publisher, date, locator, accessed, tier, via
     gpus/<key>.toml       key, name, vendor, arch, hbm_type, aliases, based_on?, drop?, [specs]
     nics/<key>.toml       key, name, vendor, category, aliases, [specs]
-    systems/<key>.toml    key, name, vendor, category, gpu, nic, cpu, form_factor, aliases, [specs]
+    systems/<key>.toml    key, name, vendor, category, gpu, nic, cpu, host_cpu?, form_factor, aliases, [specs]
+    cpus/<key>.toml       key, name, vendor, isa, microarch, aliases, [specs]
 
 ``load_db(path)`` parses a directory; the module-level functions use the packaged
 directory, parsed on first use and cached (a lookup then is a dict access).
@@ -24,6 +25,7 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from .schema import (
+    CPU,
     GPU,
     KINDS,
     NIC,
@@ -42,7 +44,7 @@ except ModuleNotFoundError:  # Python < 3.11
     import tomli as tomllib  # type: ignore[no-redef]
 
 DEFAULT_DATA_DIR = Path(__file__).parent / "data"
-CATEGORIES = {"gpu": "gpus", "nic": "nics", "system": "systems"}
+CATEGORIES = {"gpu": "gpus", "nic": "nics", "system": "systems", "cpu": "cpus"}
 _SPEC_FIELDS = {"value", "unit", "source", "kind", "note"}
 _NOT_INHERITED = {"key", "name", "aliases", "based_on", "drop"}
 
@@ -158,6 +160,7 @@ class Database:
     nics: Mapping[str, NIC]
     systems: Mapping[str, System]
     index: Mapping[str, tuple[str, str]] = field(repr=False)  # normalized alias -> (category, key)
+    cpus: Mapping[str, CPU] = field(default_factory=dict)
 
     def _items(self, category: str) -> Mapping[str, Any]:
         return getattr(self, CATEGORIES[category])
@@ -221,10 +224,11 @@ def load_db(root: str | Path = DEFAULT_DATA_DIR) -> Database:
     gpus = _keep_order(raw["gpu"], {k: _build(GPU, _resolve(k, raw["gpu"], sources), paths[k])
                                      for k in _base_first(raw["gpu"])})
     nics = {k: _build(NIC, _resolve(k, raw["nic"], sources), paths[k]) for k in raw["nic"]}
-    systems = {k: _build_system(k, _resolve(k, raw["system"], sources), paths[k], gpus, nics)
+    cpus = {k: _build(CPU, _resolve(k, raw["cpu"], sources), paths[k]) for k in raw["cpu"]}
+    systems = {k: _build_system(k, _resolve(k, raw["system"], sources), paths[k], gpus, nics, cpus)
                for k in raw["system"]}
-    objs = {"gpu": gpus, "nic": nics, "system": systems}
-    return Database(root, sources, gpus, nics, systems, _index(objs, paths))
+    objs = {"gpu": gpus, "nic": nics, "system": systems, "cpu": cpus}
+    return Database(root, sources, gpus, nics, systems, _index(objs, paths), cpus)
 
 
 def _base_first(raws: dict) -> list[str]:
@@ -240,10 +244,12 @@ def _keep_order(raws: dict, built: dict) -> dict:
     return {k: built[k] for k in raws}
 
 
-def _build_system(key: str, data: dict, path: Path, gpus: dict, nics: dict) -> System:
+def _build_system(key: str, data: dict, path: Path, gpus: dict, nics: dict, cpus: dict) -> System:
     refs = {}
-    for fld, pool in (("gpu", gpus), ("nic", nics)):
+    for fld, pool in (("gpu", gpus), ("nic", nics), ("host_cpu", cpus)):
         ref = data.get(fld)
+        if ref is None and fld == "host_cpu":
+            continue
         if ref not in pool:
             raise HwdbError(f"{path}: field {fld!r}: {ref!r} is not a known {fld} key "
                             f"({', '.join(sorted(pool))})")
@@ -265,6 +271,16 @@ def get_gpu(name: str) -> GPU:
 def get_system(name: str) -> System:
     """System (node / rack / cloud instance) by key or alias."""
     return default_db().lookup("system", name)
+
+
+def get_cpu(name: str) -> CPU:
+    """Host CPU record by key or alias ('Xeon Platinum 8480C', 'grace', ...)."""
+    return default_db().lookup("cpu", name)
+
+
+def list_cpus() -> list[str]:
+    """Sorted host CPU keys."""
+    return sorted(default_db().cpus)
 
 
 def get_nic(name: str) -> NIC:

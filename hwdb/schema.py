@@ -45,6 +45,11 @@ UNITS: dict[str, tuple[float, str]] = {
     "TB": (1e12, "B"),
     "GB": (1e9, "B"),
     "MB": (1e6, "B"),
+    "PB": (1e15, "B"),
+    "TiB/s": (2.0**40, "B/s"),   # as some sources print rates (3FS); SI inside as always
+    "GiB/s": (2.0**30, "B/s"),
+    "op/s": (1.0, "op/s"),
+    "kop/s": (1e3, "op/s"),
     "GHz": (1e9, "Hz"),
     "MHz": (1e6, "Hz"),
     "kW": (1e3, "W"),
@@ -54,6 +59,9 @@ UNITS: dict[str, tuple[float, str]] = {
     "op/clk": (1.0, "1"),
     "FLOP/clk": (1.0, "1"),
     "bit": (1.0, "bit"),
+    "s": (1.0, "s"),
+    "us": (1e-6, "s"),
+    "ratio": (1.0, "1"),
 }
 
 Kind = Literal["datasheet", "derived", "measured", "assumed"]
@@ -315,14 +323,40 @@ class NIC(_Hardware):
         return self._si("bandwidth_per_dir")
 
 
+class CPU(_Hardware):
+    """A host CPU: what kernel-launch cost depends on (single-thread clocks, cores) and
+    ``launch_scale``, its host launch cost relative to the reference host of mechsim's launch
+    calibration (docs/host.md; kind measured only where a probe measured it)."""
+
+    isa: Literal["x86_64", "aarch64"]
+    microarch: str
+
+    @property
+    def cores(self) -> int:
+        """Physical cores per socket."""
+        return self._int("cores")
+
+    @property
+    def max_boost_clock_hz(self) -> float:
+        """Highest single-core clock, Hz."""
+        return self._si("max_boost_clock")
+
+    @property
+    def launch_scale(self) -> float:
+        """Host launch cost on this CPU over the reference host's (1 = the calibration's host)."""
+        return self._si("launch_scale")
+
+
 class System(_Hardware):
-    """A node, rack or cloud instance built from one GPU type and one scale-out NIC type."""
+    """A node, rack or cloud instance built from one GPU type and one scale-out NIC type.
+    ``host_cpu`` is the CPU record of its host (None where the source names none)."""
 
     category: Literal["node", "rack", "instance"]
     gpu: GPU
     nic: NIC
     cpu: str
     form_factor: str
+    host_cpu: CPU | None = None
 
     @property
     def gpus(self) -> int:
@@ -353,3 +387,29 @@ class System(_Hardware):
     def scaleout_bw_per_gpu_per_dir(self) -> float:
         """Scale-out bandwidth per GPU per direction, B/s = nic bw x nics_per_node / gpus_per_node."""
         return self.nic.bandwidth_per_dir * self.nics_per_node / self.gpus_per_node
+
+
+class StorageTier(_Hardware):
+    """A storage tier a job reads data from and writes checkpoints to (data/storage/<key>.toml).
+
+    Bandwidths are B/s: ``{read,write}_bandwidth_per_node`` is what one client node drives (its
+    drives, or its storage NICs), ``{read,write}_bandwidth_aggregate`` what the whole system serves;
+    a job on n nodes gets min(n x per node, aggregate), and an absent key does not bind.
+    """
+
+    category: Literal["local_nvme", "local_disk", "parallel_fs", "object_store"]
+
+    def job_bandwidth(self, op: Literal["read", "write"], nodes: int) -> float:
+        """min(nodes x {op}_bandwidth_per_node, {op}_bandwidth_aggregate), B/s; HwdbError if neither."""
+        if op not in ("read", "write") or nodes < 1:
+            raise HwdbError(f"storage {self.key!r}: op must be 'read' or 'write' and nodes >= 1, got {op!r}, {nodes}")
+        per, agg = self.specs.get(f"{op}_bandwidth_per_node"), self.specs.get(f"{op}_bandwidth_aggregate")
+        if per is None and agg is None:
+            raise HwdbError(f"storage {self.key!r} has no {op} bandwidth (no published figure); "
+                            f"give a measured one (e.g. --storage-{op}-GBps)")
+        return min(per.si * nodes if per else float("inf"), agg.si if agg else float("inf"))
+
+    @property
+    def gpudirect_storage(self) -> bool:
+        """Whether the tier reads straight into GPU memory (NVIDIA GPUDirect Storage)."""
+        return "gpudirect_storage" in self.specs and self.specs["gpudirect_storage"].si >= 1

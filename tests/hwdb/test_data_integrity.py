@@ -20,7 +20,7 @@ SOURCES = tomllib.loads((DEFAULT_DATA_DIR / "sources.toml").read_text())
 
 def test_data_files_exist():
     folders = {p.parent.name for p in ALL_FILES}
-    assert folders == {"gpus", "nics", "systems"}
+    assert folders == {"gpus", "nics", "systems", "cpus"}
     assert len(ALL_FILES) >= 7 + 5 + 8
 
 
@@ -47,7 +47,7 @@ def test_derived_values_state_their_formula(path: Path):
 
 def test_secondary_sources_never_back_datasheet_numbers():
     db = load_db()
-    for obj in [*db.gpus.values(), *db.nics.values(), *db.systems.values()]:
+    for obj in [*db.gpus.values(), *db.nics.values(), *db.systems.values(), *db.cpus.values()]:
         for key, spec in obj.specs.items():
             tier = db.sources[spec.source].tier
             if tier != "primary":
@@ -63,7 +63,7 @@ def test_sources_have_title_and_locator():
 
 def test_every_source_is_cited():
     db = load_db()
-    cited = {s.source for o in [*db.gpus.values(), *db.nics.values(), *db.systems.values()]
+    cited = {s.source for o in [*db.gpus.values(), *db.nics.values(), *db.systems.values(), *db.cpus.values()]
              for s in o.specs.values()}
     # sources cited only inside notes (corroboration) are allowed, but list them explicitly
     only_in_notes = {"klockwood_h100", "hpe_gb200_nvl72_quickspecs", "nvidia_spectrum_x_docs", "waredb_h800"}
@@ -133,4 +133,16 @@ def test_based_on_cycle_is_reported(tmp_path):
     root = _copy_db(tmp_path)
     _edit(root / "gpus/h100_sxm.toml", 'arch = "hopper"', 'arch = "hopper"\nbased_on = "h800_sxm"')
     with pytest.raises(HwdbError, match="cycle"):
+        load_db(root)
+
+
+def test_systems_name_a_host_cpu_record(tmp_path: Path):
+    """A system's host_cpu resolves to a CPU record; an unknown key names the field and the known keys."""
+    db = load_db()
+    assert db.systems["hgx_h200"].host_cpu.key == "xeon_8480c"          # inherited from hgx_h100
+    assert db.systems["gb200_nvl72"].host_cpu.isa == "aarch64"
+    root = _copy_db(tmp_path)
+    p = root / "systems" / "hgx_h100.toml"
+    p.write_text(p.read_text().replace('host_cpu = "xeon_8480c"', 'host_cpu = "xeon_9999"'))
+    with pytest.raises(HwdbError, match=r"field 'host_cpu': 'xeon_9999' is not a known host_cpu key"):
         load_db(root)
