@@ -162,6 +162,7 @@ def _llama_ref() -> Any:
         if path.exists():
             spec = importlib.util.spec_from_file_location("_mechsim_llama_ref", path)
             mod = importlib.util.module_from_spec(spec)
+            sys.modules[spec.name] = mod   # dataclasses look their module up there
             spec.loader.exec_module(mod)
             return mod
     raise FileNotFoundError("validation/runners/llama_ref.py not found beside the mechsim package")

@@ -21,6 +21,7 @@ import importlib.util
 import json
 import os
 import random
+import sys
 from pathlib import Path
 
 from cases_e2e import train_case
@@ -39,6 +40,7 @@ def _probe_module():
     path = Path(__file__).resolve().parents[2] / "mechsim" / "probe_runner.py"
     spec = importlib.util.spec_from_file_location("_mechsim_probe_runner", path)
     mod = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = mod   # dataclasses look their module up there
     spec.loader.exec_module(mod)
     return mod
 
