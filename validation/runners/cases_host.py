@@ -1,6 +1,6 @@
 """Host-bound steps, each record carrying the host/GPU probe of its machine start (tag "hostval").
 
-The eager decode of four Llama-style sizes (Qwen2.5-0.5B / 1.5B layer shapes, Llama-3.2-3B,
+The eager decode of three Llama-style sizes (the Qwen2.5-0.5B layer shape, Llama-3.2-3B,
 Llama-3-8B; random bf16 weights, every layer) at batch 1, 4, 16, 64, and eager training steps of
 the 0.5B shape: the steps whose speed the CPU that launches the kernels sets. Context lengths
 (decode) and sequence lengths (training) are drawn at random from a seeded generator
@@ -28,7 +28,7 @@ from cases_e2e import train_case
 from cases_inference import MAX_SEQ, _base, release_all, release_caches, run_decode
 from common import Case, Group
 
-DECODE_MODELS = ("0p5b", "1p5b", "3b", "8b")
+DECODE_MODELS = ("0p5b", "3b", "8b")
 BATCHES = (1, 4, 16, 64)
 CTX_RANGE = (128, 4096)
 TRAIN_MODEL, TRAIN_SEQS = "0p5b", (128, 1024)
