@@ -168,10 +168,20 @@ def _llama_ref() -> Any:
     raise FileNotFoundError("validation/runners/llama_ref.py not found beside the mechsim package")
 
 
-def tiny_step_probe(torch: Any) -> dict:
+def host_series(torch: Any, call: Callable[[], object], seconds: float, inner: int = 10) -> list[float]:
+    """Host seconds per call of back-to-back bursts of ``inner`` calls (GPU queue drained before
+    each) for ``seconds``: the host's speed over the probe's window, which a shared VM's host can
+    switch within (LOG 'Device run 56a717 + 2c0e8e', 2026-11-30)."""
+    out, end = [], time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        out.append(host_per_call_s(torch, call, inner, 1))
+    return out
+
+
+def tiny_step_probe(torch: Any, seconds: float = 3.0) -> dict:
     """The tiny decoder's eager decode step (batch 1, 16 cached tokens, bf16, inference
-    mode): host seconds to issue one forward (7 bursts of 10, no sync) and wall seconds per
-    forward with a sync after each."""
+    mode): host seconds to issue one forward, bursts of 10 with no sync inside, for ``seconds``
+    (median, 10th and 90th percentile and the series), and wall seconds per synced forward."""
     ref = _llama_ref()
     cfg = ref.RefConfig(**{k: TINY[k] for k in ("vocab", "d_model", "n_layers", "n_heads", "n_kv_heads",
                                                 "ffn", "tie_embeddings", "max_seq")})
@@ -186,9 +196,12 @@ def tiny_step_probe(torch: Any) -> dict:
         step = lambda: m(idx, caches, TINY["ctx"])  # noqa: E731
         for _ in range(5):
             step()
-        host = host_per_call_s(torch, step, 10, 7)
+        series = host_series(torch, step, seconds)
         wall = host_per_call_s(torch, lambda: (step(), torch.cuda.synchronize()), 5, 5)
-    return {"tiny_step_host_s": host, "tiny_step_wall_s": wall}
+    s = sorted(series)
+    return {"tiny_step_host_s": median(series), "tiny_step_host_p10_s": s[len(s) // 10],
+            "tiny_step_host_p90_s": s[(9 * len(s)) // 10], "tiny_step_host_series_s": series,
+            "tiny_step_wall_s": wall}
 
 
 def graph_per_call_s(torch: Any, call: Callable[[], object], inner: int, reps: int) -> float:

@@ -12,7 +12,7 @@ Timing, paired host probes and the rest are cases_inference.run_decode / cases_e
 
     python3 validation/runners/run_suite.py --suite full --match hostval
 
-Estimated ~45 s on an H200 after start-up (model builds ~10 s, 16 decode + 2 train cases).
+Estimated ~45 s on an H200 after start-up (model builds ~10 s, 12 decode + 2 train cases).
 """
 
 from __future__ import annotations
