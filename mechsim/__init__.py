@@ -35,6 +35,17 @@ _LAZY = {
     "serve": ("mechsim.sim.serving", "serve"),
     "best_serving_plan": ("mechsim.sim.serving", "best_serving_plan"),
     "compare": ("mechsim.sim.procure", "compare"),
+    # how the work runs (the clock state) and one-op times beyond the op list
+    "RunPattern": ("mechsim.sim.clock", "RunPattern"),
+    "sustained": ("mechsim.sim.clock", "sustained"),
+    "burst": ("mechsim.sim.clock", "burst"),
+    "duty_cycle": ("mechsim.sim.clock", "duty_cycle"),
+    "host_copy_time": ("mechsim.sim.public_ops", "host_copy_time"),
+    "device_copy_time": ("mechsim.sim.public_ops", "device_copy_time"),
+    "collective_time": ("mechsim.sim.public_ops", "collective_time"),
+    "stack_for": ("mechsim.sim.public_ops", "stack_for"),
+    "power_demand": ("mechsim.sim.public_ops", "power_demand"),
+    "power_average": ("mechsim.sim.public_ops", "power_average"),
 }
 
 __all__ = sorted(_LAZY) + ["__version__"]

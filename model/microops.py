@@ -133,3 +133,48 @@ def cross_entropy_chain(t: int, vocab: int, logits_dtype: str = "fp32", backward
     c = _chain_ctx(logits_dtype, train=backward, fused={"cross_entropy"} if fused else ())
     pr = cross_entropy(c, t, vocab)
     return pr.fwd + (pr.bwd if backward else [])
+
+
+# ---- single kernels of torch's row and pointwise families ----
+
+ROW_NORMS = ("layer_norm", "rms_norm")
+UNARY = ("silu", "gelu_tanh", "gelu", "relu")
+
+
+def softmax(rows: int, cols: int, dtype: str = "fp32", name: str = "softmax") -> Op:
+    """torch.softmax(x[rows, cols], dim=-1) of ``dtype``: one row-softmax kernel (the one torch
+    dispatches for the row length, sim/rowkernels.py); reads and writes rows x cols elements."""
+    _positive(rows=rows, cols=cols)
+    n, e = rows * cols, DTYPE_BYTES[dtype]
+    return Op(name, "softmax", "fwd", 5.0 * n, float(n * e), float(n * e), dtype, (rows, cols))
+
+
+def row_norm(rows: int, cols: int, dtype: str = "fp32", norm: str = "layer_norm", name: str | None = None) -> Op:
+    """One fused forward norm kernel over x[rows, cols] of ``dtype`` (F.layer_norm with weight and
+    bias, F.rms_norm / nn.RMSNorm: torch's vectorized_layer_norm_kernel family, a row per block):
+    reads x and the weights, writes y and the per-row statistics."""
+    _positive(rows=rows, cols=cols)
+    if norm not in ROW_NORMS:
+        raise ValueError(f"norm must be one of {ROW_NORMS}, got {norm!r}")
+    e, n = DTYPE_BYTES[dtype], rows * cols
+    w = (2 if norm == "layer_norm" else 1) * cols * e
+    return Op(name or norm, "norm", "fwd", 8.0 * n, float(n * e + w), float(n * e + 8 * rows), dtype, (rows, cols))
+
+
+def unary(elems: int, dtype: str = "bf16", fn: str = "silu", name: str | None = None) -> Op:
+    """One contiguous unary pointwise kernel (F.silu, F.gelu(approximate="tanh"), ...) over
+    ``elems`` elements of ``dtype``: vectorized_elementwise_kernel, one read and one write each."""
+    _positive(elems=elems)
+    if fn not in UNARY:
+        raise ValueError(f"fn must be one of {UNARY}, got {fn!r}")
+    e = DTYPE_BYTES[dtype]
+    return Op(name or fn, "elementwise", "fwd", 8.0 * elems, float(elems * e), float(elems * e), dtype, (elems,))
+
+
+def cast(elems: int, src: str, dst: str, name: str = "cast") -> list[Op]:
+    """x.to(dst) of ``elems`` contiguous elements of ``src`` as the workloads build it
+    (model/ops_common.cast: narrowing is a streaming copy, widening an unrolled element-rate kernel)."""
+    from .ops_common import cast as cast_kernel
+    from .ops_common import chain
+    _positive(elems=elems)
+    return chain(name, "elementwise", "fwd", [cast_kernel(elems, DTYPE_BYTES[src], DTYPE_BYTES[dst])], 1, elems)

@@ -421,7 +421,7 @@ def _estimate_parallel(workload, hw, stack=None, overrides=None):
     from .launch import LaunchTimes, host_times, tandem_step_time
     from .memory import fit_memory
     from .results import Estimate
-    from .stacks import Stack, get_stack
+    from .stacks import get_stack
     from .whatif import apply_overrides
     par = workload.parallel
     cluster = resolve_cluster(hw, par.gpus)
@@ -429,7 +429,7 @@ def _estimate_parallel(workload, hw, stack=None, overrides=None):
     if spec_overrides:   # the network sees the what-if GPU too (NVLink bandwidth)
         cluster = cluster.model_copy(update={"whatif": cluster.whatif + spec_overrides})
     gpu, clock = apply_overrides(hwdb.get_system(cluster.system).gpu, overrides or {})
-    st = stack if isinstance(stack, Stack) else calibrated_stack(gpu, get_stack(stack or workload.stack))
+    st = calibrated_stack(gpu, get_stack(stack or workload.stack))
     p = prepare(workload, st.fused)
     t, rates, eff = p.table, hw_rates(gpu, clock), efficiency(gpu)
     check_recipe(workload, gpu)

@@ -21,12 +21,14 @@ from .. import hwdb
 from ..model import build_ops
 from ..model.ops import Op
 from .calibration import Efficiency, efficiency_for
+from .clock import RunPattern
 from .kernels import (ATTENTION, MATMUL, HwRates, KernelTimes, check_recipe, check_rates, gemm_efficiency,
                       kernel_times)
 from .launch import LaunchTimes, host_times, launch_times
 from .memory import fit_memory, memory_components
 from .optable import DTYPES, KINDS, PHASES, OpTable, build_table
 from .power import power_state
+from .clock_state import at_pattern, burst_step
 from .results import CATEGORIES, Estimate, OpEstimate
 from .stacks import Stack, get_stack
 from .whatif import apply_overrides
@@ -106,12 +108,23 @@ def efficiency(gpu) -> Efficiency:
 @functools.lru_cache(maxsize=256)
 def calibrated_stack(gpu, st: Stack) -> Stack:
     """``st`` with the launch costs calibrated for this GPU's machine, if any
-    (efficiency entries ``stack.<key>.<field>``; host speed belongs to the machine).
-    A Stack object passed to estimate() explicitly is used as given."""
+    (efficiency entries ``stack.<key>.<field>``; host speed belongs to the machine), on the
+    fields that still hold the library stack's value: a Stack object keeps the calibration,
+    and a field its caller set differently wins."""
     prefix = f"stack.{st.key}."
     eff = efficiency(gpu)
     vals = {n[len(prefix):]: float(eff.get(n)) for n in eff.params if n.startswith(prefix)}
+    base = library_stack(st.key)
+    vals = {f: v for f, v in vals.items() if base is None or getattr(st, f) == getattr(base, f)}
     return dataclasses.replace(st, **vals) if vals else st
+
+
+def library_stack(key: str) -> Stack | None:
+    """The library's stack of that key (sim/data/stacks.toml), None for a caller's own key."""
+    try:
+        return get_stack(key)
+    except ValueError:
+        return None
 
 
 def categories(t: OpTable, k: KernelTimes) -> np.ndarray:
@@ -169,29 +182,33 @@ def _multi_gpu(workload, hw) -> bool:
 
 
 def estimate(workload, hw: Any = "h100_sxm", stack: str | Stack | None = None,
-             overrides: Mapping[str, Any] | None = None) -> Estimate:
+             overrides: Mapping[str, Any] | None = None, run: RunPattern | None = None) -> Estimate:
     """Estimate one step of ``workload`` on one GPU, or on a cluster when the
     workload's ``parallel`` plan uses several GPUs (sim/distributed.py).
 
     hw: GPU/system name or object, or a sim.cluster.Cluster. stack: software stack key (default: the
     workload's). overrides: what-if changes to the hardware, e.g.
     {"hbm_bandwidth": "+20%", "flops_bf16": 1.2e15, "sustained_clock": 0.9}.
+    run: how the steps run (sim/clock.py: sustained() - the default -, burst(ms, after_idle_s),
+    duty_cycle(fraction)); the power model sets the clock from it (single GPU).
     """
     if _multi_gpu(workload, hw):
         from .distributed import estimate_parallel  # networkx etc. load only when needed
         return estimate_parallel(workload, hw, stack, overrides)
     gpu, clock = apply_overrides(resolve_gpu(hw), overrides or {})
-    st = stack if isinstance(stack, Stack) else calibrated_stack(gpu, get_stack(stack or workload.stack))
+    st = calibrated_stack(gpu, get_stack(stack or workload.stack))
     p = prepare(workload, st.fused)
     t, rates = p.table, hw_rates(gpu, clock)
     check_recipe(workload, gpu)
     check_rates(t, rates)
     eff = efficiency(gpu)
     k = kernel_times(t, rates, eff, st.attention)
-    r = boost_speedup(eff)
-    ps = sustained_power_state(t, k, st, gpu, r) if r != 1.0 else None
+    r, k_cal = boost_speedup(eff), k
+    ps = sustained_power_state(t, k, st, gpu, r, run.duty if run else 1.0) if r != 1.0 else None
     if ps is not None:
         k = at_compute_speed(t, k, ps.speed, ps.attention_speed)
+    if run is not None and not run.sustained:
+        k = burst_step(t, k_cal, k, gpu, eff, run)
     lt = launch_times(t, k.gpu_s, st)
     by_cat, by_phase = _sums(t, k, lt.gpu_s * t.count, lt.idle_s)
     step, exposed = lt.step_s, {}
@@ -219,18 +236,18 @@ def step_peak(t: OpTable, gpu) -> tuple[str, float]:
     return best, peaks[best]
 
 
-def sustained_power_state(t, k: KernelTimes, st: Stack, gpu, r: float):
+def sustained_power_state(t, k: KernelTimes, st: Stack, gpu, r: float, duty: float = 1.0):
     """The step's power state (sim/power.py) from its time shares at the calibrated rates:
     compute-bound GEMMs, attention (kernel st.attention), the rest of the GPU time memory-bound,
-    over a step of max(GPU busy, host issue time) (the tandem bound's two ends; the power model
-    needs shares, not the exact step)."""
+    over a step of max(GPU busy, host issue time) / duty (the tandem bound's two ends; the power
+    model needs shares, not the exact step; idle between steps draws idle power)."""
     g = k.gpu_s * t.count
     busy = float(g.sum())
     gemm, att = float(g[compute_bound_gemms(t, k)].sum()), float(g[t.kind == ATTENTION].sum())
     host = 0.0 if st.graphs else float(np.dot(host_times(t, st), t.count))
     return power_state({"matmul_compute": gemm, "attention": att, "memory_bound": busy - gemm - att,
                         "matmul_power": gemm * gemm_power_weight(t, k, gpu)},
-                       max(busy, host), gpu.key, gpu.boost_clock_hz, r, st.attention)
+                       max(busy, host) / duty, gpu.key, gpu.boost_clock_hz, r, st.attention)
 
 
 def gemm_power_weight(t, k: KernelTimes, gpu) -> float:
@@ -276,11 +293,13 @@ def at_compute_speed(t, k: KernelTimes, speed: float, attention_speed: float = 1
 
 
 def estimate_op(op: Op, hw: Any = "h100_sxm", stack: str | Stack = "eager",
-                overrides: Mapping[str, Any] | None = None) -> OpEstimate:
+                overrides: Mapping[str, Any] | None = None, run: RunPattern | None = None) -> OpEstimate:
     """Time, binding side and efficiency of one op instance on one GPU.
 
     GPU time only (as a back-to-back or graphed microbenchmark measures it): no
     host launch cost. The unit that validation compares with microbenchmarks.
+    run: how the op runs (sim/clock.py: burst(ms, after_idle_s), sustained(), duty_cycle(f));
+    None: GEMMs at their calibrated sustained rate, the other ops at their calibrated (boost) rate.
     """
     gpu, clock = apply_overrides(resolve_gpu(hw), overrides or {})
     st = get_stack(stack)
@@ -288,6 +307,8 @@ def estimate_op(op: Op, hw: Any = "h100_sxm", stack: str | Stack = "eager",
     rates = hw_rates(gpu, clock)
     check_rates(t, rates)
     k = kernel_times(t, rates, efficiency(gpu), st.attention)
+    if run is not None:
+        k = at_pattern(t, k, gpu, efficiency(gpu), run)
     lt = LaunchTimes(np.zeros(1), k.gpu_s, float(k.gpu_s[0]), float(k.gpu_s[0]), 0.0)
     return op_estimates(t, k, lt)[0]
 

@@ -32,9 +32,7 @@ from .predict import (
     ATTN_IMPL,
     GEMM_DTYPES,
     NotPredicted,
-    boosted_compute_scale,
     chain_ops,
-    gemm_activity,
     gpu_key,
     timed_window_s,
 )
@@ -115,21 +113,29 @@ def collect(paths, gpu: str) -> list[Group]:
         timed.append(timed_window_s(rec["timing"]))
         if key == "gemm":   # the run's whole GEMM sequence (held-out cases too: their time and activity only)
             if run["run_id"] not in histories:
-                histories[run["run_id"]] = gemm_power.run_history(run, _activity_of(gpu))
+                histories[run["run_id"]] = gemm_power.run_history(run)
             hist.append((histories[run["run_id"]], rec["case_id"]))
     return [_group(k, *v) for k, v in sorted(buckets.items())]
 
 
-def _activity_of(gpu: str):
-    """A GEMM record's compute-bound share at boost (predict.gemm_activity) at the starting
-    efficiency: fixed during the fit (it is ~0 or ~1 for nearly every case)."""
-    g = resolve_gpu(gpu)
-    rates, eff = hw_rates(g, 1.0), efficiency_for(g.key, g.arch)
+def boosted_compute_scale(timed_s: np.ndarray, eff, boost_left_s: np.ndarray | None = None) -> np.ndarray:
+    """Compute-time factor of GEMM windows of ``timed_s`` whose boost lasts ``boost_left_s`` from
+    the window's start (sim/clock.py; a cool start where None): the median (middle) replay is
+    boosted by b = min(1, exp(-(timed / 2 - t_boost) / decay)), scale = 1 - b (1 - 1 / boost_speedup)."""
+    from ..sim.clock import boost_left_s as left_s
+    from ..sim.clock import boosted_share
+    if boost_left_s is None:
+        boost_left_s = left_s(0.0, eff.get("gemm.boost_power"), eff.get("gemm.power_tau_s"))
+    boosted = boosted_share(timed_s, boost_left_s, eff.get("gemm.boost_decay_s"))
+    return 1.0 - boosted * (1.0 - 1.0 / eff.get("gemm.boost_speedup"))
 
-    def activity(rec):
-        k = kernel_times(build_table(tuple(_gemm_op(rec["params"]))), rates, eff, "fa2")
-        return gemm_activity(k, rec["params"]["dtype"], eff)
-    return activity
+
+def _demands(h, gpu: str) -> list[float]:
+    """Power demand at boost of each GEMM case of a run history (at the starting efficiency:
+    fixed during the fit, ~w_mem or ~boost_power for nearly every case)."""
+    from .. import power_demand
+    from .predict import gemm_op
+    return [power_demand(gemm_op(r), gpu) for r in h.params]
 
 
 def _group_of(rec):
@@ -173,9 +179,21 @@ def _boost_left(g: Group, eff: Efficiency) -> np.ndarray | None:
     """Seconds of boost left at each record's window, from its run's power history."""
     if not g.history:
         return None
-    w_mem = gemm_power.w_mem_of(eff.key)
-    per_run = {id(h): h.boost_left(eff, w_mem) for h, _ in g.history}
-    return np.array([per_run[id(h)][cid] for h, cid in g.history])
+    from ..sim.clock import boost_left_s
+    tau, out, cache = eff.get("gemm.power_tau_s"), [], {}
+    for h, cid in g.history:
+        if id(h) not in cache:
+            key = (h.case_ids, eff.key)
+            if key not in _HIST_DEMANDS:
+                _HIST_DEMANDS[key] = _demands(h, eff.key)
+            p = _HIST_DEMANDS[key]
+            cache[id(h)] = (h.start_loads(p, eff.key), dict(zip(h.case_ids, p)))
+        loads, p = cache[id(h)]
+        out.append(boost_left_s(loads[cid], p[cid], tau))
+    return np.array(out)
+
+
+_HIST_DEMANDS: dict[tuple, list[float]] = {}
 
 
 def active_params(g: Group, eff: Efficiency, rates) -> tuple[str, ...]:

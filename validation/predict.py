@@ -7,20 +7,19 @@ reason (the compare report lists those; nothing is skipped silently).
 
 from __future__ import annotations
 
-import numpy as np
-
+from .. import (Parallelism, RunPattern, collective_time, device_copy_time, estimate, estimate_op, get_stack,
+                host_copy_time, power_demand, stack_for)
 from ..model import InferenceWorkload, TrainingWorkload, TransformerConfig
-from ..model.microops import (attention, cross_entropy_chain, gemm, memory_kernel, reduction, rmsnorm_chain,
-                              rope_chain, swiglu_chain)
-from ..sim.estimate import estimate, estimate_op, resolve_gpu
-from ..sim.stacks import get_stack
+from ..model.microops import (attention, cast, cross_entropy_chain, gemm, memory_kernel, reduction, rmsnorm_chain,
+                              rope_chain, row_norm, softmax, swiglu_chain, unary)
 from . import gemm_power
 
 GPU_BY_NAME = {"NVIDIA H200": "h200_sxm", "NVIDIA H100 80GB HBM3": "h100_sxm", "NVIDIA H100": "h100_sxm",
                "NVIDIA A100-SXM4-80GB": "a100_sxm_80gb", "NVIDIA B200": "b200", "NVIDIA H800": "h800_sxm"}
 GEMM_DTYPES = {"fp8_e4m3": "fp8", "bf16": "bf16", "fp16": "fp16", "tf32": "tf32", "fp32": "fp32"}
 ATTN_IMPL = {"flash": "fa2", "default": "cudnn", "cudnn": "cudnn"}
-FUSED_SINGLE_KERNEL = {"rms_norm_f", "residual_add", "cast", "softmax"}
+FUSED_SINGLE_KERNEL = {"rms_norm_f", "layer_norm", "silu", "gelu_tanh", "residual_add", "cast", "softmax"}
+ROW_NORM_OPS = {"rms_norm_f": "rms_norm", "layer_norm": "layer_norm"}
 
 
 class NotPredicted(Exception):
@@ -36,9 +35,7 @@ def gpu_key(env: dict) -> str:
 
 def predict_memory(p: dict, gpu: str) -> float:
     if p["op"] in ("h2d", "d2h"):
-        g = resolve_gpu(gpu)
-        from ..sim.estimate import efficiency
-        return p["bytes"] / (g.host_link_bw_per_dir * efficiency(g).get("host_link.bw_fraction"))
+        return host_copy_time(p["bytes"], gpu)
     if p["op"] == "reduce_sum":
         return estimate_op(reduction(p["bytes_read"], p["bytes_written"]), gpu).time_s
     if p["op"] == "d2d_copy":
@@ -53,11 +50,7 @@ def predict_d2d_copy(p: dict, gpu: str) -> float:
     """cudaMemcpy D2D. The runner allocates source and destination back to back, so copies of
     a multiple of 512 MiB (one buffer pair, no rotation) have them a multiple of 512 MiB apart:
     DRAM channel aliasing slows the transfer to memory.copy_aliased_fraction (LOG 2026-11-30)."""
-    e = estimate_op(memory_kernel(p["bytes_read"], p["bytes_written"], kind="copy_engine"), gpu)
-    if p["bytes_read"] % ALIAS_PERIOD:
-        return e.time_s
-    from ..sim.estimate import efficiency
-    return e.fixed_s + e.memory_s / efficiency(resolve_gpu(gpu)).get("memory.copy_aliased_fraction")
+    return device_copy_time(p["bytes_read"], gpu, aliased=p["bytes_read"] % ALIAS_PERIOD == 0)
 
 
 def predict_launch(p: dict, gpu: str) -> float:
@@ -69,29 +62,6 @@ def predict_launch(p: dict, gpu: str) -> float:
     raise NotPredicted(f"launch mode {p['mode']!r} (a host-device round trip) is not modelled")
 
 
-def boosted_compute_scale(timed_s: np.ndarray | float, eff, boost_left_s: np.ndarray | float | None = None
-                          ) -> np.ndarray:
-    """Compute-time factor of a GEMM microbenchmark for the power state its median ran in.
-
-    The simulator's GEMM efficiency is the sustained (power-capped) rate a long GEMM stream
-    settles at (H200: ~1,470 MHz at the 700 W cap, LOG "Measured power state of GEMM
-    microbenchmarks"). A burst runs ``gemm.boost_speedup`` times faster on its compute-bound
-    part while the power controller has headroom: ``boost_left_s`` seconds from the start of the
-    timed window (validation/gemm_power.py: a first-order power average with time constant
-    ``gemm.power_tau_s``, carried through the run's cases in order; without a run, a cool start,
-    tau ln(p / (p - 1)) with p = ``gemm.boost_power``). The median of a window of ``timed_s``
-    (back-to-back replays) is the replay at its middle, so
-        boosted = min(1, exp(-(timed_s / 2 - boost_left_s) / boost_decay_s))
-        scale   = 1 - boosted * (1 - 1 / boost_speedup)
-    (H200 window cases, 1 s idle before each, m8192^3: bf16 775 TFLOP/s over 3-10 replays,
-    737 over 30, 673 over 100, 666 over 300; fp8 1,455 -> 1,325 -> 1,257.) The parameters are
-    fitted with the GEMM efficiency on the calibration split."""
-    if boost_left_s is None:
-        boost_left_s = gemm_power.boost_left_s(0.0, eff.get("gemm.boost_power"), eff.get("gemm.power_tau_s"))
-    boosted = gemm_power.boosted_share(timed_s, boost_left_s, eff.get("gemm.boost_decay_s"))
-    return 1.0 - boosted * (1.0 - 1.0 / eff.get("gemm.boost_speedup"))
-
-
 def timed_window_s(timing: dict | None) -> float:
     """Seconds of back-to-back work in a record's timed region (samples x calls x median)."""
     if not timing:
@@ -99,48 +69,31 @@ def timed_window_s(timing: dict | None) -> float:
     return timing["n"] * timing.get("inner", 1) * timing["median_s"]
 
 
-def _gemm_kernel(p: dict, gpu: str):
-    from ..sim.estimate import efficiency, hw_rates
-    from ..sim.kernels import kernel_times
-    from ..sim.optable import build_table
-    g = resolve_gpu(gpu)
-    eff = efficiency(g)
-    t = build_table((gemm(p["m"], p["n"], p["k"], GEMM_DTYPES[p["dtype"]], p.get("batch", 1)),))
-    return kernel_times(t, hw_rates(g, 1.0), eff, "fa2"), eff
+def gemm_op(p: dict):
+    return gemm(p["m"], p["n"], p["k"], GEMM_DTYPES[p["dtype"]], p.get("batch", 1))
 
 
-def gemm_activity(k, dtype: str, eff) -> float:
-    """Tensor activity of a GEMM at boost, relative to a large aligned GEMM of its dtype (power
-    follows the tensor work rate: a misaligned or wave-starved kernel draws less):
-        a = c / (max(c, memory) + fixed) * efficiency / peak_fraction[dtype],  c = compute / boost."""
-    c = k.compute_s[0] / eff.get("gemm.boost_speedup")
-    share = c / (max(c, k.memory_s[0]) + k.fixed_s[0])
-    return float(share * k.efficiency[0] / eff.get(f"gemm.peak_fraction_{GEMM_DTYPES[dtype]}"))
+def predict_gemm(p: dict, gpu: str, timed_s: float = float("inf"), start_load: float = 0.0) -> float:
+    """One GEMM at the power state of its timed window: the median replay of ``timed_s`` of
+    back-to-back calls that start with the board's power average at ``start_load`` (sim/clock.py;
+    validation/gemm_power.py carries it through the run's cases)."""
+    if timed_s == float("inf"):
+        return estimate_op(gemm_op(p), gpu).time_s
+    run = RunPattern(busy_s=timed_s, start_load=start_load, report="middle")
+    return estimate_op(gemm_op(p), gpu, run=run).time_s
 
 
-def predict_gemm(p: dict, gpu: str, timed_s: float = float("inf"), boost_left_s: float | None = None) -> float:
-    """One GEMM at the power state of its timed window (boosted_compute_scale)."""
-    k, eff = _gemm_kernel(p, gpu)
-    if "gemm.power_tau_s" not in eff.params:
-        return float(k.gpu_s[0])
-    scale = boosted_compute_scale(timed_s, eff, boost_left_s)
-    return float(np.maximum(k.compute_s * scale, k.memory_s)[0] + k.fixed_s[0])
+_LOADS: dict[tuple, tuple[dict, dict[str, float]]] = {}
 
 
-_HISTORIES: dict[tuple, tuple[dict, dict[str, float]]] = {}
-
-
-def run_boost_left(run: dict, gpu: str) -> dict[str, float]:
-    """Seconds of boost left at each GEMM record's timed window in ``run`` (gemm_power), cached."""
+def run_start_loads(run: dict, gpu: str) -> dict[str, float]:
+    """The power average at each GEMM record's timed window in ``run`` (gemm_power), cached."""
     key = (id(run), run.get("run_id"), gpu)
-    if key not in _HISTORIES:
-        def activity(rec):
-            k, eff = _gemm_kernel(rec["params"], gpu)
-            return gemm_activity(k, rec["params"]["dtype"], eff)
-        from ..sim.estimate import efficiency
-        h = gemm_power.run_history(run, activity)
-        _HISTORIES[key] = (run, h.boost_left(efficiency(resolve_gpu(gpu)), gemm_power.w_mem_of(gpu)))
-    return _HISTORIES[key][1]
+    if key not in _LOADS:
+        h = gemm_power.run_history(run)
+        demands = [power_demand(gemm_op(r["params"]), gpu) for r in gemm_power.gemm_records(run)]
+        _LOADS[key] = (run, h.start_loads(demands, gpu))
+    return _LOADS[key][1]
 
 
 def predict_attention(p: dict, gpu: str) -> float:
@@ -185,9 +138,11 @@ def chain_ops(p: dict) -> list:
     if p["op"] not in FUSED_SINGLE_KERNEL or p.get("pass") != "fwd":
         raise NotPredicted(f"{p['op']} {p.get('pass')}: no single-kernel model")
     if p["op"] == "cast":
-        from ..model.ops_common import cast, chain
-        e, n = {"fp32": 4, "bf16": 2, "fp16": 2}, p["rows"] * p["cols"]
-        return chain("cast", "elementwise", "fwd", [cast(n, e[p["src"]], e[p["dst"]])], 1, n)
+        return cast(p["rows"] * p["cols"], p["src"], p["dst"])
+    if p["op"] in ROW_NORM_OPS:
+        return [row_norm(p["t"], p["d"], p["dtype"], ROW_NORM_OPS[p["op"]])]
+    if p["op"] in ("silu", "gelu_tanh"):
+        return [unary(p["t"] * p["f"], p["dtype"], p["op"])]
     r, w = chain_traffic(p)
     return [memory_kernel(r, w, kind="norm" if "norm" in p["op"] else "elementwise")]
 
@@ -203,7 +158,7 @@ def eager_chain_ops(p: dict) -> list:
     if op == "rope":
         return rope_chain(p["b"], p["s"], p["hq"], p["hkv"], p["hd"], p["table_dtype"], "bf16", backward=bwd)
     if op == "cross_entropy":
-        return cross_entropy_chain(p["t"], p["vocab"], "fp32", backward=bwd)
+        return cross_entropy_chain(p["t"], p["vocab"], p.get("dtype", "fp32"), backward=bwd)
     raise NotPredicted(f"{op} {p.get('pass')}: no chain model")
 
 
@@ -222,11 +177,7 @@ def predict_softmax(p: dict, gpu: str) -> float:
     """torch.softmax over the last dim: the kernel torch dispatches for the row length and
     dtype, timed by sim/rowkernels.py (one-pass kernels at their element rate, the
     three-pass block kernel at its HBM traffic with L2 re-reads)."""
-    from ..sim.estimate import efficiency
-    from ..sim.rowkernels import softmax_fwd_s
-    e = {"fp32": 4, "bf16": 2, "fp16": 2}[p["dtype"]]
-    g = resolve_gpu(gpu)
-    return softmax_fwd_s(p["t"], p["cols"], e, e, g.hbm_bandwidth, g.sm_count, efficiency(g))
+    return estimate_op(softmax(p["t"], p["cols"], p["dtype"]), gpu).time_s
 
 
 def predict_chain(p: dict, gpu: str) -> float:
@@ -307,8 +258,7 @@ def host_scaled_stack(name: str, gpu: str, scale: float):
     if scale == 1.0:
         return None
     import dataclasses
-    from ..sim.estimate import calibrated_stack
-    st = calibrated_stack(resolve_gpu(gpu), get_stack(name))
+    st = stack_for(name, gpu)
     return dataclasses.replace(st, launch_host_s=st.launch_host_s * scale, launch_host_bwd_s=st.launch_host_bwd_s * scale)
 
 
@@ -345,16 +295,12 @@ PREDICTORS = {
 
 
 def predict_collective(p: dict, gpu: str, world: int) -> float:
-    from ..sim.collectives import collective_time_s
-    from ..sim.estimate import efficiency
-    g = resolve_gpu(gpu)
-    return collective_time_s(p["op"], p["bytes"], world, g.nvlink_bw_per_dir, efficiency(g))
+    return collective_time(p["op"], p["bytes"], world, gpu)
 
 
 def predict_data_parallel(p: dict, gpu: str, world: int) -> float:
     """DDP (zero 0, bucket_cap_mb, grad_accum with no_sync) or FSDP2 (zero 3, fp32 or bf16
     param policy) steps on ``world`` GPUs of one node."""
-    from ..model.parallel import Parallelism
     zero = 3 if p["strategy"] == "fsdp" else 0
     pol = p.get("fsdp_param_dtype") if zero == 3 and p.get("fsdp_param_dtype") == "bf16" else None
     par = Parallelism(dp=world, zero=zero, bucket_bytes=int(p.get("bucket_cap_mb", 25) * 2**20),
@@ -381,8 +327,8 @@ def predict(record: dict, env: dict, run: dict | None = None) -> float:
         if kind not in PREDICTORS:
             raise NotPredicted(f"kind {kind!r} has no predictor yet")
         if kind == "gemm":
-            left = run_boost_left(run, gpu_key(env)).get(record["case_id"]) if run else None
-            return predict_gemm(p, gpu_key(env), timed_window_s(record.get("timing")), left)
+            x0 = run_start_loads(run, gpu_key(env)).get(record["case_id"], 0.0) if run else 0.0
+            return predict_gemm(p, gpu_key(env), timed_window_s(record.get("timing")), x0)
         if kind in HOST_BOUND_KINDS:
             return PREDICTORS[kind](p, gpu_key(env), host_scale(run, record, gpu_key(env)))
         return PREDICTORS[kind](p, gpu_key(env))

@@ -1,8 +1,8 @@
 """Predict the n-GPU records of validation/runners/cases_multi.py: record params -> seconds.
 
 Every such record carries its world size n (params["world"]; "tp" / "pp" = n). The machine
-is one node of the first hwdb system built from the record's GPU (sim.distributed's
-resolve_cluster: hgx_h200 for an H200) with gpus_used = n (the whole node for n = 8).
+is what estimate() makes of the GPU name for an n-GPU plan: one node of the first hwdb system
+built from that GPU (hgx_h200 for an H200) with gpus_used = n (the whole node for n = 8).
 
   collective, params["algo"] (NCCL_ALGO forced by the runner)
       ring  sim/network.collective_time_s on a data-parallel group of the n GPUs: inside one
@@ -23,9 +23,7 @@ Host speed: the records' host probes scale the stack's launch costs as in predic
 
 from __future__ import annotations
 
-from ..model.parallel import Parallelism
-from ..sim.distributed import resolve_cluster
-from ..sim.estimate import efficiency, estimate, resolve_gpu
+from .. import Parallelism, collective_time, estimate
 from .predict import (NotPredicted, gpu_key, host_scale, host_scaled_stack, inference_workload,
                       train_workload)
 
@@ -47,24 +45,14 @@ def world_of(record: dict, env: dict) -> int:
     return int(w)
 
 
-def cluster_for(gpu: str, n: int):
-    """One node of ``gpu``'s reference system with ``n`` of its GPUs in use."""
-    return resolve_cluster(gpu, n)
-
-
 def predict_collective_algo(p: dict, gpu: str, n: int) -> float:
     """One collective of p["bytes"] (nccl-tests size) over n GPUs with p["algo"] (module docstring)."""
     algo = p.get("algo")
     if algo not in ALGOS:
         raise NotPredicted(f"collective algo {algo!r} is not modelled (known: {', '.join(ALGOS)})")
-    g = resolve_gpu(gpu)
-    if algo == "tree":
-        if p["op"] != "all_reduce":
-            raise NotPredicted(f"NCCL Tree runs all_reduce only, not {p['op']}")
-        from ..sim.collectives import tree_all_reduce_time_s
-        return tree_all_reduce_time_s(p["bytes"], n, g.nvlink_bw_per_dir, efficiency(g))
-    from ..sim.collectives import collective_time_s
-    return collective_time_s(p["op"], p["bytes"], n, g.nvlink_bw_per_dir, efficiency(g), algo="ring")
+    if algo == "tree" and p["op"] != "all_reduce":
+        raise NotPredicted(f"NCCL Tree runs all_reduce only, not {p['op']}")
+    return collective_time(p["op"], p["bytes"], n, gpu, algo=algo)
 
 
 def tp_workload(p: dict, n: int):
@@ -75,7 +63,7 @@ def tp_workload(p: dict, n: int):
 def predict_tp(p: dict, gpu: str, n: int, scale: float = 1.0) -> float:
     """Prefill or decode step of the tp = n model (module docstring)."""
     w = tp_workload(p, n)
-    return estimate(w, cluster_for(gpu, n), host_scaled_stack(w.stack, gpu, scale)).step_time_s
+    return estimate(w, gpu, host_scaled_stack(w.stack, gpu, scale)).step_time_s
 
 
 def pp_workload(p: dict, n: int):
@@ -85,7 +73,7 @@ def pp_workload(p: dict, n: int):
 
 def pp_estimate(p: dict, gpu: str, n: int, scale: float = 1.0):
     w = pp_workload(p, n)
-    return estimate(w, cluster_for(gpu, n), host_scaled_stack(w.stack, gpu, scale))
+    return estimate(w, gpu, host_scaled_stack(w.stack, gpu, scale))
 
 
 def predict_pp(p: dict, gpu: str, n: int, scale: float = 1.0) -> float:
