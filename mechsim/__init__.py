@@ -16,7 +16,7 @@ if _ROOT is not None:   # a source checkout: its own hwdb/ model/ sim/ ... (mech
     __path__.append(str(_ROOT))
 
 _LAZY = {
-    "estimate": ("mechsim.sim.estimate", "estimate"),
+    "estimate": ("mechsim.sim.host", "estimate"),   # sim.estimate.estimate on a stated host (profile=)
     "estimate_op": ("mechsim.sim.estimate", "estimate_op"),
     "sensitivity": ("mechsim.sim.whatif", "sensitivity"),
     "get_gpu": ("mechsim.hwdb", "get_gpu"),

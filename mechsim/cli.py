@@ -50,6 +50,8 @@ def _parser() -> argparse.ArgumentParser:
     est.add_argument("--json", action="store_true", help="print the result as JSON")
     est.add_argument("--top", type=int, default=12, help="ops shown in the table")
     est.add_argument("--sensitivity", action="store_true", help="also print step-time elasticities")
+    est.add_argument("--profile", default=None, metavar="FILE", help="host/GPU profile of `mechsim probe`: "
+                     "price host launch cost at what it measured")
     hw = sub.add_parser("hw", help="the hardware database")
     hws = hw.add_subparsers(dest="hwcmd", required=True)
     hws.add_parser("list", help="list GPUs, systems and NICs")
@@ -259,9 +261,9 @@ def build_hw(a: argparse.Namespace):
 
 def cmd_estimate(a: argparse.Namespace) -> int:
     from .cli_format import estimate_json, estimate_table
-    from .sim.estimate import estimate
+    from .sim.host import estimate   # sim.estimate.estimate on the stated host (--profile)
     w = build_workload(a)
-    est = estimate(w, build_hw(a), a.stack, _parse_overrides(a.override))
+    est = estimate(w, build_hw(a), a.stack, _parse_overrides(a.override), profile=a.profile)
     if a.json:
         print(estimate_json(est))
         return 0
@@ -351,7 +353,7 @@ COMMANDS = {"validate": cmd_validate, "estimate": cmd_estimate, "hw": cmd_hw, "m
 
 # Commands that live in their own module `mechsim/cli_<name>.py`, each with
 # `add_parser(sub)` (registers its subparser) and `run(args) -> int`.
-PLUGINS = ("serve", "compare", "app", "trace")
+PLUGINS = ("serve", "compare", "app", "trace", "probe")
 
 
 def _plugin(name: str):

@@ -22,6 +22,7 @@ def estimate_table(est, top: int = 12) -> str:
         f"MFU / HFU        {est.mfu * 100:.1f} % / {est.hfu * 100:.1f} %  (vs dense {est.peak_dtype} peak)",
         f"GPU busy         {est.gpu_busy_s * 1e3:.3f} ms; launch overhead {est.launch_overhead_s * 1e3:.3f} ms",
         _band(est.error_band),
+        *_host_lines(est.error_band),
         *([f"data files       {', '.join(est.error_band.data_files)}"] if est.error_band.data_files else []),
         *([f"SM clock         {est.sm_clock_hz / 1e6:,.0f} MHz sustained under the power cap (sim/power.py)"]
           if est.sm_clock_hz else []),
@@ -72,3 +73,11 @@ def hw_list() -> str:
     rows += ["systems:"] + [f"  {k:<16} {get_system(k).name}" for k in list_systems()]
     rows += ["NICs / fabrics:"] + [f"  {k:<22} {get_nic(k).name}" for k in list_nics()]
     return "\n".join(rows)
+
+
+def _host_lines(b) -> list[str]:
+    """The host the estimate assumed and, for a host-bound step without a probe, its band (sim/host.py)."""
+    from .sim.host import host_line
+    line = host_line(b)
+    return ([f"host             {b.host}"] if getattr(b, "host", "") else []) + ([f"                 {line}"] if line else [])
+

@@ -15,6 +15,7 @@ per kernel instead.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import numpy as np
@@ -31,6 +32,23 @@ class LaunchTimes:
     step_s: float            # wall time of the step (tandem-queue bound)
     gpu_busy_s: float        # sum of GPU time
     idle_s: float            # step_s - gpu_busy_s: GPU waiting for the host
+
+
+def on_host(stack: Stack, scale: float) -> Stack:
+    """``stack`` on a host ``scale`` x as slow as the one its launch costs were calibrated on (a
+    CPU record's launch_scale or a probe's measured ratio, sim/host.py): both host costs scale;
+    a CUDA-graph replay issues no per-kernel host work, so graphed steps do not move."""
+    if scale == 1.0:
+        return stack
+    return dataclasses.replace(stack, launch_host_s=stack.launch_host_s * scale,
+                               launch_host_bwd_s=stack.launch_host_bwd_s * scale)
+
+
+def launch_costs(stacks: list[Stack], scale: float) -> dict[str, tuple[float, float]]:
+    """Host seconds per kernel (forward, backward) of each stack on a host of ``scale``; 0 for
+    stacks that replay CUDA graphs."""
+    return {st.key: (0.0, 0.0) if st.graphs else (st.launch_host_s * scale, st.launch_host_bwd_s * scale)
+            for st in stacks}
 
 
 def host_times(t: OpTable, stack: Stack) -> np.ndarray:

@@ -74,6 +74,8 @@ class ErrorBand:
     reference_gpu: str = ""
     note: str = ""
     data_files: tuple[str, ...] = ()   # calibration / accuracy files the estimate read (sim/errorband.py)
+    host: str = ""               # the host (CPU, probe) the estimate assumed (sim/host.py)
+    host_bound: float = 0.0      # +- fraction of a host-bound step without a probe of the machine (0: not host-bound)
 
 
 @dataclass(frozen=True)

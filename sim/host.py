@@ -1,0 +1,264 @@
+"""The host that launches the kernels: probe profiles, the host an estimate assumes, host bands.
+
+An eager step's host time is the stack's per-kernel launch cost (sim/data/stacks.toml, calibrated
+per GPU machine in sim/data/efficiency) times ``Host.scale``:
+
+- with a probe profile (`mechsim probe`, docs/host.md): scale = the profile's measured tiny-model
+  eager step (host issue time) / the same step's predicted host time on the calibrated stack;
+  the band then carries no host term;
+- on a system whose hwdb record names its CPU: the CPU record's ``launch_scale``;
+- otherwise the default host: sim/data/host_spread.toml's ``default_cpu``.
+
+Without a probe the host's speed is not known: the committed runs' probes (quiet reads, before
+and after each case) spread over ``[center (1 - half_width), center (1 + half_width)]`` (5th-95th
+percentile, validation/host_spread.py), so a host-bound step's band widens by how much that
+range moves its step time (the tandem bound re-run at both ends, sim/launch.py).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .calibration import DATA
+from .launch import on_host
+from .results import ErrorBand
+from .stacks import Stack
+from ._toml import load_toml
+
+PROFILE_FORMAT = "mechsim.host_profile/1"   # as mechsim/probe_runner.FORMAT (a test keeps them equal)
+SPREAD_FILE = DATA / "host_spread.toml"
+HOST_BOUND_MIN = 0.01   # a host swing below 1 % of the step is not called host-bound
+TINY_FIELDS = ("vocab", "d_model", "n_layers", "n_heads", "n_kv_heads", "ffn", "ctx")
+MEASUREMENTS = ("launch_eager_host_s", "launch_graph_gpu_s", "tiny_step_host_s", "tiny_step_wall_s",
+                "gemm_1024_bf16_flop_per_s", "gemm_8192_bf16_flop_per_s", "hbm_copy_bytes_per_s")
+
+
+class ProfileError(ValueError):
+    """A host profile that cannot be used; the message names the file, the field and the fix."""
+
+
+@dataclass(frozen=True)
+class HostProfile:
+    """What `mechsim probe` measured on one machine start (SI units)."""
+
+    path: str
+    cpu_model: str
+    boot_id: str
+    gpu_name: str
+    torch: str
+    tiny: tuple[tuple[str, int], ...]
+    measurements: tuple[tuple[str, float], ...]
+
+    def get(self, name: str) -> float:
+        return dict(self.measurements)[name]
+
+
+def _fail(where: str, field: str, why: str) -> ProfileError:
+    return ProfileError(f"{where}: host profile field {field!r} {why}; run `mechsim probe` to write a new profile")
+
+
+def _number(obj: dict, key: str, where: str, prefix: str) -> float:
+    v = obj.get(key)
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v <= 0:
+        raise _fail(where, f"{prefix}{key}", f"must be a positive number, got {v!r}")
+    return float(v)
+
+
+def _table(obj: dict, key: str, where: str) -> dict:
+    v = obj.get(key)
+    if not isinstance(v, dict):
+        raise _fail(where, key, "is missing or not an object")
+    return v
+
+
+def parse_profile(obj: Any, where: str = "<profile>") -> HostProfile:
+    """Check a profile dict (format PROFILE_FORMAT) and freeze it."""
+    if not isinstance(obj, dict) or obj.get("format") != PROFILE_FORMAT:
+        got = obj.get("format") if isinstance(obj, dict) else type(obj).__name__
+        raise _fail(where, "format", f"must be {PROFILE_FORMAT!r}, got {got!r}")
+    meas, tiny = _table(obj, "measurements", where), _table(obj, "tiny_model", where)
+    host, gpu, sw = (_table(obj, k, where) for k in ("host", "gpu", "software"))
+    m = tuple((k, _number(meas, k, where, "measurements.")) for k in MEASUREMENTS)
+    t = tuple((k, int(_number(tiny, k, where, "tiny_model."))) for k in TINY_FIELDS)
+    return HostProfile(where, str(host.get("cpu_model") or "unknown CPU"), str(host.get("boot_id") or ""),
+                       str(gpu.get("name") or "unknown GPU"), str(sw.get("torch") or ""), t, m)
+
+
+def load_profile(path: str | Path) -> HostProfile:
+    """Read and check a profile file; ProfileError (one line) when it cannot be used."""
+    p = Path(path)
+    try:
+        obj = json.loads(p.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ProfileError(f"{p}: no such host profile; run `mechsim probe` on the GPU machine "
+                           "(or `mechsim probe --out FILE`) first") from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise _fail(str(p), "(file)", f"is not readable JSON ({e})") from None
+    return parse_profile(obj, str(p))
+
+
+def as_profile(profile: Any) -> HostProfile | None:
+    """None, a HostProfile, a path, or a profile dict -> HostProfile (or None)."""
+    if profile is None or isinstance(profile, HostProfile):
+        return profile
+    if isinstance(profile, (str, Path)):
+        return load_profile(profile)
+    return parse_profile(profile)
+
+
+# ---- the host an estimate assumes -----------------------------------------------------
+
+@dataclass(frozen=True)
+class Host:
+    """The host an estimate assumed: ``scale`` x the stack's launch costs, ``spread`` the +-fraction
+    of host speed it does not know (0 with a probe of the machine)."""
+
+    name: str
+    scale: float
+    spread: float
+    source: str   # "probe", "cpu" (a system's CPU record), "default", "stack" (a Stack given as is)
+
+    def apply(self, st: Stack) -> Stack:
+        """``st`` with its host launch costs x scale (sim/launch.on_host)."""
+        return on_host(st, self.scale)
+
+
+@functools.cache
+def host_spread() -> dict:
+    """sim/data/host_spread.toml: default_cpu, center, half_width and their provenance."""
+    data = load_toml(SPREAD_FILE)
+    for key in ("center", "half_width"):
+        v = data.get(key, {}).get("value") if isinstance(data.get(key), dict) else None
+        if not isinstance(v, (int, float)) or not 0 <= v < 10:
+            raise ValueError(f"{SPREAD_FILE}: field {key!r} needs {{ value = <number>, ... }}; "
+                             "write it with `python3 -m mechsim.validation.host_spread --write`")
+    return data
+
+
+def _spread() -> float:
+    return float(host_spread()["half_width"]["value"])
+
+
+def cpu_host(cpu: Any) -> Host:
+    kind = cpu.spec("launch_scale").kind
+    return Host(f"{cpu.name} (hwdb cpu {cpu.key}, launch_scale {cpu.launch_scale:.2f} {kind})",
+                cpu.launch_scale, _spread(), "cpu")
+
+
+def default_host() -> Host:
+    from .. import hwdb
+    cpu = hwdb.get_cpu(host_spread()["default_cpu"])
+    c = float(host_spread()["center"]["value"])
+    return Host(f"default host: {cpu.name} at its committed probes' center x{c:.2f} (hwdb cpu {cpu.key})",
+                c, _spread(), "default")
+
+
+def host_for(hw: Any, gpu: Any, profile: Any = None, explicit_stack: bool = False) -> Host:
+    """The host of an estimate: the probe profile, else the system's CPU record, else the default
+    host; a Stack object given explicitly keeps its launch costs (scale 1)."""
+    prof = as_profile(profile)
+    if prof is not None:
+        return probe_host(prof, gpu)
+    if explicit_stack:
+        return Host("as the given Stack states", 1.0, _spread(), "stack")
+    system = system_of(hw)
+    cpu = system.host_cpu if system is not None else None
+    return cpu_host(cpu) if cpu is not None else default_host()
+
+
+def system_of(hw: Any) -> Any:
+    """The hwdb System behind ``hw`` (a system name or object, or a Cluster's), else None."""
+    from .. import hwdb
+    if hasattr(hw, "host_cpu"):
+        return hw
+    name = hw if isinstance(hw, str) else getattr(hw, "system", None)
+    try:
+        return hwdb.get_system(name) if isinstance(name, str) else None
+    except hwdb.UnknownHardwareError:
+        return None
+
+
+def probe_host(prof: HostProfile, gpu: Any) -> Host:
+    scale = prof.get("tiny_step_host_s") / reference_tiny_host_s(gpu, prof.tiny)
+    boot = f", boot {prof.boot_id[:8]}" if prof.boot_id else ""
+    return Host(f"probed: {prof.cpu_model} ({prof.path}{boot}), host x{scale:.2f}", scale, 0.0, "probe")
+
+
+@functools.lru_cache(maxsize=64)
+def reference_tiny_host_s(gpu: Any, tiny: tuple[tuple[str, int], ...]) -> float:
+    """Predicted host seconds to issue the probe's tiny eager decode step on ``gpu``'s calibrated
+    eager stack (the launch costs a scale of 1 means)."""
+    from ..model import InferenceWorkload, TransformerConfig
+    from .estimate import calibrated_stack, prepare
+    from .launch import host_times
+    from .stacks import get_stack
+    d = dict(tiny)
+    cfg = TransformerConfig(name="probe_tiny", n_layers=d["n_layers"], d_model=d["d_model"], n_heads=d["n_heads"],
+                            n_kv_heads=d["n_kv_heads"], ffn=d["ffn"], vocab=d["vocab"], tie_embeddings=False,
+                            max_seq=8192)
+    w = InferenceWorkload(model=cfg, batch=1, phase="decode", prompt_len=d["ctx"], context_len=d["ctx"] + 1,
+                          weight_dtype="bf16", kv_dtype="bf16", stack="eager", sampling="none",
+                          prefill_logits="all")
+    st = calibrated_stack(gpu, get_stack("eager"))
+    t = prepare(w, st.fused).table
+    return float(np.dot(host_times(t, st), t.count))
+
+
+# ---- the band ---------------------------------------------------------------------------
+
+def host_swing(step_at: Any, spread: float) -> float:
+    """Largest relative change of the step when the host runs (1 +- spread) x as slow as assumed
+    (``step_at(f)``: step seconds with host costs x f): the host term of the band."""
+    if spread <= 0:
+        return 0.0
+    base = step_at(1.0)
+    return max(abs(step_at(f) / base - 1) for f in (1 - spread, 1 + spread)) if base > 0 else 0.0
+
+
+def with_host(band: ErrorBand, host: Host, swing: float) -> ErrorBand:
+    """The band with the host named and, for a host-bound step without a probe, the host term
+    added to its MAPE (``host_bound``: the +- fraction `mechsim estimate` prints)."""
+    total = swing + (band.mape or 0.0) if swing >= HOST_BOUND_MIN else 0.0
+    return dataclasses.replace(band, host=host.name, host_bound=total)
+
+
+def host_line(band: ErrorBand) -> str:
+    """'host-bound: +-X % without a probe of your machine' (empty when not host-bound or probed)."""
+    if not getattr(band, "host_bound", 0.0):
+        return ""
+    return f"host-bound: ±{band.host_bound:.0%} without a probe of your machine (`mechsim probe`)"
+
+
+# ---- the public estimate ----------------------------------------------------------------
+
+def estimate(workload: Any, hw: Any = "h100_sxm", stack: str | Stack | None = None,
+             overrides: Any = None, profile: Any = None, **kw: Any) -> Any:
+    """sim.estimate.estimate on a stated host: ``profile`` (a `mechsim probe` file, dict or
+    HostProfile) sets the host speed; without one the system's CPU record or the default host
+    does, and a host-bound step's band widens by the host spread (``error_band.host_bound``).
+    The band names the host it assumed (``error_band.host``)."""
+    from .estimate import calibrated_stack, estimate as estimate_at
+    from .stacks import get_stack
+    gpu = _gpu_of(hw)
+    explicit = isinstance(stack, Stack)
+    host = host_for(hw, gpu, profile, explicit)
+    st = stack if explicit else calibrated_stack(gpu, get_stack(stack or workload.stack))
+    est = estimate_at(workload, hw, host.apply(st), overrides, **kw)
+    swing = 0.0 if st.graphs else host_swing(
+        lambda f: est.step_time_s if f == 1.0 else
+        estimate_at(workload, hw, on_host(st, host.scale * f), overrides, **kw).step_time_s, host.spread)
+    return dataclasses.replace(est, error_band=with_host(est.error_band, host, swing))
+
+
+def _gpu_of(hw: Any) -> Any:
+    from .estimate import resolve_gpu
+    system = None if isinstance(hw, str) or hasattr(hw, "peak_flops") else system_of(hw)
+    return system.gpu if system is not None else resolve_gpu(hw)

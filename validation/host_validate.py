@@ -1,0 +1,107 @@
+"""Host-bound steps predicted with and without the probe of their machine start (held out).
+
+Every record of runners/cases_host.py carries the `mechsim probe` profile of its machine start
+(extra.host_profile). Each is predicted through the public API twice: with ``profile=`` that
+profile, and without one (the default host, whose band widens by the measured host spread,
+error_band.host_bound). Nothing here fits anything: the spread (sim/data/host_spread.toml) comes
+from earlier runs, the launch costs from the calibration split of the Nov 30 runs.
+
+    python3 -m mechsim.validation.host_validate [--data DIR] [--cases]
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from .compare import DATA_DIR
+from .predict import gpu_key, inference_workload, train_workload
+from .records import iter_records, run_paths
+
+
+@dataclass(frozen=True)
+class HostRow:
+    boot: str
+    case_id: str
+    kind: str
+    measured_s: float
+    probed_s: float       # predicted with the start's probe profile
+    default_s: float      # predicted without a probe
+    band: float           # the +- fraction printed without a probe
+
+    @property
+    def probed_error(self) -> float:
+        return self.probed_s / self.measured_s - 1
+
+    @property
+    def default_error(self) -> float:
+        return self.default_s / self.measured_s - 1
+
+    @property
+    def covered(self) -> bool:
+        """The measurement lies in the band printed around the no-probe prediction."""
+        return abs(self.measured_s / self.default_s - 1) <= self.band
+
+
+def workload_of(rec: dict):
+    p = rec["params"]
+    return train_workload(p) if rec["kind"] == "train_step" else inference_workload(p, "decode")
+
+
+def host_row(run: dict, rec: dict) -> HostRow:
+    from .. import estimate
+    prof, w, gpu = rec["extra"]["host_profile"], workload_of(rec), gpu_key(run["env"])
+    probed, default = estimate(w, gpu, profile=prof), estimate(w, gpu)
+    return HostRow(prof["host"].get("boot_id") or "?", rec["case_id"], rec["kind"], rec["timing"]["median_s"],
+                   probed.step_time_s, default.step_time_s, default.error_band.host_bound)
+
+
+def host_rows(paths: list[Path]) -> list[HostRow]:
+    return [host_row(run, rec) for run, rec in iter_records(paths)
+            if rec.get("timing") and "host_profile" in rec.get("extra", {})]
+
+
+def summary(rows: list[HostRow]) -> dict:
+    n = len(rows)
+    return {"n": n, "starts": len({r.boot for r in rows}),
+            "probed_mape": sum(abs(r.probed_error) for r in rows) / n,
+            "probed_max": max(abs(r.probed_error) for r in rows),
+            "default_mape": sum(abs(r.default_error) for r in rows) / n,
+            "coverage": sum(r.covered for r in rows) / n,
+            "band_median": sorted(r.band for r in rows)[n // 2]}
+
+
+def report(rows: list[HostRow], cases: bool) -> str:
+    lines = []
+    if cases:
+        lines.append(f"{'boot':8s} {'case':40s} {'meas ms':>8s} {'probe':>7s} {'none':>7s} {'band':>5s}")
+        lines += [f"{r.boot[:8]:8s} {r.case_id:40s} {r.measured_s * 1e3:8.2f} {r.probed_error:+7.1%} "
+                  f"{r.default_error:+7.1%} {r.band:5.0%}{'' if r.covered else ' OUT'}" for r in rows]
+    groups = {"all": rows, **{k: [r for r in rows if r.kind == k] for k in ("decode", "train_step")},
+              **{f"boot {b[:8]}": [r for r in rows if r.boot == b] for b in sorted({r.boot for r in rows})}}
+    for name, rs in groups.items():
+        if rs:
+            s = summary(rs)
+            lines.append(f"{name:14s} n {s['n']:3d} starts {s['starts']}: with probe MAPE {s['probed_mape']:.1%} "
+                         f"(max {s['probed_max']:.1%}); without: MAPE {s['default_mape']:.1%}, band "
+                         f"±{s['band_median']:.0%} (median) covers {s['coverage']:.0%}")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--data", default=str(DATA_DIR))
+    ap.add_argument("--cases", action="store_true", help="one line per record")
+    args = ap.parse_args(argv)
+    rows = host_rows(run_paths([args.data]))
+    if not rows:
+        print("error: no records with extra.host_profile under " + args.data, file=sys.stderr)
+        return 2
+    print(report(rows, args.cases))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
