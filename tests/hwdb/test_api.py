@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 
 import pytest
 
@@ -76,13 +75,9 @@ def test_categories_do_not_mix():
         get_gpu("hgx_h100")
 
 
-def test_lookup_is_fast_after_first_load():
-    get_gpu("h100")
-    t0 = time.perf_counter()
-    for _ in range(1000):
-        get_gpu("H100 SXM")
-    per_call = (time.perf_counter() - t0) / 1000
-    assert per_call < 50e-6, per_call
+def test_lookup_after_first_load_returns_the_cached_record():
+    """Repeated lookups return the one cached record (their speed is bench/small_calls_speed.py's)."""
+    assert get_gpu("H100 SXM") is get_gpu("h100")
 
 
 def test_gpu_identity_fields():

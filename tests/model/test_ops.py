@@ -1,5 +1,4 @@
 """Op lists: FLOP identities, scaling invariants, GQA/MLA bytes, fusion, names, speed."""
-import time
 
 import pytest
 
@@ -233,10 +232,8 @@ def test_unknown_group_raises():
 
 
 @pytest.mark.parametrize("name", ["llama3-70b", "deepseek-v3"])
-def test_build_is_fast_and_short(name):
+def test_build_is_short(name):
+    """The op list stays short (its build time is bench/small_calls_speed.py's)."""
     w = TrainingWorkload(model=name, mbs=1, seq=4096, recompute="full")
-    t0 = time.perf_counter()
-    for _ in range(20):
-        ops = _build.__wrapped__(w, frozenset())
-    assert (time.perf_counter() - t0) / 20 < 5e-3
+    ops = _build.__wrapped__(w, frozenset())
     assert len(ops) < 150     # eager chains split their non-vectorised kernels into /strided ops
