@@ -99,7 +99,7 @@ def test_specs_are_read_only():
     g = get_gpu("h100")
     with pytest.raises(TypeError):
         g.specs["tdp"] = None  # type: ignore[index]
-    with pytest.raises(Exception):
+    with pytest.raises(ValueError, match="frozen"):
         g.name = "x"  # frozen pydantic model
 
 
