@@ -7,12 +7,14 @@ per GPU machine in sim/data/efficiency) times ``Host.scale``:
   eager step (host issue time) / the same step's predicted host time on the calibrated stack;
   the band then carries no host term;
 - on a system whose hwdb record names its CPU: the CPU record's ``launch_scale``;
-- otherwise the default host: sim/data/host_spread.toml's ``default_cpu``.
+- otherwise the default host: sim/data/host_spread.toml's ``default_cpu`` at the committed probes'
+  median speed (``center``).
 
 Without a probe the host's speed is not known: the committed runs' probes (quiet reads, before
-and after each case) spread over ``[center (1 - half_width), center (1 + half_width)]`` (5th-95th
-percentile, validation/host_spread.py), so a host-bound step's band widens by how much that
-range moves its step time (the tandem bound re-run at both ends, sim/launch.py).
+and after each case) ranged from ``center x low`` to ``center x high`` (their minimum and 98th
+percentile, validation/host_spread.py: a VM host sits in a fast state with slow spells, so the
+range is lopsided), and a host-bound step's band widens by how far each end moves its step time
+(the tandem bound re-run at both ends, sim/launch.py) plus the kind's validated MAPE.
 """
 
 from __future__ import annotations
@@ -118,12 +120,13 @@ def as_profile(profile: Any) -> HostProfile | None:
 
 @dataclass(frozen=True)
 class Host:
-    """The host an estimate assumed: ``scale`` x the stack's launch costs, ``spread`` the +-fraction
-    of host speed it does not know (0 with a probe of the machine)."""
+    """The host an estimate assumed: ``scale`` x the stack's launch costs; ``spread`` = (low, high):
+    the factors on that scale the host may run at that the estimate does not know ((1, 1) with a
+    probe of the machine)."""
 
     name: str
     scale: float
-    spread: float
+    spread: tuple[float, float]
     source: str   # "probe", "cpu" (a system's CPU record), "default", "stack" (a Stack given as is)
 
     def apply(self, st: Stack) -> Stack:
@@ -133,18 +136,18 @@ class Host:
 
 @functools.cache
 def host_spread() -> dict:
-    """sim/data/host_spread.toml: default_cpu, center, half_width and their provenance."""
+    """sim/data/host_spread.toml: default_cpu, center, low, high and their provenance."""
     data = load_toml(SPREAD_FILE)
-    for key in ("center", "half_width"):
+    for key in ("center", "low", "high"):
         v = data.get(key, {}).get("value") if isinstance(data.get(key), dict) else None
-        if not isinstance(v, (int, float)) or not 0 <= v < 10:
+        if not isinstance(v, (int, float)) or not 0 < v < 10:
             raise ValueError(f"{SPREAD_FILE}: field {key!r} needs {{ value = <number>, ... }}; "
                              "write it with `python3 -m mechsim.validation.host_spread --write`")
     return data
 
 
-def _spread() -> float:
-    return float(host_spread()["half_width"]["value"])
+def _spread() -> tuple[float, float]:
+    return float(host_spread()["low"]["value"]), float(host_spread()["high"]["value"])
 
 
 def cpu_host(cpu: Any) -> Host:
@@ -157,7 +160,7 @@ def default_host() -> Host:
     from .. import hwdb
     cpu = hwdb.get_cpu(host_spread()["default_cpu"])
     c = float(host_spread()["center"]["value"])
-    return Host(f"default host: {cpu.name} at its committed probes' center x{c:.2f} (hwdb cpu {cpu.key})",
+    return Host(f"default host: {cpu.name} at its committed probes' median x{c:.2f} (hwdb cpu {cpu.key})",
                 c, _spread(), "default")
 
 
@@ -189,7 +192,7 @@ def system_of(hw: Any) -> Any:
 def probe_host(prof: HostProfile, gpu: Any) -> Host:
     scale = prof.get("tiny_step_host_s") / reference_tiny_host_s(gpu, prof.tiny)
     boot = f", boot {prof.boot_id[:8]}" if prof.boot_id else ""
-    return Host(f"probed: {prof.cpu_model} ({prof.path}{boot}), host x{scale:.2f}", scale, 0.0, "probe")
+    return Host(f"probed: {prof.cpu_model} ({prof.path}{boot}), host x{scale:.2f}", scale, (1.0, 1.0), "probe")
 
 
 @functools.lru_cache(maxsize=64)
@@ -214,27 +217,34 @@ def reference_tiny_host_s(gpu: Any, tiny: tuple[tuple[str, int], ...]) -> float:
 
 # ---- the band ---------------------------------------------------------------------------
 
-def host_swing(step_at: Any, spread: float) -> float:
-    """Largest relative change of the step when the host runs (1 +- spread) x as slow as assumed
-    (``step_at(f)``: step seconds with host costs x f): the host term of the band."""
-    if spread <= 0:
-        return 0.0
+def host_swing(step_at: Any, spread: tuple[float, float]) -> tuple[float, float]:
+    """(faster, slower): relative change of the step when the host runs ``spread`` = (low, high)
+    x the assumed speed (``step_at(f)``: step seconds with host costs x f): the host terms of the band."""
+    low, high = spread
+    if low == high == 1.0:
+        return 0.0, 0.0
     base = step_at(1.0)
-    return max(abs(step_at(f) / base - 1) for f in (1 - spread, 1 + spread)) if base > 0 else 0.0
+    if base <= 0:
+        return 0.0, 0.0
+    return max(0.0, 1 - step_at(low) / base), max(0.0, step_at(high) / base - 1)
 
 
-def with_host(band: ErrorBand, host: Host, swing: float) -> ErrorBand:
-    """The band with the host named and, for a host-bound step without a probe, the host term
-    added to its MAPE (``host_bound``: the +- fraction `mechsim estimate` prints)."""
-    total = swing + (band.mape or 0.0) if swing >= HOST_BOUND_MIN else 0.0
-    return dataclasses.replace(band, host=host.name, host_bound=total)
+def with_host(band: ErrorBand, host: Host, swing: tuple[float, float]) -> ErrorBand:
+    """The band with the host named and, for a host-bound step without a probe, the host terms
+    plus the kind's MAPE: ``host_bound_fast`` / ``host_bound`` the fractions the step may run
+    faster / slower, as `mechsim estimate` prints them."""
+    if max(swing) < HOST_BOUND_MIN:
+        return dataclasses.replace(band, host=host.name)
+    m = band.mape or 0.0
+    return dataclasses.replace(band, host=host.name, host_bound_fast=min(swing[0] + m, 1.0), host_bound=swing[1] + m)
 
 
 def host_line(band: ErrorBand) -> str:
-    """'host-bound: +-X % without a probe of your machine' (empty when not host-bound or probed)."""
+    """'host-bound: -a %/+b % without a probe of your machine' (empty when not host-bound or probed)."""
     if not getattr(band, "host_bound", 0.0):
         return ""
-    return f"host-bound: ±{band.host_bound:.0%} without a probe of your machine (`mechsim probe`)"
+    return (f"host-bound: -{band.host_bound_fast:.0%}/+{band.host_bound:.0%} without a probe of your machine "
+            "(`mechsim probe`)")
 
 
 # ---- the public estimate ----------------------------------------------------------------
@@ -252,7 +262,7 @@ def estimate(workload: Any, hw: Any = "h100_sxm", stack: str | Stack | None = No
     host = host_for(hw, gpu, profile, explicit)
     st = stack if explicit else calibrated_stack(gpu, get_stack(stack or workload.stack))
     est = estimate_at(workload, hw, host.apply(st), overrides, **kw)
-    swing = 0.0 if st.graphs else host_swing(
+    swing = (0.0, 0.0) if st.graphs else host_swing(
         lambda f: est.step_time_s if f == 1.0 else
         estimate_at(workload, hw, on_host(st, host.scale * f), overrides, **kw).step_time_s, host.spread)
     return dataclasses.replace(est, error_band=with_host(est.error_band, host, swing))

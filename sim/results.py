@@ -75,7 +75,8 @@ class ErrorBand:
     note: str = ""
     data_files: tuple[str, ...] = ()   # calibration / accuracy files the estimate read (sim/errorband.py)
     host: str = ""               # the host (CPU, probe) the estimate assumed (sim/host.py)
-    host_bound: float = 0.0      # +- fraction of a host-bound step without a probe of the machine (0: not host-bound)
+    host_bound: float = 0.0      # fraction a host-bound step may run slower without a probe of the machine (0: not host-bound)
+    host_bound_fast: float = 0.0  # ... and faster (sim/host.py)
 
 
 @dataclass(frozen=True)

@@ -4,9 +4,8 @@ Each eager host-bound record since the tiny-model probe exists carries quiet rea
 (extra.host_model_probe_s before / after the case: the GPU queue drained, runners/timing.
 host_time_per_call): host seconds to issue the probe's tiny eager decode step. Over the
 predicted host time of that step on the calibrated eager stack (sim/host.reference_tiny_host_s)
-each read is a host-speed ratio; the 5th-95th percentile range [lo, hi] of the ratios is written
-as center = (lo + hi) / 2 and half_width = (hi - lo) / (hi + lo), so center (1 +- half_width)
-spans it. Runs with host profiles (runners/cases_host.py, the held-out host validation) are left
+each read is a host-speed ratio; written are their median (center) and the minimum and 98th
+percentile over the median (low, high): the range a host without a probe may run in. Runs with host profiles (runners/cases_host.py, the held-out host validation) are left
 out: the spread is fitted on the earlier runs only.
 
     python3 -m mechsim.validation.host_spread [--out FILE]   (default: print the TOML)
@@ -25,7 +24,7 @@ from ..sim.estimate import resolve_gpu
 from .predict import gpu_key
 from .records import iter_records, run_paths
 
-QUANTILES = (0.05, 0.95)
+QUANTILES = (0.0, 0.98)
 
 
 def probe_reads(paths: list[Path]) -> tuple[list[float], list[str]]:
@@ -52,17 +51,19 @@ def spread_toml(ratios: list[float], runs: list[str]) -> str:
     if len(ratios) < 20:
         raise ValueError(f"only {len(ratios)} probe reads in the records: need >= 20 to state a spread")
     lo, hi = (quantile(ratios, q) for q in QUANTILES)
+    med = quantile(ratios, 0.5)
     note = (f"{len(ratios)} quiet tiny-model probe reads of {len(runs)} runs ({runs[0]} .. {runs[-1]}); "
-            f"5th-95th percentile host-speed ratio {lo:.3f}-{hi:.3f}, median {quantile(ratios, 0.5):.3f}")
+            f"host-speed ratio median {med:.3f}, minimum {lo:.3f}, 98th percentile {hi:.3f}")
     src = 'source = "validation/host_spread.py over validation/data/h200", kind = "measured"'
     return "\n".join([
         "# Written by `python3 -m mechsim.validation.host_spread --out sim/data/host_spread.toml`; do not edit.",
-        "# center (1 +- half_width) spans the 5th-95th percentile of the lent H200 VMs' host speed relative",
-        "# to the reference host of the launch calibration (sim/host.py). default_cpu: the host an estimate",
-        "# assumes without a probe profile or a system's CPU record.",
+        "# The lent H200 VMs' host speed relative to the reference host of the launch calibration (sim/host.py):",
+        "# center = the median read, low / high = the minimum / 98th percentile over it. default_cpu: the host",
+        "# an estimate assumes without a probe profile or a system's CPU record.",
         'default_cpu = "h200_vm_xeon"',
-        f'center = {{ value = {(lo + hi) / 2:.4f}, unit = "ratio", {src}, note = "{note}" }}',
-        f'half_width = {{ value = {(hi - lo) / (hi + lo):.4f}, unit = "ratio", {src} }}', ""])
+        f'center = {{ value = {med:.4f}, unit = "ratio", {src}, note = "{note}" }}',
+        f'low = {{ value = {lo / med:.4f}, unit = "ratio", {src} }}',
+        f'high = {{ value = {hi / med:.4f}, unit = "ratio", {src} }}', ""])
 
 
 def main(argv: list[str] | None = None) -> int:

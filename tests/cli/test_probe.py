@@ -1,0 +1,123 @@
+"""`mechsim probe` profiles: the file format round-trips through the CLI and the API; a malformed
+profile is refused with one line naming the field and the fix."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import mechsim
+from mechsim import probe_runner
+from mechsim.cli import main
+from mechsim.sim import host
+from mechsim.sim.estimate import resolve_gpu
+
+TINY = tuple((k, probe_runner.TINY[k]) for k in host.TINY_FIELDS)
+
+
+def profile(tiny_step_s: float = 2e-3) -> dict:
+    return {"format": probe_runner.FORMAT, "created_utc": "2026-12-02T00:00:00Z", "probe_s": 9.0,
+            "host": {"cpu_model": "Test CPU", "boot_id": "0123abcd-0000", "physical_cores": 16},
+            "software": {"torch": "2.11.0", "cuda": "13.0"}, "gpu": {"name": "NVIDIA H200", "count": 1},
+            "tiny_model": dict(probe_runner.TINY),
+            "measurements": {"launch_eager_host_s": 9e-6, "launch_graph_gpu_s": 1e-6, "tiny_step_host_s": tiny_step_s,
+                             "tiny_step_wall_s": tiny_step_s * 1.01, "gemm_1024_bf16_flop_per_s": 4e14,
+                             "gemm_8192_bf16_flop_per_s": 8e14, "hbm_copy_bytes_per_s": 4.2e12}}
+
+
+def write(tmp_path: Path, obj: object, name: str = "p.json") -> Path:
+    path = tmp_path / name
+    probe_runner.write_json_atomic(path, obj) if isinstance(obj, dict) else path.write_text(str(obj))
+    return path
+
+
+def test_formats_agree():
+    assert probe_runner.FORMAT == host.PROFILE_FORMAT
+
+
+def test_round_trip_file_api(tmp_path):
+    path = write(tmp_path, profile())
+    assert not list(tmp_path.glob("*.tmp"))                     # atomic write leaves no temp file
+    prof = host.load_profile(path)
+    assert prof.cpu_model == "Test CPU" and prof.boot_id.startswith("0123abcd")
+    assert prof.get("tiny_step_host_s") == 2e-3 and dict(prof.tiny) == dict(TINY)
+    w = mechsim.InferenceWorkload(model=mechsim.preset("llama3-8b"), batch=1, phase="decode", prompt_len=2048,
+                                  context_len=2049, stack="eager")
+    est = mechsim.estimate(w, "h200_sxm", profile=path)
+    assert est.error_band.host.startswith("probed: Test CPU") and est.error_band.host_bound == 0.0
+    assert mechsim.estimate(w, "h200_sxm", profile=profile()).step_time_s == pytest.approx(est.step_time_s)
+
+
+def test_slower_probe_slower_host_bound_step(tmp_path):
+    w = mechsim.InferenceWorkload(model=mechsim.preset("llama3-8b"), batch=1, phase="decode", prompt_len=512,
+                                  context_len=513, stack="eager")
+    fast, slow = (mechsim.estimate(w, "h200_sxm", profile=profile(t)).step_time_s for t in (1e-3, 3e-3))
+    assert slow > 1.5 * fast
+    ref = host.reference_tiny_host_s(resolve_gpu("h200_sxm"), TINY)
+    assert host.probe_host(host.parse_profile(profile(2 * ref)), resolve_gpu("h200_sxm")).scale == pytest.approx(2.0)
+
+
+def test_cli_estimate_with_profile(tmp_path, capsys):
+    path = write(tmp_path, profile())
+    assert main(["estimate", "--model", "llama3-8b", "--hw", "h200_sxm", "--mode", "decode", "--stack", "eager",
+                 "--profile", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "probed: Test CPU" in out and "host-bound" not in out
+    assert main(["estimate", "--model", "llama3-8b", "--hw", "h200_sxm", "--mode", "decode", "--stack", "eager"]) == 0
+    assert "host-bound: -" in capsys.readouterr().out
+    assert main(["probe", "--show", str(path)]) == 0
+    assert "host launch costs x" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("mutate, field", [
+    (lambda p: p.pop("measurements"), "measurements"),
+    (lambda p: p["measurements"].pop("tiny_step_host_s"), "measurements.tiny_step_host_s"),
+    (lambda p: p["measurements"].update(tiny_step_host_s=-1.0), "measurements.tiny_step_host_s"),
+    (lambda p: p["measurements"].update(hbm_copy_bytes_per_s="fast"), "measurements.hbm_copy_bytes_per_s"),
+    (lambda p: p.update(format="mechsim.host_profile/0"), "format"),
+    (lambda p: p["tiny_model"].pop("n_layers"), "tiny_model.n_layers"),
+])
+def test_malformed_profile_one_line_error(tmp_path, capsys, mutate, field):
+    p = profile()
+    mutate(p)
+    path = write(tmp_path, p)
+    with pytest.raises(host.ProfileError, match=f"field '{field}'.*mechsim probe"):
+        host.load_profile(path)
+    assert main(["estimate", "--model", "llama3-8b", "--hw", "h200_sxm", "--mode", "decode", "--profile", str(path)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: ") and "\n" not in err and field in err
+
+
+def test_not_json_and_missing_file(tmp_path, capsys):
+    bad = write(tmp_path, "{not json", "bad.json")
+    assert main(["probe", "--show", str(bad)]) == 2
+    assert "is not readable JSON" in capsys.readouterr().err
+    with pytest.raises(host.ProfileError, match="no such host profile; run `mechsim probe`"):
+        host.load_profile(tmp_path / "absent.json")
+
+
+def test_cpuinfo_parse():
+    text = ("processor\t: 0\nmodel name\t: Intel(R) Xeon(R) Platinum 8480C\nphysical id\t: 0\ncore id\t: 0\n\n"
+            "processor\t: 1\nmodel name\t: Intel(R) Xeon(R) Platinum 8480C\nphysical id\t: 0\ncore id\t: 0\n\n"
+            "processor\t: 2\nmodel name\t: Intel(R) Xeon(R) Platinum 8480C\nphysical id\t: 1\ncore id\t: 0\n")
+    info = probe_runner.cpu_info(text)
+    assert info["cpu_model"] == "Intel(R) Xeon(R) Platinum 8480C" and info["physical_cores"] == 2
+
+
+def test_probe_runner_imports_without_torch_or_pydantic():
+    code = ("import sys; sys.modules['torch'] = None; sys.modules['pydantic'] = None; "
+            "import importlib.util as u; s = u.spec_from_file_location('pr', 'mechsim/probe_runner.py'); "
+            "m = u.module_from_spec(s); s.loader.exec_module(m); print(m.FORMAT)")
+    root = Path(probe_runner.__file__).resolve().parents[1]
+    out = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == probe_runner.FORMAT
+
+
+def test_default_profile_path_is_user_data_dir():
+    assert probe_runner.default_profile_path().name == "host_profile.json"
+    assert "mechsim" in str(probe_runner.default_profile_path())
+    json.dumps(profile())   # the fixture itself is plain JSON
