@@ -25,37 +25,20 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
+from pydantic import ValidationError, field_validator
 
 try:
     import tomllib
 except ModuleNotFoundError:  # Python < 3.11
     import tomli as tomllib  # type: ignore[no-redef]
 
+from .schema import Kind, Source, _Frozen
+
 DATA_DIR = Path(__file__).parent / "data"
 PRICES_FILE = DATA_DIR / "prices.toml"
 POWER_FILE = DATA_DIR / "power.toml"
-Kind = Literal["datasheet", "derived", "measured", "assumed"]
 Plan = Literal["on_demand", "reserved", "capacity_block", "user"]
 USER_SOURCE = "user"
-
-
-class _Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-
-class PriceSource(_Frozen):
-    """One citable document; ``url`` is the ORIGINAL source, ``via`` how it was read."""
-
-    id: str
-    title: str
-    url: str | None = None
-    publisher: str
-    date: str
-    locator: str
-    accessed: str
-    tier: Literal["primary", "secondary", "measurement", "assumption", "user"]
-    via: str | None = None
 
 
 class PriceRecord(_Frozen):
@@ -106,7 +89,7 @@ class Purchase(_Frozen):
 class PriceBook(_Frozen):
     """Every price and default, with sources; ``with_overrides`` returns a changed copy."""
 
-    sources: dict[str, PriceSource]
+    sources: dict[str, Source]
     cloud: dict[str, CloudOffer]
     purchase: dict[str, Purchase]
     purchase_gpu: dict[str, PriceRecord]
@@ -250,7 +233,7 @@ def parse_book(prices: Path = PRICES_FILE, power: Path = POWER_FILE) -> PriceBoo
     raw, pw = _read(prices), _read(power)
     try:
         book = PriceBook(
-            sources={k: PriceSource(id=k, **v) for k, v in raw["sources"].items()},
+            sources={k: Source(id=k, **v) for k, v in raw["sources"].items()},
             cloud={k: CloudOffer(key=k, **v) for k, v in raw["cloud"].items()},
             purchase={k: Purchase(key=k, **v) for k, v in raw["purchase"].items()},
             purchase_gpu={k: PriceRecord.model_validate(v["price"]) for k, v in raw["purchase_gpu"].items()},

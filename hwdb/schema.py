@@ -64,8 +64,11 @@ UNITS: dict[str, tuple[float, str]] = {
     "ratio": (1.0, "1"),
 }
 
+# The one provenance vocabulary. A spec or price is read off a datasheet, derived from other records,
+# measured, or assumed; a model parameter (sim/data) may also be calibrated on measured runs.
 Kind = Literal["datasheet", "derived", "measured", "assumed"]
 KINDS: tuple[str, ...] = ("datasheet", "derived", "measured", "assumed")
+PARAM_KINDS: tuple[str, ...] = (*KINDS, "calibrated")
 
 
 def unit_factor(unit: str, where: str = "") -> float:
@@ -89,7 +92,7 @@ class Source(_Frozen):
     date: str  # publication date or "undated"
     locator: str  # page / table / section
     accessed: str
-    tier: Literal["primary", "secondary", "measurement"]
+    tier: Literal["primary", "secondary", "measurement", "assumption", "user"]
     via: str | None = None  # how we actually read it, when not from the original
 
 

@@ -17,12 +17,12 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from ..hwdb.schema import PARAM_KINDS
 from . import userdata
 from ._toml import load_toml
 
 DATA = Path(__file__).parent / "data"
 EFFICIENCY_DIR = DATA / "efficiency"
-PARAM_KINDS = ("datasheet", "derived", "measured", "assumed", "calibrated")
 
 
 @dataclass(frozen=True, slots=True)
