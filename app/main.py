@@ -21,6 +21,7 @@ PAGES = (
     ("Serving", "page_serving.py", "serving", ":material/dns:"),
     ("Procurement", "page_procure.py", "procurement", ":material/payments:"),
     ("Validation", "page_validation.py", "validation", ":material/fact_check:"),
+    ("Your trace", "page_trace.py", "trace", ":material/timeline:"),
     ("Hardware database", "page_hardware.py", "hardware", ":material/memory:"),
 )
 
