@@ -92,6 +92,15 @@ def metrics(est) -> None:
     clock = (f" SM clock {est.sm_clock_hz / 1e6:,.0f} MHz, the rate this step sustains under the power cap."
              if est.sm_clock_hz else "")
     st.caption(f"{est.workload} on {est.cluster or est.gpu}, stack {est.stack}. Accuracy: {band}.{clock}")
+    host_caption(b)
+
+
+def host_caption(b) -> None:
+    """Which host the estimate assumed and, for a host-bound step without a probe, its band (sim/host.py)."""
+    from mechsim.sim.host import host_line
+    if getattr(b, "host", ""):
+        line = host_line(b)
+        st.caption(f"Host: {b.host}." + (f" {line[0].upper()}{line[1:]}." if line else ""))
 
 
 def charts(est, gpu) -> None:
