@@ -49,6 +49,7 @@ _LAZY = {
 }
 
 __all__ = sorted(_LAZY) + ["__version__"]
+_CHECKED = ("estimate", "estimate_op", "sensitivity", "serve", "best_serving_plan", "compare")
 
 
 def __getattr__(name: str):
@@ -57,6 +58,10 @@ def __getattr__(name: str):
 
         mod, attr = _LAZY[name]
         value = getattr(importlib.import_module(mod), attr)
+        if name in _CHECKED:   # inputs checked at the boundary (mechsim/inputs.py, mechsim/api.py)
+            from mechsim.api import guard
+
+            value = guard(name, value)
         if _ROOT is not None:
             from mechsim._tree import check_one_tree
 

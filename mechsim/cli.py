@@ -10,48 +10,52 @@ from __future__ import annotations
 import argparse
 import sys
 
+from .cli_args import Parser, integer, real
+
 
 def _add_workload_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", default="llama3-8b", help="preset name or path to a HF config.json")
     p.add_argument("--hw", default="h100_sxm", help="GPU or system name (see `mechsim hw list`)")
     p.add_argument("--mode", choices=("train", "prefill", "decode"), default="train")
     p.add_argument("--stack", default=None, help="software stack (see `mechsim stacks`)")
-    p.add_argument("--mbs", type=int, default=1, help="micro-batch size (train)")
-    p.add_argument("--seq", type=int, default=4096, help="sequence length (train)")
-    p.add_argument("--grad-accum", type=int, default=1)
-    p.add_argument("--precision", default="amp_bf16", help="amp_bf16 | bf16 | fp8 | fp32 (train)")
-    p.add_argument("--recompute", default="none", help="none | selective (Megatron: attention core) | full | op_sac (torchtitan per-op selective) (train)")
-    p.add_argument("--offload", default="none", help="none | optimizer | activations: CPU offload over "
+    p.add_argument("--mbs", type=integer, default=None, help="micro-batch size (train; default 1)")
+    p.add_argument("--seq", type=integer, default=None, help="sequence length, tokens (train; default 4096)")
+    p.add_argument("--grad-accum", type=integer, default=None, help="micro-batches per step (train; default 1)")
+    p.add_argument("--precision", default=None, help="amp_bf16 | bf16 | fp8 | nvfp4 | fp32 (train; default amp_bf16)")
+    p.add_argument("--recompute", default=None, help="none | selective (Megatron: attention core) | full | op_sac (torchtitan per-op selective) (train)")
+    p.add_argument("--offload", default=None, help="none | optimizer | activations: CPU offload over "
                    "NVLink-C2C (GB200) or PCIe (train)")
-    p.add_argument("--offload-layers", type=int, default=None, help="layers whose activations are offloaded "
+    p.add_argument("--offload-layers", type=integer, default=None, help="layers whose activations are offloaded "
                    "(--offload activations)")
-    p.add_argument("--batch", type=int, default=1, help="sequences per step (prefill/decode)")
-    p.add_argument("--prompt", type=int, default=2048, help="prompt length (prefill)")
-    p.add_argument("--context", type=int, default=2048, help="cached tokens (decode)")
-    p.add_argument("--weight-dtype", default="bf16")
-    p.add_argument("--kv-dtype", default="bf16")
+    p.add_argument("--batch", type=integer, default=None, help="sequences per step (prefill/decode; default 1)")
+    p.add_argument("--prompt", type=integer, default=None, help="prompt length, tokens (prefill; default 2048)")
+    p.add_argument("--context", type=integer, default=None, help="cached tokens (decode; default 2048)")
+    p.add_argument("--weight-dtype", default=None, help="bf16 | fp8 | fp4 | int8 | int4 ... (prefill/decode)")
+    p.add_argument("--kv-dtype", default=None, help="bf16 | fp8 | fp4 (prefill/decode)")
     g = p.add_argument_group("parallelism (multi-GPU; --hw may then be a system such as hgx_h100)")
     for name, help_ in (("tp", "tensor parallel"), ("pp", "pipeline stages"), ("vp", "virtual stages"),
                         ("dp", "data-parallel replicas"), ("cp", "context parallel"), ("ep", "expert parallel")):
-        g.add_argument(f"--{name}", type=int, default=1, help=help_)
+        g.add_argument(f"--{name}", type=integer, default=1, help=help_)
     g.add_argument("--sp", action="store_true", help="sequence parallel (with tp)")
     g.add_argument("--zero", type=int, default=0, choices=(0, 1, 2, 3), help="ZeRO stage (3 = FSDP)")
     g.add_argument("--schedule", default="1f1b", help="gpipe | 1f1b | interleaved | zero_bubble")
-    g.add_argument("--nodes", type=int, default=None, help="nodes of --hw (default: the plan's GPUs)")
+    g.add_argument("--nodes", type=integer, default=None, help="nodes of --hw (default: the plan's GPUs)")
     p.add_argument("--override", action="append", default=[], metavar="KEY=CHANGE",
                    help="what-if, e.g. hbm_bandwidth=+20%%, sustained_clock=0.9 (repeatable)")
 
 
 def _parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="mechsim", description="Hardware-aware performance model for transformers.")
+    ap = Parser(prog="mechsim", description="Hardware-aware performance model for transformers.")
     sub = ap.add_subparsers(dest="cmd", required=True)
     est = sub.add_parser("estimate", help="estimate one training or inference step")
     _add_workload_args(est)
     est.add_argument("--json", action="store_true", help="print the result as JSON")
-    est.add_argument("--top", type=int, default=12, help="ops shown in the table")
+    est.add_argument("--top", type=integer, default=12, help="ops shown in the table (1..10000)")
     est.add_argument("--sensitivity", action="store_true", help="also print step-time elasticities")
     est.add_argument("--profile", default=None, metavar="FILE", help="host/GPU profile of `mechsim probe`: "
                      "price host launch cost at what it measured")
+    from .cli_storage import add_args as _storage_args
+    _storage_args(est)
     hw = sub.add_parser("hw", help="the hardware database")
     hws = hw.add_subparsers(dest="hwcmd", required=True)
     hws.add_parser("list", help="list GPUs, systems and NICs")
@@ -60,20 +64,24 @@ def _parser() -> argparse.ArgumentParser:
     hws.add_parser("table", help="the README spec table (markdown)")
     sub.add_parser("models", help="list model presets")
     sub.add_parser("stacks", help="list software stacks")
-    op = sub.add_parser("op", help="time one op (gemm) on a GPU")
-    op.add_argument("kind", choices=("gemm", "attention", "memory"))
-    op.add_argument("--hw", default="h100_sxm")
-    op.add_argument("--m", type=int, default=4096)
-    op.add_argument("--n", type=int, default=4096)
-    op.add_argument("--k", type=int, default=4096)
-    op.add_argument("--dtype", default="bf16")
-    op.add_argument("--bytes", type=float, default=1e9, help="memory kernel: bytes read (and written)")
-    op.add_argument("--seq", type=int, default=4096, help="attention sequence length")
-    op.add_argument("--heads", type=int, default=32)
-    op.add_argument("--kv-heads", type=int, default=8)
-    op.add_argument("--head-dim", type=int, default=128)
-    op.add_argument("--batch", type=int, default=1)
-    op.add_argument("--bwd", action="store_true")
+    op = sub.add_parser("op", help="time one op (gemm, attention, memory) on a GPU",
+                        description="GPU time of one kernel: `mechsim op gemm 4096 4096 4096`, "
+                                    "`mechsim op attention --seq 8192`, `mechsim op memory --bytes 1e9`.")
+    op.add_argument("kind", choices=("gemm", "attention", "memory"), help="the kernel to time")
+    op.add_argument("dims", nargs="*", type=integer, metavar="M N K", help="gemm sizes (same as --m --n --k)")
+    op.add_argument("--hw", default="h100_sxm", help="GPU or system name (see `mechsim hw list`)")
+    op.add_argument("--m", type=integer, default=4096, help="gemm: rows of A and C")
+    op.add_argument("--n", type=integer, default=4096, help="gemm: columns of B and C")
+    op.add_argument("--k", type=integer, default=4096, help="gemm: the reduced dimension")
+    op.add_argument("--dtype", default="bf16", help="gemm/attention compute dtype: fp64 fp32 tf32 bf16 fp16 fp8 "
+                    "int8 fp4 int4")
+    op.add_argument("--bytes", type=real, default=1e9, help="memory kernel: bytes read (and as many written)")
+    op.add_argument("--seq", type=integer, default=4096, help="attention: sequence length, tokens")
+    op.add_argument("--heads", type=integer, default=32, help="attention: query heads")
+    op.add_argument("--kv-heads", type=integer, default=8, help="attention: key/value heads (divide --heads)")
+    op.add_argument("--head-dim", type=integer, default=128, help="attention: head dimension")
+    op.add_argument("--batch", type=integer, default=1, help="gemm batch count / attention batch")
+    op.add_argument("--bwd", action="store_true", help="attention: the backward kernel")
     val = sub.add_parser("validate", help="compare predictions with measured GPU runs")
     vs = val.add_subparsers(dest="vcmd", required=True)
     cmp_ = vs.add_parser("compare", help="predicted vs measured per case and kind; exit 1 over threshold")
@@ -224,13 +232,11 @@ def cmd_validate(a: argparse.Namespace) -> int:
 
 
 def _parse_overrides(items: list[str]) -> dict[str, str]:
-    out = {}
-    for it in items:
-        if "=" not in it:
-            raise ValueError(f"--override {it!r}: expected KEY=CHANGE, e.g. hbm_bandwidth=+20%")
-        k, v = it.split("=", 1)
-        out[k.strip()] = v.strip()
-    return out
+    from .inputs import as_overrides
+    try:
+        return as_overrides(items)
+    except ValueError as e:
+        raise ValueError(f"--override: {e}") from None
 
 
 def build_parallel(a: argparse.Namespace):
@@ -240,13 +246,18 @@ def build_parallel(a: argparse.Namespace):
 
 
 def build_workload(a: argparse.Namespace):
-    from .model import InferenceWorkload, TrainingWorkload, from_hf_config, preset
-    m = from_hf_config(a.model) if a.model.endswith(".json") else preset(a.model)
+    from .cli_args import check_mode
+    from .inputs import as_model, check_workload
+    from .model import InferenceWorkload, TrainingWorkload
+    check_mode(a)
+    m = as_model(a.model)
     par = build_parallel(a)
     if a.mode == "train":
-        return TrainingWorkload(model=m, mbs=a.mbs, seq=a.seq, grad_accum=a.grad_accum, precision=a.precision,
-                                recompute=a.recompute, stack=a.stack or "eager", parallel=par,
-                                offload=a.offload, offload_layers=a.offload_layers)
+        w = TrainingWorkload(model=m, mbs=a.mbs, seq=a.seq, grad_accum=a.grad_accum, precision=a.precision,
+                             recompute=a.recompute, stack=a.stack or "eager", parallel=par,
+                             offload=a.offload, offload_layers=a.offload_layers)
+        check_workload(w)
+        return w
     return InferenceWorkload(model=m, batch=a.batch, phase=a.mode, prompt_len=a.prompt, context_len=a.context,
                              weight_dtype=a.weight_dtype, kv_dtype=a.kv_dtype, stack=a.stack or "serving",
                              parallel=par)
@@ -261,15 +272,19 @@ def build_hw(a: argparse.Namespace):
 
 def cmd_estimate(a: argparse.Namespace) -> int:
     from .cli_format import estimate_json, estimate_table
-    from .sim.host import estimate   # sim.estimate.estimate on the stated host (--profile)
+    from . import estimate, sensitivity   # the checked facade (sim.host.estimate: --profile)
+    from .inputs import EstimateTop, validated
+    a.top = validated(EstimateTop, top=a.top)["top"]
     w = build_workload(a)
     est = estimate(w, build_hw(a), a.stack, _parse_overrides(a.override), profile=a.profile)
     if a.json:
         print(estimate_json(est))
         return 0
     print(estimate_table(est, a.top))
+    from .cli_storage import print_storage, wanted
+    if wanted(a):
+        print_storage(a, w, build_hw(a), est)
     if a.sensitivity:
-        from .sim.whatif import sensitivity
         print("\nelasticity of step time (d ln T / d ln x):")
         for k, v in sensitivity(w, a.hw, a.stack).items():
             print(f"  {k:<18} {v:+.3f}")
@@ -306,45 +321,64 @@ def cmd_stacks(a: argparse.Namespace) -> int:
 
 
 def cmd_op(a: argparse.Namespace) -> int:
+    from . import estimate_op
     from .cli_format import op_line
+    from .inputs import OpSizes, validated
     from .model.microops import attention, gemm, memory_kernel
-    from .sim.estimate import estimate_op
+    _op_dims(a)
+    validated(OpSizes, **{k: getattr(a, k) for k in OpSizes.model_fields})
     if a.kind == "gemm":
         op = gemm(a.m, a.n, a.k, a.dtype, a.batch)
     elif a.kind == "attention":
-        op = attention(a.batch, a.heads, a.kv_heads, a.seq, a.seq, a.head_dim, True, "bwd" if a.bwd else "fwd")
+        op = attention(a.batch, a.heads, a.kv_heads, a.seq, a.seq, a.head_dim, True, "bwd" if a.bwd else "fwd",
+                       a.dtype)
     else:
         op = memory_kernel(a.bytes, a.bytes)
     print(op_line(estimate_op(op, a.hw)))
     return 0
 
 
+def _op_dims(a: argparse.Namespace) -> None:
+    """`op gemm M N K`: positional sizes (the same as --m --n --k); other kinds take none."""
+    if not a.dims:
+        return
+    if a.kind != "gemm" or len(a.dims) != 3:
+        raise ValueError(f"op {a.kind}: positional sizes are 'op gemm M N K' (three integers), got "
+                         f"{' '.join(map(str, a.dims))}; use the --flags of `mechsim op --help`")
+    a.m, a.n, a.k = a.dims
+
+
 def _add_plan_parser(sub) -> None:
     pl = sub.add_parser("plan", help="search parallel plans (tp, pp, vp, dp, cp, ep, mbs, recompute, zero)")
     pl.add_argument("--model", required=True, help="preset name or path to a HF config.json")
     pl.add_argument("--hw", default="hgx_h100", help="node system (see `mechsim hw list`)")
-    pl.add_argument("--nodes", type=int, required=True, help="nodes of --hw")
-    pl.add_argument("--gbs", type=int, required=True, help="global batch (sequences)")
-    pl.add_argument("--seq", type=int, default=4096)
+    pl.add_argument("--nodes", type=integer, required=True, help="nodes of --hw")
+    pl.add_argument("--gbs", type=integer, required=True, help="global batch (sequences)")
+    pl.add_argument("--seq", type=integer, default=4096, help="sequence length, tokens")
     pl.add_argument("--precision", default="bf16", help="amp_bf16 | bf16 | fp8 | fp32")
-    pl.add_argument("--stack", default="megatron_te")
-    pl.add_argument("--top", type=int, default=10, help="rows shown")
-    pl.add_argument("--tp", type=int, action="append", default=None, help="pin tp (repeatable)")
+    pl.add_argument("--stack", default="megatron_te", help="software stack (see `mechsim stacks`)")
+    pl.add_argument("--top", type=integer, default=10, help="rows shown (1..10000)")
+    pl.add_argument("--tp", type=integer, action="append", default=None, help="pin tp (repeatable)")
     pl.add_argument("--tp-beyond-nvlink", action="store_true", help="allow tp larger than one NVLink domain")
-    pl.add_argument("--max-cp", type=int, default=16)
-    pl.add_argument("--max-vp", type=int, default=8)
+    pl.add_argument("--max-cp", type=integer, default=16, help="largest context-parallel degree (1..1024)")
+    pl.add_argument("--max-vp", type=integer, default=8, help="largest virtual-stage count (1..1024)")
 
 
 def cmd_plan(a: argparse.Namespace) -> int:
-    from .model import from_hf_config, preset
+    from .inputs import PlanArgs, check_pinned_tp, stack_name, validated
     from .sim.cluster import Cluster
     from .sim.search import format_table, search_plans
     from .sim.search_space import SearchSpace
-    m = from_hf_config(a.model) if a.model.endswith(".json") else preset(a.model)
-    space = SearchSpace(tp=tuple(a.tp) if a.tp else None, tp_beyond_nvlink=a.tp_beyond_nvlink,
-                        max_cp=a.max_cp, max_vp=a.max_vp)
-    res = search_plans(m, Cluster(system=a.hw, nodes=a.nodes), a.gbs, a.seq, a.precision, a.stack, a.top, space)
+    v = validated(PlanArgs, **{k: getattr(a, k) for k in PlanArgs.model_fields})
+    stack_name(a.stack)
+    cluster = Cluster(system=a.hw, nodes=v["nodes"])
+    check_pinned_tp(v["tp"], cluster.gpus_per_node, v["model"].n_heads)
+    space = SearchSpace(tp=v["tp"], tp_beyond_nvlink=a.tp_beyond_nvlink, max_cp=v["max_cp"], max_vp=v["max_vp"])
+    res = search_plans(v["model"], cluster, v["gbs"], v["seq"], a.precision, a.stack, v["top"], space)
     print(format_table(res))
+    if not res.rows:
+        from .cli_format import no_plan_reason
+        print(no_plan_reason(res, cluster))
     return 0
 
 
@@ -368,22 +402,22 @@ def _plugin(name: str):
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+    try:
+        args = _parser().parse_args(argv)
+    except SystemExit as e:   # --help (0) or a one-line parse error (2, cli_args.Parser)
+        return e.code if isinstance(e.code, int) else 2
     try:
         if args.cmd not in COMMANDS:
             return _plugin(args.cmd).run(args)
         return COMMANDS[args.cmd](args)
-    except (ValueError, KeyError, TypeError, OSError) as e:
+    except (ValueError, KeyError, TypeError, OSError, ArithmeticError, RecursionError) as e:
         print(f"error: {_one_line(e)}", file=sys.stderr)
         return 2
 
 
-def _one_line(e: Exception) -> str:
-    msg = str(e)
-    if type(e).__name__ == "ValidationError":  # pydantic: name the fields
-        errs = e.errors()  # type: ignore[attr-defined]
-        msg = "; ".join(f"{'.'.join(map(str, x['loc'])) or 'input'}: {x['msg']}" for x in errs)
-    return msg.replace("\n", " ")
+def _one_line(e: BaseException) -> str:
+    from .inputs import one_line
+    return one_line(e)
 
 
 if __name__ == "__main__":

@@ -81,3 +81,20 @@ def _host_lines(b) -> list[str]:
     line = host_line(b)
     return ([f"host             {b.host}"] if getattr(b, "host", "") else []) + ([f"                 {line}"] if line else [])
 
+
+
+def no_plan_reason(res, cluster) -> str:
+    """'no plan fits, because ...' for an empty plan search: the binding reason from its counts."""
+    c, gpus = res.counts, res.gpus
+    if c.enumerated == 0:
+        return (f"no plan fits, because no plan of the search space has degrees whose product is the {gpus} GPUs "
+                f"(space: {res.space}); widen it (--tp, --max-cp, --max-vp) or change --nodes")
+    parts = []
+    if c.not_fitting:
+        parts.append(f"{c.not_fitting} of {c.enumerated} plans need more memory than one "
+                     f"{cluster.sys.gpu.key} holds (even with full recompute and ZeRO)")
+    top = next(iter(c.invalid.items()), None)
+    if top:
+        parts.append(f"{c.invalid_total} are invalid (most often: {top[0]}, x{top[1]})")
+    why = "; ".join(parts) or f"{c.enumerated} plans were enumerated and none estimated"
+    return f"no plan fits, because {why}; try more --nodes, a smaller --gbs or --seq"

@@ -28,15 +28,23 @@ from pydantic import BaseModel, ConfigDict, Field, PositiveInt, model_validator
 
 _FROZEN = ConfigDict(frozen=True, extra="forbid")
 
+# Input limits (far above any model built; they keep every count finite and every op list small):
+# layers are repeated blocks, but the op builders and the pipeline split walk them one by one,
+# so time grows with n_layers (1M layers: ~6 s per estimate) -- 10,000 bounds it.
+MAX_LAYERS = 10_000
+MAX_WIDTH = 2**20          # d_model, ffn, head_dim, heads (largest built: d_model 18,432)
+MAX_VOCAB = 2**24          # largest built: 262,144
+MAX_SEQ = 2**30            # max_position_embeddings (largest built: 10M)
+
 
 class MoEConfig(BaseModel):
     """Mixture-of-experts FFN. Layer i is MoE iff i >= first_k_dense_layers and
     i % moe_layer_freq == 0 (HF DeepSeek convention); other layers use the dense ffn."""
 
     model_config = _FROZEN
-    n_experts: PositiveInt
+    n_experts: PositiveInt = Field(le=2**16)
     top_k: PositiveInt
-    expert_ffn: PositiveInt
+    expert_ffn: PositiveInt = Field(le=MAX_WIDTH)
     n_shared_experts: int = Field(0, ge=0)
     shared_ffn: PositiveInt | None = None       # per shared expert; None -> expert_ffn
     first_k_dense_layers: int = Field(0, ge=0)
@@ -110,13 +118,13 @@ class TransformerConfig(BaseModel):
 
     model_config = _FROZEN
     name: str = "custom"
-    n_layers: PositiveInt
-    d_model: PositiveInt
-    n_heads: PositiveInt
+    n_layers: PositiveInt = Field(le=MAX_LAYERS)
+    d_model: PositiveInt = Field(le=MAX_WIDTH)
+    n_heads: PositiveInt = Field(le=MAX_WIDTH)
     n_kv_heads: PositiveInt | None = None       # None -> n_heads (MHA)
-    head_dim: PositiveInt | None = None         # None -> d_model // n_heads
-    ffn: PositiveInt                            # dense FFN hidden size
-    vocab: PositiveInt
+    head_dim: PositiveInt | None = Field(None, le=MAX_WIDTH)   # None -> d_model // n_heads
+    ffn: PositiveInt = Field(le=MAX_WIDTH)      # dense FFN hidden size
+    vocab: PositiveInt = Field(le=MAX_VOCAB)
     norm: Literal["rmsnorm", "layernorm"] = "rmsnorm"
     mlp: Literal["swiglu", "gelu", "relu2"] = "swiglu"
     tie_embeddings: bool = False
@@ -124,9 +132,9 @@ class TransformerConfig(BaseModel):
     linear_bias: bool = False                   # GPT-style bias on every linear of a layer
     qk_norm: bool = False                       # Qwen3: RMSNorm over head_dim on q and k
     pos_embedding: Literal["rope", "learned"] = "rope"
-    max_seq: PositiveInt = 4096
-    rope_theta: float = Field(10000.0, gt=0)
-    norm_eps: float = Field(1e-5, gt=0)
+    max_seq: PositiveInt = Field(4096, le=MAX_SEQ)
+    rope_theta: float = Field(10000.0, gt=0, allow_inf_nan=False)
+    norm_eps: float = Field(1e-5, gt=0, allow_inf_nan=False)
     moe: MoEConfig | None = None
     mla: MLAConfig | None = None
     mtp_depth: int = Field(0, ge=0)             # DeepSeek multi-token prediction modules
@@ -145,8 +153,9 @@ class TransformerConfig(BaseModel):
             heads = data.get("n_heads")
             if data.get("n_kv_heads") is None and heads is not None:
                 data["n_kv_heads"] = heads
-            if data.get("head_dim") is None and isinstance(heads, int) and heads > 0:
-                data["head_dim"] = max(1, int(data.get("d_model", 0)) // heads)
+            d = data.get("d_model", 0)
+            if data.get("head_dim") is None and isinstance(heads, int) and heads > 0 and isinstance(d, int):
+                data["head_dim"] = max(1, d // heads)
         return data
 
     @model_validator(mode="after")

@@ -8,10 +8,11 @@ and the key.
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import Any
 
-from .config import MLAConfig, MoEConfig, TransformerConfig
+from .config import MAX_LAYERS, MAX_SEQ, MAX_VOCAB, MAX_WIDTH, MLAConfig, MoEConfig, TransformerConfig
 
 SUPPORTED = ("llama", "mistral", "mixtral", "qwen2", "qwen3", "qwen3_moe", "deepseek_v3")
 
@@ -25,11 +26,34 @@ class _Keys:
     def req(self, key: str):
         if self.data.get(key) is None:
             raise ValueError(f"{self.path}: required key {key!r} missing from HF config")
-        return self.data[key]
+        return self._checked(key, self.data[key])
 
     def opt(self, key: str, default):
         v = self.data.get(key)
-        return default if v is None else v
+        return default if v is None else self._checked(key, v)
+
+    def _checked(self, key: str, v: Any) -> Any:
+        """Sizes are whole numbers in range, reals finite; the message names the file and key."""
+        hi = _LIMITS.get(key)
+        if hi is not None:
+            if isinstance(v, bool) or not (isinstance(v, (int, float)) and math.isfinite(v) and float(v).is_integer() and 0 <= v <= hi):
+                raise ValueError(f"{self.path}: key {key!r} must be a whole number in [0, {hi:,}], got {v!r}")
+            return int(v)
+        if isinstance(v, float) and not math.isfinite(v):
+            raise ValueError(f"{self.path}: key {key!r} must be a finite number, got {v!r}")
+        return v
+
+
+# Size keys and their largest accepted value (model/config.py MAX_*).
+_LIMITS = {"num_hidden_layers": MAX_LAYERS, "hidden_size": MAX_WIDTH, "num_attention_heads": MAX_WIDTH,
+           "num_key_value_heads": MAX_WIDTH, "head_dim": MAX_WIDTH, "intermediate_size": MAX_WIDTH,
+           "vocab_size": MAX_VOCAB, "max_position_embeddings": MAX_SEQ, "moe_intermediate_size": MAX_WIDTH,
+           "num_local_experts": 2**16, "num_experts": 2**16, "n_routed_experts": 2**16,
+           "num_experts_per_tok": 2**16, "n_shared_experts": 2**16, "first_k_dense_replace": MAX_LAYERS,
+           "moe_layer_freq": MAX_LAYERS, "decoder_sparse_step": MAX_LAYERS, "kv_lora_rank": MAX_WIDTH,
+           "q_lora_rank": MAX_WIDTH, "qk_nope_head_dim": MAX_WIDTH, "qk_rope_head_dim": MAX_WIDTH,
+           "v_head_dim": MAX_WIDTH, "num_nextn_predict_layers": MAX_LAYERS, "sliding_window": MAX_SEQ,
+           "sliding_window_pattern": MAX_LAYERS}
 
 
 def _base(k: _Keys, name: str) -> dict[str, Any]:
@@ -101,13 +125,27 @@ def from_hf_config(path: str | Path, name: str | None = None) -> TransformerConf
         p = p / "config.json"
     try:
         data = json.loads(p.read_text())
-    except (OSError, json.JSONDecodeError) as e:
-        raise ValueError(f"{p}: cannot read HF config ({e})") from e
+    except (OSError, json.JSONDecodeError, UnicodeDecodeError, RecursionError) as e:
+        raise ValueError(f"{p}: cannot read HF config ({' '.join(str(e).split())})") from None
+    if not isinstance(data, dict):
+        raise ValueError(f"{p}: a HF config.json holds a JSON object of keys, got a {type(data).__name__}")
     k = _Keys(data, p)
     mtype = k.req("model_type")
-    if mtype not in _EXTRA:
+    if not isinstance(mtype, str) or mtype not in _EXTRA:
         raise ValueError(f"{p}: model_type {mtype!r} is not supported (supported: {', '.join(SUPPORTED)})")
     fields = _base(k, name or data.get("_name_or_path") or p.parent.name or mtype)
     fields.update(_EXTRA[mtype](k))
     fields.update(_window(k))
-    return TransformerConfig(**fields)
+    try:
+        return TransformerConfig(**fields)
+    except ValueError as e:
+        raise ValueError(f"{p}: {_first_error(e)}") from None
+
+
+def _first_error(e: ValueError) -> str:
+    errs = getattr(e, "errors", None)
+    if not callable(errs):
+        return " ".join(str(e).split())
+    x = errs()[0]
+    msg, loc = x["msg"].removeprefix("Value error, "), ".".join(map(str, x["loc"]))
+    return f"{loc}: {msg}, got {x.get('input')!r}" if loc else msg

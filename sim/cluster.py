@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 import networkx as nx
-from pydantic import BaseModel, ConfigDict, PositiveFloat, PositiveInt, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, PositiveInt, model_validator
 
 from ..hwdb import get_nic, get_system
 from ..hwdb.schema import NIC, System
@@ -64,14 +64,19 @@ def _system(key: str, whatif: tuple[tuple[str, str], ...]) -> System:
     return system.model_copy(update={"gpu": gpu})
 
 
+MAX_NODES = 65_536
+
+
 class Cluster(BaseModel):
     """``nodes`` hwdb nodes of ``system`` on a two-level fat tree (module docstring)."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
     system: str = "hgx_h100"
-    nodes: PositiveInt = 1
+    # nodes: estimates walk the groups of the job, so time grows with nodes (65,536 nodes: ~3.5 s;
+    # the largest clusters built hold ~200k GPUs, ~25k nodes of 8): refused above MAX_NODES.
+    nodes: PositiveInt = Field(1, le=MAX_NODES)
     fabric: str | None = None           # NIC key overriding the system's own NIC
-    oversubscription: PositiveFloat = 1.0
+    oversubscription: PositiveFloat = Field(1.0, le=1024.0, allow_inf_nan=False)
     topology: Topology = "rail_optimized"
     gpus_used: PositiveInt | None = None   # a part of ONE node (e.g. the 2 GPUs of a validation machine)
     domain_gpus: PositiveInt | None = None  # GPUs the job uses in each NVLink domain (whole nodes); None: all

@@ -1,0 +1,99 @@
+"""The public calls of the facade with their inputs checked first (mechsim/inputs.py).
+
+``guard(name, fn)`` wraps one function of sim/: its arguments are bound to its own signature, the
+ones the call's argument record (``inputs.*Args``) names are checked and converted (a preset name
+where a workload goes), the rest pass through, and any refusal is an ``inputs.InputError`` (a
+ValueError) of one line. The CLI and the app call the same wrapped functions, so all three refuse
+the same inputs with the same words.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import math
+from typing import Any, Callable
+
+from . import inputs as I
+
+SCHEMAS: dict[str, type] = {
+    "estimate": I.EstimateArgs,
+    "estimate_op": I.OpArgs,
+    "sensitivity": I.SensitivityArgs,
+    "serve": I.ServeArgs,
+    "best_serving_plan": I.ServingPlanArgs,
+    "compare": I.CompareArgs,
+}
+USER_ERRORS = (ValueError, TypeError, KeyError, ArithmeticError)
+
+
+def _check(schema: type, bound: inspect.BoundArguments) -> None:
+    """Replace the bound arguments the schema names by their checked values (in place)."""
+    fields = schema.model_fields  # type: ignore[attr-defined]
+    given = {k: v for k, v in bound.arguments.items() if k in fields}
+    kw = bound.arguments.get("kw") or bound.arguments.get("kwargs")
+    if isinstance(kw, dict):
+        given.update({k: v for k, v in kw.items() if k in fields})
+    checked = I.validated(schema, **given)
+    for k in given:
+        if k in bound.arguments:
+            bound.arguments[k] = checked[k]
+        else:
+            kw[k] = checked[k]   # type: ignore[index]
+
+
+def _bind(fn: Callable, args: tuple, kwargs: dict) -> inspect.BoundArguments:
+    try:
+        return inspect.signature(fn).bind(*args, **kwargs)
+    except TypeError as e:
+        raise I.InputError(f"{fn.__name__}: {e}") from None
+
+
+def guard(name: str, fn: Callable) -> Callable:
+    """``fn`` with its inputs checked by SCHEMAS[name] and user errors as one-line InputError."""
+    schema = SCHEMAS[name]
+    pre = _PRE.get(name)
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        bound = _bind(fn, args, kwargs)
+        if pre is not None:
+            pre(bound)
+        _check(schema, bound)
+        try:
+            out = fn(*bound.args, **bound.kwargs)
+        except I.InputError:
+            raise
+        except USER_ERRORS as e:
+            raise I.InputError(I.one_line(e)) from None
+        return _finite(name, out)
+
+    wrapper.__wrapped_checked__ = True  # type: ignore[attr-defined]
+    return wrapper
+
+
+def _compare_tokens(bound: inspect.BoundArguments) -> None:
+    """compare() of a model without ``tokens``: the Chinchilla budget (inputs.chinchilla_tokens)."""
+    a = bound.arguments
+    w = a.get("workload")
+    if a.get("tokens") is None and (isinstance(w, str) or type(w).__name__ == "TransformerConfig"):
+        a["tokens"] = I.chinchilla_tokens(w)
+
+
+_PRE: dict[str, Callable[[inspect.BoundArguments], None]] = {"compare": _compare_tokens}
+
+
+def _finite(name: str, out: Any) -> Any:
+    """Refuse a result whose headline time is not a finite positive number (never print NaN)."""
+    for attr in ("step_time_s", "time_s"):
+        v = getattr(out, attr, None)
+        if isinstance(v, float) and not (math.isfinite(v) and v >= 0):
+            raise I.InputError(f"{name}: the inputs give a non-finite {attr} ({v}); they are outside the "
+                               "range the model covers")
+    return out
+
+
+def checked(name: str) -> Callable:
+    """The facade's checked ``name`` (the same object `mechsim.<name>` returns)."""
+    import mechsim
+    return getattr(mechsim, name)
