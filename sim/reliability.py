@@ -12,6 +12,12 @@ derived from Llama 3's 419 unexpected interruptions in 54 days on up to 16,384 H
     wall time         T   = W (1 + d / tau) / (1 - (tau / 2 + R) / M),   R = restart + restore
     goodput           = W / T    (useful compute time / wall time; Meta's E[ETTR] form [meta_rsc_reliability])
 
+With a storage model (sim/storage.py CheckpointIO): d = the save's blocking time (the whole write
+when synchronous, the GPU -> host staging copy when asynchronous or in memory), restore = its
+restore time, tau >= the time to persist (an async save waits for the previous one), and a failure
+also loses the persist lag (persist - d): the newest checkpoint is not safe until it is written.
+Time lost to saves = (d / tau) x goodput of the wall time; to failures and restarts = the rest.
+
 Source ids in [brackets] are in hwdb/data/prices.toml [sources].
 
 Warm-standby spares: a failed node is out for ``node_repair_s``; the number out at once is
@@ -172,6 +178,8 @@ class RunReliability:
     goodput: float
     spare_nodes: int
     burn_in_failures: float
+    persist_lag_s: float = 0.0     # persist - blocking of an async / in-memory save (sim/storage.py)
+    storage: str = ""              # the checkpoint tier and mode when a storage model set the times
 
     @property
     def interruptions_per_day(self) -> float:
@@ -181,9 +189,28 @@ class RunReliability:
     def total(self) -> float:
         return self.goodput
 
+    @property
+    def recover_s(self) -> float:
+        """Work and time lost per failure beyond half an interval: restart + restore + persist lag."""
+        return self.restart_s + self.restore_s + self.persist_lag_s
+
     def wall_time_s(self, work_s: float) -> float:
         """Expected wall time of ``work_s`` seconds of failure-free compute (inf: never ends)."""
-        return wall_time_s(work_s, self.interval_s, self.write_s, self.restart_s + self.restore_s, self.job_mtbf_s)
+        return wall_time_s(work_s, self.interval_s, self.write_s, self.recover_s, self.job_mtbf_s)
+
+    def goodput_at(self, interval_s: float) -> float:
+        """Goodput with a checkpoint every ``interval_s`` instead of the optimum."""
+        return goodput(interval_s, self.write_s, self.recover_s, self.job_mtbf_s)
+
+    def save_share(self, interval_s: float | None = None) -> float:
+        """Fraction of wall time spent blocked in checkpoint saves (at the optimum by default)."""
+        tau = interval_s or self.interval_s
+        return self.write_s / tau * self.goodput_at(tau)
+
+    def failure_share(self, interval_s: float | None = None) -> float:
+        """Fraction of wall time lost to failures: redone work, restarts, restores."""
+        tau = interval_s or self.interval_s
+        return max(0.0, 1.0 - self.goodput_at(tau) - self.save_share(tau))
 
     def failures(self, work_s: float) -> float:
         """Expected failures during the run = wall time / MTBF."""
@@ -191,20 +218,23 @@ class RunReliability:
 
 
 def run_reliability(gpus: int, nodes: int, ckpt_bytes: float, params: ReliabilityParams | None = None,
-                    gpus_per_node: int | None = None) -> RunReliability:
-    """Goodput of a job at the Daly-optimal checkpoint interval (module docstring)."""
+                    gpus_per_node: int | None = None, io: Any = None) -> RunReliability:
+    """Goodput of a job at the Daly-optimal checkpoint interval (module docstring). ``io``: a
+    sim.storage.CheckpointIO whose blocking / persist / restore times replace the per-GPU rates."""
     p = params or ReliabilityParams.from_book()
     lam = job_failure_rate(gpus, nodes, p.gpu_mtbf_s, p.node_mtbf_s) * p.failure_rate_scale
     mtbf = 1.0 / lam
-    write = transfer_time_s(ckpt_bytes, p.write_Bps_per_gpu * gpus)
-    restore = transfer_time_s(ckpt_bytes, p.read_Bps_per_gpu * gpus)
-    tau = max(daly_interval_s(write, mtbf), 1e-9)
+    write = transfer_time_s(ckpt_bytes, p.write_Bps_per_gpu * gpus) if io is None else io.blocking_s
+    restore = transfer_time_s(ckpt_bytes, p.read_Bps_per_gpu * gpus) if io is None else io.restore_s
+    lag = 0.0 if io is None else io.persist_s - io.blocking_s
+    tau = max(daly_interval_s(write, mtbf), 1e-9, lag + write)
     per_node = gpus_per_node or max(1, gpus // nodes)
     node_level_mtbf = 1.0 / ((per_node / p.gpu_mtbf_s + 1.0 / p.node_mtbf_s) * p.failure_rate_scale)
     spares = spares_needed(nodes, node_level_mtbf, p.node_repair_s, p.spare_availability)
     return RunReliability(gpus, nodes, mtbf, ckpt_bytes, write, restore, p.restart_s, tau,
-                          young_interval_s(write, mtbf), goodput(tau, write, p.restart_s + restore, mtbf),
-                          spares, gpus * p.burn_in_failure_fraction)
+                          young_interval_s(write, mtbf), goodput(tau, write, p.restart_s + restore + lag, mtbf),
+                          spares, gpus * p.burn_in_failure_fraction, lag,
+                          "" if io is None else f"{io.storage} ({io.mode})")
 
 
 def reliability_params(overrides: Mapping[str, float] | None = None, book: PriceBook | None = None) -> ReliabilityParams:

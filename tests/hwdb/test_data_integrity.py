@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from mechsim.hwdb import DEFAULT_DATA_DIR, HwdbError, UNITS, load_db
+from mechsim.hwdb.storage import load_storage
 
 try:
     import tomllib
@@ -20,7 +21,7 @@ SOURCES = tomllib.loads((DEFAULT_DATA_DIR / "sources.toml").read_text())
 
 def test_data_files_exist():
     folders = {p.parent.name for p in ALL_FILES}
-    assert folders == {"gpus", "nics", "systems", "cpus"}
+    assert folders == {"gpus", "nics", "systems", "cpus", "storage"}
     assert len(ALL_FILES) >= 7 + 5 + 8
 
 
@@ -47,7 +48,8 @@ def test_derived_values_state_their_formula(path: Path):
 
 def test_secondary_sources_never_back_datasheet_numbers():
     db = load_db()
-    for obj in [*db.gpus.values(), *db.nics.values(), *db.systems.values(), *db.cpus.values()]:
+    for obj in [*db.gpus.values(), *db.nics.values(), *db.systems.values(), *db.cpus.values(),
+                  *load_storage().values()]:
         for key, spec in obj.specs.items():
             tier = db.sources[spec.source].tier
             if tier != "primary":
@@ -63,7 +65,8 @@ def test_sources_have_title_and_locator():
 
 def test_every_source_is_cited():
     db = load_db()
-    cited = {s.source for o in [*db.gpus.values(), *db.nics.values(), *db.systems.values(), *db.cpus.values()]
+    cited = {s.source for o in [*db.gpus.values(), *db.nics.values(), *db.systems.values(), *db.cpus.values(),
+                  *load_storage().values()]
              for s in o.specs.values()}
     # sources cited only inside notes (corroboration) are allowed, but list them explicitly
     only_in_notes = {"klockwood_h100", "hpe_gb200_nvl72_quickspecs", "nvidia_spectrum_x_docs", "waredb_h800"}

@@ -354,6 +354,8 @@ def main() -> int:
     ap.add_argument("--budget-s", type=float, default=115.0)
     ap.add_argument("--raw-gib", type=float, default=4.0)
     ap.add_argument("--models", default="1b,3b")
+    ap.add_argument("--only-loader", action="store_true", help="environment, raw disk skipped, data loading only")
+    ap.add_argument("--loader-secs", type=float, default=1.5, help="seconds timed per loader case")
     a = ap.parse_args()
     if unknown := sorted(set(a.models.split(",")) - set(SHAPES) - {""}):
         ap.error(f"--models: unknown {unknown}; known: {', '.join(SHAPES)}")
@@ -374,6 +376,9 @@ def run_all(a, out: Path, dev: str, work: Path) -> None:
     S = REC["sections"]
     REC["env"] = environment(work)
     save_record(out)
+    if a.only_loader:
+        S["data_loading"] = attempt(data_loading, work, lambda name, need: fits(name, need, a.budget_s), a.loader_secs)
+        return
     S["raw_disk"] = raw_disk(work, int(a.raw_gib * GiB))
     S["d2h"] = attempt(d2h_rates, dev)
     save_record(out)
@@ -384,7 +389,8 @@ def run_all(a, out: Path, dev: str, work: Path) -> None:
              + [(m, "dcp_sync") for m in first] + [(m, "dcp_async") for m in rest] + [(m, "dcp_sync") for m in rest])
     for m, item in order:
         if m == "loader":
-            S["data_loading"] = attempt(data_loading, work, lambda name, need: fits(name, need, a.budget_s))
+            S["data_loading"] = attempt(data_loading, work, lambda name, need: fits(name, need, a.budget_s),
+                                        a.loader_secs)
         else:
             res = checkpoint_item(m, item, work, dev, a.budget_s, rate)
             S.setdefault(f"checkpoint_{m}", checkpoint_info(m))[item] = res

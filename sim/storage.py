@@ -1,0 +1,328 @@
+"""Data loading and checkpoint I/O of a training job (seconds, bytes, B/s inside).
+
+Storage tier (hwdb/data/storage/, or a user-measured bandwidth): a job on n nodes gets
+    job bandwidth = min(n x per-node bandwidth, aggregate bandwidth)
+
+Data loading, per step and GPU (loader workers run beside the step):
+    bytes     = tokens x bytes/token   (pre-tokenised shards: 2 B for a vocabulary <= 65,536
+                                        (uint16), else 4 (uint32); raw text: text bytes/token;
+                                        images: bytes per sample)
+    read_s    = bytes x gpus / job read bandwidth
+    cpu_s     = text: bytes / (workers x tokenize rate per core); images: samples / (workers x
+                decode rate per core); pre-tokenised: 0
+    load_s    = max(read_s, cpu_s)                     (reading and tokenising overlap in workers)
+    exposed_s = load_s with no prefetch (workers = 0 or prefetch = 0), else max(0, load_s - step)
+
+Checkpoints (bytes = weights + optimizer state, sim.reliability.checkpoint_bytes; each of the
+``writers`` ranks writes bytes / writers: one data-parallel replica without ZeRO, every GPU with it):
+    sync      blocking = persist = max(shard / torch_save_rate, bytes / job write bandwidth)
+    async     blocking = shard / (pinned D2H)  [torch DCP async_save, Megatron async save]
+              persist  = blocking + max(shard / torch_save_rate, bytes / job write bandwidth)
+    in_memory blocking = shard / (pinned D2H); persist = blocking + shard / peer bandwidth per GPU
+              (a copy in a peer node's host memory, GEMINI / ByteRobust style)
+    restore   = bytes / job read bandwidth + shard / load_extra_rate   (from the tier)
+              = shard / peer bandwidth + shard / (pinned H2D)          (in_memory)
+Rates are in sim/data/storage.toml with their sources (torch.save / torch.load measured on the
+H200 VM, validation/runners/storage_io.py).
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from ..hwdb.storage import get_storage
+from ._toml import load_toml
+from .calibration import DATA
+
+FORMATS = ("pretokenized", "text", "image")
+MODES = ("sync", "async", "in_memory")
+GB = 1e9
+
+
+def _positive(name: str, v: float) -> None:
+    if not (v > 0 and math.isfinite(v)):
+        raise ValueError(f"{name} must be a finite number > 0, got {v}")
+
+
+@functools.cache
+def io_rates() -> dict[str, float]:
+    """SI values of sim/data/storage.toml ([checkpoint] and [loader] records)."""
+    raw = load_toml(DATA / "storage.toml")
+    scale = {"GB/s": GB, "MB/s": 1e6, "B": 1.0, "1": 1.0}
+    return {k: float(r["value"]) * scale[r["unit"]] for sec in raw.values() if isinstance(sec, dict)
+            for k, r in sec.items() if isinstance(r, dict) and "value" in r}
+
+
+@dataclass(frozen=True)
+class Storage:
+    """What a job sees of a storage tier, SI (B/s); nan where the tier publishes no figure."""
+
+    name: str
+    read_Bps_per_node: float = math.inf
+    write_Bps_per_node: float = math.inf
+    read_Bps_aggregate: float = math.inf
+    write_Bps_aggregate: float = math.inf
+    source: str = "user"
+
+    def job_bandwidth(self, op: Literal["read", "write"], nodes: int) -> float:
+        """min(nodes x per node, aggregate), B/s; ValueError naming the fix when unknown."""
+        per, agg = getattr(self, f"{op}_Bps_per_node"), getattr(self, f"{op}_Bps_aggregate")
+        if math.isnan(per) or math.isnan(agg) or (math.isinf(per) and math.isinf(agg)):
+            raise ValueError(f"storage {self.name!r} has no {op} bandwidth; give a measured one "
+                             f"(storage_{op}_GBps= / --storage-{op}-GBps)")
+        return min(per * nodes, agg)
+
+
+def _tier_rates(key: str) -> dict[str, float]:
+    t = get_storage(key)
+    out = {}
+    for op in ("read", "write"):
+        per, agg = t.specs.get(f"{op}_bandwidth_per_node"), t.specs.get(f"{op}_bandwidth_aggregate")
+        none = per is None and agg is None
+        out[f"{op}_Bps_per_node"] = math.nan if none else (per.si if per else math.inf)
+        out[f"{op}_Bps_aggregate"] = math.nan if none else (agg.si if agg else math.inf)
+    return out
+
+
+def storage(tier: str | Storage | None = None, write_GBps: float | None = None,
+            read_GBps: float | None = None) -> Storage:
+    """A Storage from a tier key/alias (hwdb.storage) and/or user-measured per-node bandwidths in GB/s
+    (which replace the tier's per-node figures and lift its aggregate)."""
+    if isinstance(tier, Storage):
+        base, name, src = dict(vars(tier)), tier.name, tier.source
+        base.pop("name"), base.pop("source")
+    elif tier is not None:
+        base, name, src = _tier_rates(tier), get_storage(tier).key, get_storage(tier).key
+    elif write_GBps is None and read_GBps is None:
+        raise ValueError("storage: give a tier (see `mechsim.hwdb.storage.list_storage()`) or a measured "
+                         "bandwidth (write_GBps / read_GBps)")
+    else:
+        base, name, src = {}, "user", "user"
+    for op, v in (("write", write_GBps), ("read", read_GBps)):
+        if v is not None:
+            _positive(f"storage_{op}_GBps", v)
+            base[f"{op}_Bps_per_node"], base[f"{op}_Bps_aggregate"] = v * GB, math.inf
+            name, src = (f"{name}+measured" if name != "user" else "user"), "user"
+    return Storage(name=name, source=src, **base)
+
+
+# ------------------------------------------------------------------ data loading
+@dataclass(frozen=True)
+class LoaderSpec:
+    """How a job loads data. ``workers`` = loader processes (CPU cores) per GPU, ``prefetch`` =
+    batches each worker keeps ready (torch DataLoader prefetch_factor; 0 = synchronous)."""
+
+    format: Literal["pretokenized", "text", "image"] = "pretokenized"
+    workers: int = 4
+    prefetch: int = 2
+    vocab: int = 128256
+    text_bytes_per_token: float | None = None      # default: sim/data/storage.toml
+    tokenize_Bps_per_core: float | None = None      # default: sim/data/storage.toml
+    sample_bytes: float | None = None               # images: encoded bytes per sample (required)
+    decode_samples_per_s_per_core: float | None = None   # images (required)
+    tokens_per_sample: int | None = None            # images: tokens one sample becomes (required)
+
+    def __post_init__(self) -> None:
+        if self.format not in FORMATS:
+            raise ValueError(f"loader format must be one of {FORMATS}, got {self.format!r}")
+        if self.workers < 0 or self.prefetch < 0 or self.vocab < 1:
+            raise ValueError(f"loader workers and prefetch must be >= 0 and vocab >= 1, got "
+                             f"{self.workers}, {self.prefetch}, {self.vocab}")
+        if self.format == "image" and None in (self.sample_bytes, self.decode_samples_per_s_per_core,
+                                                self.tokens_per_sample):
+            raise ValueError("loader format 'image' needs sample_bytes, decode_samples_per_s_per_core and "
+                             "tokens_per_sample (no sourced default)")
+
+
+@dataclass(frozen=True)
+class LoaderEstimate:
+    """Data loading of one step on one GPU (SI)."""
+
+    format: str
+    bytes_per_token: float
+    bytes_per_step: float        # per GPU
+    read_s: float
+    cpu_s: float
+    load_s: float
+    step_s: float
+    exposed_s: float
+    bound: str                   # "storage" | "cpu"
+
+    @property
+    def total(self) -> float:
+        return self.exposed_s
+
+    @property
+    def hidden(self) -> bool:
+        return self.exposed_s == 0.0
+
+
+def bytes_per_token(spec: LoaderSpec) -> float:
+    """Bytes read per token: uint16 / uint32 shards, raw text bytes, or image bytes / tokens."""
+    if spec.format == "pretokenized":
+        return 2.0 if spec.vocab <= 65536 else 4.0
+    if spec.format == "text":
+        return spec.text_bytes_per_token or io_rates()["text_bytes_per_token"]
+    return float(spec.sample_bytes) / float(spec.tokens_per_sample)
+
+
+def loader_cpu_s(spec: LoaderSpec, tokens: float) -> float:
+    """CPU seconds per step per GPU spread over ``workers`` cores (the main process if 0)."""
+    cores = max(spec.workers, 1)
+    if spec.format == "text":
+        rate = spec.tokenize_Bps_per_core or io_rates()["tokenize_rate_per_core"]
+        return tokens * bytes_per_token(spec) / (cores * rate)
+    if spec.format == "image":
+        return tokens / float(spec.tokens_per_sample) / (cores * float(spec.decode_samples_per_s_per_core))
+    return 0.0
+
+
+def loader_estimate(tokens_per_gpu: float, step_s: float, st: Storage, spec: LoaderSpec = LoaderSpec(),
+                    gpus: int = 1, nodes: int = 1) -> LoaderEstimate:
+    """Loader time per step (module docstring) and how much of it the step cannot hide."""
+    if tokens_per_gpu < 0 or step_s <= 0:
+        raise ValueError(f"tokens_per_gpu must be >= 0 and step_s > 0, got {tokens_per_gpu}, {step_s}")
+    b = tokens_per_gpu * bytes_per_token(spec)
+    read = b * gpus / st.job_bandwidth("read", nodes)
+    cpu = loader_cpu_s(spec, tokens_per_gpu)
+    load = max(read, cpu)
+    exposed = load if spec.workers == 0 or spec.prefetch == 0 else max(0.0, load - step_s)
+    return LoaderEstimate(spec.format, bytes_per_token(spec), b, read, cpu, load, step_s, exposed,
+                          "storage" if read >= cpu else "cpu")
+
+
+# ------------------------------------------------------------------ checkpoints
+@dataclass(frozen=True)
+class CheckpointIO:
+    """One checkpoint save and restore (SI). ``blocking_s`` stops training; ``persist_s`` is when
+    the checkpoint is safe (a failure before then restores the previous one)."""
+
+    mode: str
+    storage: str
+    bytes: float
+    writers: int
+    stage_s: float
+    write_s: float
+    blocking_s: float
+    persist_s: float
+    restore_s: float
+
+    @property
+    def total(self) -> float:
+        return self.blocking_s
+
+
+def _tier_write_s(nbytes: float, writers: int, st: Storage, nodes: int, r: dict) -> float:
+    return max(nbytes / writers / r["torch_save_rate"], nbytes / st.job_bandwidth("write", nodes))
+
+
+def checkpoint_io(nbytes: float, writers: int, nodes: int, st: Storage, host_link_Bps: float,
+                  mode: str = "sync", peer_Bps_per_gpu: float | None = None) -> CheckpointIO:
+    """Save/restore times of a checkpoint of ``nbytes`` (module docstring). host_link_Bps: the GPU's
+    CPU<->GPU link peak per direction (hwdb GPU.host_link_bw_per_dir)."""
+    if mode not in MODES:
+        raise ValueError(f"checkpoint mode must be one of {MODES}, got {mode!r}")
+    if nbytes < 0 or writers < 1 or nodes < 1:
+        raise ValueError(f"need bytes >= 0, writers >= 1, nodes >= 1; got {nbytes}, {writers}, {nodes}")
+    _positive("host_link_Bps", host_link_Bps)
+    r, shard = io_rates(), nbytes / writers
+    stage = shard / (host_link_Bps * r["d2h_pinned_fraction"])
+    if mode == "in_memory":
+        return _in_memory(nbytes, writers, st.name, stage, shard, peer_Bps_per_gpu)
+    write = _tier_write_s(nbytes, writers, st, nodes, r)
+    restore = nbytes / st.job_bandwidth("read", nodes) + shard / r["load_extra_rate"]
+    if mode == "sync":
+        return CheckpointIO(mode, st.name, nbytes, writers, 0.0, write, write, write, restore)
+    return CheckpointIO(mode, st.name, nbytes, writers, stage, write, stage, stage + write, restore)
+
+
+def _in_memory(nbytes: float, writers: int, name: str, stage: float, shard: float,
+               peer_Bps: float | None) -> CheckpointIO:
+    if peer_Bps is None:
+        raise ValueError("checkpoint mode 'in_memory' needs the scale-out bandwidth per GPU to a peer node "
+                         "(a multi-node system, or peer_Bps_per_gpu)")
+    _positive("peer_Bps_per_gpu", peer_Bps)
+    copy = shard / peer_Bps
+    restore = copy + stage      # peer -> host over the network, then host -> GPU (pinned, as the stage)
+    return CheckpointIO("in_memory", f"peer host memory (via {name})", nbytes, writers, stage, copy, stage,
+                        stage + copy, restore)
+
+
+def checkpoint_writers(workload: Any) -> int:
+    """Ranks that write a shard: every GPU with ZeRO >= 1 (the optimizer is sharded over dp), else one
+    data-parallel replica (tp x pp x cp x ep GPUs); 1 for a single-GPU workload."""
+    par = getattr(workload, "parallel", None)
+    if par is None or par.gpus <= 1:
+        return 1
+    return par.gpus if par.zero >= 1 else max(1, par.gpus // par.dp)
+
+
+# ------------------------------------------------------------------ a step and a run with storage
+@dataclass(frozen=True)
+class StorageReport:
+    """A step estimate with its data loading and the run's checkpointing on one storage tier."""
+
+    estimate: Any                # sim.results.Estimate (loader time not included)
+    loader: LoaderEstimate
+    checkpoint: CheckpointIO
+    reliability: Any             # sim.reliability.RunReliability with the checkpoint's times
+
+    @property
+    def step_time_s(self) -> float:
+        """The step with the loader's exposed time added."""
+        return self.estimate.step_time_s + self.loader.exposed_s
+
+    @property
+    def total(self) -> float:
+        return self.step_time_s
+
+    def summary(self, interval_s: float = 1800.0) -> str:
+        """One line: loader hidden/exposed and what checkpointing costs at ``interval_s`` and at the optimum."""
+        r, ck, ld = self.reliability, self.checkpoint, self.loader
+        load = "hidden" if ld.hidden else f"exposed {ld.exposed_s * 1e3:.1f} ms/step"
+        return (f"data loading {load} ({ld.bound}-bound, {ld.load_s * 1e3:.2f} ms/step); checkpoint "
+                f"{ck.bytes / GB:.1f} GB {ck.mode} on {ck.storage}: blocks {ck.blocking_s:.1f} s, safe after "
+                f"{ck.persist_s:.1f} s, restore {ck.restore_s:.1f} s; every {interval_s / 60:.0f} min it costs "
+                f"{r.save_share(interval_s):.1%} of wall time in saves (goodput {r.goodput_at(interval_s):.1%}); "
+                f"Daly optimum every {r.interval_s / 60:.1f} min: saves {r.save_share():.1%}, failures and "
+                f"restarts {r.failure_share():.1%}, goodput {r.goodput:.1%}")
+
+
+def _node_facts(hw: Any, gpus: int) -> tuple[Any, int, float | None]:
+    """(GPU, nodes, scale-out B/s per GPU or None) of ``hw``: a Cluster, a system name or a GPU name."""
+    from .. import hwdb
+    from .estimate import resolve_gpu
+    sysname, nodes = (hw.system, hw.nodes) if hasattr(hw, "nodes") and hasattr(hw, "system") else (hw, None)
+    try:
+        sysobj = hwdb.get_system(sysname) if isinstance(sysname, str) else None
+    except hwdb.UnknownHardwareError:
+        sysobj = None
+    if sysobj is None:
+        return resolve_gpu(hw), 1, None
+    nodes = nodes or max(1, math.ceil(gpus / sysobj.gpus_per_node))
+    return sysobj.gpu, nodes, (sysobj.scaleout_bw_per_gpu_per_dir if nodes > 1 else None)
+
+
+def estimate_storage(workload: Any, hw: Any = "h100_sxm", tier: str | Storage | None = None, *,
+                     storage_write_GBps: float | None = None, storage_read_GBps: float | None = None,
+                     loader: LoaderSpec = LoaderSpec(), checkpoint: str = "sync", stack: Any = None,
+                     overrides: Any = None, reliability: Any = None, est: Any = None) -> StorageReport:
+    """estimate() of a training workload (or the given ``est`` of it) plus its data loading and
+    checkpoint I/O on ``tier`` (a key of hwdb/data/storage, or measured bandwidths in GB/s per node),
+    and the run's goodput at the Daly interval. ``reliability``: SI overrides of ReliabilityParams."""
+    from .estimate import estimate
+    from .reliability import checkpoint_bytes, reliability_params, run_reliability
+    if not hasattr(workload, "mbs"):
+        raise ValueError("estimate_storage: a training workload is needed (inference has no data loader "
+                         "or checkpoints)")
+    st = storage(tier, storage_write_GBps, storage_read_GBps)
+    est = est if est is not None else estimate(workload, hw, stack, overrides)
+    gpu, nodes, peer = _node_facts(hw, est.gpus)
+    ld = loader_estimate(est.tokens / est.gpus, est.step_time_s, st, loader, est.gpus, nodes)
+    nbytes = checkpoint_bytes(workload)
+    io = checkpoint_io(nbytes, checkpoint_writers(workload), nodes, st, gpu.host_link_bw_per_dir, checkpoint, peer)
+    rel = run_reliability(est.gpus, nodes, nbytes, reliability_params(reliability), None, io)
+    return StorageReport(est, ld, io, rel)
