@@ -56,8 +56,6 @@ def _parser() -> argparse.ArgumentParser:
                      "price host launch cost at what it measured")
     from .cli_storage import add_args as _storage_args
     _storage_args(est)
-    from .cli_storage import add_args as _storage_args
-    _storage_args(est)
     hw = sub.add_parser("hw", help="the hardware database")
     hws = hw.add_subparsers(dest="hwcmd", required=True)
     hws.add_parser("list", help="list GPUs, systems and NICs")
@@ -283,9 +281,6 @@ def cmd_estimate(a: argparse.Namespace) -> int:
         print(estimate_json(est))
         return 0
     print(estimate_table(est, a.top))
-    from .cli_storage import print_storage, wanted
-    if wanted(a):
-        print_storage(a, w, build_hw(a), est)
     from .cli_storage import print_storage, wanted
     if wanted(a):
         print_storage(a, w, build_hw(a), est)
