@@ -35,6 +35,10 @@ _LAZY = {
     "serve": ("mechsim.sim.serving", "serve"),
     "best_serving_plan": ("mechsim.sim.serving", "best_serving_plan"),
     "compare": ("mechsim.sim.procure", "compare"),
+    # data loading and checkpoint I/O on a storage tier (sim/storage.py, hwdb/data/storage)
+    "estimate_storage": ("mechsim.sim.storage", "estimate_storage"),
+    "LoaderSpec": ("mechsim.sim.storage", "LoaderSpec"),
+    "list_storage": ("mechsim.hwdb.storage", "list_storage"),
     # how the work runs (the clock state) and one-op times beyond the op list
     "RunPattern": ("mechsim.sim.clock", "RunPattern"),
     "sustained": ("mechsim.sim.clock", "sustained"),
