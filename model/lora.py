@@ -70,14 +70,31 @@ def frozen_base(layers: list[Pair], rank: int) -> list[Pair]:
     return out
 
 
+# Base linears Megatron-Core shards by their output (ColumnParallelLinear: the local GEMM has the full
+# K and N / tp); the others (o_proj = linear_proj, down = linear_fc2) are RowParallelLinear (K / tp).
+COLUMN_PARALLEL = ("layer/attn/qkv_proj", "layer/attn/q_proj", "layer/attn/kv_proj", "layer/mlp/gate_up")
+
+
+def adapter_shard_sizes(name: str, N: int, K: int, rank: int, tp: int) -> tuple[int, int]:
+    """Elements of one GPU's A and B for a target linear whose local GEMM is [., K] x [K, N].
+    Megatron-Bridge's ParallelLinearAdapter (src/megatron/bridge/peft/utils.py) shards both under
+    tensor parallelism: on a column-parallel base, linear_in = ColumnParallelLinear(K -> r) holds
+    A[K, r/tp] and linear_out = ColumnParallelLinear(r -> N) B[r, N/tp] (N is already local); on a
+    row-parallel base, linear_in = RowParallelLinear(K -> r) A[K/tp, r] (K already local) and
+    linear_out = ColumnParallelLinear(r -> N, gather_output) B[r, N/tp]."""
+    if name in COLUMN_PARALLEL:
+        return K * rank // tp, rank * N
+    return K * rank, rank * N // tp
+
+
 def adapter_tensor_sizes(c: Ctx, layers: list[Pair], rank: int) -> list[int]:
-    """Elements of each adapter tensor this GPU holds (A: K x r, B: r x N per target linear, per
-    layer instance): the trainable parameters of a LoRA step."""
+    """Elements of each adapter tensor this GPU holds (A and B per target linear, per layer
+    instance, sharded as adapter_shard_sizes says): the trainable parameters of a LoRA step."""
     L, sizes = c.cfg.n_layers, []
     for p in layers:
         for o in p.fwd:
             if o.kind == "matmul" and is_target(o.name):
                 M, N, K, _ = o.shape
                 per_layer = o.count // (c.mb * L) or 1
-                sizes += [K * rank, rank * N] * (L * per_layer)
+                sizes += list(adapter_shard_sizes(o.name, N, K, rank, c.tp)) * (L * per_layer)
     return sizes

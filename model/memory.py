@@ -26,18 +26,19 @@ from __future__ import annotations
 
 from .config import TransformerConfig
 from .ops import DTYPE_BYTES, STORED_BYTES
-from .ops_train import linear_weight_params
+from .lora import ADAPTER_BYTES
+from .ops_train import linear_weight_params, lora_trainable_params
 from .workload import InferenceWorkload, TrainingWorkload, train_dtypes_of
 
 
-def weight_bytes(w: TrainingWorkload | InferenceWorkload) -> float:
+def weight_bytes(w: TrainingWorkload | InferenceWorkload, fused: frozenset = frozenset()) -> float:
     """Stored parameters. Training: P x param bytes (fp32 for amp/fp32, bf16 for bf16/fp8; the fp32
-    master copy counts in optimizer_state_bytes). Inference: layer linears at weight_dtype,
-    embeddings, lm_head and norms at act_dtype."""
+    master copy counts in optimizer_state_bytes), + the bf16 LoRA adapters under peft="lora".
+    Inference: layer linears at weight_dtype, embeddings, lm_head and norms at act_dtype."""
     cfg = w.model
     P = cfg.param_count()
     if isinstance(w, TrainingWorkload):
-        return trained_params(w) * train_dtypes_of(w).param
+        return trained_params(w) * train_dtypes_of(w).param + adapter_params(w, fused) * ADAPTER_BYTES
     lin = linear_weight_params(cfg, layers_only=True)
     return lin * STORED_BYTES[w.weight_dtype] + (P - lin) * DTYPE_BYTES[w.act_dtype]
 
@@ -53,6 +54,18 @@ def trained_params(w: TrainingWorkload) -> int:
     return cfg.param_count() + cfg.mtp_layers * (3 * cfg.norm_params() + 2 * cfg.d_model ** 2 + block)
 
 
+def adapter_params(w: TrainingWorkload, fused: frozenset = frozenset()) -> int:
+    """LoRA adapter parameters (0 without peft): A (K x r) and B (r x N) of every target linear,
+    one adapter per linear as the stack's fusions leave them (model/lora.py)."""
+    return lora_trainable_params(w, fused) if w.peft == "lora" else 0
+
+
+def optimized_params(w: TrainingWorkload, fused: frozenset = frozenset()) -> int:
+    """Parameters that get gradients and optimizer states: every trained parameter, or under
+    peft="lora" the adapters alone (the base is frozen: requires_grad False)."""
+    return adapter_params(w, fused) if w.peft == "lora" else trained_params(w)
+
+
 def weight_cast_cache_bytes(w: TrainingWorkload) -> float:
     """Low-precision weight copies alive from the forward into the backward: autocast's bf16
     cast of every linear weight, lm_head included (2 B/param: the cache is cleared when the
@@ -63,9 +76,10 @@ def weight_cast_cache_bytes(w: TrainingWorkload) -> float:
     return 0.0 if dt.weight_cast is None else linear_weight_params(w.model) * dt.weight_cast[1]
 
 
-def grad_bytes(w: TrainingWorkload) -> float:
-    """Gradient accumulators: fp32 .grad (amp, fp32) or fp32 main_grad (bf16, fp8): 4 B/param."""
-    return trained_params(w) * train_dtypes_of(w).grad
+def grad_bytes(w: TrainingWorkload, fused: frozenset = frozenset()) -> float:
+    """Gradient accumulators: fp32 .grad (amp, fp32) or fp32 main_grad (bf16, fp8): 4 B per
+    optimized parameter."""
+    return optimized_params(w, fused) * train_dtypes_of(w).grad
 
 
 def grads_persist(w: TrainingWorkload) -> bool:
@@ -101,12 +115,12 @@ def cublas_workspace_bytes(w: TrainingWorkload | InferenceWorkload, arch: str = 
     return handles * CUBLAS_WORKSPACE_BYTES.get(arch, CUBLAS_WORKSPACE_DEFAULT)
 
 
-def optimizer_state_bytes(w: TrainingWorkload) -> float:
+def optimizer_state_bytes(w: TrainingWorkload, fused: frozenset = frozenset()) -> float:
     """AdamW exp_avg + exp_avg_sq (fp32, 8 B/param) or SGD momentum (4 B/param), plus the fp32
-    master weights (4 B/param) for bf16/fp8 precision."""
+    master weights (4 B/param) for bf16/fp8 precision, per optimized parameter."""
     dt = train_dtypes_of(w)
     per = 8.0 if w.optimizer == "adamw" else 4.0
-    return trained_params(w) * (per + dt.master)
+    return optimized_params(w, fused) * (per + dt.master)
 
 
 def _norm_saved(w: TrainingWorkload, T: int, W: int, consumers: int, fused: bool) -> float:

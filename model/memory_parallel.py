@@ -32,7 +32,9 @@ from dataclasses import dataclass
 
 from .memory import (_attn_saved, _ffn_saved, _norm_saved, activation_bytes_per_layer, logits_bytes,
                      loss_allocator_reserve_bytes, offloaded_activation_bytes)
+from .lora import ADAPTER_BYTES
 from .ops_dp import dp_group
+from .ops_train import lora_trainable_params
 from .parallel import Parallelism
 from .shard import mtp_stage, train_local_config
 from .workload import TrainingWorkload, fsdp_gather_bytes, train_dtypes_of
@@ -166,14 +168,29 @@ def dp_buffer_bytes(w: TrainingWorkload, stage: int = 0) -> float:
     return 0.0 if dt.main_grad else stage_param_count(w, stage) * dt.grad
 
 
+def _adapters_sharded(w: TrainingWorkload, adapters: int, per_param: float, min_zero: int) -> float:
+    """per_param bytes of each LoRA adapter parameter of this GPU, / the dp group when zero >=
+    min_zero (the distributed optimizer shards the adapters' grads and states like any others)."""
+    p = w.parallel
+    return adapters * per_param / (dp_group(p) if p.zero >= min_zero else 1)
+
+
 def gpu_memory(w: TrainingWorkload, fused=frozenset(), stage: int = 0) -> GpuMemory:
-    """Memory of one GPU of pipeline stage ``stage`` at its activation peak."""
+    """Memory of one GPU of pipeline stage ``stage`` at its activation peak. Under peft="lora" the
+    frozen base keeps its weights only; gradients and optimizer states exist for the bf16
+    adapters alone (model/lora.py; model.ops_train.lora_trainable_params counts them)."""
     p, dt = w.parallel, train_dtypes_of(w)
     states = 0.0 if w.offload == "optimizer" else (8.0 if w.optimizer == "adamw" else 4.0) + dt.master
     n = inflight_microbatches(p, stage, w.grad_accum)
     acts = stage_activation_bytes(w, fused, stage) * n
     if w.offload == "activations":   # the first k layers of each in-flight micro-batch on the host
         acts -= offloaded_activation_bytes(w, *stage_layers_activation_bytes(w, fused, stage), n)
-    return GpuMemory(weights=_sharded(w, stage, dt.param, 3), grads=_sharded(w, stage, dt.grad, 2),
+    weights = _sharded(w, stage, dt.param, 3)
+    if w.peft == "lora":
+        a = lora_trainable_params(w, fused, stage)
+        return GpuMemory(weights=weights + a * ADAPTER_BYTES, grads=_adapters_sharded(w, a, dt.grad, 2),
+                         optimizer=_adapters_sharded(w, a, states, 1), activations=acts,
+                         dp_buffers=0.0 if dt.main_grad or dp_group(p) == 1 else a * dt.grad)
+    return GpuMemory(weights=weights, grads=_sharded(w, stage, dt.grad, 2),
                      optimizer=_sharded(w, stage, states, 1), activations=acts,
                      dp_buffers=dp_buffer_bytes(w, stage))

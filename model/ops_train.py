@@ -78,9 +78,11 @@ def step_dtypes(w: TrainingWorkload, fused: frozenset):
     return replace(dt, grad=2.0, main_grad=False) if GRAD_HOOKS_16BIT in fused else dt
 
 
-def _ctx(w: TrainingWorkload, fused: frozenset) -> Ctx:
+def _ctx(w: TrainingWorkload, fused: frozenset, stage: int | None = None) -> Ctx:
+    """The step context of one GPU of pipeline stage ``stage`` (default: the timed stage)."""
     dt, p = step_dtypes(w, fused), w.parallel
-    gb, stage = STORED_BYTES[dt.gemm], timed_stage(w.model, p)    # fp4 operands carry block scales
+    gb = STORED_BYTES[dt.gemm]    # fp4 operands carry block scales
+    stage = timed_stage(w.model, p) if stage is None else stage
     return Ctx(cfg=train_local_config(w.model, p, stage), B=w.mbs, S=w.seq // p.cp, Skv=w.seq, act=dt.act, resid=dt.resid,
                gemm=dt.gemm, gin=gb, wb=gb, pw=dt.param, mb=w.grad_accum, train=True, autocast=dt.autocast,
                main_grad=dt.main_grad, grad_out=dt.act, fused=fused, tp=p.tp, sp=p.sp, cp=p.cp, ep=p.ep, etp=p.etp,
@@ -448,3 +450,13 @@ def _recompute(w: TrainingWorkload, c: Ctx, layers: list[Pair]) -> list[Op]:
         k = 1 if c.f("cast") else nt
         ops = chain("cast/weights/recompute", "cast", "bwd", [(0, 4 * P, 2 * P, k)], w.grad_accum, P) + ops
     return ops
+
+
+def lora_trainable_params(w: TrainingWorkload, fused: frozenset = frozenset(), stage: int | None = None) -> int:
+    """Adapter parameters one GPU of pipeline stage ``stage`` trains under peft="lora": the op
+    list's own count (model/lora.adapter_tensor_sizes over the stage's target linears, which the
+    stack's fusions decide: one adapter on a fused q/k/v projection, one per unfused one); 0 without."""
+    if w.peft != "lora":
+        return 0
+    c = _ctx(w, fused, stage)
+    return sum(adapter_tensor_sizes(c, layer_pairs(c), w.lora_rank))

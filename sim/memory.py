@@ -34,8 +34,8 @@ from .results import MemoryEstimate
 
 def _train_moments(w, fused: frozenset[str], arch: str) -> tuple[dict[str, float], dict[str, float]]:
     ws = float(MM.cublas_workspace_bytes(w, arch))
-    weights, grads = float(M.weight_bytes(w)), float(M.grad_bytes(w))
-    opt = 0.0 if w.offload == "optimizer" else float(M.optimizer_state_bytes(w))   # states on the host
+    weights, grads = float(M.weight_bytes(w, fused)), float(M.grad_bytes(w, fused))
+    opt = 0.0 if w.offload == "optimizer" else float(M.optimizer_state_bytes(w, fused))   # states on the host
     acts = float(M.activation_bytes_saved(w, fused))
     if w.offload == "activations":
         acts -= MM.offloaded_activation_bytes(w, *MM.layers_activation_bytes(w, fused))

@@ -5,10 +5,10 @@ import math
 import pytest
 from pydantic import ValidationError
 
-from model import InferenceWorkload, TrainingWorkload, build_ops, count_flops
-from model.memory_parallel import gpu_memory, inflight_microbatches, stage_param_count
-from model.parallel import COLLECTIVE_OPS, Parallelism
-from model.shard import kv_replicated_weight_bytes, padded_vocab
+from mechsim.model import InferenceWorkload, TrainingWorkload, build_ops, count_flops
+from mechsim.model.memory_parallel import gpu_memory, inflight_microbatches, stage_param_count
+from mechsim.model.parallel import COLLECTIVE_OPS, Parallelism
+from mechsim.model.shard import kv_replicated_weight_bytes, padded_vocab
 
 F = frozenset({"norm", "act", "rope", "cross_entropy", "optimizer", "concat_proj"})
 
@@ -166,7 +166,7 @@ def test_inflight_microbatches():
 
 
 def test_memory_default_matches_single_gpu_and_shards():
-    from model import memory as M
+    from mechsim.model import memory as M
     w = tw()
     g = gpu_memory(w, F)
     assert (g.weights, g.grads, g.optimizer) == (M.weight_bytes(w), M.grad_bytes(w), M.optimizer_state_bytes(w))
