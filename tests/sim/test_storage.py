@@ -1,0 +1,145 @@
+"""sim/storage.py: hand-computed loader and checkpoint times, invariants, reliability with checkpoint I/O."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+from mechsim.cli import main
+from mechsim.model import TrainingWorkload, preset
+from mechsim.model.parallel import Parallelism
+from mechsim.sim import storage as S
+from mechsim.sim.reliability import ReliabilityParams, run_reliability
+from mechsim.validation.storage_compare import rows_of
+
+R = S.io_rates()
+
+
+def test_job_bandwidth_is_min_of_nodes_times_per_node_and_aggregate():
+    st = S.Storage("x", read_Bps_per_node=10e9, write_Bps_per_node=5e9, write_Bps_aggregate=30e9)
+    assert st.job_bandwidth("read", 4) == 40e9
+    assert st.job_bandwidth("write", 4) == 20e9
+    assert st.job_bandwidth("write", 8) == 30e9
+
+
+def test_user_bandwidth_replaces_the_tier_and_missing_write_names_the_fix():
+    st = S.storage("deepseek_3fs")
+    with pytest.raises(ValueError, match="storage-write-GBps"):
+        st.job_bandwidth("write", 1)
+    st2 = S.storage("deepseek_3fs", write_GBps=3.0)
+    assert st2.job_bandwidth("write", 2) == 6e9 and st2.source == "user"
+    with pytest.raises(ValueError, match="give a tier"):
+        S.storage()
+    with pytest.raises(ValueError, match="storage_read_GBps"):
+        S.storage(None, read_GBps=float("nan"))
+
+
+@pytest.mark.parametrize("vocab,bpt", [(32000, 2.0), (65536, 2.0), (65537, 4.0), (128256, 4.0)])
+def test_pretokenised_bytes_per_token_uint16_or_uint32(vocab, bpt):
+    assert S.bytes_per_token(S.LoaderSpec(vocab=vocab)) == bpt
+
+
+def test_text_loader_hand_computed():
+    spec = S.LoaderSpec(format="text", workers=2, text_bytes_per_token=4.0, tokenize_Bps_per_core=1e6)
+    st = S.Storage("d", read_Bps_per_node=1e6)
+    e = S.loader_estimate(1000.0, 1.0, st, spec, gpus=2, nodes=1)
+    assert e.read_s == pytest.approx(1000 * 4 * 2 / 1e6)        # 8 ms: both GPUs read through one node
+    assert e.cpu_s == pytest.approx(1000 * 4 / (2 * 1e6))       # 2 ms over 2 cores
+    assert e.load_s == e.read_s and e.bound == "storage" and e.exposed_s == 0.0 and e.hidden
+    slow = S.loader_estimate(1000.0, 0.005, st, spec, gpus=2)
+    assert slow.exposed_s == pytest.approx(0.003)                # 8 ms load behind a 5 ms step
+    sync = S.loader_estimate(1000.0, 1.0, st, S.LoaderSpec(format="text", workers=0, text_bytes_per_token=4.0,
+                                                           tokenize_Bps_per_core=1e6), gpus=2)
+    assert sync.exposed_s == pytest.approx(max(sync.read_s, 1000 * 4 / 1e6))   # no workers: all exposed
+
+
+def test_image_loader_needs_its_rates():
+    with pytest.raises(ValueError, match="sample_bytes"):
+        S.LoaderSpec(format="image")
+    spec = S.LoaderSpec(format="image", workers=4, sample_bytes=110e3, decode_samples_per_s_per_core=100.0,
+                        tokens_per_sample=256)
+    e = S.loader_estimate(256 * 8, 1.0, S.Storage("d", read_Bps_per_node=1e12), spec)
+    assert e.cpu_s == pytest.approx(8 / (4 * 100.0)) and e.bound == "cpu"
+
+
+def test_sync_async_in_memory_hand_computed():
+    st, link, n = S.Storage("d", read_Bps_per_node=2e9, write_Bps_per_node=1e9), 64e9, 16e9
+    sync = S.checkpoint_io(n, 1, 1, st, link, "sync")
+    assert sync.blocking_s == sync.persist_s == pytest.approx(max(n / R["torch_save_rate"], n / 1e9))
+    assert sync.restore_s == pytest.approx(n / 2e9 + n / R["load_extra_rate"])
+    asy = S.checkpoint_io(n, 1, 1, st, link, "async")
+    assert asy.blocking_s == pytest.approx(n / (link * R["d2h_pinned_fraction"]))
+    assert asy.persist_s == pytest.approx(asy.blocking_s + sync.write_s)
+    with pytest.raises(ValueError, match="peer"):
+        S.checkpoint_io(n, 1, 1, st, link, "in_memory")
+    mem = S.checkpoint_io(n, 4, 2, st, link, "in_memory", peer_Bps_per_gpu=50e9)
+    assert mem.persist_s - mem.blocking_s == pytest.approx(n / 4 / 50e9)
+    with pytest.raises(ValueError, match="mode"):
+        S.checkpoint_io(n, 1, 1, st, link, "lazy")
+
+
+def test_more_write_bandwidth_is_never_slower():
+    times = [S.checkpoint_io(1e12, 64, 8, S.Storage("d", read_Bps_per_node=1e9, write_Bps_per_node=bw),
+                             64e9).blocking_s for bw in (0.5e9, 1e9, 4e9, 16e9, 64e9)]
+    assert times == sorted(times, reverse=True) and times[0] > times[-1]
+
+
+def test_writers_one_replica_without_zero_every_gpu_with_it():
+    m = preset("llama3.2-1b")
+    assert S.checkpoint_writers(TrainingWorkload(model=m, mbs=1, seq=1024)) == 1
+    par = Parallelism(tp=2, dp=4)
+    assert S.checkpoint_writers(TrainingWorkload(model=m, mbs=1, seq=1024, parallel=par)) == 2
+    par1 = Parallelism(tp=2, dp=4, zero=1)
+    assert S.checkpoint_writers(TrainingWorkload(model=m, mbs=1, seq=1024, parallel=par1)) == 8
+
+
+def test_reliability_uses_blocking_time_and_persist_lag():
+    p = ReliabilityParams.from_book()
+    st = S.Storage("d", read_Bps_per_node=1e9, write_Bps_per_node=0.1e9)
+    n = 1e12
+    sync = run_reliability(1024, 128, n, p, 8, S.checkpoint_io(n, 1024, 128, st, 64e9, "sync"))
+    asy = run_reliability(1024, 128, n, p, 8, S.checkpoint_io(n, 1024, 128, st, 64e9, "async"))
+    io = S.checkpoint_io(n, 1024, 128, st, 64e9, "async")
+    assert asy.write_s == pytest.approx(io.blocking_s) and asy.persist_lag_s == pytest.approx(io.persist_s - io.blocking_s)
+    assert asy.interval_s >= io.persist_s                         # the next async save waits for the last
+    assert asy.goodput > sync.goodput                            # blocking 0.02 s instead of 78 s
+    for r in (sync, asy):
+        assert r.goodput + r.save_share() + r.failure_share() == pytest.approx(1.0)
+    assert sync.save_share(600.0) > sync.save_share(3600.0)
+
+
+def test_estimate_storage_adds_exposed_loader_time_and_prices_the_interval():
+    w = TrainingWorkload(model=preset("llama3.2-1b"), mbs=1, seq=2048)
+    slow = S.LoaderSpec(format="text", workers=1, tokenize_Bps_per_core=1e3)     # 1 kB/s: never hidden
+    r = S.estimate_storage(w, "h200_sxm", "h200_vm_disk", loader=slow)
+    assert r.loader.exposed_s > 0 and r.step_time_s == pytest.approx(r.estimate.step_time_s + r.loader.exposed_s)
+    assert r.checkpoint.bytes == pytest.approx(14.83e9, rel=1e-3)   # 1.24 B params x 12 B (amp_bf16 Adam)
+    assert "goodput" in r.summary() and "every 30 min" in r.summary()
+    with pytest.raises(ValueError, match="training workload"):
+        from mechsim.model import InferenceWorkload
+        S.estimate_storage(InferenceWorkload(model=preset("llama3.2-1b"), batch=1), "h200_sxm", "aws_s3")
+
+
+def test_cli_storage_section_and_one_line_errors(capsys):
+    assert main(["estimate", "--model", "llama3.2-1b", "--hw", "h200", "--seq", "2048", "--storage",
+                 "h200_vm_disk", "--checkpoint", "async", "--top", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "checkpoint 14.8 GB (async" in out and "Daly optimum" in out
+    assert main(["estimate", "--storage", "no_such_tier", "--top", "1"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "unknown storage tier" in err[0]
+
+
+def test_compare_rows_split_and_errors():
+    rec = {"env": {"boot_id": "x"}, "sections": {
+        "raw_disk": {"buffered_write": {"GBps": 1.0}, "buffered_read_cold": {"GBps": 2.0}},
+        "checkpoint_3b": {"model": "llama3.2-3b", "state_bytes": 10e9, "torch_save_load": {
+            "save_return_s": 10.0, "save_durable_s": 20.0, "load_cold_s": 5.0}},
+        "checkpoint_1b": {"model": "llama3.2-1b", "state_bytes": 1e9, "torch_save_load": {"error": "x"}}}}
+    rows = rows_of(json.loads(json.dumps(rec)))
+    assert [r.split for r in rows] == ["calibration"] * 3
+    save = max(10e9 / R["torch_save_rate"], 10e9 / 1e9)
+    assert rows[1].predicted_s == pytest.approx(save) and rows[1].error == pytest.approx(save / 20.0 - 1)
+    assert not math.isnan(rows[2].error)
