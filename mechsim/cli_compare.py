@@ -1,22 +1,28 @@
 """`mechsim compare`: rank hardware options for a training token budget (sim/procure.py).
 
-    mechsim compare --workload llama3-70b --tokens 1e12 --hw h100,h200,b200,gb200-nvl72 --gpus 1024
-    mechsim compare --workload job.toml --budget 5e7 --html report.html --csv report.csv
-    mechsim compare --workload llama3-70b --tokens 1e12 --gpus 1024 --pricing cloud --price h100=2.5
+    mechsim compare --model llama3-70b --tokens 1e12 --hw h100,h200,b200,gb200-nvl72 --gpus 1024
+    mechsim compare --model job.toml --budget 5e7 --html report.html --csv report.csv
+    mechsim compare --model llama3-70b --tokens 1e12 --gpus 1024 --pricing cloud --price h100=2.5
 
-    mechsim compare --workload llama3-70b --input 2048 --output 256 --ttft 2 --tpot 0.05 --gpus 64
+    mechsim compare --model llama3-70b --input 2048 --output 256 --ttft-ms 2000 --tpot-ms 50 --gpus 64
 
-A workload file (TOML or JSON) holds a training job: model (preset name), tokens, seq, gbs,
-precision, stack; or a serving job: model, input, output, ttft, tpot (seconds), rate (requests/s),
-weight_dtype, kv_dtype. Command-line flags override the file. Imports are lazy: this module is
-loaded whenever the CLI builds its parser.
+--model takes a preset name, a HF config.json, or a workload file (TOML or JSON) holding a
+training job: model (preset name), tokens, seq, gbs, precision, stack; or a serving job: model,
+input, output, ttft, tpot (seconds), rate (requests/s), weight_dtype, kv_dtype. Command-line flags
+override the file. Without --tokens a training comparison uses 20 tokens per parameter (Chinchilla)
+and says so. Old flags (--workload, --ttft/--tpot in seconds) still work and print a notice
+(docs/api_cli_vocabulary.md). Imports are lazy: this module is loaded whenever the CLI builds its
+parser.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
+
+from .cli_args import deprecated, integer, real, refuse_unused
 
 SPEC_FIELDS = ("model", "tokens", "seq", "gbs", "precision", "stack")
 # serving file key / CLI flag -> ServingSpec field
@@ -26,22 +32,29 @@ SERVING_FIELDS = {"input": "input_len", "output": "output_len", "ttft": "ttft_s"
 
 def add_parser(sub) -> None:
     p = sub.add_parser("compare", help="rank hardware options by cost/time/energy for a training token budget")
-    p.add_argument("--workload", required=True, help="model preset name, or a TOML/JSON file (model, tokens, seq, gbs, ...)")
-    p.add_argument("--tokens", type=float, default=None, help="training tokens (e.g. 1e12)")
-    p.add_argument("--seq", type=int, default=None, help="sequence length (default 8192)")
-    p.add_argument("--gbs", type=int, default=None, help="global batch in sequences (default 1024)")
+    p.add_argument("--model", dest="workload", default=None,
+                   help="model preset name, HF config.json, or a TOML/JSON workload file (model, tokens, seq, gbs, ...)")
+    p.add_argument("--workload", dest="workload", action=deprecated("--model"), help="deprecated: --model")
+    p.add_argument("--tokens", type=real, default=None,
+                   help="training tokens (e.g. 1e12; default 20 per parameter, Chinchilla)")
+    p.add_argument("--seq", type=integer, default=None, help="sequence length (default 8192)")
+    p.add_argument("--gbs", type=integer, default=None, help="global batch in sequences (default 1024)")
     p.add_argument("--precision", default=None, help="bf16 | fp8 | amp_bf16 (default bf16)")
     p.add_argument("--stack", default=None, help="software stack (default megatron_te)")
-    p.add_argument("--input", type=int, default=None, help="serving: prompt tokens per request")
-    p.add_argument("--output", type=int, default=None, help="serving: generated tokens per request")
-    p.add_argument("--ttft", type=float, default=None, help="serving: time-to-first-token target, s")
-    p.add_argument("--tpot", type=float, default=None, help="serving: time-per-output-token target, s")
-    p.add_argument("--rate", type=float, default=None, help="serving: requests/s to serve (sizes the GPUs)")
+    p.add_argument("--input", type=integer, default=None, help="serving: prompt tokens per request")
+    p.add_argument("--output", type=integer, default=None, help="serving: generated tokens per request")
+    p.add_argument("--ttft-ms", type=real, default=None, help="serving: time-to-first-token target, ms")
+    p.add_argument("--tpot-ms", type=real, default=None, help="serving: time-per-output-token target, ms")
+    p.add_argument("--ttft", dest="ttft_ms", type=real, action=deprecated("--ttft-ms", _ms),
+                   help="deprecated: --ttft-ms (this one is in seconds)")
+    p.add_argument("--tpot", dest="tpot_ms", type=real, action=deprecated("--tpot-ms", _ms),
+                   help="deprecated: --tpot-ms (this one is in seconds)")
+    p.add_argument("--rate", type=real, default=None, help="serving: requests/s to serve (sizes the GPUs)")
     p.add_argument("--hw", default="h100,h200,b200,gb200-nvl72", help="comma-separated GPU or system names")
     size = p.add_mutually_exclusive_group()
-    size.add_argument("--gpus", type=int, help="GPUs per option (rounded down to whole nodes / NVL72 racks)")
-    size.add_argument("--budget", type=float, help="USD: owned -> capex that buys the cluster")
-    p.add_argument("--max-cost", type=float, default=None, help="cloud: spend cap in USD (rows above it are infeasible)")
+    size.add_argument("--gpus", type=integer, help="GPUs per option (rounded down to whole nodes / NVL72 racks)")
+    size.add_argument("--budget", type=real, help="USD: owned -> capex that buys the cluster")
+    p.add_argument("--max-cost", type=real, default=None, help="cloud: spend cap in USD (rows above it are infeasible)")
     p.add_argument("--pricing", choices=("owned", "cloud"), default="owned")
     p.add_argument("--provider", default=None, help="cloud provider (default: cheapest listed offer)")
     p.add_argument("--price", action="append", default=[], metavar="KEY=VALUE",
@@ -49,16 +62,20 @@ def add_parser(sub) -> None:
                         "finance.interest_rate=0.05 (repeatable)")
     p.add_argument("--clock", action="append", default=[], metavar="[OPTION=]FRACTION",
                    help="sustained clock fraction (thermal throttling), for all options or one (repeatable)")
-    p.add_argument("--pue", type=float, default=None, help="power usage effectiveness (default from prices.toml)")
-    p.add_argument("--grid", type=float, default=None, help="grid carbon intensity, gCO2/kWh")
-    p.add_argument("--gpu-mtbf-h", type=float, default=None, help="GPU-hours per job-stopping GPU failure")
+    p.add_argument("--pue", type=real, default=None, help="power usage effectiveness (default from prices.toml)")
+    p.add_argument("--grid", type=real, default=None, help="grid carbon intensity, gCO2/kWh")
+    p.add_argument("--gpu-mtbf-h", type=real, default=None, help="GPU-hours per job-stopping GPU failure")
     p.add_argument("--rank-by", default=None,
                    help="cost_usd | time_to_train_s | energy_kwh (training); usd_per_million_tokens | "
                         "kwh_per_million_tokens (serving)")
-    p.add_argument("--swing", type=float, default=0.2, help="sensitivity: +- fraction for price and throughput")
+    p.add_argument("--swing", type=real, default=0.2, help="sensitivity: +- fraction for price and throughput")
     p.add_argument("--html", default=None, help="write an HTML report (Plotly figures inline)")
     p.add_argument("--csv", default=None, help="write the table as CSV (+ _sensitivity, _assumptions)")
     p.add_argument("--json", action="store_true", help="print the comparison as JSON")
+
+
+def _ms(seconds: float) -> float:
+    return seconds * 1e3
 
 
 def _pairs(items: list[str], flag: str) -> dict[str, float]:
@@ -92,29 +109,74 @@ def _number(text: str, flag: str) -> float:
 
 
 def load_workload_file(path: str) -> dict:
-    """The TrainingSpec fields of a TOML or JSON file; ValueError naming unknown keys."""
+    """The TrainingSpec fields of a TOML or JSON file; ValueError naming the file and field."""
     p = Path(path)
     text = p.read_text(encoding="utf-8")
-    if p.suffix == ".json":
-        data = json.loads(text)
-    else:
-        import tomllib
-        data = tomllib.loads(text)
+    try:
+        if p.suffix == ".json":
+            data = json.loads(text)
+        else:
+            import tomllib
+            data = tomllib.loads(text)
+    except ValueError as e:
+        raise ValueError(f"{path}: not valid {'JSON' if p.suffix == '.json' else 'TOML'} ({e})") from None
+    if not isinstance(data, dict):
+        raise ValueError(f"{path}: a workload file holds a table of fields, got a {type(data).__name__}")
     unknown = sorted(set(data) - set(SPEC_FIELDS) - set(SERVING_FIELDS))
     if unknown:
-        raise ValueError(f"{path}: unknown workload field(s) {unknown}; known: {', '.join(SPEC_FIELDS)}")
+        raise ValueError(f"{path}: unknown workload field(s) {unknown}; known: "
+                         f"{', '.join(SPEC_FIELDS + tuple(SERVING_FIELDS))}")
     if "model" not in data:
         raise ValueError(f"{path}: field 'model' is required (a preset name)")
+    for k, v in data.items():
+        _check_field(path, k, v)
     return data
+
+
+_INT_FIELDS = ("seq", "gbs", "input", "output")
+_NUM_FIELDS = ("tokens", "ttft", "tpot", "rate")
+
+
+def _check_field(path: str, key: str, v) -> None:
+    from .inputs import MAX_COUNT, MAX_TOKENS, number
+    try:
+        if key in _INT_FIELDS:
+            number(v, 1, MAX_COUNT, integer=True)
+        elif key in _NUM_FIELDS:
+            number(v, 0, MAX_TOKENS, lo_open=True)
+        elif not isinstance(v, str):
+            raise ValueError(f"must be a name (text), got {v!r}")
+    except ValueError as e:
+        raise ValueError(f"{path}: field {key!r} {e}") from None
+
+
+def _workload_dict(path_or_name: str | None) -> dict:
+    if not path_or_name:
+        raise ValueError("model: give --model (a preset name, a HF config.json or a workload file)")
+    if not path_or_name.endswith((".toml", ".json")) and not Path(path_or_name).is_file():
+        return {"model": path_or_name}
+    if path_or_name.endswith(".json") and '"model_type"' in Path(path_or_name).read_text(encoding="utf-8"):
+        from .model import from_hf_config
+        return {"model": from_hf_config(path_or_name)}
+    return load_workload_file(path_or_name)
+
+
+def _serving_flags(a: argparse.Namespace) -> dict:
+    out = {k: getattr(a, k) for k in ("input", "output", "rate") if getattr(a, k) is not None}
+    for k in ("ttft", "tpot"):
+        if getattr(a, f"{k}_ms") is not None:
+            out[k] = getattr(a, f"{k}_ms") / 1e3
+    return out
 
 
 def build_spec(a: argparse.Namespace):
     from .sim.procure import ServingSpec, TrainingSpec
-    is_file = a.workload.endswith((".toml", ".json")) or Path(a.workload).is_file()
-    d = load_workload_file(a.workload) if is_file else {"model": a.workload}
-    d.update({k: getattr(a, k) for k in ("input", "output", "ttft", "tpot", "rate") if getattr(a, k) is not None})
+    d = _workload_dict(a.workload)
+    d.update(_serving_flags(a))
     serving = {k: d.pop(k) for k in list(d) if k in SERVING_FIELDS}
     if serving:
+        refuse_unused(a, {k: f"--{k}" for k in SPEC_FIELDS[1:]},
+                      "a training flag, unused by a serving comparison (--input/--output)")
         if {"input", "output"} - set(serving):
             raise ValueError("serving: give both input and output lengths (--input, --output)")
         return ServingSpec(model=d["model"], **{SERVING_FIELDS[k]: v for k, v in serving.items()})
@@ -122,7 +184,12 @@ def build_spec(a: argparse.Namespace):
         if getattr(a, k) is not None:
             d[k] = getattr(a, k)
     if "tokens" not in d:
-        raise ValueError("tokens: give --tokens (or 'tokens' in the workload file)")
+        from .inputs import CHINCHILLA_TOKENS_PER_PARAM, chinchilla_tokens
+        d["tokens"] = chinchilla_tokens(d["model"])
+        print(f"note: --tokens not given: {CHINCHILLA_TOKENS_PER_PARAM:g} tokens per parameter (Chinchilla-optimal, "
+              f"Hoffmann et al. 2022) = {d['tokens']:.3g} tokens", file=sys.stderr)
+    from .inputs import CompareArgs, validated
+    validated(CompareArgs, workload=d["model"], tokens=d["tokens"])
     return TrainingSpec(**d)
 
 
@@ -169,7 +236,7 @@ def format_comparison(c) -> str:
 
 
 def run(a: argparse.Namespace) -> int:
-    from .sim.procure import compare
+    from . import compare   # the checked facade (mechsim/inputs.py)
     reliability = {} if a.gpu_mtbf_h is None else {"gpu_mtbf_s": a.gpu_mtbf_h * 3600.0}
     budget = a.budget if a.budget is not None else a.max_cost
     c = compare(build_spec(a), [h.strip() for h in a.hw.split(",") if h.strip()], gpus=a.gpus, budget=budget,

@@ -12,27 +12,29 @@ from __future__ import annotations
 import argparse
 import json
 
+from .cli_args import integer, real
+
 
 def add_parser(sub) -> None:
     p = sub.add_parser("serve", help="serving latency / throughput / capacity of a model on GPUs")
     p.add_argument("--model", required=True, help="model preset (mechsim models)")
     p.add_argument("--hw", default="h200", help="GPU or system key (default h200)")
-    p.add_argument("--tp", type=int, default=None, help="tensor-parallel GPUs per replica (default: search)")
-    p.add_argument("--ep", type=int, default=1, help="expert-parallel ranks for MoE models (GPUs = tp * ep)")
-    p.add_argument("--pp", type=int, default=1, help="pipeline stages (GPUs = tp * ep * pp)")
-    p.add_argument("--input", type=int, default=2048, help="prompt tokens (default 2048)")
-    p.add_argument("--output", type=int, default=256, help="output tokens (default 256)")
-    p.add_argument("--ttft-ms", type=float, default=None, help="time-to-first-token target (ms)")
-    p.add_argument("--tpot-ms", type=float, default=None, help="time-per-output-token target (ms)")
-    p.add_argument("--rate", type=float, default=None, help="requests/s to serve (default: the max within targets)")
+    p.add_argument("--tp", type=integer, default=None, help="tensor-parallel GPUs per replica (default: search)")
+    p.add_argument("--ep", type=integer, default=1, help="expert-parallel ranks for MoE models (GPUs = tp * ep)")
+    p.add_argument("--pp", type=integer, default=1, help="pipeline stages (GPUs = tp * ep * pp)")
+    p.add_argument("--input", type=integer, default=2048, help="prompt tokens (default 2048)")
+    p.add_argument("--output", type=integer, default=256, help="output tokens (default 256)")
+    p.add_argument("--ttft-ms", type=real, default=None, help="time-to-first-token target (ms)")
+    p.add_argument("--tpot-ms", type=real, default=None, help="time-per-output-token target (ms)")
+    p.add_argument("--rate", type=real, default=None, help="requests/s to serve (default: the max within targets)")
     p.add_argument("--stack", default="serving", help="software stack (serving = CUDA graphs; eager)")
     p.add_argument("--weight-dtype", default="bf16", help="bf16, fp8, fp4/nvfp4/mxfp4 (Blackwell), int4, int8")
     p.add_argument("--kv-dtype", default="bf16", help="bf16, fp8, fp4")
-    p.add_argument("--max-batch", type=int, default=None, help="engine max batch (default sim/data/serving.toml)")
-    p.add_argument("--spec-k", type=int, default=None, help="speculative decoding: draft length")
-    p.add_argument("--spec-accept", type=float, default=None, help="speculative decoding: acceptance rate 0-1")
+    p.add_argument("--max-batch", type=integer, default=None, help="engine max batch (default sim/data/serving.toml)")
+    p.add_argument("--spec-k", type=integer, default=None, help="speculative decoding: draft length")
+    p.add_argument("--spec-accept", type=real, default=None, help="speculative decoding: acceptance rate 0-1")
     p.add_argument("--draft-model", default=None, help="draft model preset (default: a free drafter, e.g. n-gram)")
-    p.add_argument("--prefix-hit", type=float, default=0.0, help="prefix-cache hit rate of the prompt, 0-1")
+    p.add_argument("--prefix-hit", type=real, default=0.0, help="prefix-cache hit rate of the prompt, 0-1")
     p.add_argument("--disagg", action="store_true", help="also size separate prefill / decode pools")
     p.add_argument("--json", action="store_true", help="print JSON (SI units)")
 
@@ -42,7 +44,7 @@ def _s(v):
 
 
 def run(args: argparse.Namespace) -> int:
-    from mechsim.sim.serving import best_serving_plan, serve
+    from mechsim import best_serving_plan, serve   # the checked facade (mechsim/inputs.py)
     ttft, tpot = _s(args.ttft_ms), _s(args.tpot_ms)
     common = dict(weight_dtype=args.weight_dtype, kv_dtype=args.kv_dtype, stack=args.stack,
                   max_batch=args.max_batch, prefix_hit=args.prefix_hit)
