@@ -19,6 +19,8 @@ from .families import op_pattern
 CHUNK = 1 << 22                 # characters read at a time
 MAX_EVENT = 1 << 26             # one event larger than this is taken as malformed, not truncated
 _WS = re.compile(r"[ \t\n\r]*")
+_COMMA = re.compile(r"[ \t\n\r]*,[ \t\n\r]*")
+FAST_MARGIN = 1 << 16           # characters left in the window for the fast path
 KERNEL_CATS = frozenset(("kernel", "gpu_memcpy", "gpu_memset"))
 LAUNCH_CATS = frozenset(("cuda_runtime", "cuda_driver"))
 GEMM_OPS = re.compile(r"^aten::(mm|addmm|bmm|baddbmm|_scaled_mm|_grouped_mm|matmul|linear)$")
@@ -124,8 +126,21 @@ def _object(t: _Text, dec: json.JSONDecoder, meta: dict) -> Iterator[dict]:
 
 
 def _array(t: _Text, dec: json.JSONDecoder) -> Iterator[dict]:
-    first = True
+    decode, first = dec.raw_decode, True
     while True:
+        buf, pos = t.buf, t.pos
+        if len(buf) - pos > FAST_MARGIN:   # fast path, far from the window's end: ws [, ws] event
+            m = (_WS if first else _COMMA).match(buf, pos)
+            if m is not None:
+                try:
+                    ev, t.pos = decode(buf, m.end())
+                except json.JSONDecodeError:
+                    pass    # the careful path below says what is wrong
+                else:
+                    first = False
+                    if isinstance(ev, dict):
+                        yield ev
+                    continue
         ch = t.skip()
         if ch == "]":
             t.pos += 1
@@ -164,6 +179,7 @@ def read_chrome(f: IO[str], path: str, device: int | None = None):
 
 def _handler(b: Builder) -> Callable[[dict, int], None]:
     wanted = op_pattern()
+    kept: dict[str, bool] = {}   # cpu_op name -> whether some rule or the GEMM matcher needs it
 
     def handle(e: dict, n: int) -> None:
         if e.get("ph") != "X":
@@ -178,7 +194,10 @@ def _handler(b: Builder) -> Callable[[dict, int], None]:
                     b.launch(int(a["correlation"]), float(e["ts"]), _tid(e))
             elif cat == "cpu_op":
                 name = e.get("name", "")
-                if GEMM_OPS.match(name) or COMM_OPS.match(name) or wanted.search(name):
+                keep = kept.get(name)
+                if keep is None:
+                    keep = kept[name] = bool(GEMM_OPS.match(name) or COMM_OPS.match(name) or wanted.search(name))
+                if keep:
                     _op(b, e, name)
             elif cat == "user_annotation":
                 ts = float(e["ts"])
