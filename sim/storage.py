@@ -326,3 +326,20 @@ def estimate_storage(workload: Any, hw: Any = "h100_sxm", tier: str | Storage | 
     io = checkpoint_io(nbytes, checkpoint_writers(workload), nodes, st, gpu.host_link_bw_per_dir, checkpoint, peer)
     rel = run_reliability(est.gpus, nodes, nbytes, reliability_params(reliability), None, io)
     return StorageReport(est, ld, io, rel)
+
+
+def checkpoint_cost_line(model: str, precision: str, hw: str, gpus: int, nodes: int,
+                         tier: str = "superpod_parallel_fs", mode: str = "sync", interval_s: float = 1800.0) -> str:
+    """One sentence for the app: what checkpointing ``model``'s training state (sharded over all
+    ``gpus``, as torch DCP / Megatron's distributed checkpoint write it) costs on ``tier``."""
+    from ..model import TrainingWorkload, preset
+    from .estimate import resolve_gpu
+    from .reliability import checkpoint_bytes, run_reliability
+    nbytes = checkpoint_bytes(TrainingWorkload(model=preset(model), mbs=1, seq=1024, precision=precision))
+    io = checkpoint_io(nbytes, gpus, nodes, storage(tier), resolve_gpu(hw).host_link_bw_per_dir, mode)
+    rel = run_reliability(gpus, nodes, nbytes, None, None, io)
+    return (f"Checkpoint I/O on {io.storage} ({mode}; {nbytes / 1e12:.2f} TB of weights + optimizer state "
+            f"sharded over {gpus} GPUs, each save blocks {io.blocking_s:.1f} s): checkpointing every "
+            f"{interval_s / 60:.0f} min costs {rel.save_share(interval_s):.2%} of goodput; at the Daly optimum "
+            f"({rel.interval_s / 60:.0f} min) saves take {rel.save_share():.2%} and failures with restarts "
+            f"{rel.failure_share():.2%} (goodput {rel.goodput:.1%}). Other tiers: `mechsim estimate --storage`.")
