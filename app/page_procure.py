@@ -85,6 +85,10 @@ def render() -> None:
         st.error("No option is feasible; change the sizing, the budget or the options.")
         return
     metrics(cmp)
+    from mechsim.sim.storage import checkpoint_cost_line   # the best option's checkpoint I/O (sim/storage.py)
+    b = cmp.best
+    st.caption(common.attempt(lambda: checkpoint_cost_line(inp.model, "bf16", b.option, b.gpus, max(b.nodes, 1)),
+                              "checkpoint I/O") or "")
     recs = cmp.to_records("options")
     shown = sorted(recs, key=lambda r: (r["rank"] is None, r["rank"] or 0))     # best first, infeasible last
     st.dataframe([{k: r[k] for k in COLUMNS} for r in shown], hide_index=True)

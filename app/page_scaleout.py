@@ -86,6 +86,9 @@ def render() -> None:
         ui.sync_url()
         return
     best_metrics(res)
+    from mechsim.sim.storage import checkpoint_cost_line   # the run's checkpoint I/O (sim/storage.py)
+    st.caption(common.attempt(lambda: checkpoint_cost_line(inp.model, inp.precision, inp.system, res.gpus, inp.nodes),
+                              "checkpoint I/O") or "")
     recs = tables.plan_records(res)
     st.dataframe(recs, hide_index=True)
     common.downloads("plans", recs, key="so.plans", label="plans")
