@@ -224,9 +224,10 @@ def host_swing(step_at: Any, spread: tuple[float, float]) -> tuple[float, float]
     if low == high == 1.0:
         return 0.0, 0.0
     base = step_at(1.0)
-    if base <= 0:
-        return 0.0, 0.0
-    return max(0.0, 1 - step_at(low) / base), max(0.0, step_at(high) / base - 1)
+    slower = max(0.0, step_at(high) / base - 1) if base > 0 else 0.0
+    if slower < HOST_BOUND_MIN:   # the slow end barely moves it: not host-bound, the fast end cannot either
+        return 0.0, slower
+    return max(0.0, 1 - step_at(low) / base), slower
 
 
 def with_host(band: ErrorBand, host: Host, swing: tuple[float, float]) -> ErrorBand:
