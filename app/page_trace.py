@@ -63,7 +63,10 @@ def timeline_figure(tl, est, ops, step: int = 0) -> go.Figure:
 def _trace_file(up) -> Path | None:
     if up is None:
         names = sorted(p.name for p in EXAMPLES.glob("*.pt.trace.json.gz")) if EXAMPLES.exists() else []
-        pick = st.selectbox("...or an example trace (H200, this repo's fixtures)", ["(none)", *names])
+        opts = ["(none)", *names]
+        want = st.query_params.get("example", "(none)")   # ?example=<file> preselects one
+        pick = st.selectbox("...or an example trace (H200, this repo's fixtures)", opts,
+                            index=opts.index(want) if want in opts else 0)
         return None if pick == "(none)" else EXAMPLES / pick
     tmp = Path(tempfile.mkdtemp()) / Path(up.name).name
     tmp.write_bytes(up.getvalue())
