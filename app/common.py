@@ -39,7 +39,10 @@ def _cast(raw: str, default: Any) -> Any:
     if isinstance(default, int):
         return int(raw)
     if isinstance(default, float):
-        return float(raw)
+        v = float(raw)
+        if v != v or v in (float("inf"), float("-inf")):
+            raise ValueError(f"expected a finite number, got {raw!r}")
+        return v
     if isinstance(default, (list, tuple)):
         return [x for x in raw.split(",") if x]
     return raw

@@ -189,7 +189,7 @@ def build_spec(a: argparse.Namespace):
         print(f"note: --tokens not given: {CHINCHILLA_TOKENS_PER_PARAM:g} tokens per parameter (Chinchilla-optimal, "
               f"Hoffmann et al. 2022) = {d['tokens']:.3g} tokens", file=sys.stderr)
     from .inputs import CompareArgs, validated
-    validated(CompareArgs, workload=d["model"], tokens=d["tokens"])
+    validated(CompareArgs, workload=d, tokens=d["tokens"])
     return TrainingSpec(**d)
 
 

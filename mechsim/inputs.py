@@ -323,7 +323,29 @@ def _clock(v: Any) -> Any:
     return number(v, 0, 1, lo_open=True)
 
 
+PRECISIONS = ("amp_bf16", "bf16", "fp8", "nvfp4", "fp32")
+
+
+def check_training_job(precision: Any, stack: Any) -> None:
+    """The precision and stack of a training job (compare, plan) before any plan is searched."""
+    if precision is not None:
+        try:
+            _choice(precision, PRECISIONS, "training precisions")
+        except ValueError as e:
+            raise ValueError(f"precision: {e}") from None
+    if stack is not None:
+        try:
+            stack_name(stack)
+        except ValueError as e:
+            raise ValueError(f"stack: {e}") from None
+
+
 def _compare_workload(v: Any) -> Any:
+    if isinstance(v, Mapping) or hasattr(v, "precision"):
+        get = v.get if isinstance(v, Mapping) else lambda k: getattr(v, k, None)
+        check_training_job(get("precision"), get("stack"))
+        if get("model") is not None:
+            as_model(get("model"))
     if isinstance(v, str) or type(v).__name__ == "TransformerConfig":
         as_model(v)
     elif v is None or isinstance(v, (int, float, bool, list, tuple)):

@@ -39,11 +39,18 @@ class _Keys:
             if isinstance(v, bool) or not (isinstance(v, (int, float)) and math.isfinite(v) and float(v).is_integer() and 0 <= v <= hi):
                 raise ValueError(f"{self.path}: key {key!r} must be a whole number in [0, {hi:,}], got {v!r}")
             return int(v)
+        if key in _REALS and (isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v)):
+            raise ValueError(f"{self.path}: key {key!r} must be a finite number, got {v!r}")
         if isinstance(v, float) and not math.isfinite(v):
             raise ValueError(f"{self.path}: key {key!r} must be a finite number, got {v!r}")
         return v
 
 
+_REALS = ("rope_theta", "rms_norm_eps")
+# TransformerConfig fields named by the HF key they come from (in messages).
+_HF_KEY = {"n_layers": "num_hidden_layers", "d_model": "hidden_size", "n_heads": "num_attention_heads",
+           "n_kv_heads": "num_key_value_heads", "ffn": "intermediate_size", "vocab": "vocab_size",
+           "max_seq": "max_position_embeddings", "rope_theta": "rope_theta", "norm_eps": "rms_norm_eps"}
 # Size keys and their largest accepted value (model/config.py MAX_*).
 _LIMITS = {"num_hidden_layers": MAX_LAYERS, "hidden_size": MAX_WIDTH, "num_attention_heads": MAX_WIDTH,
            "num_key_value_heads": MAX_WIDTH, "head_dim": MAX_WIDTH, "intermediate_size": MAX_WIDTH,
@@ -148,4 +155,6 @@ def _first_error(e: ValueError) -> str:
         return " ".join(str(e).split())
     x = errs()[0]
     msg, loc = x["msg"].removeprefix("Value error, "), ".".join(map(str, x["loc"]))
+    if loc in _HF_KEY:
+        loc = f"key {_HF_KEY[loc]!r} ({loc})"
     return f"{loc}: {msg}, got {x.get('input')!r}" if loc else msg

@@ -13,6 +13,8 @@ sum of ``estimate_op(op, gpu).time_s * op.count`` (GPU time, as a graph replay m
 
 from __future__ import annotations
 
+import math
+
 from .chains import act, cross_entropy, norm, rope
 from .config import TransformerConfig
 from .ops import DTYPE_BYTES, Op
@@ -24,8 +26,8 @@ def gemm(m: int, n: int, k: int, dtype: str = "bf16", batch: int = 1,
     """C[M,N] = A[M,K] @ B[K,N] (x batch): 2*M*N*K*batch FLOP;
     bytes = (M*K + K*N) * in + M*N * out per batch."""
     _positive(m=m, n=n, k=k, batch=batch)
-    b_in = DTYPE_BYTES[dtype]
-    b_out = DTYPE_BYTES[out_dtype or ("bf16" if dtype in ("fp8", "fp4") else dtype)]
+    b_in = _dtype_bytes(dtype)
+    b_out = _dtype_bytes(out_dtype or ("bf16" if dtype in ("fp8", "fp4") else dtype))
     return Op(name, "matmul", "fwd", 2.0 * m * n * k * batch,
               (m * k + k * n) * b_in * batch, m * n * b_out * batch, dtype, (m, n, k, batch))
 
@@ -41,7 +43,7 @@ def attention(b: int, hq: int, hkv: int, sq: int, skv: int, d: int, causal: bool
         raise ValueError(f"hq={hq} must be a multiple of hkv={hkv}")
     frac = 1.0 - (sq - 1) / (2.0 * skv) if causal and sq == skv else 1.0
     fwd = 4.0 * b * hq * sq * skv * d * frac
-    e = DTYPE_BYTES[dtype]
+    e = _dtype_bytes(dtype)
     q_o = b * hq * sq * d * e
     kv = 2 * b * hkv * skv * d * e
     if phase == "fwd":
@@ -53,8 +55,10 @@ def attention(b: int, hq: int, hkv: int, sq: int, skv: int, d: int, causal: bool
 def memory_kernel(bytes_read: float, bytes_written: float, flops: float = 0.0,
                   kind: str = "elementwise", name: str = "memory", kernels: int = 1) -> Op:
     """A memory-bound kernel (copy, elementwise, norm, reduction) by its traffic."""
-    if bytes_read < 0 or bytes_written < 0 or bytes_read + bytes_written <= 0:
-        raise ValueError(f"bytes_read={bytes_read}, bytes_written={bytes_written}: need non-negative, not both 0")
+    if not (0 <= bytes_read < math.inf and 0 <= bytes_written < math.inf and bytes_read + bytes_written > 0):
+        raise ValueError(f"bytes_read={bytes_read}, bytes_written={bytes_written}: need finite, non-negative, not both 0")
+    if not 0 <= flops < math.inf:
+        raise ValueError(f"flops must be a finite number >= 0, got {flops!r}")
     numel = int(max(bytes_read, bytes_written))
     return Op(name, kind, "fwd", float(flops), float(bytes_read), float(bytes_written), "fp32",
               (numel,), 1, kernels)
@@ -66,6 +70,12 @@ def reduction(bytes_read: float, out_bytes: float = 4.0, name: str = "reduction"
         raise ValueError(f"bytes_read must be positive, got {bytes_read}")
     return Op(name, "reduction", "fwd", bytes_read / 4.0, float(bytes_read), float(out_bytes), "fp32",
               (int(bytes_read),))
+
+
+def _dtype_bytes(dtype: str) -> float:
+    if dtype not in DTYPE_BYTES:
+        raise ValueError(f"dtype must be one of {', '.join(DTYPE_BYTES)}, got {dtype!r}")
+    return DTYPE_BYTES[dtype]
 
 
 def _positive(**sizes: int) -> None:
