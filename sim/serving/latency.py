@@ -1,0 +1,204 @@
+"""Latency of one continuous-batching replica: mean and p50 / p90 / p99 of TTFT and TPOT.
+
+Serving targets and benchmarks state percentiles (p99 or p90 TTFT / TPOT), not means. The engine
+runs iteration by iteration (TensorRT-LLM's in-flight batching, vLLM's scheduler): every iteration
+decodes the running batch (D seconds at the steady batch) and prefills the requests that arrived
+during the previous iteration, which emit their first token when it ends. With amortized prefill
+seconds P per request (batching.py) an iteration that admits j prompts lasts X_j = D + P j, and j
+is the number of Poisson arrivals (rate lam) during the iteration before: a Markov chain,
+    P(j' | j) = Poisson(j'; lam X_j),   E[X] = D / (1 - rho),  rho = lam P,
+whose stationary law pi is solved numerically. A request arrives inside an iteration picked in
+proportion to its length (pi_j X_j), at a uniform point of it, and is prefilled in the next one
+together with the M ~ Poisson(lam X_j) others that arrived in the same iteration:
+    TTFT = U X_j + D + prefill latency + P M + (c - 1) D
+(c: chunked iterations of a prompt longer than the token budget, each also decoding the batch).
+Its mean is E[X^2] / (2 E[X]) + D + latency + lam P E[X^2] / E[X] + (c - 1) D.
+TPOT of a request with n decode tokens = D / E + P S / n: the S prompts prefilled during its
+decode iterations stall them. S sums the chain's admitted counts over those iterations; its mean and
+variance follow from the chain (stall_moments) and its law is taken as the gamma of those moments
+(mean TPOT D / E / (1 - rho), batching.py's).
+With several length samples the request mix is their equal-weight mixture.
+Not modelled: the batch's fluctuation around its steady value (D is taken at the steady batch) and
+a token budget that admits fewer prompts than arrived (the chain admits them all).
+tests/sim/test_serving_percentiles.py checks this against a discrete-event simulation of the same
+engine (Poisson arrivals, iteration by iteration, token budget).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+from scipy import stats
+
+PERCENTILES = {"mean": None, "p50": 0.50, "p90": 0.90, "p99": 0.99}
+
+
+@dataclass(frozen=True)
+class LatencyModel:
+    """What the percentiles depend on (SI units; batching.Server builds it for a stable point)."""
+
+    rate_per_s: float
+    prefill_per_request_s: float     # P: amortized GPU seconds of prefill per request
+    prefill_latency_s: float         # a request's own prefill
+    prefill_chunks: float            # c: chunked iterations of its prefill
+    iteration_s: float               # D: one decode iteration at the steady batch
+    token_s: float                   # D / E: per generated token without prefill stalls
+    decode_steps: tuple[float, ...]  # decode iterations per request, one per length sample
+
+    @property
+    def rho(self) -> float:
+        return self.rate_per_s * self.prefill_per_request_s
+
+
+def percentile_key(name: str) -> float | None:
+    """The quantile of a percentile name ('mean', 'p50', 'p90', 'p99'); ValueError otherwise."""
+    key = str(name).strip().lower()
+    if key not in PERCENTILES:
+        raise ValueError(f"percentile: one of {', '.join(PERCENTILES)}, got {name!r}")
+    return PERCENTILES[key]
+
+
+def _bisect(f, lo: float, hi: float, steps: int = 100) -> float:
+    for _ in range(steps):
+        mid = 0.5 * (lo + hi)
+        lo, hi = (mid, hi) if f(mid) < 0 else (lo, mid)
+    return 0.5 * (lo + hi)
+
+
+@dataclass(frozen=True)
+class IterationLaw:
+    """Stationary law of the prompts an iteration admits: X[j] = D + P j with probability pi[j]."""
+
+    lengths_s: np.ndarray
+    pi: np.ndarray
+
+    @property
+    def mean_s(self) -> float:
+        return float(self.pi @ self.lengths_s)
+
+    @property
+    def biased(self) -> np.ndarray:
+        """Probability that an arrival lands in an iteration of each kind (length-biased)."""
+        w = self.pi * self.lengths_s
+        return w / w.sum()
+
+
+def iteration_law(m: LatencyModel) -> IterationLaw:
+    """The chain P(j' | j) = Poisson(j'; lam X_j) solved for its stationary law (module docstring)."""
+    mean_j = m.rate_per_s * m.iteration_s / (1.0 - m.rho)
+    J = int(mean_j + 12.0 * math.sqrt(mean_j + 1.0) / max(1.0 - m.rho, 0.05) + 20)
+    j = np.arange(J)
+    X = m.iteration_s + m.prefill_per_request_s * j
+    T = stats.poisson.pmf(j[None, :], m.rate_per_s * X[:, None])
+    T /= T.sum(axis=1, keepdims=True)
+    pi = np.full(J, 1.0 / J)
+    for _ in range(10_000):
+        pi, last = pi @ T, pi
+        if np.abs(pi - last).sum() < 1e-12:
+            break
+    return IterationLaw(X, pi / pi.sum())
+
+
+def _ttft_fixed(m: LatencyModel) -> float:
+    return m.iteration_s + m.prefill_latency_s + max(m.prefill_chunks - 1.0, 0.0) * m.iteration_s
+
+
+def ttft_mean(m: LatencyModel, law: IterationLaw | None = None) -> float:
+    """Mean TTFT (module docstring)."""
+    law = law or iteration_law(m)
+    lb = float(law.biased @ law.lengths_s)           # E[X^2] / E[X]
+    return lb / 2.0 + m.rate_per_s * m.prefill_per_request_s * lb + _ttft_fixed(m)
+
+
+def _ttft_cdf(m: LatencyModel, law: IterationLaw, t: float) -> float:
+    """P(TTFT <= t): U X_j + P M below t - fixed, mixed over j (length-biased) and M."""
+    x = t - _ttft_fixed(m)
+    if x <= 0:
+        return 0.0
+    X, w = law.lengths_s, law.biased
+    mu = m.rate_per_s * X
+    M = np.arange(int(mu.max() + 12.0 * math.sqrt(mu.max() + 1.0) + 10))
+    pm = stats.poisson.pmf(M[None, :], mu[:, None])
+    u = np.clip((x - m.prefill_per_request_s * M[None, :]) / X[:, None], 0.0, 1.0)
+    return float(w @ (pm * u).sum(axis=1))
+
+
+def ttft_quantile(m: LatencyModel, q: float, law: IterationLaw | None = None) -> float:
+    """The q-quantile of TTFT (module docstring)."""
+    law = law or iteration_law(m)
+    lo = _ttft_fixed(m)
+    hi = lo + 2.0 * ttft_mean(m, law) + law.lengths_s[-1]
+    while _ttft_cdf(m, law, hi) < q:
+        hi = lo + 2.0 * (hi - lo)
+    return _bisect(lambda t: _ttft_cdf(m, law, t) - q, lo, hi, steps=60)
+
+
+def stall_moments(m: LatencyModel, tokens: float) -> tuple[float, float, float]:
+    """(iterations, mean, variance) of S, the prompts prefilled during the decode of a request of
+    ``tokens`` decode tokens. The admitted counts of consecutive iterations follow the chain
+    j' ~ Poisson(lam D + rho j): mean mu = lam D / (1 - rho), variance mu / (1 - rho^2),
+    autocorrelation rho^k, so over n iterations S has mean n mu and variance
+    Var(j) (n + 2 sum_k (n - k) rho^k)."""
+    e = m.iteration_s / m.token_s
+    n, rho = tokens / e, m.rho
+    mu = m.rate_per_s * m.iteration_s / (1.0 - rho)
+    k = np.arange(1, max(int(n), 1))
+    var = mu / (1.0 - rho ** 2) * (n + 2.0 * float(((n - k) * rho ** k).sum()))
+    return n, n * mu, var
+
+
+def _tpot_cdf(m: LatencyModel, x: float) -> float:
+    """P(TPOT <= x) over the request mix: TPOT = token_s + P S / tokens, S gamma-distributed with
+    the chain's mean and variance (stall_moments: skewed like the counts, continuous)."""
+    ps = []
+    for tokens in m.decode_steps:
+        if tokens <= 0:
+            continue
+        _, mean, var = stall_moments(m, tokens)
+        s = (x - m.token_s) * tokens / m.prefill_per_request_s if m.prefill_per_request_s > 0 else math.inf
+        if mean <= 0 or s == math.inf:
+            ps.append(1.0 if x >= m.token_s else 0.0)
+            continue
+        ps.append(float(stats.gamma.cdf(s, mean ** 2 / var, scale=var / mean)) if s > 0 else 0.0)
+    return float(np.mean(ps)) if ps else 1.0
+
+
+def tpot_quantile(m: LatencyModel, q: float) -> float:
+    """The q-quantile of the per-request TPOT (module docstring)."""
+    if not any(n > 0 for n in m.decode_steps):
+        return 0.0
+    lo, hi = m.token_s, m.token_s / (1.0 - m.rho) + m.prefill_per_request_s
+    while _tpot_cdf(m, hi) < q:
+        hi = m.token_s + 2.0 * (hi - m.token_s)
+    return _bisect(lambda x: _tpot_cdf(m, x) - q, lo, hi, steps=60)
+
+
+@dataclass(frozen=True)
+class Percentiles:
+    """TTFT and TPOT at p50, p90 and p99 (seconds)."""
+
+    ttft_p50_s: float
+    ttft_p90_s: float
+    ttft_p99_s: float
+    tpot_p50_s: float
+    tpot_p90_s: float
+    tpot_p99_s: float
+
+    def ttft(self, percentile: str) -> float:
+        return getattr(self, f"ttft_{percentile}_s")
+
+    def tpot(self, percentile: str) -> float:
+        return getattr(self, f"tpot_{percentile}_s")
+
+
+UNSTABLE = Percentiles(*(math.inf,) * 6)
+
+
+def percentiles(m: LatencyModel) -> Percentiles:
+    """p50 / p90 / p99 of TTFT and TPOT of a stable replica (rho < 1)."""
+    if not m.rho < 1.0:
+        return UNSTABLE
+    qs, law = (0.5, 0.9, 0.99), iteration_law(m)
+    return Percentiles(*(ttft_quantile(m, q, law) for q in qs), *(tpot_quantile(m, q) for q in qs))
