@@ -19,6 +19,7 @@ import numpy as np
 from ..model.ops import DTYPE_BYTES
 from .calibration import Efficiency
 from .optable import DTYPES, KINDS, OpTable
+from .kernel_laws import apply_row_laws
 from .rowkernels import softmax_fwd_s
 
 MATMUL, ATTENTION, REDUCTION = KINDS.index("matmul"), KINDS.index("attention"), KINDS.index("reduction")
@@ -80,7 +81,8 @@ def gemm_efficiency(mnkb: np.ndarray, dtype_idx: np.ndarray, sm_count: int, eff:
     if align_bytes is None:
         from .optable import leading_dim_alignment
         align_bytes = leading_dim_alignment(mnkb, dtype_idx)
-    return best * _peak_fraction(dtype_idx, eff) * alignment_factor(align_bytes, eff)
+    simt = dtype_idx == DTYPES.index("fp32")   # CUDA-core sgemm: no TMA / 16-byte path to lose
+    return best * _peak_fraction(dtype_idx, eff) * np.where(simt, 1.0, alignment_factor(align_bytes, eff))
 
 
 def alignment_factor(align_bytes: np.ndarray, eff: Efficiency) -> np.ndarray:
@@ -88,7 +90,9 @@ def alignment_factor(align_bytes: np.ndarray, eff: Efficiency) -> np.ndarray:
     the F.linear layout) are not 16-byte aligned: the library cannot use its TMA /
     vectorized kernels (GPT-2's vocabulary 50257 vs the padded 50304).
     1 when both are 16-byte aligned (optable.leading_dim_alignment); ``gemm.misaligned_fraction_8b``
-    when the worse one is 8-byte aligned; ``gemm.misaligned_fraction`` below that."""
+    when the worse one is 8-byte aligned; ``gemm.misaligned_fraction`` below that. Tensor-core
+    dtypes only: fp32 (CUDA-core sgemm) runs odd N at its aligned rate (random-shape sweep on
+    H200, LOG "Random-shape kernel sweeps" 2026-12-02: fp32 m1836 n933 k58164 at 46.8 TFLOP/s)."""
     return np.where(align_bytes >= 16, 1.0, np.where(align_bytes >= 8, eff.get("gemm.misaligned_fraction_8b"),
                                                      eff.get("gemm.misaligned_fraction")))
 
@@ -323,6 +327,8 @@ def kernel_times(t: OpTable, hw: HwRates, eff: Efficiency, attention_impl: str) 
     brows = np.flatnonzero((t.rows_cols[:, 0] > 0) & (t.phase == BWD))
     if len(brows) and "rowsoftmax.bw_fraction" in eff.params:   # cunn_SoftMaxBackward: a block per row
         memory[brows] = t.bytes[brows] / (hw.hbm_bandwidth * eff.get("rowsoftmax.bw_fraction"))
+    if "rowkernel.softmax_block.row_s" in eff.params:   # row latency of few/short rows (sim/kernel_laws.py)
+        apply_row_laws(t, compute, memory, fixed, hw, eff)
     return KernelTimes(compute, memory, fixed, np.maximum(compute, memory) + fixed, efficiency)
 
 

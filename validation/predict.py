@@ -158,7 +158,15 @@ def eager_chain_ops(p: dict) -> list:
     if op == "rope":
         return rope_chain(p["b"], p["s"], p["hq"], p["hkv"], p["hd"], p["table_dtype"], "bf16", backward=bwd)
     if op == "cross_entropy":
-        return cross_entropy_chain(p["t"], p["vocab"], p.get("dtype", "fp32"), backward=bwd)
+        dt = p.get("dtype", "fp32")
+        if dt == "fp32" or "family" not in p:
+            return cross_entropy_chain(p["t"], p["vocab"], dt, backward=bwd)
+        # the sweep calls F.cross_entropy on bf16 logits as they are (no HF-style .float() copy):
+        # log_softmax reads and writes bf16, then the nll gather; its backward is not built so
+        if bwd:
+            raise NotPredicted("cross_entropy fwd+bwd on bf16 logits without .float(): no chain model")
+        nll = [o for o in cross_entropy_chain(p["t"], p["vocab"], "fp32") if o.name.endswith("cross_entropy")]
+        return [softmax(p["t"], p["vocab"], dt, name="loss/log_softmax")] + nll
     raise NotPredicted(f"{op} {p.get('pass')}: no chain model")
 
 
