@@ -377,7 +377,7 @@ def run_all(a, out: Path, dev: str, work: Path) -> None:
     REC["env"] = environment(work)
     save_record(out)
     if a.only_loader:
-        S["data_loading"] = attempt(data_loading, work, lambda name, need: fits(name, need, a.budget_s), a.loader_secs)
+        loader_section(a, out, work)
         return
     S["raw_disk"] = raw_disk(work, int(a.raw_gib * GiB))
     S["d2h"] = attempt(d2h_rates, dev)
@@ -389,14 +389,25 @@ def run_all(a, out: Path, dev: str, work: Path) -> None:
              + [(m, "dcp_sync") for m in first] + [(m, "dcp_async") for m in rest] + [(m, "dcp_sync") for m in rest])
     for m, item in order:
         if m == "loader":
-            S["data_loading"] = attempt(data_loading, work, lambda name, need: fits(name, need, a.budget_s),
-                                        a.loader_secs)
+            loader_section(a, out, work)
         else:
             res = checkpoint_item(m, item, work, dev, a.budget_s, rate)
             S.setdefault(f"checkpoint_{m}", checkpoint_info(m))[item] = res
         save_record(out)
     for m in names:
         free_state(m)
+
+
+def loader_section(a, out: Path, work: Path) -> None:
+    """The data-loading section, saved before every case (a run cut at its limit keeps what it measured)."""
+    sec = REC["sections"].setdefault("data_loading", {})
+
+    def fits_and_save(name: str, need: float) -> bool:
+        save_record(out)
+        return fits(name, need, a.budget_s)
+    res = attempt(data_loading, work, fits_and_save, a.loader_secs, sec)
+    if "error" in res:
+        sec["error"] = res["error"]
 
 
 def summary() -> str:

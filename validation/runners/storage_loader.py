@@ -50,7 +50,7 @@ def attempt(fn, *args) -> dict:
         return {"error": f"{type(e).__name__}: {e}"}
 
 
-def gather_corpus(dest: Path, cap: int = 48 * MiB, min_bytes: int = 128 * MiB) -> dict:
+def gather_corpus(dest: Path, cap: int = 48 * MiB, min_bytes: int = 64 * MiB) -> dict:
     """Plain-text files under the Python prefix (package METADATA / README / LICENSE / docs)."""
     pat = re.compile(r"(METADATA|README.*|LICENSE.*|.*\.(md|rst|txt))$")
     parts, total, nfiles = [], 0, 0
@@ -175,9 +175,11 @@ def loader_throughput(ds, workers: int, batch: int, seq: int, seconds: float) ->
     return {"workers": workers, "batch": batch, "seq": seq, "samples": n, "s": dt, "tokens_per_s": n * seq / dt}
 
 
-def data_loading(work: Path, fits: Callable[[str, float], bool], secs: float = 1.5) -> dict:
+def data_loading(work: Path, fits: Callable[[str, float], bool], secs: float = 1.5, out: dict | None = None) -> dict:
+    """Fills ``out`` (returned) as it goes, so a caller saving it from ``fits`` keeps partial results."""
     corpus = work / "corpus.txt"
-    out = {"corpus": gather_corpus(corpus)}
+    out = {} if out is None else out
+    out["corpus"] = gather_corpus(corpus)
     text = corpus.read_text()
     train, probe = text[: 4 * MiB], text[4 * MiB: 7 * MiB]
     docs = [probe[i: i + 9000] for i in range(0, len(probe), 9000)]
@@ -195,7 +197,7 @@ def data_loading(work: Path, fits: Callable[[str, float], bool], secs: float = 1
     except ImportError as e:
         out["bpe"] = {"error": f"tokenizers not available: {e}"}
     ids = np.array([i for d in ids for i in d], dtype=np.int64)
-    out["loaders"] = loaders(work, corpus, tok_path if tok_path.exists() else None, ids, fits, out, secs)
+    loaders(work, corpus, tok_path if tok_path.exists() else None, ids, fits, out, secs)
     return out
 
 
@@ -217,7 +219,7 @@ def loaders(work: Path, corpus: Path, bpe: Path | None, ids: np.ndarray, fits: C
         write_shard(work / f"shard_{dt.__name__}.bin", ids, dt, GiB // 2)
     cases += [(f"pretok_{dt.__name__}", w, lambda dt=dt: ShardDataset(work / f"shard_{dt.__name__}.bin", dt, seq))
               for dt, w in ((np.uint16, 1), (np.uint16, 4), (np.uint32, 1))]
-    out = []
+    out = info.setdefault("loaders", [])
     for name, w, make in cases:
         if not fits(f"loader.{name}.w{w}", secs + 1.5):
             continue
