@@ -21,10 +21,10 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 if HERE not in sys.path:
     sys.path.insert(0, HERE)
 
-import cases_sweep
-import run_suite
-import torch
-from common import Ctx, execute
+import cases_sweep  # noqa: E402
+import run_suite  # noqa: E402
+import torch  # noqa: E402
+from common import Ctx, execute  # noqa: E402
 from env import gpu_slug, l2_bytes
 
 
