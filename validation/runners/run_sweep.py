@@ -25,7 +25,7 @@ import cases_sweep  # noqa: E402
 import run_suite  # noqa: E402
 import torch  # noqa: E402
 from common import Ctx, execute  # noqa: E402
-from env import gpu_slug, l2_bytes
+from env import gpu_slug, l2_bytes  # noqa: E402
 
 
 def boot_id() -> str | None:
