@@ -6,7 +6,7 @@ Both are generated from the TOML data; nothing here is typed by hand.
 from __future__ import annotations
 
 from .loader import Database, default_db
-from .schema import GPU, NIC, UNITS, Spec, System
+from .schema import CPU, GPU, NIC, UNITS, Spec, System
 
 # README table columns: (header, spec key, display unit). Display units convert from SI.
 TABLE_COLUMNS: tuple[tuple[str, str, str], ...] = (
@@ -62,15 +62,18 @@ def _spec_line(key: str, s: Spec) -> str:
     return f"  {key:<34} {_fmt(s.value):>10} {s.unit:<9} {s.kind:<9} [{s.source}]{origin}{note}"
 
 
-def _header(obj: GPU | NIC | System) -> list[str]:
+def _header(obj: GPU | NIC | System | CPU) -> list[str]:
     lines = [f"{obj.name}  (key: {obj.key}; aliases: {', '.join(obj.aliases) or '-'})"]
     if obj.based_on:
         lines.append(f"  based_on: {obj.based_on} (values not listed in its own file are inherited)")
     if isinstance(obj, GPU):
         lines.append(f"  vendor: {obj.vendor}; arch: {obj.arch}; HBM type: {obj.hbm_type}")
     elif isinstance(obj, System):
-        lines.append(f"  {obj.category}: gpu={obj.gpu.key}, nic={obj.nic.key}, cpu={obj.cpu}, "
+        host = f" (host_cpu {obj.host_cpu.key})" if obj.host_cpu else ""
+        lines.append(f"  {obj.category}: gpu={obj.gpu.key}, nic={obj.nic.key}, cpu={obj.cpu}{host}, "
                      f"form factor={obj.form_factor}")
+    elif isinstance(obj, CPU):
+        lines.append(f"  vendor: {obj.vendor}; isa: {obj.isa}; microarch: {obj.microarch}")
     else:
         lines.append(f"  vendor: {obj.vendor}; category: {obj.category}")
     return lines

@@ -72,6 +72,8 @@ def hw_list() -> str:
     rows = ["GPUs:"] + [f"  {k:<16} {get_gpu(k).name}" for k in list_gpus()]
     rows += ["systems:"] + [f"  {k:<16} {get_system(k).name}" for k in list_systems()]
     rows += ["NICs / fabrics:"] + [f"  {k:<22} {get_nic(k).name}" for k in list_nics()]
+    from .hwdb import get_cpu, list_cpus
+    rows += ["host CPUs:"] + [f"  {k:<16} {get_cpu(k).name}" for k in list_cpus()]
     return "\n".join(rows)
 
 
@@ -80,7 +82,6 @@ def _host_lines(b) -> list[str]:
     from .sim.host import host_line
     line = host_line(b)
     return ([f"host             {b.host}"] if getattr(b, "host", "") else []) + ([f"                 {line}"] if line else [])
-
 
 
 def no_plan_reason(res, cluster) -> str:
