@@ -105,8 +105,11 @@ def main() -> int:
         print(out.stderr.strip().splitlines()[-1] if out.stderr.strip() else "child failed")
         return 1
     res = json.loads(out.stdout.strip().splitlines()[-1])
-    rss = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
+    use = resource.getrusage(resource.RUSAGE_CHILDREN)
+    rss, cpu = use.ru_maxrss / 1024, use.ru_utime + use.ru_stime
+    load = os.getloadavg()[0]
     print(f"{p.stat().st_size / 1e9:.2f} GB: wall {wall:.1f} s (parse {res['parse_s']:.1f} s, match {res['match_s']:.1f} s), "
+          f"CPU {cpu:.1f} s, load average {load:.1f} on {os.cpu_count()} cores, "
           f"peak RSS {rss:.0f} MiB, {res['kernels']} kernels, {res['steps']} steps, matched {res['matched_fraction']:.1%}")
     return 0 if wall <= 60 else 1
 
