@@ -302,21 +302,44 @@ def _slots(grp: tuple[int, ...], cluster: Cluster) -> list[list[int]]:
 
 # ---- contention: concurrent flows on the graph -------------------------------------------------
 
-Pattern = Literal["ring", "all_to_all", "chain"]
+Pattern = Literal["ring", "all_to_all", "chain", "tree"]
+# Bytes a flow of the pattern moves, in units of what each GPU sends in all: a double binary tree
+# moves half the data down each tree, and a node that is interior in one tree (a leaf in the
+# other) sends on 4 edges (parent + 2 children there, parent in the other): 1/4 each.
+PATTERN_WEIGHT = {"tree": 0.25}
+
+
+def tree_edges(k: int) -> list[tuple[int, int]]:
+    """(child, parent) positions of NCCL's double binary tree over k nodes (src/graph/trees.cc
+    ncclGetBtree: a node's parent clears its lowest set bit and sets the next, or just clears
+    it past the end; ncclGetDtree: the second tree mirrors the first, k - 1 - r, for even k and
+    shifts it, r - 1 mod k, for odd k). Tree edges join nodes 2^j apart, so at scale they leave
+    a leaf switch's block of consecutive nodes, which ring neighbours rarely do."""
+    first = []
+    for r in range(1, k):
+        bit = r & -r
+        up = (r ^ bit) | (bit << 1)
+        first.append((r, up if up < k else r ^ bit))
+    other = (lambda r: k - 1 - r) if k % 2 == 0 else (lambda r: (r - 1) % k)
+    return first + [(other(c), other(p)) for c, p in first]
 
 
 def flows(groups, cluster: Cluster, pattern: Pattern) -> list[tuple[int, int]]:
     """(src, dst) GPU pairs that cross NVLink domains when every group of a kind runs at once.
 
     ring: slot j of domain i sends to slot j of domain i+1 (the inter-domain ring of the
-    hierarchical algorithm); chain: member i to member i+1 (pipeline send/recv);
-    all_to_all: every member to every member in another domain.
+    hierarchical algorithm); tree: slot j of each domain to its parent and children in the
+    double binary tree over the domains (tree_edges, both directions); chain: member i to member
+    i+1 (pipeline send/recv); all_to_all: every member to every member in another domain.
     """
     out: list[tuple[int, int]] = []
     for grp in groups:
         if pattern == "ring":
             for col in _slots(grp, cluster):
                 out += [(col[i], col[(i + 1) % len(col)]) for i in range(len(col)) if len(col) > 1]
+        elif pattern == "tree":
+            for col in _slots(grp, cluster):
+                out += [pair for c, p in tree_edges(len(col)) for pair in ((col[c], col[p]), (col[p], col[c]))]
         elif pattern == "chain":
             out += [(a, b) for a, b in zip(grp, grp[1:])]
         else:
@@ -356,9 +379,10 @@ def flow_rate(cluster: Cluster, groups: tuple, pattern: Pattern) -> float:
     leaves its NVLink domain.
     """
     load: dict[tuple, float] = defaultdict(float)
+    scale = PATTERN_WEIGHT.get(pattern, 1.0)
     for s, d in flows(groups, cluster, pattern):
         for link, w in _route(cluster, s, d):
-            load[link] += w
+            load[link] += w * scale
     if not load:
         return float("inf")
     g = cluster.graph()

@@ -292,7 +292,8 @@ def moe_layers_per_microbatch(t: OpTable, m: int) -> int:
 
 def step_parts(t: OpTable, k: KernelTimes, gpu_s: np.ndarray, c: CommTimes, par, m: int,
                stack_key: str, launch_idle_s: float, moe=None, zero3_serial_s: float | None = None,
-               offload=None, stretch: GroupStretch | None = None) -> StepParts:
+               offload=None, stretch: GroupStretch | None = None,
+               host_phase_s: tuple[float, float, float] | None = None) -> StepParts:
     """Compose a multi-GPU step (module docstring). ``moe``: the model's MoE config, for the
     dropless host syncs added to each micro-batch's forward (sim/moe.py). ``zero3_serial_s``:
     a stack whose ZeRO-3 collectives run one synchronous call per tensor (sim/zero3_2021.py)
@@ -300,9 +301,12 @@ def step_parts(t: OpTable, k: KernelTimes, gpu_s: np.ndarray, c: CommTimes, par,
     k_total -> offload.OffloadTimes (CPU offloading): its forward / backward parts lengthen each
     micro-batch like critical communication, its after-step part follows the optimizer.
     ``stretch``: per group kind, how much slower hidden collectives run beside compute
-    (GroupStretch.of the plan's layouts; default: contention.comm_stretch everywhere)."""
+    (GroupStretch.of the plan's layouts; default: contention.comm_stretch everywhere).
+    ``host_phase_s``: host issue seconds of the (forward, backward, optimizer) ops, which place
+    the launch idle in the phases (host_bound_windows)."""
     k_total = np.where(t.kind == COLLECTIVE, 0.0, gpu_s * t.count)
     fwd, bwd, opt = phase_compute(t, k_total)
+    hide_f, hide_b = host_bound_windows((fwd, bwd, opt), launch_idle_s, host_phase_s)
     ks = stretch or GroupStretch(*(overlap.comm_stretch(),) * 3)
     crit = critical_comm(t, c, k_total, stack_key, par, ks.cp)
     off = offload(k_total) if offload is not None else None
@@ -318,15 +322,16 @@ def step_parts(t: OpTable, k: KernelTimes, gpu_s: np.ndarray, c: CommTimes, par,
     t_f = (fwd + sum(v[0] for v in crit.values())) / m
     sync = dropless_sync_per_mb_s(moe, stack_key, moe_layers_per_microbatch(t, m), t_f, par.ep)
     t_f += sync
+    hide_f += sync * m   # the GPU waits on the host sync while NCCL's stream runs on (as launch idle)
     t_b = (bwd + sum(v[1] for v in crit.values())) / m
     t_bw = min(wgrad_s(t, k_total) / m, t_b) if par.schedule in ("zero_bubble", "dualpipe") else None
     pipe = pipeline.pipeline_for(par, m, t_f, t_b, p2p_per_microbatch(t, c, m), t_bw,
                                  blocking=overlap.pp_stack_trait("blocking", stack_key))
-    dp = (fsdp_step_exposure(t, c, fwd, bwd, m, overlap.fsdp_persistent_root(stack_key), ks.dp,
+    dp = (fsdp_step_exposure(t, c, hide_f, hide_b, m, overlap.fsdp_persistent_root(stack_key), ks.dp,
                              keep_unsharded=par.fsdp_keep_unsharded)
           if par.zero == 3 else
-          dp_exposure(t, c, grad_ready_window_s(t_b, par, m), after_backward=overlap.ddp_after_backward(stack_key),
-                      stretch=ks.dp))
+          dp_exposure(t, c, grad_ready_window_s(t_b + (hide_b - bwd) / m, par, m),
+                      after_backward=overlap.ddp_after_backward(stack_key), stretch=ks.dp))
     if par.zero == 3 and zero3_serial_s is not None:
         dp = overlap.Exposure("zero3_serial", zero3_serial_s, zero3_serial_s, 0.0, 0.0)
     after_opt = _sum(c.total_s, (c.group == GROUPS.index("dp")) & (t.phase == OPT))
@@ -339,16 +344,37 @@ def step_parts(t: OpTable, k: KernelTimes, gpu_s: np.ndarray, c: CommTimes, par,
     return StepParts(fwd + bwd + opt, exposed, pipe.bubble_s, launch_idle_s, step, sync * m)
 
 
-def dp_host_times(t: OpTable, host: np.ndarray, graphs: bool) -> np.ndarray:
+def host_bound_windows(gpu_phase_s: tuple[float, float, float], launch_idle_s: float,
+                       host_phase_s: tuple[float, float, float] | None = None) -> tuple[float, float]:
+    """Forward and backward seconds the DP / FSDP collectives can hide behind: each phase's wall
+    time in the host/GPU tandem, not only its kernels. In a host-bound phase the GPU's compute
+    stream waits for the host while NCCL's stream keeps running, so a faster GPU turns compute
+    into idle without exposing more comm. The step's launch idle goes to the phases whose host
+    time exceeds their GPU time, in proportion to the excess:
+        window_p = gpu_p + idle * max(0, host_p - gpu_p) / sum_q max(0, host_q - gpu_q)
+    (= host_p when the whole step is host-bound; = gpu_p for a phase the host keeps ahead of).
+    Without host times, or with no excess: the GPU times."""
+    g = np.asarray(gpu_phase_s, dtype=float)
+    if launch_idle_s <= 0 or host_phase_s is None:
+        return float(g[0]), float(g[1])
+    excess = np.maximum(0.0, np.asarray(host_phase_s, dtype=float) - g)
+    if excess.sum() <= 0:
+        return float(g[0]), float(g[1])
+    w = g + launch_idle_s * excess / excess.sum()
+    return float(w[0]), float(w[1])
+
+
+def dp_host_times(t: OpTable, host: np.ndarray, graphs: bool, stack_key: str = "eager") -> np.ndarray:
     """Host issue time of the data-parallel copies (model/ops_dp.py "dp/..." ops): their
     kernels come from C++ (DDP reducer, FSDP2 copy ops) at ``ddp.host_per_kernel_s`` each,
-    not the eager stack's per-module Python cost; each FSDP unit's all-gather copy-out also
-    carries the unit's Python hook time ``fsdp.host_per_unit_s`` (per pass: forward and
-    backward). CUDA graphs: no host time."""
+    not the eager stack's per-module Python cost; on a stack whose ZeRO-3 is PyTorch FSDP2
+    (overlap.fsdp_python_hooks) each unit's all-gather copy-out also carries the unit's Python
+    hook time ``fsdp.host_per_unit_s`` (per pass: forward and backward). CUDA graphs: no host time."""
     if graphs:
         return host
     out = host.copy()
-    per_kernel, per_unit = overlap.overlap_param("ddp.host_per_kernel_s"), overlap.overlap_param("fsdp.host_per_unit_s")
+    per_kernel = overlap.overlap_param("ddp.host_per_kernel_s")
+    per_unit = overlap.overlap_param("fsdp.host_per_unit_s") if overlap.fsdp_python_hooks(stack_key) else 0.0
     for i, op in enumerate(t.ops):
         if op.name.startswith("dp/"):
             out[i] = t.kernels[i] * per_kernel + (per_unit if op.name.endswith("ag_copy_out") else 0.0)
@@ -435,7 +461,7 @@ def _estimate_parallel(workload, hw, stack=None, overrides=None):
     check_recipe(workload, gpu)
     check_rates(t, rates)
     compute = t.kind != COLLECTIVE
-    host = dp_host_times(t, np.where(compute, host_times(t, st), 0.0), st.graphs)
+    host = dp_host_times(t, np.where(compute, host_times(t, st), 0.0), st.graphs, st.key)
     c = comm_times(t, par, cluster, in_cuda_graph(eff) if st.graphs else eff, moe=getattr(workload.model, "moe", None))
     if overlap.pp_stack_trait("scatter_gather", st.key):
         c = scatter_gather_p2p(t, c, par, cluster, eff)
@@ -452,7 +478,8 @@ def _estimate_parallel(workload, hw, stack=None, overrides=None):
         busy = float(np.dot(gpu_s, t.count))
         idle = max(0.0, tandem_step_time(host, gpu_s, t.count, t.block_starts) - busy)
         parts = step_parts(t, k, gpu_s, c, par, workload.grad_accum if hasattr(workload, "grad_accum") else 1,
-                           st.key, idle, getattr(workload.model, "moe", None), z3, off, stretch)
+                           st.key, idle, getattr(workload.model, "moe", None), z3, off, stretch,
+                           host_phase_s=phase_compute(t, host * t.count))
         by_cat, by_phase = _sums(t, k, gpu_s * t.count, idle + parts.moe_sync_s)
         by_cat["communication"] = float(sum(parts.exposed_s.values()))
         by_cat["pipeline_bubble"] = parts.bubble_s

@@ -227,10 +227,12 @@ def estimate(workload, hw: Any = "h100_sxm", stack: str | Stack | None = None,
 
 def step_peak(t: OpTable, gpu) -> tuple[str, float]:
     """(dtype, dense datasheet FLOP/s per GPU) MFU is measured against: the fastest tensor dtype
-    the step's matmuls and attention run in (an fp8 step against the fp8 peak, so MFU <= 1), at
-    the boost clock (a sustained-clock what-if slows the step, not the peak)."""
-    rows = ((t.kind == MATMUL) | (t.kind == ATTENTION)) & (t.flops > 0)
-    names = {DTYPES[i] for i in np.unique(t.dtype[rows])} or {"bf16"}
+    the step's compute is timed at (an fp8 step against the fp8 peak, so MFU <= 1), at the boost
+    clock (a sustained-clock what-if slows the step, not the peak). Matmuls count in their own
+    dtype, attention as bf16: sim/kernels.py times every attention kernel at the bf16 peak."""
+    mm = (t.kind == MATMUL) & (t.flops > 0)
+    names = {DTYPES[i] for i in np.unique(t.dtype[mm])} | ({"bf16"} if ((t.kind == ATTENTION) & (t.flops > 0)).any()
+                                                            else set()) or {"bf16"}
     peaks = {d: _peak_or_nan(gpu, d) for d in names}
     best = max(peaks, key=lambda d: -1.0 if math.isnan(peaks[d]) else peaks[d])
     return best, peaks[best]

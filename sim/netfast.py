@@ -147,6 +147,13 @@ def _pairs(groups: tuple, cluster: C.Cluster, pattern: str) -> tuple[np.ndarray,
         if b.shape[1] < 2:
             return np.empty(0, int), np.empty(0, int)
         s, d = b.ravel(), np.roll(b, -1, axis=1).ravel()
+    elif pattern == "tree":
+        b = _blocks(arr, cluster)
+        if b is None:
+            return None
+        e = np.array(C.tree_edges(b.shape[1]), dtype=int).reshape(-1, 2)
+        c, p = b[:, e[:, 0]].ravel(), b[:, e[:, 1]].ravel()
+        s, d = np.concatenate([c, p]), np.concatenate([p, c])
     else:                                   # all_to_all: every member to every other member
         n = arr.shape[1]
         s = np.broadcast_to(arr[:, :, None], (len(arr), n, n)).ravel()
@@ -216,7 +223,7 @@ def _flow_rate(cluster: C.Cluster, groups: tuple, pattern: str) -> float:
             links[cat].append(ids)
         x = la != lb
         links[4].append(np.concatenate([la[x] * 2, lb[x] * 2 + 1]))
-    w, nic_bw = 1.0 / q, cluster.nic.bandwidth_per_dir
+    w, nic_bw = C.PATTERN_WEIGHT.get(pattern, 1.0) / q, cluster.nic.bandwidth_per_dir
     rates = [nic_bw / _max_load(ids, w) for ids in links[:4]]
     up_load = _max_load(links[4], w)
     if up_load:

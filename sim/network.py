@@ -144,13 +144,16 @@ def inter_options(op: str, nbytes: float, lay: GroupLayout, cluster: Cluster,
                   in_network: bool = False) -> dict[str, float]:
     """Scale-out seconds of the inter-domain stage per algorithm (module docstring)."""
     k, h, r = lay.domains, _fab(cluster, "hop_latency_s"), _inter_rate(lay, cluster, "ring")
+    # the tree's edges leave a leaf's block of nodes far more than the ring's neighbours do: its
+    # rate is the ring's (the NICs) or less where the leaf uplinks bind (oversubscription)
+    r_tree = min(r, _inter_rate(lay, cluster, "tree")) if op == "all_reduce" else r
     shard = nbytes / lay.per_domain
     if op == "broadcast":
         return {"ring": (k - 1) * h + nbytes / r}
     if op in ("all_gather", "reduce_scatter"):
         return {"ring": (k - 1) * h + (k - 1) / k * shard / r}
     opts = {"ring": 2 * (k - 1) * h + 2 * (k - 1) / k * shard / r,
-            "tree": 2 * math.ceil(math.log2(k)) * h + 2 * shard / r}
+            "tree": 2 * math.ceil(math.log2(k)) * h + 2 * shard / r_tree}
     if in_network and _fab(cluster, "sharp"):
         opts["sharp"] = 2 * h + shard / r
     return opts

@@ -200,6 +200,12 @@ def fsdp_keep_unsharded_under_pp(stack: str) -> bool:
     return stack_flag(f"fsdp.keep_unsharded_under_pp.{stack}")
 
 
+def fsdp_python_hooks(stack: str) -> bool:
+    """Whether a stack's ZeRO-3 is PyTorch FSDP2, whose per-unit Python hooks cost
+    fsdp.host_per_unit_s of host time per unit and pass (sim/data/overlap.toml [fsdp.python_hooks])."""
+    return stack_flag(f"fsdp.python_hooks.{stack}")
+
+
 def fsdp_persistent_root(stack: str) -> bool:
     """Whether a stack's FSDP keeps the parameters outside its FSDP units (the stage's embedding,
     output layer and final norm) gathered from their first forward use until the optimizer step
