@@ -34,7 +34,9 @@ def fix_for(path: Path) -> str:
     try:
         Path(path).resolve().relative_to(PACKAGE_ROOT)
     except ValueError:
-        return "delete it or write it again (e.g. `mechsim validate calibrate`)"
+        writer = ("mechsim validate compare --write-accuracy" if Path(path).name == "accuracy.toml"
+                  else "mechsim validate calibrate")
+        return f"delete it or write it again with `{writer}`"
     return "restore it (`git checkout -- <file>` in a clone, else reinstall mechsim)"
 
 
