@@ -189,7 +189,17 @@ def as_workload(v: Any) -> Any:
 
 
 def check_workload(w: Any) -> None:
-    """Checks the workload records leave to their users: a LoRA rank no wider than the layer."""
+    """Checks the workload records leave to their users: sizes within MAX_COUNT (so counts stay
+    exact in float64), a LoRA rank no wider than the layer."""
+    for f in ("mbs", "grad_accum", "batch"):
+        if hasattr(w, f):
+            try:
+                number(getattr(w, f), 1, MAX_COUNT, integer=True)
+            except ValueError as e:
+                raise ValueError(f"{f}: {e}") from None
+    if getattr(w, "tokens", 0) > 2**53:
+        raise ValueError(f"tokens per step ({w.tokens:.3g}) must be at most 2^53 (exact in float64): lower mbs, "
+                         "seq or grad_accum")
     if getattr(w, "peft", "none") == "lora" and w.lora_rank > w.model.d_model:
         raise ValueError(f"lora_rank: must be an integer in [1, {w.model.d_model}] (at most d_model of "
                          f"{w.model.name}), got {w.lora_rank}")

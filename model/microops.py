@@ -55,6 +55,9 @@ def attention(b: int, hq: int, hkv: int, sq: int, skv: int, d: int, causal: bool
 def memory_kernel(bytes_read: float, bytes_written: float, flops: float = 0.0,
                   kind: str = "elementwise", name: str = "memory", kernels: int = 1) -> Op:
     """A memory-bound kernel (copy, elementwise, norm, reduction) by its traffic."""
+    for field, v in (("bytes_read", bytes_read), ("bytes_written", bytes_written), ("flops", flops)):
+        if isinstance(v, bool) or not isinstance(v, (int, float)):
+            raise ValueError(f"{field} must be a number of bytes (flops: FLOP), got {v!r}")
     if not (0 <= bytes_read < math.inf and 0 <= bytes_written < math.inf and bytes_read + bytes_written > 0):
         raise ValueError(f"bytes_read={bytes_read}, bytes_written={bytes_written}: need finite, non-negative, not both 0")
     if not 0 <= flops < math.inf:

@@ -18,7 +18,11 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, NonNegativeInt, PositiveInt, model_validator
+from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, PositiveInt, model_validator
+
+# Largest degree accepted (2^20 GPUs; the largest clusters built hold ~2^17-2^18): the plan checks
+# walk divisors, so unbounded degrees would make a refusal itself slow.
+MAX_DEGREE = 2**20
 
 COLLECTIVE_OPS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "sendrecv", "broadcast")
 GROUPS = ("tp", "cp", "ep", "dp", "pp")
@@ -72,15 +76,15 @@ class Parallelism(BaseModel):
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
-    tp: PositiveInt = 1
+    tp: PositiveInt = Field(1, le=MAX_DEGREE)
     sp: bool = False
-    pp: PositiveInt = 1
-    vp: PositiveInt = 1
-    dp: PositiveInt = 1
+    pp: PositiveInt = Field(1, le=MAX_DEGREE)
+    vp: PositiveInt = Field(1, le=MAX_DEGREE)
+    dp: PositiveInt = Field(1, le=MAX_DEGREE)
     zero: Literal[0, 1, 2, 3] = 0
-    cp: PositiveInt = 1
-    ep: PositiveInt = 1
-    etp: PositiveInt | None = None
+    cp: PositiveInt = Field(1, le=MAX_DEGREE)
+    ep: PositiveInt = Field(1, le=MAX_DEGREE)
+    etp: PositiveInt | None = Field(None, le=MAX_DEGREE)
     schedule: PipelineSchedule = "1f1b"
     bucket_bytes: PositiveInt = 25 * 2**20
     first_stage_layers: NonNegativeInt | None = None
