@@ -142,7 +142,7 @@ def host_spread() -> dict:
         v = data.get(key, {}).get("value") if isinstance(data.get(key), dict) else None
         if not isinstance(v, (int, float)) or not 0 < v < 10:
             raise ValueError(f"{SPREAD_FILE}: field {key!r} needs {{ value = <number>, ... }}; "
-                             "write it with `python3 -m mechsim.validation.host_spread --write`")
+                             "write it with `python3 -m mechsim.validation.host_spread --out sim/data/host_spread.toml`")
     return data
 
 
