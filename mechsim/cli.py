@@ -276,10 +276,13 @@ def cmd_estimate(a: argparse.Namespace) -> int:
     from .inputs import EstimateTop, validated
     a.top = validated(EstimateTop, top=a.top)["top"]
     w = build_workload(a)
-    est = estimate(w, build_hw(a), a.stack, _parse_overrides(a.override), profile=a.profile)
+    overrides = _parse_overrides(a.override)
+    est = estimate(w, build_hw(a), a.stack, overrides, profile=a.profile)
     if a.json:
         print(estimate_json(est))
         return 0
+    if overrides:
+        print("what-if applied: " + ", ".join(f"{k}={v}" for k, v in overrides.items()))
     print(estimate_table(est, a.top))
     from .cli_storage import print_storage, wanted
     if wanted(a):
