@@ -7,9 +7,10 @@
 from __future__ import annotations
 
 import argparse
+from typing import Any
 
 
-def add_parser(sub) -> None:
+def add_parser(sub: Any) -> None:
     from .cli import _add_workload_args
     tr = sub.add_parser("trace", help="import a torch.profiler / nsys trace: predicted vs measured per op and category")
     ts = tr.add_subparsers(dest="tracecmd", required=True)
@@ -35,7 +36,7 @@ def _trace_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--device", type=int, default=None, help="GPU index inside the trace (default: the first)")
 
 
-def trace_gpu(trace, hw: str | None) -> str:
+def trace_gpu(trace: Any, hw: str | None) -> str:
     """--hw, else the GPU the trace names (Chrome trace deviceProperties)."""
     if hw:
         return hw
@@ -47,7 +48,7 @@ def trace_gpu(trace, hw: str | None) -> str:
     return GPU_BY_NAME[name]
 
 
-def _workload(a: argparse.Namespace):
+def _workload(a: argparse.Namespace) -> Any:
     from .cli import build_workload
     w = build_workload(a)
     extra = {k: v for k, v in (("sampling", a.sampling), ("prefill_logits", a.prefill_logits)) if v is not None}

@@ -26,6 +26,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Callable
 
 import torch
 
@@ -36,7 +37,7 @@ from models import batch, build_model, make_optimizer, model_params, ref_config 
 ACTIVE_STEPS = 3
 
 
-def _profile(step, name: str, out: Path, warmup: int = 3) -> dict:
+def _profile(step: Callable[[], None], name: str, out: Path, warmup: int = 3) -> dict:
     """Warm up, then profile ``ACTIVE_STEPS`` steps (one profiler warm-up step first)."""
     for _ in range(warmup):
         step()
@@ -64,8 +65,9 @@ def _gzip(src: Path, dst: Path) -> dict:
     return {"file": dst.name, "json_bytes": len(raw), "gz_bytes": dst.stat().st_size}
 
 
-def train_step_fn(model, opt, idx, tgt):
-    def step():
+def train_step_fn(model: torch.nn.Module, opt: torch.optim.Optimizer, idx: torch.Tensor,
+                  tgt: torch.Tensor) -> Callable[[], None]:
+    def step() -> None:
         with torch.profiler.record_function("forward"):
             with torch.autocast("cuda", dtype=torch.bfloat16):
                 loss = loss_fn(model(idx), tgt)
@@ -116,7 +118,7 @@ def record_decode(name: str, shape: str, b: int, ctx: int, smax: int, out: Path)
         with torch.cuda.graph(graph):
             model(idx, caches, ctx)
 
-        def step():
+        def step() -> None:
             with torch.profiler.record_function("decode"):
                 graph.replay()
         info = _profile(step, name, out)

@@ -14,6 +14,7 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -79,7 +80,7 @@ def _group(samples: list[GemmSample]) -> Group:
     return Group("gemm", GEMM_PARAMS, ops, list(range(len(ops))), np.array([s.measured_s for s in samples]))
 
 
-def _mape(g: Group, eff, rates) -> float:
+def _mape(g: Group, eff: Any, rates: Any) -> float:
     return float(np.mean(np.abs(predict_group(g, eff, rates) / g.measured - 1.0)))
 
 

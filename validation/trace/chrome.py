@@ -13,7 +13,7 @@ import json
 import re
 from typing import IO, Callable, Iterator
 
-from .events import Builder, LaunchOp, Range, TraceError
+from .events import Builder, LaunchOp, Range, Trace, TraceError
 from .families import op_pattern
 
 CHUNK = 1 << 22                 # characters read at a time
@@ -32,7 +32,7 @@ DTYPE_BYTES = {"Float": 4, "BFloat16": 2, "Half": 2, "Double": 8, "Float8_e4m3fn
 class _Text:
     """A window over a text stream: ``buf[pos:]`` is what has not been consumed."""
 
-    def __init__(self, f: IO[str], path: str):
+    def __init__(self, f: IO[str], path: str) -> None:
         self.f, self.path, self.buf, self.pos, self.eof, self.base = f, path, "", 0, False, 0
 
     def more(self) -> bool:
@@ -165,7 +165,7 @@ def _comma(t: _Text, ch: str, what: str) -> None:
         raise TraceError(f"{t.path}: truncated JSON (ends after ','); re-export the trace")
 
 
-def read_chrome(f: IO[str], path: str, device: int | None = None):
+def read_chrome(f: IO[str], path: str, device: int | None = None) -> Trace:
     """Parse a Chrome trace stream into a Trace (events.Trace)."""
     b = Builder(path, "chrome")
     handle = _handler(b)
@@ -240,5 +240,5 @@ def _op(b: Builder, e: dict, name: str) -> None:
     b.ops.setdefault(int(ext), LaunchOp(name, _freeze(dims), mb, str(types[0]) if types else ""))
 
 
-def _freeze(x):
+def _freeze(x: object) -> object:
     return tuple(_freeze(v) for v in x) if isinstance(x, list) else x

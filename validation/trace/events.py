@@ -64,7 +64,7 @@ class Trace:
 class Builder:
     """Collects events in compact arrays while a parser streams; ``finish`` joins them."""
 
-    def __init__(self, path: str, fmt: str):
+    def __init__(self, path: str, fmt: str) -> None:
         self.path, self.fmt = path, fmt
         self._names: dict[str, int] = {}
         self.k_name, self.k_stream, self.k_dev = array("i"), array("i"), array("i")

@@ -18,6 +18,7 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -76,7 +77,7 @@ def gemm_key(m: int, n: int, k: int, batch: int = 1) -> tuple:
     return (tuple(sorted((int(m), int(n)))), int(k), int(batch))
 
 
-def _prod(xs) -> int:
+def _prod(xs: tuple) -> int:
     out = 1
     for x in xs:
         out *= int(x)
@@ -109,7 +110,7 @@ def dims_gemm_key(op_name: str, dims: tuple) -> tuple | None:
     return None if mnk is None else gemm_key(*mnk)
 
 
-def op_key(op, phase_override: str | None = None) -> tuple:
+def op_key(op: Any, phase_override: str | None = None) -> tuple:
     """(phase, group, shape) of a model Op."""
     if op.kind == "collective":
         name = next((c for c in COLLECTIVES if c in op.name), "all_reduce")
@@ -129,7 +130,7 @@ class _Acc:
     measured_kernels: float = 0.0
 
 
-def predicted_keys(ops, estimates, shapeless: set) -> dict[tuple, _Acc]:
+def predicted_keys(ops: tuple, estimates: tuple, shapeless: set) -> dict[tuple, _Acc]:
     """Predicted seconds per key; GEMMs of a phase in ``shapeless`` collapse to one key."""
     acc: dict[tuple, _Acc] = {}
     for op, est in zip(ops, estimates):
@@ -162,7 +163,7 @@ def kernel_keys(tl: Timeline) -> list[tuple]:
     return out
 
 
-def _resolve(k: tuple, fam, acc: dict) -> tuple | None:
+def _resolve(k: tuple, fam: Any, acc: dict) -> tuple | None:
     if fam.name == "unknown":
         return None
     if k in acc:
@@ -174,7 +175,7 @@ def _resolve(k: tuple, fam, acc: dict) -> tuple | None:
     return None
 
 
-def match(tl: Timeline, ops, estimates) -> Match:
+def match(tl: Timeline, ops: tuple, estimates: tuple) -> Match:
     """Kernels of the timeline's steps against the ops (model Op records) and their estimates."""
     t = tl.trace
     in_step = tl.step >= 0

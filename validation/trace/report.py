@@ -6,6 +6,8 @@ import json
 import math
 from dataclasses import asdict, dataclass
 
+from typing import Any
+
 import numpy as np
 
 from ...sim.estimate import estimate, prepare
@@ -57,7 +59,7 @@ def _nan_none(x: float) -> float | None:
     return None if math.isnan(x) else x
 
 
-def prediction(workload, hw, stack: str | None):
+def prediction(workload: Any, hw: Any, stack: str | None) -> tuple[Any, tuple]:
     """(estimate, model Op records in the estimate's op order) for a single-GPU workload."""
     est = estimate(workload, hw, stack)
     ops = prepare(workload, get_stack(est.stack).fused).table.ops
@@ -90,7 +92,7 @@ def _between_steps(tl: Timeline) -> float:
     return float(np.mean(gaps)) * 1e-6 if gaps else 0.0
 
 
-def _predicted_categories(est, ops) -> dict[str, float]:
+def _predicted_categories(est: Any, ops: tuple) -> dict[str, float]:
     out = {"gemm": 0.0, "attention": 0.0, "memory": 0.0, "communication": 0.0}
     for op, e in zip(ops, est.ops):
         out[KIND_CATEGORY.get(op.kind, "memory")] += e.time_s
@@ -100,13 +102,13 @@ def _predicted_categories(est, ops) -> dict[str, float]:
     return out
 
 
-def categories(tl: Timeline, est, ops) -> tuple[CategoryRow, ...]:
+def categories(tl: Timeline, est: Any, ops: tuple) -> tuple[CategoryRow, ...]:
     meas, pred = _measured_categories(tl), _predicted_categories(est, ops)
     return tuple(CategoryRow(c, pred.get(c), meas.get(c, 0.0)) for c in CATEGORY_ORDER
                  if c in pred or meas.get(c, 0.0) > 0)
 
 
-def compare_trace(trace: Trace, workload, hw="h200_sxm", stack: str | None = None) -> TraceReport:
+def compare_trace(trace: Trace, workload: Any, hw: Any = "h200_sxm", stack: str | None = None) -> TraceReport:
     """The whole comparison: timeline, op match and categories."""
     tl = build_timeline(trace)
     est, ops = prediction(workload, hw, stack)
