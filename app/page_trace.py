@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import tempfile
 from pathlib import Path
+from typing import Any
 
 import plotly.graph_objects as go
 import streamlit as st
@@ -15,7 +16,7 @@ from mechsim.sim.stacks import list_stacks
 from mechsim.validation.trace import TraceError, load_trace
 from mechsim.validation.trace.families import RULES_FILE, rules
 from mechsim.validation.trace.report import KIND_CATEGORY, TraceReport, compare_trace, prediction
-from mechsim.validation.trace.timeline import build_timeline
+from mechsim.validation.trace.timeline import Timeline, build_timeline
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "tests" / "data" / "traces"
 COLORS = {"gemm": "#1f77b4", "attention": "#d62728", "memory": "#2ca02c", "communication": "#9467bd",
@@ -40,7 +41,7 @@ def _bars(fig: go.Figure, rows: list[tuple[str, float, float, str, str]]) -> Non
                              hoverinfo="text+x"))
 
 
-def timeline_figure(tl, est, ops, step: int = 0) -> go.Figure:
+def timeline_figure(tl: Timeline, est: Any, ops: tuple, step: int = 0) -> go.Figure:
     """One measured step (kernels per stream) beside mechsim's ops in order, each summed over its count."""
     t, m = tl.trace, tl.step == tl.steps[step].index
     t0 = float(t.start_us[m].min())
@@ -60,7 +61,7 @@ def timeline_figure(tl, est, ops, step: int = 0) -> go.Figure:
     return fig
 
 
-def _trace_file(up) -> Path | None:
+def _trace_file(up: Any) -> Path | None:
     if up is None:
         names = sorted(p.name for p in EXAMPLES.glob("*.pt.trace.json.gz")) if EXAMPLES.exists() else []
         opts = ["(none)", *names]
@@ -73,7 +74,7 @@ def _trace_file(up) -> Path | None:
     return tmp
 
 
-def _model(c) -> object:
+def _model(c: Any) -> Any:
     src = c.selectbox("Model", ["HF config.json", *list_presets()], key="trace.model")
     if src != "HF config.json":
         return preset(src)
@@ -87,7 +88,7 @@ def _model(c) -> object:
     return from_hf_config(p)
 
 
-def workload_inputs():
+def workload_inputs() -> Any:
     c = st.columns(4)
     m = _model(c[0])
     mode = c[1].selectbox("Mode", ["train", "decode", "prefill"], key="trace.mode")
