@@ -22,12 +22,14 @@ from typing import Any
 
 import numpy as np
 
+from ...model.parallel import COLLECTIVE_OPS
+
 from .timeline import PHASES, Timeline
 
 KIND_GROUP = {"matmul": "gemm", "attention": "attention", "optimizer": "optimizer", "softmax": "softmax",
               "embedding": "embedding", "copy_engine": "memcpy"}
 FOLD_TO_MEMORY = frozenset(("memcpy", "memset", "softmax", "embedding"))
-COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "send_recv", "all_to_all")
+COLLECTIVE_GROUP = {"sendrecv": "send_recv", "all_to_all": "send_recv"}   # NCCL runs all-to-all as send/recv
 ANY_PHASE = "*"
 
 
@@ -112,9 +114,9 @@ def dims_gemm_key(op_name: str, dims: tuple) -> tuple | None:
 
 def op_key(op: Any, phase_override: str | None = None) -> tuple:
     """(phase, group, shape) of a model Op."""
-    if op.kind == "collective":
-        name = next((c for c in COLLECTIVES if c in op.name), "all_reduce")
-        return (ANY_PHASE, f"collective:{name}", None)
+    if op.kind == "collective":   # shape (bytes, group size, op code, group code): model/comm.py
+        name = COLLECTIVE_OPS[op.shape[2]] if len(op.shape) > 2 else "all_reduce"
+        return (ANY_PHASE, f"collective:{COLLECTIVE_GROUP.get(name, name)}", None)
     group = KIND_GROUP.get(op.kind, "memory")
     shape = gemm_key(*op.shape[:3], op.shape[3] if len(op.shape) > 3 else 1) if group == "gemm" else None
     return (phase_override or op.phase, group, shape)

@@ -60,12 +60,12 @@ def _nan_none(x: float) -> float | None:
 
 
 def prediction(workload: Any, hw: Any, stack: str | None) -> tuple[Any, tuple]:
-    """(estimate, model Op records in the estimate's op order) for a single-GPU workload."""
+    """(estimate, model Op records of one GPU in the estimate's op order)."""
     est = estimate(workload, hw, stack)
     ops = prepare(workload, get_stack(est.stack).fused).table.ops
     if len(ops) != len(est.ops) or any(o.name != e.name for o, e in zip(ops, est.ops)):
-        raise ValueError("trace import matches single-GPU workloads only (the plan's ops differ from the "
-                         "estimate's); drop --tp/--pp/--dp for now")
+        raise ValueError("this plan's per-GPU op list differs from its estimate's, so its kernels cannot be "
+                         "matched op by op; describe the workload with fewer parallel dimensions")
     return est, ops
 
 

@@ -168,3 +168,17 @@ def test_cli_import_and_errors(capsys, tmp_path):
     assert main(["trace", "import", str(bad)]) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: ") and err.count("\n") == 1
+
+
+def test_data_parallel_all_reduce_matches_the_collective_op(tmp_path):
+    """A dp=2 step: the NCCL all-reduce kernel meets mechsim's comm/dp/grad_ar op; its exposed part
+    (not overlapped by the GEMM on the compute stream) is the measured comm_exposed."""
+    from mechsim.model.parallel import Parallelism
+    ev = _events([("nvjet_sm90_tst_x", 0.0, 300.0, 7), ("ncclDevKernel_AllReduce_Sum_f32_RING_LL", 200.0, 400.0, 20)])
+    w = train("eager").model_copy(update={"parallel": Parallelism(dp=2)})
+    r = compare_trace(load_trace(_write(tmp_path, {"traceEvents": ev})), w, "hgx_h200")
+    row = next(x for x in r.match.rows if x.group == "collective:all_reduce")
+    assert row.ops == ("comm/dp/grad_ar",) and row.predicted_s > 0 and row.measured_s == pytest.approx(400e-6)
+    cats = {c.category: c for c in r.categories}
+    assert cats["comm_exposed"].measured_s == pytest.approx(300e-6)
+    assert cats["comm_hidden"].measured_s == pytest.approx(100e-6)
