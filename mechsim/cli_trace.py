@@ -43,6 +43,8 @@ def trace_gpu(trace: Any, hw: str | None) -> str:
     from .validation.predict import GPU_BY_NAME
     props = trace.meta.get("deviceProperties") or []
     name = next((d.get("name", "") for d in props if isinstance(d, dict) and d.get("id", 0) == trace.device), "")
+    if not name:
+        raise ValueError("--hw: the trace does not name its GPU; give --hw (see `mechsim hw list`)")
     if name not in GPU_BY_NAME:
         raise ValueError(f"--hw: the trace names GPU {name!r}, which mechsim cannot map; give --hw (see `mechsim hw list`)")
     return GPU_BY_NAME[name]

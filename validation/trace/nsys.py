@@ -6,6 +6,7 @@ https://docs.nvidia.com/nsight-systems/UserGuide/index.html#exporter-sqlite-sche
   CUPTI_ACTIVITY_KIND_MEMCPY   start, end, deviceId, streamId, correlationId, bytes, copyKind
   CUPTI_ACTIVITY_KIND_MEMSET   start, end, deviceId, streamId, correlationId, bytes
   CUPTI_ACTIVITY_KIND_RUNTIME  start, correlationId, globalTid (the launch call)
+  TARGET_INFO_GPU              id, name (the GPU's name, to pick mechsim's GPU)
   NVTX_EVENTS                  start, end, text or textId, globalTid (ranges: ProfilerStep#N from
                                torch.autograd.profiler.emit_nvtx, NCCL's own ranges)
 An nsys export has no CPU-op shapes, so its GEMMs are matched per phase, not per shape.
@@ -70,6 +71,13 @@ def _ranges(db: sqlite3.Connection, b: Builder, tables: set[str]) -> None:
         b.ranges.append(Range(str(name or ""), start / 1e3, end / 1e3, int(gtid or -1)))
 
 
+def _gpus(db: sqlite3.Connection, b: Builder, tables: set[str]) -> None:
+    """GPU names (TARGET_INFO_GPU) in the Chrome trace's deviceProperties form."""
+    if "TARGET_INFO_GPU" in tables and {"id", "name"} <= _columns(db, "TARGET_INFO_GPU"):
+        b.meta["deviceProperties"] = [{"id": int(i), "name": str(n)} for i, n in
+                                      db.execute("SELECT id, name FROM TARGET_INFO_GPU")]
+
+
 def read_nsys(path: Path, device: int | None = None) -> Trace:
     try:
         db = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
@@ -85,6 +93,7 @@ def read_nsys(path: Path, device: int | None = None) -> Trace:
         _copies(db, b, tables)
         _launches(db, b, tables)
         _ranges(db, b, tables)
+        _gpus(db, b, tables)
         return b.finish(device)
     except sqlite3.DatabaseError as e:
         raise TraceError(f"{path}: SQLite export not as Nsight Systems writes it ({e})") from None

@@ -39,6 +39,8 @@ def _nsys(path: Path) -> Path:
             (999600, 999900, 0, 42, 12, 0, 0, 0);
         INSERT INTO CUPTI_ACTIVITY_KIND_MEMSET VALUES (1101000, 1102000, 0, 1, 7, 14, 1, 0, 4096);
         INSERT INTO NVTX_EVENTS VALUES (990000, 1300000, 59, 0, 0, 0, NULL, 42, 42, 3, 0);
+        CREATE TABLE TARGET_INFO_GPU (vmId INT, id INT, name TEXT, busLocation TEXT);
+        INSERT INTO TARGET_INFO_GPU VALUES (0, 0, 'NVIDIA H200', '0000:00:00.0'), (0, 1, 'NVIDIA H200', '0000:01:00.0');
     """)
     db.commit()
     db.close()
@@ -54,6 +56,8 @@ def test_nsys_export_kernels_steps_and_overlap(tmp_path):
     s = tl.steps[0]
     assert s.comm_s == pytest.approx(60e-6) and s.comm_hidden_s == pytest.approx(10e-6)
     assert load_trace(tmp_path / "r.sqlite", device=1).n == 1
+    from mechsim.cli_trace import trace_gpu
+    assert trace_gpu(t, None) == "h200_sxm"
 
 
 def test_nsys_without_kernel_table_is_foreign(tmp_path):
