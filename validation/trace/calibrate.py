@@ -65,7 +65,7 @@ def gemm_samples(tl: Timeline) -> list[GemmSample]:
         mnk = dims_mnk(op.name, op.dims)
         if mnk is not None and op.dtype in TORCH_DTYPE:
             by_shape.setdefault((*mnk, TORCH_DTYPE[op.dtype]), []).append(s)
-    return [GemmSample(*k, float(np.median(v)), len(v)) for k, v in sorted(by_shape.items())]
+    return [GemmSample(m, n, k, b, dt, float(np.median(v)), len(v)) for (m, n, k, b, dt), v in sorted(by_shape.items())]
 
 
 def split(samples: list[GemmSample], seed: int) -> tuple[list[GemmSample], list[GemmSample]]:

@@ -49,7 +49,8 @@ class _Text:
     def skip(self, pattern: re.Pattern = _WS) -> str:
         """Skip ``pattern``; the next character ('' at the end)."""
         while True:
-            self.pos = pattern.match(self.buf, self.pos).end()
+            m = pattern.match(self.buf, self.pos)
+            self.pos = m.end() if m else self.pos
             if self.pos < len(self.buf) or not self.more():
                 return self.buf[self.pos:self.pos + 1]
 
@@ -234,10 +235,10 @@ def _op(b: Builder, e: dict, name: str) -> None:
     ext = a.get("External id")
     if ext is None:
         return
-    dims = a.get("Input Dims") or ()
+    dims = a.get("Input Dims")
     mb = _message_bytes(a) if "In msg nelems" in a else float("nan")
     types = a.get("Input type") or ("",)
-    b.ops.setdefault(int(ext), LaunchOp(name, _freeze(dims), mb, str(types[0]) if types else ""))
+    b.ops.setdefault(int(ext), LaunchOp(name, tuple(_freeze(d) for d in dims) if isinstance(dims, list) else (), mb, str(types[0]) if types else ""))
 
 
 def _freeze(x: object) -> object:

@@ -118,7 +118,8 @@ def op_key(op: Any, phase_override: str | None = None) -> tuple:
         name = COLLECTIVE_OPS[op.shape[2]] if len(op.shape) > 2 else "all_reduce"
         return (ANY_PHASE, f"collective:{COLLECTIVE_GROUP.get(name, name)}", None)
     group = KIND_GROUP.get(op.kind, "memory")
-    shape = gemm_key(*op.shape[:3], op.shape[3] if len(op.shape) > 3 else 1) if group == "gemm" else None
+    s = op.shape
+    shape = gemm_key(s[0], s[1], s[2], s[3] if len(s) > 3 else 1) if group == "gemm" else None
     return (phase_override or op.phase, group, shape)
 
 
@@ -155,7 +156,7 @@ def _category(group: str) -> str:
 
 def kernel_keys(tl: Timeline) -> list[tuple]:
     t = tl.trace
-    out = []
+    out: list[tuple] = []
     for fam, ph, oi in zip(tl.family, tl.phase.tolist(), t.op_index.tolist()):
         if fam.group.startswith("collective:"):
             out.append((ANY_PHASE, fam.group, None))
