@@ -43,8 +43,8 @@ GROUPS = {
     }),
     "gemm": Group(("gemm_sweep", "gemm"), {
         "gemm.misaligned_fraction": (0.3, "1"), "gemm.misaligned_fraction_8b": (0.5, "1"),
-        "gemm.k_overhead": (160.0, "1"), "gemm.fixed_s": (3e-6, "s"), **{f"gemm.peak_fraction_{d}": (0.7, "1")
-                                             for d in ("bf16", "fp16", "fp8", "tf32", "fp32")},
+        "gemm.k_overhead": (160.0, "1"), "gemm.fixed_s": (3e-6, "s"),
+        **{f"gemm.peak_fraction_{d}": (0.7, "1") for d in ("bf16", "fp16", "fp8", "tf32", "fp32")},
     }),
 }
 
