@@ -25,6 +25,8 @@ MAX_BYTES = 1e18               # one kernel's traffic (an exabyte)
 MAX_FLOPS = 1e27               # one kernel's FLOP
 MAX_TOKENS = 1e17              # a training token budget (largest public runs: ~3.6e13)
 MAX_USD = 1e13                 # a budget (ten trillion dollars)
+MAX_RATE = 1e9                 # requests/s of one serving deployment
+MAX_TARGET_S = 3600.0          # a latency target (TTFT, TPOT) of at most an hour
 MAX_FACTOR = 1e6               # a what-if may scale a spec by at most this factor either way
 CHINCHILLA_TOKENS_PER_PARAM = 20.0   # Hoffmann et al. 2022, "Training Compute-Optimal Large
 #                                      Language Models" (arXiv:2203.15556): ~20 tokens per parameter
@@ -306,9 +308,9 @@ class ServeArgs(_Args):
     pp: Gpus = 1
     input_len: Count = 2048
     output_len: Count = 256
-    rate: OptPositive = None
-    ttft_s: OptPositive = None
-    tpot_s: OptPositive = None
+    rate: Annotated[float | None, _opt(0, MAX_RATE, lo_open=True)] = None
+    ttft_s: Annotated[float | None, _opt(0, MAX_TARGET_S, lo_open=True)] = None
+    tpot_s: Annotated[float | None, _opt(0, MAX_TARGET_S, lo_open=True)] = None
     stack: Annotated[Any, BeforeValidator(stack_name)] = "serving"
     max_batch: OptCount = None
     max_num_tokens: OptCount = None
