@@ -13,7 +13,8 @@ def add_args(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("storage (train): data loading and checkpoints on a storage tier")
     g.add_argument("--storage", default=None, metavar="TIER",
                    help="storage tier (`mechsim.hwdb.storage.list_storage()`: dgx_h100_local_nvme, "
-                        "superpod_parallel_fs, meta_tectonic, deepseek_3fs, aws_s3, h200_vm_disk)")
+                        "superpod_parallel_fs, meta_tectonic, deepseek_3fs, aws_s3, h200_vm_disk); printed under "
+                        "the step table, not in --json (API: mechsim.estimate_storage)")
     g.add_argument("--storage-write-GBps", type=float, default=None, help="measured write GB/s per node (replaces the tier's)")
     g.add_argument("--storage-read-GBps", type=float, default=None, help="measured read GB/s per node (replaces the tier's)")
     g.add_argument("--checkpoint", default="sync", choices=("sync", "async", "in_memory"),
