@@ -27,6 +27,8 @@ def add_parser(sub) -> None:
     p.add_argument("--ttft-ms", type=real, default=None, help="time-to-first-token target (ms)")
     p.add_argument("--tpot-ms", type=real, default=None, help="time-per-output-token target (ms)")
     p.add_argument("--rate", type=real, default=None, help="requests/s to serve (default: the max within targets)")
+    p.add_argument("--percentile", default="p99", choices=("mean", "p50", "p90", "p99"),
+                   help="what --ttft-ms / --tpot-ms bound (default p99, as serving SLOs and benchmarks state them)")
     p.add_argument("--stack", default="serving", help="software stack (serving = CUDA graphs; eager)")
     p.add_argument("--weight-dtype", default="bf16", help="bf16, fp8, fp4/nvfp4/mxfp4 (Blackwell), int4, int8")
     p.add_argument("--kv-dtype", default="bf16", help="bf16, fp8, fp4")
@@ -47,7 +49,7 @@ def run(args: argparse.Namespace) -> int:
     from mechsim import best_serving_plan, serve   # the checked facade (mechsim/inputs.py)
     ttft, tpot = _s(args.ttft_ms), _s(args.tpot_ms)
     common = dict(weight_dtype=args.weight_dtype, kv_dtype=args.kv_dtype, stack=args.stack,
-                  max_batch=args.max_batch, prefix_hit=args.prefix_hit)
+                  max_batch=args.max_batch, prefix_hit=args.prefix_hit, percentile=args.percentile)
     plan = None
     tp, ep, pp = args.tp, args.ep, args.pp
     if tp is None:
@@ -78,6 +80,15 @@ def _label(rep) -> str:
     return "operating point"
 
 
+def _percentile_line(p) -> str:
+    """TTFT / TPOT at p50, p90, p99 (sim/serving/latency.py), or why there are none."""
+    if not p.stable:
+        return "  percentiles: none (the queue grows)"
+    q = p.percentiles()
+    return (f"  TTFT p50 / p90 / p99 {q.ttft_p50_s * 1e3:.1f} / {q.ttft_p90_s * 1e3:.1f} / {q.ttft_p99_s * 1e3:.1f} ms"
+            f"   TPOT {q.tpot_p50_s * 1e3:.2f} / {q.tpot_p90_s * 1e3:.2f} / {q.tpot_p99_s * 1e3:.2f} ms")
+
+
 def format_report(rep, plan=None) -> str:
     """Human-readable serving report (ms, GiB, tokens/s)."""
     p, kv = rep.point, rep.kv
@@ -94,7 +105,8 @@ def format_report(rep, plan=None) -> str:
              f"= {kv.tokens:,} tokens -> {rep.kv_sequences:,} sequences of {seq:g} tokens (batch cap {rep.batch_cap:,})",
              f"{_label(rep)}: {p.rate_per_s:.3g} requests/s{'' if p.stable else ' (UNSTABLE: queue grows)'}",
              f"  batch {p.batch:.1f}, prefill share of GPU time {p.prefill_fraction:.0%}",
-             f"  TTFT {p.ttft_s * 1e3:.1f} ms   TPOT {p.tpot_s * 1e3:.2f} ms   E2E {p.e2e_s:.2f} s",
+             f"  TTFT {p.ttft_s * 1e3:.1f} ms   TPOT {p.tpot_s * 1e3:.2f} ms   E2E {p.e2e_s:.2f} s (means)",
+             _percentile_line(p),
              f"  tokens/s: output {p.output_tokens_per_s:,.0f} ({p.output_tokens_per_s_per_gpu:,.0f} per GPU), "
              f"total {p.total_tokens_per_s:,.0f}",
              f"saturation (max throughput): {rep.saturation_rate_per_s:.3g} requests/s"]

@@ -111,6 +111,25 @@ OptPositive = Annotated[float | None, _opt(0, None, lo_open=True)]
 Fraction = Annotated[float, _num(0, 1)]               # [0, 1]
 OptFraction = Annotated[float | None, _opt(0, 1)]
 Tokens = Annotated[float | None, _opt(0, MAX_TOKENS, lo_open=True)]
+
+
+def length_value(v: Any) -> Any:
+    """A sequence length in tokens: a number >= 1 (a published mean may be fractional) or a
+    non-empty list of such samples (a length distribution)."""
+    if isinstance(v, (list, tuple)):
+        if not v:
+            raise ValueError("must be a token count >= 1 or a non-empty list of them, got []")
+        return [number(x, 1, MAX_COUNT) for x in v]
+    return number(v, 1, MAX_COUNT)
+
+
+def percentile_name(v: Any) -> str:
+    """What latency targets bound: 'mean', 'p50', 'p90' or 'p99'."""
+    return _choice(str(v).strip().lower() if isinstance(v, str) else v, ("mean", "p50", "p90", "p99"),
+                   "the latency the targets bound")
+
+
+Length = Annotated[Any, BeforeValidator(length_value)]
 Usd = Annotated[float | None, _opt(0, MAX_USD, lo_open=True)]
 
 
@@ -306,11 +325,12 @@ class ServeArgs(_Args):
     tp: Gpus = 1
     ep: Gpus = 1
     pp: Gpus = 1
-    input_len: Count = 2048
-    output_len: Count = 256
+    input_len: Length = 2048
+    output_len: Length = 256
     rate: Annotated[float | None, _opt(0, MAX_RATE, lo_open=True)] = None
     ttft_s: Annotated[float | None, _opt(0, MAX_TARGET_S, lo_open=True)] = None
     tpot_s: Annotated[float | None, _opt(0, MAX_TARGET_S, lo_open=True)] = None
+    percentile: Annotated[str, BeforeValidator(percentile_name)] = "p99"
     stack: Annotated[Any, BeforeValidator(stack_name)] = "serving"
     max_batch: OptCount = None
     max_num_tokens: OptCount = None

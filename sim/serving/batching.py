@@ -14,10 +14,12 @@ Per replica, requests arrive at rate lam (Poisson), each with L_in prompt and L_
                                         first token); solved as a fixed point in B
     cap   = min(KV sequences of L_in + L_out tokens (kvcache.py; x ep attention ranks), max_batch);
             B > cap: unstable
-    TTFT  = rho P / (2 (1 - rho))       M/D/1 wait for the prefill server
-          + D(B) / 2                    the running iteration finishes first
+    TTFT  = E[X^2] / (2 E[X])           the running iteration finishes first (length-biased)
+          + rho E[X^2] / E[X]           the prefills of the others arriving in it, batched with it
           + prefill_s(1, L_in) + c D(B) own prefill, in c = ceil(L_in / max_num_tokens) chunked
                                         iterations that each also decode the B running sequences
+            X = D(B) + P j the iteration length, j the prompts it admits (latency.py: the
+            iteration chain, its closed-form moments and the p50 / p90 / p99 of TTFT and TPOT)
     E2E   = TTFT + (L_out - 1) TPOT;    concurrency = lam * E2E (Little)
 At saturation (B = cap) the rate is lam_max = cap / ((L_out - 1) D(cap) / E + cap P): the
 offline max-throughput operating point that trtllm-bench / vLLM's throughput benchmark measure.
@@ -36,6 +38,7 @@ from dataclasses import asdict, dataclass
 import numpy as np
 
 from .kvcache import KVCapacity, kv_capacity
+from .latency import UNSTABLE, LatencyModel, Percentiles, percentile_key, percentiles, ttft_mean
 from .params import param
 from .steps import Deployment, decode_s, prefill_s
 
@@ -44,10 +47,12 @@ MAX_SAMPLES = 16
 
 @dataclass(frozen=True)
 class Lengths:
-    """Prompt and output lengths (tokens): a single value or samples of a distribution."""
+    """Prompt and output lengths (tokens): a single value or samples of a distribution. A value
+    need not be whole: benchmarks publish mean lengths (e.g. 265.005 output tokens), and a mean
+    is what the steady state uses; kernels see whole prompts (rounded up, Server._new_tokens)."""
 
-    inputs: tuple[int, ...]
-    outputs: tuple[int, ...]
+    inputs: tuple[float, ...]
+    outputs: tuple[float, ...]
 
     @classmethod
     def of(cls, input_len, output_len, max_seq: int) -> "Lengths":
@@ -76,15 +81,18 @@ class Lengths:
         return self.mean_in + self.mean_out / 2.0
 
 
-def _samples(v, field: str) -> tuple[int, ...]:
-    arr = np.atleast_1d(np.asarray(v, dtype=float))
+def _samples(v, field: str) -> tuple[float, ...]:
+    try:
+        arr = np.atleast_1d(np.asarray(v, dtype=float))
+    except (TypeError, ValueError):
+        raise ValueError(f"{field}: lengths are token counts (numbers >= 1), got {v!r}") from None
     if arr.size == 0:
         raise ValueError(f"{field}: no samples")
-    if not np.all(np.isfinite(arr)) or np.any(arr < 1) or np.any(arr != np.round(arr)):
-        raise ValueError(f"{field}: lengths must be positive whole token counts, got {v!r}")
+    if not np.all(np.isfinite(arr)) or np.any(arr < 1):
+        raise ValueError(f"{field}: lengths must be token counts >= 1 (a mean may be fractional), got {v!r}")
     if arr.size > MAX_SAMPLES:   # quantiles keep the mean and the spread; P is a sample mean
         arr = np.quantile(arr, (np.arange(MAX_SAMPLES) + 0.5) / MAX_SAMPLES, method="nearest")
-    return tuple(int(x) for x in arr)
+    return tuple(int(x) if x == int(x) else float(x) for x in arr)
 
 
 @dataclass(frozen=True)
@@ -127,13 +135,27 @@ class OperatingPoint:
     gpus: int
     stable: bool
     limit: str                     # "", "kv_cache", "max_batch", "prefill"
+    latency: LatencyModel | None = None   # what the percentiles follow from (stable points)
 
     @property
     def output_tokens_per_s_per_gpu(self) -> float:
         return self.output_tokens_per_s / self.gpus
 
+    def percentiles(self) -> Percentiles:
+        """TTFT / TPOT at p50, p90, p99 (latency.py); infinite when the point is unstable."""
+        return percentiles(self.latency) if self.stable and self.latency is not None else UNSTABLE
+
+    def ttft_at(self, percentile: str = "mean") -> float:
+        """TTFT at ``percentile`` ('mean', 'p50', 'p90', 'p99'), seconds."""
+        return self.ttft_s if percentile_key(percentile) is None else self.percentiles().ttft(percentile.lower())
+
+    def tpot_at(self, percentile: str = "mean") -> float:
+        """TPOT at ``percentile`` ('mean', 'p50', 'p90', 'p99'), seconds."""
+        return self.tpot_s if percentile_key(percentile) is None else self.percentiles().tpot(percentile.lower())
+
     def to_dict(self) -> dict:
-        return {**asdict(self), "output_tokens_per_s_per_gpu": self.output_tokens_per_s_per_gpu}
+        d = {k: v for k, v in asdict(self).items() if k != "latency"}
+        return {**d, **asdict(self.percentiles()), "output_tokens_per_s_per_gpu": self.output_tokens_per_s_per_gpu}
 
 
 class Server:
@@ -154,8 +176,9 @@ class Server:
         self.prefill_chunks = float(np.mean([math.ceil(self._new_tokens(L) / engine.max_num_tokens)
                                              for L in lengths.inputs]))
 
-    def _new_tokens(self, L: int) -> int:
-        """Prompt tokens computed after a prefix-cache hit of ``prefix_hit`` of the prompt."""
+    def _new_tokens(self, L: float) -> int:
+        """Prompt tokens computed after a prefix-cache hit of ``prefix_hit`` of the prompt (whole
+        tokens: a fractional mean length rounds up)."""
         return max(1, math.ceil(L * (1.0 - self.prefix_hit)))
 
     def _prefill_amortized(self, L: int) -> float:
@@ -243,10 +266,12 @@ class Server:
         lam = rate if served is None else served
         rho = min(lam * self.prefill_per_request_s, 0.999999)
         d = self.iteration(max(b, 1.0))[0]
-        tpot = self.token_time(max(b, 1.0)) / (1.0 - rho)
-        wait = rho * self.prefill_per_request_s / (2.0 * (1.0 - rho)) if stable else math.inf
-        ttft = wait + d / 2.0 + self.prefill_latency_s + self.prefill_chunks * d
+        tok = self.token_time(max(b, 1.0))
+        tpot = tok / (1.0 - rho)
+        lat = LatencyModel(lam, self.prefill_per_request_s, self.prefill_latency_s, self.prefill_chunks, d, tok,
+                           tuple(sorted({max(o - 1.0, 0.0) for o in self.len.outputs})))
+        ttft = ttft_mean(lat) if stable else math.inf
         e2e = ttft + self.len.decode_steps * tpot
         out = lam * self.len.mean_out
         return OperatingPoint(rate, b, self.cap, self.kv_sequences, rho, ttft, tpot, e2e, lam * e2e if stable else math.inf,
-                              out, out + lam * self.len.mean_in, self.dep.gpus, stable, limit)
+                              out, out + lam * self.len.mean_in, self.dep.gpus, stable, limit, lat if stable else None)

@@ -17,10 +17,11 @@ import math
 from dataclasses import asdict, dataclass, field
 
 from .batching import Engine, Lengths, OperatingPoint, Server
+from .latency import percentile_key
 from .steps import Deployment, nvlink_domain
 
 IDLE_RATE_FRACTION = 1e-4     # "idle": this fraction of the saturation rate
-BISECT_STEPS = 40
+BISECT_STEPS = 30              # (hi - lo) / 2^30 of the saturation rate
 TP_CHOICES = (1, 2, 4, 8, 16, 32, 64)
 
 
@@ -38,8 +39,10 @@ class RateLimit:
         return {**asdict(self), "point": self.point.to_dict()}
 
 
-def _meets(p: OperatingPoint, ttft_s, tpot_s) -> bool:
-    return p.stable and (ttft_s is None or p.ttft_s <= ttft_s) and (tpot_s is None or p.tpot_s <= tpot_s)
+def _meets(p: OperatingPoint, ttft_s, tpot_s, percentile: str = "p99") -> bool:
+    """Stable, with TTFT and TPOT at ``percentile`` within their targets (None: no target)."""
+    return p.stable and (ttft_s is None or p.ttft_at(percentile) <= ttft_s) and (
+        tpot_s is None or p.tpot_at(percentile) <= tpot_s)
 
 
 def _check_target(v, field: str) -> None:
@@ -47,44 +50,50 @@ def _check_target(v, field: str) -> None:
         raise ValueError(f"{field}: a latency target must be a positive number of seconds, got {v}")
 
 
-def max_rate(server: Server, ttft_s: float | None = None, tpot_s: float | None = None) -> RateLimit:
-    """Bisection for the largest rate with TTFT <= ttft_s and TPOT <= tpot_s (module docstring)."""
+def max_rate(server: Server, ttft_s: float | None = None, tpot_s: float | None = None,
+             percentile: str = "p99") -> RateLimit:
+    """Bisection for the largest rate with TTFT and TPOT at ``percentile`` ('mean', 'p50', 'p90',
+    'p99': what the targets bound; serving SLOs and benchmarks state p99 or p90) within ttft_s and
+    tpot_s (module docstring)."""
     _check_target(ttft_s, "ttft_s")
     _check_target(tpot_s, "tpot_s")
+    percentile_key(percentile)
+    ok = lambda pt: _meets(pt, ttft_s, tpot_s, percentile)
     sat = server.saturation_rate()
     if sat <= 0:
         p = server._point(1e-9, 0.0, False, "kv_cache", served=0.0)
         return RateLimit(False, 0.0, p, "kv_cache", "no sequence fits in the KV cache after the weights")
     idle = server.at_rate(sat * IDLE_RATE_FRACTION)
-    if not _meets(idle, ttft_s, tpot_s):
-        return RateLimit(False, 0.0, idle, _which(idle, ttft_s, tpot_s), _infeasible_text(idle, ttft_s, tpot_s))
+    if not ok(idle):
+        return RateLimit(False, 0.0, idle, _which(idle, ttft_s, tpot_s, percentile),
+                         _infeasible_text(idle, ttft_s, tpot_s, percentile))
     lo, hi = sat * IDLE_RATE_FRACTION, sat * (1 - 1e-6)
-    if _meets(server.at_rate(hi), ttft_s, tpot_s):
+    if ok(server.at_rate(hi)):
         p = server.at_rate(hi)
         return RateLimit(True, hi, p, server._limit(), f"throughput-bound ({server._limit()})")
     for _ in range(BISECT_STEPS):
         mid = 0.5 * (lo + hi)
-        lo, hi = (mid, hi) if _meets(server.at_rate(mid), ttft_s, tpot_s) else (lo, mid)
+        lo, hi = (mid, hi) if ok(server.at_rate(mid)) else (lo, mid)
     p = server.at_rate(lo)
     edge = server.at_rate(hi)
-    b = _which(edge, ttft_s, tpot_s)
-    return RateLimit(True, lo, p, b, f"latency-bound ({b} target)")
+    b = _which(edge, ttft_s, tpot_s, percentile)
+    return RateLimit(True, lo, p, b, f"latency-bound ({percentile} {b} target)")
 
 
-def _which(p: OperatingPoint, ttft_s, tpot_s) -> str:
-    if ttft_s is not None and p.ttft_s > ttft_s:
+def _which(p: OperatingPoint, ttft_s, tpot_s, percentile: str = "p99") -> str:
+    if ttft_s is not None and p.ttft_at(percentile) > ttft_s:
         return "ttft"
-    if tpot_s is not None and p.tpot_s > tpot_s:
+    if tpot_s is not None and p.tpot_at(percentile) > tpot_s:
         return "tpot"
     return p.limit or "prefill"
 
 
-def _infeasible_text(p: OperatingPoint, ttft_s, tpot_s) -> str:
-    parts = []
-    if ttft_s is not None and p.ttft_s > ttft_s:
-        parts.append(f"TTFT {p.ttft_s * 1e3:.1f} ms > target {ttft_s * 1e3:.1f} ms")
-    if tpot_s is not None and p.tpot_s > tpot_s:
-        parts.append(f"TPOT {p.tpot_s * 1e3:.2f} ms > target {tpot_s * 1e3:.2f} ms")
+def _infeasible_text(p: OperatingPoint, ttft_s, tpot_s, percentile: str = "p99") -> str:
+    parts, tt, tp = [], p.ttft_at(percentile), p.tpot_at(percentile)
+    if ttft_s is not None and tt > ttft_s:
+        parts.append(f"{percentile} TTFT {tt * 1e3:.1f} ms > target {ttft_s * 1e3:.1f} ms")
+    if tpot_s is not None and tp > tpot_s:
+        parts.append(f"{percentile} TPOT {tp * 1e3:.2f} ms > target {tpot_s * 1e3:.2f} ms")
     return "infeasible even at idle load: " + "; ".join(parts)
 
 
@@ -144,12 +153,13 @@ def ep_options(model, hw: str, tp: int, eps=None) -> tuple[int, ...]:
     return tuple(e for e in base if tp * e <= dom and m.n_experts % e == 0 and m.n_experts // e >= m.top_k) or (1,)
 
 
-def _candidate(dep: Deployment, lengths, engine, ttft_s, tpot_s, **kw) -> tuple[Server, RateLimit] | None:
+def _candidate(dep: Deployment, lengths, engine, ttft_s, tpot_s, percentile="p99",
+               **kw) -> tuple[Server, RateLimit] | None:
     try:
         server = Server(dep, lengths, engine, **kw)
     except ValueError:
         return None
-    return server, max_rate(server, ttft_s, tpot_s)
+    return server, max_rate(server, ttft_s, tpot_s, percentile)
 
 
 def _deployment(model, hw, tp, wd, kd, stack, overrides, ep, pp) -> Deployment | None:
@@ -178,12 +188,13 @@ def _closeness(lim: RateLimit, ttft_s, tpot_s) -> float:
 def best_serving_plan(model, hw, input_len, output_len, ttft_s=None, tpot_s=None, rate=None,
                       weight_dtype="bf16", kv_dtype="bf16", stack="serving", tps=None,
                       max_batch=None, max_num_tokens=None, overrides=None, prefix_hit=0.0,
-                      spec=None, eps=None, pps=(1,)) -> ServingPlan:
+                      spec=None, eps=None, pps=(1,), percentile="p99") -> ServingPlan:
     """Best tp (and replica count for ``rate``) serving ``model`` on ``hw`` within the targets.
 
     input_len / output_len: tokens (or samples); ttft_s / tpot_s: targets in seconds (None: no
     target); rate: requests/s to serve (None: one replica at its max rate); tps / eps / pps: the
-    degrees to try (default: module docstring; pipeline parallelism only when pps asks for it)."""
+    degrees to try (default: module docstring; pipeline parallelism only when pps asks for it);
+    percentile: what the targets bound ('mean', 'p50', 'p90', 'p99')."""
     if rate is not None and not (rate > 0 and math.isfinite(rate)):
         raise ValueError(f"rate: must be a positive number of requests/s, got {rate}")
     engine = Engine.default(max_batch, max_num_tokens)
@@ -194,7 +205,7 @@ def best_serving_plan(model, hw, input_len, output_len, ttft_s=None, tpot_s=None
         for ep in ep_options(first.model, hw, tp, eps):
             for pp in pps:
                 dep = _deployment(first.model, hw, tp, weight_dtype, kv_dtype, stack, overrides, ep, pp)
-                c = None if dep is None else _candidate(dep, lengths, engine, ttft_s, tpot_s,
+                c = None if dep is None else _candidate(dep, lengths, engine, ttft_s, tpot_s, percentile,
                                                         prefix_hit=prefix_hit, spec=spec)
                 if c is not None and c[0].kv_sequences >= 1:
                     found.append((dep, *c))

@@ -12,7 +12,7 @@ proportion to its length (pi_j X_j), at a uniform point of it, and is prefilled 
 together with the M ~ Poisson(lam X_j) others that arrived in the same iteration:
     TTFT = U X_j + D + prefill latency + P M + (c - 1) D
 (c: chunked iterations of a prompt longer than the token budget, each also decoding the batch).
-Its mean is E[X^2] / (2 E[X]) + D + latency + lam P E[X^2] / E[X] + (c - 1) D.
+Its mean, E[X^2] / (2 E[X]) + lam P E[X^2] / E[X] + D + latency + (c - 1) D, is closed form (ttft_mean).
 TPOT of a request with n decode tokens = D / E + P S / n: the S prompts prefilled during its
 decode iterations stall them. S sums the chain's admitted counts over those iterations; its mean and
 variance follow from the chain (stall_moments) and its law is taken as the gamma of those moments
@@ -26,11 +26,12 @@ engine (Poisson arrivals, iteration by iteration, token budget).
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 
 import numpy as np
-from scipy import stats
+from scipy import special
 
 PERCENTILES = {"mean": None, "p50": 0.50, "p90": 0.90, "p99": 0.99}
 
@@ -67,72 +68,107 @@ def _bisect(f, lo: float, hi: float, steps: int = 100) -> float:
     return 0.5 * (lo + hi)
 
 
-@dataclass(frozen=True)
+def poisson_pmf(k: np.ndarray, mu: np.ndarray) -> np.ndarray:
+    """Poisson(mu) at counts k (broadcast), through logs: exp(k ln mu - mu - ln k!)."""
+    mu = np.maximum(mu, 1e-300)
+    return np.exp(k * np.log(mu) - mu - special.gammaln(k + 1.0))
+
+
+@dataclass(frozen=True, eq=False)
 class IterationLaw:
-    """Stationary law of the prompts an iteration admits: X[j] = D + P j with probability pi[j]."""
+    """Stationary law of the prompts an iteration admits: X[j] = D + P j with probability pi[j];
+    ``others[j, M]`` is the Poisson law of the M others that arrive during an iteration of kind j."""
 
     lengths_s: np.ndarray
     pi: np.ndarray
+    others: np.ndarray
 
-    @property
-    def mean_s(self) -> float:
-        return float(self.pi @ self.lengths_s)
+    @functools.cached_property
+    def cum0(self) -> np.ndarray:
+        return np.cumsum(self.others, axis=1)
 
-    @property
+    @functools.cached_property
+    def cum1(self) -> np.ndarray:
+        return np.cumsum(self.others * np.arange(self.others.shape[1]), axis=1)
+
+    @functools.cached_property
     def biased(self) -> np.ndarray:
         """Probability that an arrival lands in an iteration of each kind (length-biased)."""
         w = self.pi * self.lengths_s
         return w / w.sum()
 
 
+def _chain_size(m: LatencyModel) -> int:
+    """States kept: the mean admitted count plus 14 of its standard deviations (moments below)."""
+    mu = m.rate_per_s * m.iteration_s / (1.0 - m.rho)
+    return int(mu + 14.0 * math.sqrt(mu / (1.0 - m.rho ** 2) + 1.0) + 20)
+
+
+@functools.cache
 def iteration_law(m: LatencyModel) -> IterationLaw:
     """The chain P(j' | j) = Poisson(j'; lam X_j) solved for its stationary law (module docstring)."""
-    mean_j = m.rate_per_s * m.iteration_s / (1.0 - m.rho)
-    J = int(mean_j + 12.0 * math.sqrt(mean_j + 1.0) / max(1.0 - m.rho, 0.05) + 20)
+    J = _chain_size(m)
     j = np.arange(J)
     X = m.iteration_s + m.prefill_per_request_s * j
-    T = stats.poisson.pmf(j[None, :], m.rate_per_s * X[:, None])
+    T = poisson_pmf(j[None, :], m.rate_per_s * X[:, None])
     T /= T.sum(axis=1, keepdims=True)
-    pi = np.full(J, 1.0 / J)
-    for _ in range(10_000):
+    pi = _stationary(T, poisson_pmf(j, np.full(J, m.rate_per_s * m.iteration_s / (1.0 - m.rho))))
+    mu = m.rate_per_s * X
+    M = np.arange(int(mu[-1] + 14.0 * math.sqrt(mu[-1] + 1.0) + 10))
+    return IterationLaw(X, pi / pi.sum(), poisson_pmf(M[None, :], mu[:, None]))
+
+
+def _stationary(T: np.ndarray, start: np.ndarray) -> np.ndarray:
+    """pi = pi T by power iteration from ``start`` (vector-matrix products only: a dense solve runs
+    multi-threaded BLAS, which stalls on a loaded small machine)."""
+    pi = start / start.sum()
+    for _ in range(20_000):
         pi, last = pi @ T, pi
-        if np.abs(pi - last).sum() < 1e-12:
+        if np.abs(pi - last).sum() < 1e-13:
             break
-    return IterationLaw(X, pi / pi.sum())
+    return pi
 
 
 def _ttft_fixed(m: LatencyModel) -> float:
     return m.iteration_s + m.prefill_latency_s + max(m.prefill_chunks - 1.0, 0.0) * m.iteration_s
 
 
-def ttft_mean(m: LatencyModel, law: IterationLaw | None = None) -> float:
-    """Mean TTFT (module docstring)."""
-    law = law or iteration_law(m)
-    lb = float(law.biased @ law.lengths_s)           # E[X^2] / E[X]
-    return lb / 2.0 + m.rate_per_s * m.prefill_per_request_s * lb + _ttft_fixed(m)
+def ttft_mean(m: LatencyModel) -> float:
+    """Mean TTFT in closed form: the admitted count j has mean mu = lam D / (1 - rho) and variance
+    mu / (1 - rho^2) (j' ~ Poisson(lam D + rho j)), so E[X] = D / (1 - rho) and
+    E[X^2] / E[X] = E[X] + P^2 Var(j) / E[X]; TTFT = E[X^2] / (2 E[X]) (1 + 2 rho) + fixed."""
+    ex = m.iteration_s / (1.0 - m.rho)
+    mu = m.rate_per_s * m.iteration_s / (1.0 - m.rho)
+    lb = ex + m.prefill_per_request_s ** 2 * mu / (1.0 - m.rho ** 2) / ex
+    return lb / 2.0 + m.rho * lb + _ttft_fixed(m)
 
 
 def _ttft_cdf(m: LatencyModel, law: IterationLaw, t: float) -> float:
-    """P(TTFT <= t): U X_j + P M below t - fixed, mixed over j (length-biased) and M."""
+    """P(TTFT <= t) = sum_j w_j sum_M Poisson(M) clip((x - P M) / X_j, 0, 1), x = t - fixed: for
+    M <= a_j = floor((x - X_j) / P) the clip is 1, for a_j < M <= b = floor(x / P) it is linear in
+    M, so two cumulative sums over M (of the pmf and of M times it) give it in O(J)."""
     x = t - _ttft_fixed(m)
     if x <= 0:
         return 0.0
-    X, w = law.lengths_s, law.biased
-    mu = m.rate_per_s * X
-    M = np.arange(int(mu.max() + 12.0 * math.sqrt(mu.max() + 1.0) + 10))
-    pm = stats.poisson.pmf(M[None, :], mu[:, None])
-    u = np.clip((x - m.prefill_per_request_s * M[None, :]) / X[:, None], 0.0, 1.0)
-    return float(w @ (pm * u).sum(axis=1))
+    P, X, top = m.prefill_per_request_s, law.lengths_s, law.others.shape[1] - 1
+    a = np.clip(np.floor((x - X) / P), -1, top).astype(int)
+    b = np.clip(np.floor(x / P), -1, top).astype(int)
+    rows = np.arange(len(X))
+    c0 = np.where(a >= 0, law.cum0[rows, np.maximum(a, 0)], 0.0)
+    b0 = np.where(b >= 0, law.cum0[rows, np.maximum(b, 0)], 0.0)
+    c1 = np.where(a >= 0, law.cum1[rows, np.maximum(a, 0)], 0.0)
+    b1 = np.where(b >= 0, law.cum1[rows, np.maximum(b, 0)], 0.0)
+    return float(law.biased @ (c0 + ((b0 - c0) * x - P * (b1 - c1)) / X))
 
 
-def ttft_quantile(m: LatencyModel, q: float, law: IterationLaw | None = None) -> float:
+def ttft_quantile(m: LatencyModel, q: float) -> float:
     """The q-quantile of TTFT (module docstring)."""
-    law = law or iteration_law(m)
+    law = iteration_law(m)
     lo = _ttft_fixed(m)
-    hi = lo + 2.0 * ttft_mean(m, law) + law.lengths_s[-1]
+    hi = lo + 2.0 * ttft_mean(m) + float(law.lengths_s[-1])
     while _ttft_cdf(m, law, hi) < q:
         hi = lo + 2.0 * (hi - lo)
-    return _bisect(lambda t: _ttft_cdf(m, law, t) - q, lo, hi, steps=60)
+    return _bisect(lambda t: _ttft_cdf(m, law, t) - q, lo, hi, steps=32)
 
 
 def stall_moments(m: LatencyModel, tokens: float) -> tuple[float, float, float]:
@@ -161,7 +197,7 @@ def _tpot_cdf(m: LatencyModel, x: float) -> float:
         if mean <= 0 or s == math.inf:
             ps.append(1.0 if x >= m.token_s else 0.0)
             continue
-        ps.append(float(stats.gamma.cdf(s, mean ** 2 / var, scale=var / mean)) if s > 0 else 0.0)
+        ps.append(float(special.gammainc(mean ** 2 / var, s * mean / var)) if s > 0 else 0.0)
     return float(np.mean(ps)) if ps else 1.0
 
 
@@ -172,7 +208,7 @@ def tpot_quantile(m: LatencyModel, q: float) -> float:
     lo, hi = m.token_s, m.token_s / (1.0 - m.rho) + m.prefill_per_request_s
     while _tpot_cdf(m, hi) < q:
         hi = m.token_s + 2.0 * (hi - m.token_s)
-    return _bisect(lambda x: _tpot_cdf(m, x) - q, lo, hi, steps=60)
+    return _bisect(lambda x: _tpot_cdf(m, x) - q, lo, hi, steps=32)
 
 
 @dataclass(frozen=True)
@@ -200,5 +236,5 @@ def percentiles(m: LatencyModel) -> Percentiles:
     """p50 / p90 / p99 of TTFT and TPOT of a stable replica (rho < 1)."""
     if not m.rho < 1.0:
         return UNSTABLE
-    qs, law = (0.5, 0.9, 0.99), iteration_law(m)
-    return Percentiles(*(ttft_quantile(m, q, law) for q in qs), *(tpot_quantile(m, q) for q in qs))
+    qs = (0.5, 0.9, 0.99)
+    return Percentiles(*(ttft_quantile(m, q) for q in qs), *(tpot_quantile(m, q) for q in qs))

@@ -13,7 +13,8 @@ import math
 from dataclasses import dataclass
 
 from .batching import Engine, Lengths, OperatingPoint, Server
-from .capacity import RateLimit, max_rate
+from .capacity import RateLimit, _meets, max_rate
+from .latency import percentile_key
 from .kvcache import KVCapacity
 from .steps import Deployment
 from .whatif import DisaggPlan, SpecDecode, disaggregate
@@ -45,6 +46,7 @@ class ServingReport:
     spec: SpecDecode | None = None
     prefix_hit: float = 0.0
     disagg: DisaggPlan | None = None
+    percentile: str = "p99"          # what the targets bound
 
     def to_dict(self) -> dict:
         d = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
@@ -70,11 +72,13 @@ def _finite(x):
 def serve(model, hw="h200_sxm", tp=1, input_len=2048, output_len=256, rate=None, ttft_s=None, tpot_s=None,
           weight_dtype="bf16", kv_dtype="bf16", stack="serving", max_batch=None, max_num_tokens=None,
           kv_policy="reserve", spec_k=None, spec_accept=None, draft_model=None, prefix_hit=0.0,
-          disagg=False, overrides=None, ep=1, pp=1) -> ServingReport:
+          disagg=False, overrides=None, ep=1, pp=1, percentile="p99") -> ServingReport:
     """Serve ``model`` on ``tp`` GPUs of ``hw`` (module docstring). Lengths in tokens (or samples),
     rate in requests/s, targets in seconds; spec_k / spec_accept switch speculative decoding on;
     ep > 1 splits a MoE model's experts over ep data-parallel attention ranks; pp > 1 pipelines
-    the layers over pp stages (tp * ep * pp GPUs; steps.Deployment)."""
+    the layers over pp stages (tp * ep * pp GPUs; steps.Deployment); the targets bound TTFT and
+    TPOT at ``percentile`` ('mean', 'p50', 'p90', 'p99'; latency.py)."""
+    percentile_key(percentile)
     dep = Deployment.make(model, hw, tp, weight_dtype, kv_dtype, stack=stack, overrides=overrides, ep=ep, pp=pp)
     lengths = Lengths.of(input_len, output_len, dep.model.max_seq)
     spec = _spec(spec_k, spec_accept, draft_model)
@@ -83,12 +87,12 @@ def serve(model, hw="h200_sxm", tp=1, input_len=2048, output_len=256, rate=None,
         raise ValueError(f"tp: {dep.model.name} with {dep.weight_dtype} weights leaves no room for the KV cache "
                          f"on {dep.gpus} x {dep.gpu.key}; raise tp (or ep / pp) or quantize the weights")
     targets = ttft_s is not None or tpot_s is not None
-    lim = max_rate(srv, ttft_s, tpot_s) if targets else None
-    point, meets, reason = _point(srv, rate, lim, ttft_s, tpot_s)
+    lim = max_rate(srv, ttft_s, tpot_s, percentile) if targets else None
+    point, meets, reason = _point(srv, rate, lim, ttft_s, tpot_s, percentile)
     dis = disaggregate(srv, srv, rate or max(point.rate_per_s, 1e-9)) if disagg else None
     return ServingReport(dep.model.name, dep.hw, dep.gpu.key, dep.tp, dep.ep, dep.pp, dep.weight_dtype, dep.kv_dtype, dep.stack,
                          lengths.mean_in, lengths.mean_out, srv.kv, srv.kv_sequences, srv.cap, point,
-                         srv.saturation_rate(), lim, meets, reason, spec, prefix_hit, dis)
+                         srv.saturation_rate(), lim, meets, reason, spec, prefix_hit, dis, percentile.lower())
 
 
 def _spec(k, a, draft) -> SpecDecode | None:
@@ -99,12 +103,12 @@ def _spec(k, a, draft) -> SpecDecode | None:
     return SpecDecode(int(k), float(a), draft)
 
 
-def _point(srv: Server, rate, lim: RateLimit | None, ttft_s, tpot_s):
+def _point(srv: Server, rate, lim: RateLimit | None, ttft_s, tpot_s, percentile="p99"):
     if rate is not None:
         p = srv.at_rate(rate)
         if lim is None:
             return p, None, "unstable: the rate exceeds what the replica can serve" if not p.stable else "at the given rate"
-        ok = p.stable and (ttft_s is None or p.ttft_s <= ttft_s) and (tpot_s is None or p.tpot_s <= tpot_s)
+        ok = _meets(p, ttft_s, tpot_s, percentile)
         why = "meets the targets at the given rate" if ok else (
             f"misses the targets at the given rate; max rate within them: {lim.max_rate_per_s:.3g}/s ({lim.reason})")
         return p, ok, why

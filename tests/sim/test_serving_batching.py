@@ -140,12 +140,20 @@ def test_disaggregation_removes_prefill_interference():
 @pytest.mark.parametrize("kwargs,field", [
     (dict(input_len=0, output_len=10), "input_len"),
     (dict(input_len=-4, output_len=10), "input_len"),
-    (dict(input_len=10, output_len=2.5), "output_len"),
+    (dict(input_len=10, output_len=0.5), "output_len"),
+    (dict(input_len=10, output_len=float("nan")), "output_len"),
+    (dict(input_len="lots", output_len=10), "input_len"),
     (dict(input_len=8000, output_len=500), "max_seq"),
 ])
 def test_bad_lengths_name_the_field(kwargs, field):
     with pytest.raises(ValueError, match=field):
         Lengths.of(max_seq=8192, **kwargs)
+
+
+def test_a_fractional_mean_length_is_a_mean():
+    """Benchmarks publish mean lengths (265.005 output tokens): taken as the mean, prompts rounded up."""
+    lg = Lengths.of(294, 265.005, 8192)
+    assert lg.mean_out == pytest.approx(265.005) and lg.decode_steps == pytest.approx(264.005)
 
 
 @pytest.mark.parametrize("rate", [0.0, -1.0, float("inf"), float("nan")])

@@ -16,13 +16,20 @@ def srv():
     return Server(dep, Lengths.of(2048, 256, 8192), Engine.default())
 
 
-def test_max_rate_is_the_edge_of_the_targets(srv):
-    lim = max_rate(srv, ttft_s=0.5, tpot_s=0.04)
+@pytest.mark.parametrize("pct", ["mean", "p90", "p99"])
+def test_max_rate_is_the_edge_of_the_targets(srv, pct):
+    lim = max_rate(srv, ttft_s=0.5, tpot_s=0.04, percentile=pct)
     assert lim.feasible and lim.binding in ("ttft", "tpot")
     p = lim.point
-    assert p.ttft_s <= 0.5 and p.tpot_s <= 0.04
+    assert p.ttft_at(pct) <= 0.5 and p.tpot_at(pct) <= 0.04
     over = srv.at_rate(lim.max_rate_per_s * 1.01)
-    assert over.ttft_s > 0.5 or over.tpot_s > 0.04 or not over.stable
+    assert over.ttft_at(pct) > 0.5 or over.tpot_at(pct) > 0.04 or not over.stable
+
+
+def test_a_percentile_target_admits_less_than_the_same_mean_target(srv):
+    """A p99 bound is stricter than a bound on the mean: the replica sustains a lower rate."""
+    rates = [max_rate(srv, ttft_s=0.5, tpot_s=0.04, percentile=q).max_rate_per_s for q in ("mean", "p90", "p99")]
+    assert rates[0] > rates[1] > rates[2] > 0
 
 
 def test_looser_target_never_lowers_the_max_rate(srv):
