@@ -5,7 +5,8 @@ Row kernels (a thread block, or a warp, per row: torch's softmax, F.layer_norm /
 serialise load -> reduce -> normalise -> store within a row, so a kernel over few or short rows
 is bound by the rows' latency, not by HBM:
 
-    t = max(t_hbm_or_rate, waves x (row_s + cols x c)) + fixed_s
+    t = max(t_hbm_or_rate, waves x (row_s + n x c)) + fixed_s      n = the elements a row's loop
+                                                                   walks (row_elements)
     waves = max(1, rows / (rows_per_sm x SMs))      (rows_per_sm rows resident per SM: at least
                                                      one row's latency; beyond, a row throughput)
     c = col_s when a row is a whole number of vectors, misaligned_col_s otherwise (the kernel
@@ -18,6 +19,8 @@ rowkernel.softmax_block (the 1024-thread block kernels), rowkernel.layer_norm, r
 """
 
 from __future__ import annotations
+
+import math
 
 import numpy as np
 
@@ -41,7 +44,14 @@ def row_latency_s(rows: float, cols: float, elem_bytes: float, sm_count: int, ef
     waves = max(1.0, rows / max(eff.get(p + "rows_per_sm") * sm_count, 1e-9))
     aligned = cols % NORM_VEC == 0 if fam in NORMS else (cols * elem_bytes) % VECTOR_BYTES == 0
     c = eff.get(p + ("col_s" if aligned else "misaligned_col_s"))
-    return waves * (eff.get(p + "row_s") + cols * c)
+    return waves * (eff.get(p + "row_s") + row_elements(cols, fam) * c)
+
+
+def row_elements(cols: float, fam: str) -> float:
+    """Elements one row's loop walks: softmax_warp_forward is compiled for the next power of two
+    of the row (log2_elements; each of the warp's 32 lanes loads next_pow2(cols) / 32 elements,
+    masked past the row), the block kernels and the norms walk the row itself."""
+    return float(2 ** math.ceil(math.log2(max(cols, 1.0)))) if fam == "softmax_warp" else float(cols)
 
 
 def row_fixed_s(eff: Efficiency, fam: str) -> float:
