@@ -66,12 +66,66 @@ def check_pp(cfg: TransformerConfig, p: Parallelism) -> None:
         stage_layer_counts(L, p)
         return
     if L % (p.pp * vp):
-        _fail(f"n_layers={L} is not divisible by pp*vp={p.pp}*{vp}", "pp", p.pp,
+        hint = uneven_split_hint(L, p)
+        _fail(f"n_layers={L} is not divisible by pp*vp={p.pp}*{vp}" + (f"; {hint}" if hint else ""), "pp", p.pp,
               lambda x: L % (x * vp) == 0 and (vp == 1 or x > 1), L)
 
 
+def uneven_splits(L: int, p: Parallelism) -> list[dict]:
+    """The Megatron-Core uneven splits of L layers over this pp x vp that build (stage_layer_counts
+    accepts them): the embedding and/or the loss counted as a layer of the split (Megatron's
+    account_for_embedding/loss_in_pipeline_split), or, without interleaving, equal first and last
+    stages around an even middle (decoder_first/last_pipeline_num_layers)."""
+    if p.pp == 1:
+        return []
+    tries = [{"pp_split_embedding": True, "pp_split_loss": True}, {"pp_split_embedding": True},
+             {"pp_split_loss": True}]
+    if p.pp > 2:
+        mid, k = p.pp - 2, (L // p.pp)
+        tries += [{"first_stage_layers": f, "last_stage_layers": f} for f in sorted(range(0, L // 2 + 1),
+                  key=lambda f: abs(f - k)) if (L - 2 * f) % mid == 0][:1]
+    tries.append({"layout": balanced_layout(L, p.pp * p.vp)})
+    out = []
+    for kw in tries:
+        try:
+            stage_layer_counts(L, p.model_copy(update=kw))
+        except ValueError:
+            continue
+        out.append(kw)
+    return out
+
+
+def balanced_layout(L: int, stages: int) -> tuple[int, ...]:
+    """L layers over ``stages`` virtual stages as evenly as possible, the extra layers on the middle
+    stages (the first holds the embedding, the last the loss): a pipeline_model_parallel_layout."""
+    base, extra = divmod(L, stages)
+    order = sorted(range(stages), key=lambda s: (s in (0, stages - 1), abs(s - (stages - 1) / 2)))
+    more = set(order[:extra])
+    return tuple(base + (s in more) for s in range(stages))
+
+
+def uneven_split_hint(L: int, p: Parallelism) -> str:
+    """'an uneven split builds: pp_split_embedding=True, pp_split_loss=True (2 layers per virtual
+    stage)' for the first split uneven_splits finds, or ''."""
+    found = uneven_splits(L, p)
+    if not found:
+        return ""
+    kw = found[0]
+    counts = stage_layer_counts(L, p.model_copy(update=kw))
+    fields = ", ".join(f"{k}={v}" for k, v in kw.items())
+    return f"an uneven split builds: {fields} (layers per pipeline rank {', '.join(map(str, counts))})"
+
+
 def check_schedule(p: Parallelism, n_micro: int) -> None:
-    """Megatron's interleaved schedule needs n_microbatches (= grad_accum) % pp == 0."""
+    """Megatron's interleaved schedule needs n_microbatches (= grad_accum) % pp == 0; DualPipe runs
+    micro-batches from both ends of the pipeline, so it needs an even pp and an even number of
+    micro-batches (deepseek-ai/DualPipe: pp % 2 == 0, num_chunks % 2 == 0)."""
+    if p.schedule == "dualpipe" and p.pp % 2:
+        _fail(f"schedule='dualpipe' needs an even pp (two directions), got pp={p.pp}", "pp", p.pp,
+              lambda x: x % 2 == 0, 2 * p.pp)
+    if p.schedule == "dualpipe" and n_micro % 2:
+        _fail(f"schedule='dualpipe' needs an even number of micro-batches (grad_accum={n_micro})",
+              "grad_accum", n_micro, lambda g: g % 2 == 0, n_micro + 2)
     if p.vp > 1 and p.schedule != "interleaved":
         raise ValueError(f"vp={p.vp} needs schedule='interleaved' (got schedule={p.schedule!r})")
     if p.schedule == "interleaved" and p.vp == 1:
