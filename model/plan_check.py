@@ -54,7 +54,7 @@ def check_tp(cfg: TransformerConfig, tp: int) -> None:
     for name, F in _ffn_sizes(cfg):
         if F % tp:
             _fail(f"tp={tp} does not divide {name}={F}", "tp", tp,
-                  lambda t: F % t == 0 and _tp_heads_ok(cfg, t), F)
+                  lambda t, F=F: F % t == 0 and _tp_heads_ok(cfg, t), F)
 
 
 def check_pp(cfg: TransformerConfig, p: Parallelism) -> None:
