@@ -27,7 +27,23 @@ def _price_sources() -> dict:
     return load_prices().sources
 
 
+_FOUND: dict[str, tuple[str, str]] = {}      # source id -> (title, url), found ones only
+
+
 def source_info(source_id: str) -> tuple[str, str]:
+    """(title, url) of a source id (looked up once per process; an id not found is looked up again)."""
+    if source_id not in _FOUND:
+        got = _lookup(source_id)
+        if got[0] == NOT_FOUND:
+            return got
+        _FOUND[source_id] = got
+    return _FOUND[source_id]
+
+
+NOT_FOUND = "(not in the source lists)"
+
+
+def _lookup(source_id: str) -> tuple[str, str]:
     """(title, url) of a source id from hwdb/data/sources.toml, sim/data/sources.toml or the price
     book's sources (hwdb/data/prices.toml);
     calibration runs are named by their run ids (validation/data)."""
@@ -44,7 +60,7 @@ def source_info(source_id: str) -> tuple[str, str]:
         price = _price_sources().get(source_id)
         if price is not None:
             return price.title, getattr(price, "url", "") or ""
-    return "(not in the source lists)", ""
+    return NOT_FOUND, ""
 
 
 def _row(group: str, item: str, value, unit: str, kind: str, source: str, note: str | None) -> dict:

@@ -1,17 +1,21 @@
 """Cached calls into the Python API, keyed by frozen, hashable inputs.
 
-Results are frozen records, so ``st.cache_resource`` (no copy) is safe; the sim layer
-caches op lists underneath. No formula lives here: each function builds the API's own
-input objects and calls it.
+Nothing here depends on the session, so every session shares it. Results are frozen records, so
+``st.cache_resource`` (no copy) is safe for the fast calls (an estimate, a timeline, a serving
+plan: milliseconds to a few tenths of a second); the slow ones (plan search, procurement
+comparison, validation) are jobs (app/jobs.py): computed once off the script thread, and a page
+asks with ``peek`` so it never blocks on them. No formula lives here: each function builds the
+API's own input objects and calls it.
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 
 import streamlit as st
 
 from .. import hwdb
+from . import jobs
 from ..model import InferenceWorkload, TrainingWorkload
 from ..model.parallel import Parallelism
 
@@ -120,14 +124,32 @@ class SearchInputs:
                        oversubscription=self.oversubscription)
 
 
+SEARCH_TOP = 30      # the page's "Plans shown" maximum: one search serves every value of top
+
+
 def run_search(inp: SearchInputs):
     from ..sim.search import search_plans
     return search_plans(inp.model, inp.cluster(), inp.gbs, inp.seq, inp.precision, inp.stack, inp.top)
 
 
-@st.cache_resource(max_entries=32, show_spinner="Searching plans ...")
-def search(inp: SearchInputs):
-    return run_search(inp)
+def search_key(inp: SearchInputs) -> SearchInputs:
+    """The search a page runs: its inputs with top = SEARCH_TOP (the page shows the first ``top`` rows)."""
+    return replace(inp, top=SEARCH_TOP)
+
+
+def _search_job(inp: SearchInputs) -> tuple:
+    key = search_key(inp)
+    return ("search", key), lambda: run_search(key), "the best parallel plans"
+
+
+def search(inp: SearchInputs) -> tuple[bool, object]:
+    """(ready, result or the running job) of the plan search for these inputs (top = SEARCH_TOP)."""
+    return jobs.peek(*_search_job(inp))
+
+
+def search_result(inp: SearchInputs):
+    """The search's result, waiting for it."""
+    return jobs.get(*_search_job(inp))
 
 
 def row_workload(inp: SearchInputs, row) -> TrainingWorkload:
@@ -136,37 +158,44 @@ def row_workload(inp: SearchInputs, row) -> TrainingWorkload:
                             parallel=row.parallel, mbs=row.mbs, grad_accum=row.grad_accum, recompute=row.recompute)
 
 
-@st.cache_resource(max_entries=32, show_spinner=False)
+@st.cache_resource(max_entries=64, show_spinner=False)
 def timeline(inp: SearchInputs, index: int):
+    """The step timeline of plan row ``index`` of the (finished) search of ``inp``."""
     from ..sim.timeline import step_timeline
-    row = search(inp).rows[index]
+    row = search_result(inp).rows[index]
     return step_timeline(row_workload(inp, row), inp.cluster())
 
 
-@st.cache_resource(max_entries=4, show_spinner="Comparing with the measured records ...")
-def validation():
-    return run_validation()
+_VALIDATION = "the comparison with the measured records"
+_PUBLISHED = "the predictions of the published at-scale runs"
+
+
+def validation() -> tuple[bool, object]:
+    """(ready, MeasuredComparison or the running job): `mechsim validate compare` on the committed records."""
+    return jobs.peek(("validation",), run_validation, _VALIDATION)
+
+
+def validation_result():
+    return jobs.get(("validation",), run_validation, _VALIDATION)
 
 
 def run_validation():
-    """(rows, unused, summary, limits, failures) of `mechsim validate compare` on the committed records."""
-    from ..validation.compare import compare, failures, summarize, thresholds
-    rows, unused = compare()
-    summary, limits = summarize(rows), thresholds()
-    return rows, unused, summary, limits, failures(summary, limits)
+    from ..validation.api import measured_comparison
+    return measured_comparison()
 
 
-@st.cache_resource(max_entries=2, show_spinner="Predicting the published at-scale runs ...")
-def published():
-    return run_published()
+def published() -> tuple[bool, object]:
+    """(ready, PublishedComparison or the running job): `mechsim validate published` (training tables)."""
+    return jobs.peek(("published",), run_published, _PUBLISHED)
+
+
+def published_result():
+    return jobs.get(("published",), run_published, _PUBLISHED)
 
 
 def run_published():
-    """(rows, unused, {source id: Source}) of `mechsim validate published` (training tables)."""
-    from ..validation.published import published_sources
-    from ..validation.published_compare import compare_published
-    rows, unused = compare_published()
-    return rows, unused, {s.id: s for s in published_sources()}
+    from ..validation.api import published_comparison
+    return published_comparison()
 
 
 @dataclass(frozen=True)
@@ -244,6 +273,10 @@ def run_compare(inp: ProcureInputs):
                    rank_by=inp.rank_by, sustained_clock=inp.sustained_clock, swing=inp.swing)
 
 
-@st.cache_resource(max_entries=32, show_spinner="Searching the best plan on each option (about 20 s) ...")
-def compare(inp: ProcureInputs):
-    return run_compare(inp)
+def compare(inp: ProcureInputs) -> tuple[bool, object]:
+    """(ready, Comparison or the running job) of these procurement inputs."""
+    return jobs.peek(("compare", inp), lambda: run_compare(inp), "the best plan on each hardware option")
+
+
+def compare_result(inp: ProcureInputs):
+    return jobs.get(("compare", inp), lambda: run_compare(inp), "the best plan on each hardware option")

@@ -12,11 +12,17 @@ from __future__ import annotations
 import csv
 import io
 import json
+import threading
+from collections import OrderedDict
 from typing import Any, Callable, Sequence
+
+import functools
 
 import streamlit as st
 
-from . import assumptions
+from . import assumptions, tables
+
+POLL_S = 1.0          # how often a page waiting on a job looks again
 
 USER_ERRORS = (ValueError, TypeError, KeyError, ArithmeticError)
 
@@ -148,13 +154,83 @@ def to_json(records: Any) -> str:
     return json.dumps(records, indent=1, default=str)
 
 
-def downloads(name: str, records: Sequence[dict], key: str | None = None, label: str = "numbers") -> None:
-    """CSV and JSON download buttons of the numbers shown."""
+def downloads(name: str, records: Sequence[dict] | Callable[[], Sequence[dict]], key: str | None = None,
+              label: str = "numbers") -> None:
+    """CSV and JSON download buttons of the numbers shown. The files are made when clicked; pass a
+    function returning the records when even building them is not free."""
     c1, c2 = st.columns(2)
     k = key or name
-    c1.download_button(f"Download {label} (CSV)", to_csv(records), f"{name}.csv", "text/csv", key=f"{k}.csv")
-    c2.download_button(f"Download {label} (JSON)", to_json(list(records)), f"{name}.json", "application/json",
-                       key=f"{k}.json")
+    get = records if callable(records) else (lambda: records)
+    c1.download_button(f"Download {label} (CSV)", lambda: to_csv(get()), f"{name}.csv", "text/csv",
+                       key=f"{k}.csv", on_click="ignore")
+    c2.download_button(f"Download {label} (JSON)", lambda: to_json(list(get())), f"{name}.json",
+                       "application/json", key=f"{k}.json", on_click="ignore")
+
+
+@functools.cache
+def _column_config(keys: tuple[str, ...]) -> dict:
+    out = {}
+    for k in keys:
+        c = tables.column(k)
+        if k == "url":
+            out[k] = st.column_config.LinkColumn(c.label, help=c.help or None)
+        elif c.fmt:
+            fmt = {"int": "localized", "pct": "percent"}.get(c.fmt) or f"%.{c.fmt[1:]}f"
+            out[k] = st.column_config.NumberColumn(c.label, format=fmt, help=c.help or None)
+        else:
+            out[k] = st.column_config.Column(c.label, help=c.help or None)
+    return out
+
+
+_ARROW: OrderedDict[tuple, tuple] = OrderedDict()     # (id(records), keys) -> (records, table, columns)
+_ARROW_MAX = 256
+_ARROW_LOCK = threading.Lock()
+
+
+def _arrow(records: Sequence[dict], keys: Sequence[str] | None) -> tuple:
+    """(Arrow table, columns) of the display rows; shared records (a cached view's list, the same
+    object on every rerun) are converted once. The entry holds the records, so their id is not reused."""
+    import pyarrow as pa
+    k = (id(records), tuple(keys or ()))
+    with _ARROW_LOCK:
+        hit = _ARROW.get(k)
+        if hit is not None and hit[0] is records:
+            _ARROW.move_to_end(k)
+            return hit[1], hit[2]
+    shown = tables.display_rows(records, keys)
+    cols = tuple(shown[0]) if shown else tuple(keys or ())
+    tab = pa.Table.from_pylist(shown) if shown else pa.table({c: [] for c in cols})
+    with _ARROW_LOCK:
+        _ARROW[k] = (records, tab, cols)
+        while len(_ARROW) > _ARROW_MAX:
+            _ARROW.popitem(last=False)
+    return tab, cols
+
+
+def table(records: Sequence[dict], keys: Sequence[str] | None = None, height: int | str = "auto") -> None:
+    """A read-only table: headers with units (app/tables.py COLUMNS), numbers rounded and formatted."""
+    tab, cols = _arrow(records, keys)
+    st.dataframe(tab, hide_index=True, column_config=_column_config(cols), height=height)
+
+
+def wait_for(got: tuple[bool, Any]) -> Any | None:
+    """The value of a job (cached.search, cached.compare, ...) if it is ready; else a progress line
+    and a poll that reruns the page when the job lands (the inputs stay live meanwhile)."""
+    ready, value = got
+    if ready:
+        return value
+    st.info(f"Computing {value.label} ({value.elapsed_s():.0f} s so far; on a fresh server a new input takes "
+            f"up to a minute). This page shows it as soon as it is ready.", icon=":material/hourglass_top:")
+    _poll(value)
+    return None
+
+
+def _poll(job) -> None:
+    @st.fragment(run_every=POLL_S)
+    def poll() -> None:
+        if job.done():
+            st.rerun()
+    poll()
 
 
 def assumptions_panel(rows: list[dict], intro: str = "") -> None:
@@ -165,11 +241,15 @@ def assumptions_panel(rows: list[dict], intro: str = "") -> None:
         kinds = sorted({r["kind"] for r in rows})
         st.caption(f"{len(rows)} values; kinds: {', '.join(kinds)}. 'assumed' values have no measurement "
                    f"or datasheet behind them (the note says why).")
-        shown = [{**r, "value": str(r["value"])} for r in rows]   # one type per column (Arrow)
-        st.dataframe(shown, hide_index=True,
-                     column_config={"url": st.column_config.LinkColumn("url")})
+        table(rows)                                 # "value" is shown as text (tables.display_rows)
         downloads("assumptions", rows, key=f"assump.{intro[:12]}", label="assumptions")
 
 
+@st.cache_resource(max_entries=64, show_spinner=False)
+def estimate_rows(gpu_key: str, system_key: str | None, stack_key: str, band=None) -> list[dict]:
+    """assumptions.estimate_rows, shared by every session (read-only)."""
+    return assumptions.estimate_rows(gpu_key, system_key, stack_key, band)
+
+
 def hardware_assumptions(gpu_key: str, system_key: str | None, stack_key: str, band=None) -> None:
-    assumptions_panel(assumptions.estimate_rows(gpu_key, system_key, stack_key, band))
+    assumptions_panel(estimate_rows(gpu_key, system_key, stack_key, band))

@@ -140,42 +140,99 @@ def plan_parts(rows) -> go.Figure:
                    height=max(300, 60 + 34 * len(rows)))
 
 
+FORWARD = ("#1f77b4", "#6baed6", "#08519c", "#9ecae1", "#3182bd", "#c6dbef", "#084594", "#4292c6")
+BACKWARD = ("#ff7f0e", "#fdae6b", "#a63603", "#fdd0a2", "#e6550d", "#fee6ce", "#7f2704", "#f16913")
+
+
+def timeline_windows(tl) -> tuple[tuple[float, float], ...]:
+    """The time windows (s) the Gantt zooms on: the fill, from 0 to the end of stage 0's first
+    backward chunk (one pipeline period: every stage's first forward and backward), and the drain,
+    the same width up to the end of the step; the whole step when the two would cover half of it."""
+    first_b = min((i.end_s for i in tl.intervals if i.stage == 0 and i.kind == "B"), default=tl.step_s)
+    if 4 * first_b >= tl.step_s:
+        return ((0.0, tl.step_s),)
+    return ((0.0, first_b), (tl.step_s - first_b, tl.step_s))
+
+
+def _gantt_traces(tl, lo: float, hi: float, legend: bool) -> list[go.Bar]:
+    """One bar trace per (direction, chunk) of the intervals inside [lo, hi]; text = micro-batch."""
+    out = []
+    for kind, name, palette in (("F", "forward", FORWARD), ("B", "backward", BACKWARD)):
+        for c in range(tl.vp):
+            iv = [i for i in tl.intervals if i.kind == kind and i.chunk == c and i.end_s > lo and i.start_s < hi]
+            label = f"{name} chunk {c}" if tl.vp > 1 else name
+            out.append(go.Bar(
+                base=[fmt.ms(i.start_s) for i in iv], x=[fmt.ms(i.end_s - i.start_s) for i in iv],
+                y=[f"stage {i.stage}" for i in iv], orientation="h", name=label, legendgroup=label,
+                showlegend=legend, marker=dict(color=palette[c % len(palette)], line=dict(width=0.5, color="white")),
+                text=[str(i.microbatch) for i in iv], textposition="inside", insidetextanchor="middle",
+                customdata=[[i.microbatch, fmt.ms(i.end_s)] for i in iv],
+                hovertemplate=f"{label}, micro-batch %{{customdata[0]}}: %{{base:.1f}} to %{{customdata[1]:.1f}} ms"
+                              "<extra>%{y}</extra>"))
+    return out
+
+
 def timeline_figure(tl) -> go.Figure:
-    """Gantt chart of one step: a horizontal bar per forward / backward chunk (start, duration in ms),
-    one row per pipeline stage; the gaps are the bubble."""
-    fig = go.Figure()
-    hover = len(tl.intervals) <= 4000          # per-bar hover text only while it stays light
-    for kind, name, color in (("F", "forward", "#1f77b4"), ("B", "backward", "#ff7f0e")):
-        iv = [i for i in tl.intervals if i.kind == kind]
-        fig.add_trace(go.Bar(
-            base=[fmt.ms(i.start_s) for i in iv], x=[fmt.ms(i.end_s - i.start_s) for i in iv],
-            y=[i.stage for i in iv], orientation="h", name=name, marker=dict(color=color, line_width=0),
-            text=[f"{name} mb {i.microbatch} chunk {i.chunk}" for i in iv] if hover else None,
-            textposition="none", hovertemplate="%{text}: %{base:.1f} ms + %{x:.2f} ms<extra></extra>" if hover
-            else None, hoverinfo=None if hover else "skip"))
-    fig.update_yaxes(autorange="reversed", tickmode="array", tickvals=list(range(tl.pp)),
-                     ticktext=[f"stage {s}" for s in range(tl.pp)], title="pipeline stage")
+    """Gantt of one step zoomed on its fill and drain (timeline_windows): a bar per forward /
+    backward chunk, one row per pipeline stage, shaded by chunk, numbered by micro-batch; white
+    gaps are the bubble. The middle of a long step (every stage busy) is left out of the view."""
+    from plotly.subplots import make_subplots
+    wins = timeline_windows(tl)
+    titles = ("whole step",) if len(wins) == 1 else ("start of the step: pipeline fill", "end of the step: drain")
+    fig = make_subplots(rows=1, cols=len(wins), shared_yaxes=True, horizontal_spacing=0.03, subplot_titles=titles)
+    for col, (lo, hi) in enumerate(wins, 1):
+        for tr in _gantt_traces(tl, lo, hi, legend=col == 1):
+            fig.add_trace(tr, row=1, col=col)
+        fig.update_xaxes(range=[fmt.ms(lo), fmt.ms(hi)], title_text="time in the step (ms)", row=1, col=col)
+    stages = [f"stage {s}" for s in range(tl.pp)]
+    fig.update_yaxes(autorange="reversed", categoryorder="array", categoryarray=stages, type="category")
+    fig.update_yaxes(title_text="pipeline stage", row=1, col=1)
+    hidden = "" if len(wins) == 1 else f"; {fmt.time_s(tl.step_s - 2 * wins[0][1])} of steady state not shown"
     return _layout(fig, f"One step, {tl.schedule} (pp={tl.pp}, vp={tl.vp}, {tl.n_microbatches} micro-batches): "
-                   f"{fmt.time_s(tl.step_s)}; gaps = bubble", xaxis_title="time (ms)", barmode="overlay",
-                   bargap=0.25, height=max(260, 80 + 40 * tl.pp))
+                   f"{fmt.time_s(tl.step_s)}{hidden}. Numbers: micro-batch; gaps: bubble", barmode="overlay",
+                   bargap=0.2, height=max(300, 120 + 45 * tl.pp), uniformtext=dict(minsize=8, mode="hide"),
+                   legend=dict(orientation="h", yanchor="top", y=-0.18), margin_b=60)
 
 
 # ---- validation -------------------------------------------------------------------------------
 
+def _time_unit(rows) -> tuple[float, str]:
+    """Display unit of a measured-time axis: ms when the cases are under a second, else s."""
+    hi = max((r.measured for r in rows), default=1.0)
+    return (1e3, "ms") if hi < 1.0 else (1.0, "s")
+
+
 def validation_scatter(rows) -> go.Figure:
-    """Predicted vs measured, log-log, y = x (validation/report.py's figure)."""
-    from ..validation.report import scatter_figure
-    return scatter_figure(rows)
+    """Predicted vs measured time of every timed case (log-log), one trace per kind, y = x dashed."""
+    timed = [r for r in rows if r.kind != "train_memory"]
+    k, unit = _time_unit(timed)
+    fig = go.Figure()
+    for kind in sorted({r.kind for r in timed}):
+        rs = [r for r in timed if r.kind == kind]
+        fig.add_trace(go.Scatter(x=[r.measured * k for r in rs], y=[r.predicted * k for r in rs], mode="markers",
+                                 name=kind, text=[f"{r.case_id} ({r.split}) {r.error:+.1%}" for r in rs],
+                                 hovertemplate="%{text}<br>measured %{x:.4g}, predicted %{y:.4g} " + unit
+                                               + "<extra></extra>"))
+    lo, hi = min(r.measured for r in timed) * k, max(r.measured for r in timed) * k
+    fig.add_trace(go.Scatter(x=[lo, hi], y=[lo, hi], mode="lines", name="y = x", line=dict(dash="dash", color="grey")))
+    return _layout(fig, "Predicted vs measured (every timed case)", xaxis_type="log", yaxis_type="log",
+                   xaxis_title=f"measured time ({unit}, log)", yaxis_title=f"predicted time ({unit}, log)",
+                   height=520, margin=dict(l=80, r=10, t=50, b=70), legend=dict(font_size=11))
 
 
 def validation_errors(summary, limits) -> go.Figure:
-    """MAPE per kind and split (validation/report.py) with the CI thresholds as markers."""
-    from ..validation.report import error_figure
-    fig = error_figure(summary)
+    """MAPE per kind and split (bars, %) with the CI threshold of each held-out kind as a red mark."""
+    fig = go.Figure()
+    for split in ("calibration", "held_out"):
+        ks = [k for (k, s) in summary if s == split]
+        fig.add_trace(go.Bar(x=ks, y=[summary[(k, split)]["mape"] * 100 for k in ks], name=split.replace("_", "-"),
+                             hovertemplate="%{x}: MAPE %{y:.1f} %<extra>" + split + "</extra>"))
     kinds = [k for (k, s) in summary if s == "held_out" and k in limits]
     fig.add_trace(go.Scatter(x=kinds, y=[limits[k]["mape"] * 100 for k in kinds], mode="markers", name="threshold",
                              marker=dict(symbol="line-ew", size=28, line=dict(width=3, color="red"))))
-    return fig
+    return _layout(fig, "Error by kind of case", barmode="group", yaxis_title="MAPE (%)",
+                   xaxis_title="kind of case", xaxis_tickangle=-40, height=520,
+                   margin=dict(l=70, r=10, t=50, b=140), xaxis_automargin=True)
 
 
 def published_scatter(rows) -> go.Figure:
@@ -191,8 +248,9 @@ def published_scatter(rows) -> go.Figure:
     for k, name in ((1.0, "y = x"), (1.25, "+25 %"), (0.75, "-25 %")):
         fig.add_trace(go.Scatter(x=[lo, hi], y=[lo * k, hi * k], mode="lines", name=name,
                                  line=dict(dash="dash" if k == 1.0 else "dot", color="grey")))
-    return _layout(fig, "published at-scale runs: predicted vs published", xaxis_type="log", yaxis_type="log",
-                   xaxis_title="published tokens/s/GPU", yaxis_title="predicted tokens/s/GPU")
+    return _layout(fig, "Published at-scale runs: predicted vs published", xaxis_type="log", yaxis_type="log",
+                   xaxis_title="published tokens/s per GPU (log)", yaxis_title="predicted tokens/s per GPU (log)",
+                   height=480, margin=dict(l=80, r=10, t=50, b=60))
 
 
 # ---- serving ----------------------------------------------------------------------------------

@@ -53,3 +53,12 @@ def tflops(x: float) -> float:
 
 def usd(x: float) -> str:
     return f"${x:,.0f}"
+
+
+def energy_kwh(x: float) -> str:
+    """Energy in the unit that keeps it short: '850 kWh', '195.3 MWh', '12.4 GWh'."""
+    if abs(x) >= 1e6:
+        return f"{x / 1e6:,.1f} GWh"
+    if abs(x) >= 1e3:
+        return f"{x / 1e3:,.1f} MWh"
+    return f"{x:,.0f} kWh"

@@ -32,7 +32,7 @@ def pages() -> list:
 
 
 def main() -> None:
-    st.set_page_config(page_title="mechsim", page_icon=":material/speed:", layout="wide")
+    st.set_page_config(page_title="mechsim", page_icon=str(HERE / "static" / "favicon.png"), layout="wide")
     nav = st.navigation(pages())
     st.sidebar.caption("mechsim: a hardware-aware performance model for transformer training and "
                        "inference. Every number on these pages comes from the Python API; the panel "

@@ -8,7 +8,7 @@ import typing
 import streamlit as st
 
 from mechsim import hwdb
-from mechsim.app import cached, common, figures, fmt, tables
+from mechsim.app import cached, common, fmt, tables, views
 from mechsim.model import InferenceWorkload, TrainingWorkload, list_presets
 from mechsim.model.parallel import Parallelism
 from mechsim.sim.stacks import list_stacks
@@ -103,12 +103,13 @@ def host_caption(b) -> None:
         st.caption(f"Host: {b.host}." + (f" {line[0].upper()}{line[1:]}." if line else ""))
 
 
-def charts(est, gpu) -> None:
+def charts(inp: cached.EstimateInputs) -> None:
+    figs = views.estimate_figures(inp)
     c = st.columns(2)
-    c[0].plotly_chart(figures.breakdown_bar(est), key="est.breakdown")
-    c[0].plotly_chart(figures.memory_bar(est.memory), key="est.memory")
-    c[1].plotly_chart(figures.roofline(est, gpu), key="est.roofline")
-    st.plotly_chart(figures.ops_treemap(est), key="est.treemap")
+    c[0].plotly_chart(figs["breakdown"], key="est.breakdown")
+    c[0].plotly_chart(figs["memory"], key="est.memory")
+    c[1].plotly_chart(figs["roofline"], key="est.roofline")
+    st.plotly_chart(figs["treemap"], key="est.treemap")
 
 
 def render() -> None:
@@ -121,16 +122,15 @@ def render() -> None:
     ui.sync_url()
     if est is None:
         return
-    gpu = cached.gpu_of(inp.hw)
     metrics(est)
     if not est.memory.fits:
         st.warning(f"This plan needs {fmt.gib_text(est.memory.total)} per GPU, more than the "
                    f"{fmt.gib_text(est.memory.capacity)} of {est.gpu}: use more tp/pp, ZeRO or recompute.")
-    charts(est, gpu)
+    charts(inp)
     st.subheader("Ops (busiest GPU, per step)")
-    ops = tables.op_records(est)
-    st.dataframe(ops, hide_index=True, height=320)
-    common.downloads("estimate", [tables.estimate_summary(est)], key="est.summary", label="summary")
+    ops = views.estimate_ops(inp)
+    common.table(ops, height=320)
+    common.downloads("estimate", lambda: [tables.estimate_summary(est)], key="est.summary", label="summary")
     common.downloads("estimate_ops", ops, key="est.ops", label="ops")
     common.hardware_assumptions(est.gpu, cached.system_of(inp.hw, est.gpus), est.stack, est.error_band)
 

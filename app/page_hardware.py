@@ -51,8 +51,7 @@ def render() -> None:
     header(obj)
     recs = [r for r in tables.spec_records(obj) if kind == ALL or r["kind"] == kind]
     st.metric("Specs shown", f"{len(recs)}")
-    st.dataframe(recs, hide_index=True, column_config={"url": st.column_config.LinkColumn("url")},
-                 height=min(38 * (len(recs) + 1), 720))
+    common.table(recs, height=min(38 * (len(recs) + 1), 720))
     common.downloads(f"hw_{obj.key}", recs, key="hw.specs", label="specs")
     with st.expander("All GPUs (the README table, generated from hwdb)"):
         st.markdown(hwdb.spec_table_markdown())

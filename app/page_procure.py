@@ -1,16 +1,15 @@
 """Procurement page: hardware options side by side for a training run (time, cost, energy,
-perf/$, perf/W), ranked, with sensitivity sliders (sim.procure.compare, sim/procure_report.py)."""
+perf/$, perf/W), ranked, with sensitivity sliders (sim.procure.compare; charts app/procure_report.py)."""
 
 from __future__ import annotations
 
 import streamlit as st
 
 from mechsim import hwdb
-from mechsim.app import cached, common, fmt
+from mechsim.app import cached, common, fmt, views
 from mechsim.app.assumptions import source_info
 from mechsim.model import list_presets
 from mechsim.sim.procure import RANK_KEYS
-from mechsim.sim import procure_report
 
 D = cached.ProcureInputs()
 SIZING = ("GPUs per option", "budget (USD)")
@@ -47,11 +46,11 @@ def inputs() -> tuple[common.Inputs, dict]:
 
 def metrics(cmp) -> None:
     b = cmp.best
-    c = st.columns(5)
+    c = st.columns([3, 2, 3, 2, 2])          # the option's name and the cost get the room they need
     c[0].metric("Best option", b.option)
     c[1].metric("Time to train", f"{b.time_to_train_days:.1f} days")
     c[2].metric("Run cost", fmt.usd(b.cost_usd))
-    c[3].metric("Energy", f"{b.energy_kwh:,.0f} kWh")
+    c[3].metric("Energy", fmt.energy_kwh(b.energy_kwh), help=f"{b.energy_kwh:,.0f} kWh at the facility")
     c[4].metric("Tokens per USD", fmt.rate(b.tokens_per_usd))
     st.caption(f"{cmp.workload}: {cmp.tokens:.3g} tokens, {cmp.pricing} pricing, ranked by {cmp.rank_by}; "
                f"best plan on {b.option}: {b.plan} on {b.gpus} GPUs.")
@@ -75,7 +74,8 @@ def render() -> None:
     ui, v = inputs()
     ui.sync_url()
     inp = common.attempt(lambda: cached.ProcureInputs(**v), "comparison")
-    cmp = common.attempt(lambda: cached.compare(inp), "comparison") if inp else None
+    got = common.attempt(lambda: cached.compare(inp), "comparison") if inp else None
+    cmp = common.wait_for(got) if got else None
     if cmp is None:
         return
     for r in cmp.rows:
@@ -89,17 +89,17 @@ def render() -> None:
     b = cmp.best
     st.caption(common.attempt(lambda: checkpoint_cost_line(inp.model, "bf16", b.option, b.gpus, max(b.nodes, 1)),
                               "checkpoint I/O") or "")
-    recs = cmp.to_records("options")
-    shown = sorted(recs, key=lambda r: (r["rank"] is None, r["rank"] or 0))     # best first, infeasible last
-    st.dataframe([{k: r[k] for k in COLUMNS} for r in shown], hide_index=True)
+    tabs = views.procure_tables(inp)                 # options best first, infeasible last
+    common.table(tabs["shown"], COLUMNS)
+    figs = views.procure_figures(inp)
     c = st.columns(2)
-    c[0].plotly_chart(procure_report.figure_cost_vs_time(cmp), key="pr.cost")
-    c[1].plotly_chart(procure_report.figure_perf(cmp), key="pr.perf")
-    st.plotly_chart(procure_report.figure_sensitivity(cmp), key="pr.sens")
-    st.dataframe(cmp.to_records("sensitivity"), hide_index=True)
-    common.downloads("procurement", recs, key="pr.opts", label="options")
-    common.downloads("procurement_sensitivity", cmp.to_records("sensitivity"), key="pr.sens", label="sensitivity")
-    common.assumptions_panel(assumption_rows(cmp))
+    c[0].plotly_chart(figs["cost"], key="pr.cost")
+    c[1].plotly_chart(figs["perf"], key="pr.perf")
+    st.plotly_chart(figs["sens"], key="pr.sens")
+    common.table(tabs["sensitivity"])
+    common.downloads("procurement", tabs["options"], key="pr.opts", label="options")
+    common.downloads("procurement_sensitivity", tabs["sensitivity"], key="pr.sens", label="sensitivity")
+    common.assumptions_panel(tabs["assumptions"])
 
 
 if __name__ == "__main__":

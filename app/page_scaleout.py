@@ -8,7 +8,7 @@ import typing
 import streamlit as st
 
 from mechsim import hwdb
-from mechsim.app import cached, common, figures, fmt, tables
+from mechsim.app import cached, common, fmt, tables, views
 from mechsim.model import TrainingWorkload, list_presets
 from mechsim.sim.cluster import Cluster
 from mechsim.sim.stacks import list_stacks
@@ -54,19 +54,19 @@ def best_metrics(res) -> None:
 
 def timeline_section(inp: cached.SearchInputs, res, ui: common.Inputs) -> None:
     st.subheader("Timeline of one step")
-    labels = [f"#{i + 1} {r.plan}" for i, r in enumerate(res.rows)]
+    labels = [f"#{i + 1} {r.plan}" for i, r in enumerate(res.rows[: inp.top])]
     idx = ui.select("row", "Plan", list(range(len(labels))), 0, format_func=lambda i: labels[i])
     tl = common.attempt(lambda: cached.timeline(inp, idx), "timeline")
     if tl is None:
         return
-    row = res.rows[idx]
-    st.plotly_chart(figures.timeline_figure(tl), key="so.timeline")
+    row, view = res.rows[idx], views.timeline_view(inp, idx)
+    st.plotly_chart(view["figure"], key="so.timeline")
     st.caption(f"Pipeline schedule laid out chunk by chunk (sim/timeline.py; each send between stages "
-               f"takes t_p where a chunk waits on it): {fmt.time_s(tl.step_s)}. The step estimate "
+               f"takes t_p where a chunk waits on it): {fmt.time_s(view['step_s'])}. The step estimate "
                f"(sim/pipeline.py closed form, p2p exposed only at fill and drain, plus the data-parallel "
                f"gradient sync, optimizer and host idle): {fmt.time_s(row.step_time_s)}. "
-               f"Idle time of stage 0 in the timeline: {fmt.time_s(tl.idle_s(0))}.")
-    common.downloads("timeline", tables.timeline_records(tl), key="so.tl", label="timeline")
+               f"Idle time of stage 0 in the timeline: {fmt.time_s(view['idle0_s'])}.")
+    common.downloads("timeline", lambda: tables.timeline_records(tl), key="so.tl", label="timeline")
 
 
 def render() -> None:
@@ -75,7 +75,8 @@ def render() -> None:
                 "cluster for a global batch, with where each plan's step goes.")
     ui, v = inputs()
     inp = common.attempt(lambda: cached.SearchInputs(**v), "plan search")
-    res = common.attempt(lambda: inp.cluster() and cached.search(inp), "plan search") if inp else None
+    got = common.attempt(lambda: inp.cluster() and cached.search(inp), "plan search") if inp else None
+    res = common.wait_for(got) if got else None
     if res is not None and not res.rows:
         reasons = "; ".join(f"{k} (x{n})" for k, n in list(res.counts.invalid.items())[:4])
         st.error(f"No plan of {res.model} fits on {res.cluster} for gbs={res.gbs}: {res.counts.not_fitting} plans "
@@ -89,10 +90,10 @@ def render() -> None:
     from mechsim.sim.storage import checkpoint_cost_line   # the run's checkpoint I/O (sim/storage.py)
     st.caption(common.attempt(lambda: checkpoint_cost_line(inp.model, inp.precision, inp.system, res.gpus, inp.nodes),
                               "checkpoint I/O") or "")
-    recs = tables.plan_records(res)
-    st.dataframe(recs, hide_index=True)
+    recs, parts = views.plan_view(inp)
+    common.table(recs)
     common.downloads("plans", recs, key="so.plans", label="plans")
-    st.plotly_chart(figures.plan_parts(res.rows), key="so.parts")
+    st.plotly_chart(parts, key="so.parts")
     timeline_section(inp, res, ui)
     ui.sync_url()
     sysobj = hwdb.get_system(inp.system)

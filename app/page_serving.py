@@ -6,8 +6,8 @@ from __future__ import annotations
 import streamlit as st
 
 from mechsim import hwdb
-from mechsim.app import cached, common, figures, fmt
-from mechsim.app.assumptions import estimate_rows, serving_rows
+from mechsim.app import cached, common, figures, fmt, views
+from mechsim.app.assumptions import serving_rows
 from mechsim.model import list_presets
 from mechsim.sim.serving.quant import KV_DTYPES, WEIGHT_DTYPES
 
@@ -65,16 +65,16 @@ def render() -> None:
                  f"quantize, or pick faster hardware.", icon=":material/error:")
     metrics(plan)
     pts = common.attempt(lambda: cached.load_curve(inp, plan.tp), "latency curve")
+    figs = views.serving_figures(inp, plan.tp) if pts else {"candidates": figures.serving_candidates(plan)}
     if pts:
-        st.plotly_chart(figures.serving_curves(pts, inp.ttft_s, inp.tpot_s,
-                                               f"One replica of tp={plan.tp}: latency vs load"), key="srv.curves")
-    st.plotly_chart(figures.serving_candidates(plan), key="srv.cands")
-    cands = [dict(c) for c in plan.candidates]
-    st.dataframe(cands, hide_index=True)
-    common.downloads("serving_plan", [{k: v for k, v in plan.to_dict().items() if k != "candidates"}],
+        st.plotly_chart(figs["curves"], key="srv.curves")
+    st.plotly_chart(figs["candidates"], key="srv.cands")
+    common.table(plan.candidates)
+    common.downloads("serving_plan", lambda: [{k: v for k, v in plan.to_dict().items() if k != "candidates"}],
                      key="srv.plan", label="plan")
-    common.downloads("serving_curve", [p.to_dict() for p in pts or ()], key="srv.curve", label="latency curve")
-    common.assumptions_panel(serving_rows() + estimate_rows(cached.gpu_of(inp.hw).key, None, "serving"))
+    common.downloads("serving_curve", lambda: [p.to_dict() for p in pts or ()], key="srv.curve",
+                     label="latency curve")
+    common.assumptions_panel(serving_rows() + common.estimate_rows(cached.gpu_of(inp.hw).key, None, "serving"))
 
 
 if __name__ == "__main__":

@@ -5,8 +5,7 @@ from __future__ import annotations
 
 import streamlit as st
 
-from mechsim.app import cached, common, figures, tables
-from mechsim.app.assumptions import efficiency_rows
+from mechsim.app import cached, common, tables, views
 
 ALL = "all"
 
@@ -26,45 +25,37 @@ def metrics(rows, summary, bad) -> None:
         st.error(f"OVER THRESHOLD: {b}")
 
 
-def threshold_rows(limits) -> list[dict]:
-    return [{"group": "CI thresholds", "item": k, "value": f"MAPE {v['mape']:.0%}, max {v['max']:.0%}",
-             "unit": "fraction of measured", "kind": "assumed", "source": "validation/thresholds.toml",
-             "title": "regression guard, a little above today's held-out error", "url": "", "note": ""}
-            for k, v in sorted(limits.items())]
-
-
 def render() -> None:
     st.title("Validation")
     st.markdown("Every committed measurement (validation/data) that mechsim predicts: predicted vs measured, "
                 "error per kind on the calibration and held-out splits, and the thresholds CI enforces "
                 "(`mechsim validate compare`).")
     got = common.attempt(cached.validation, "comparison")
-    if got is None:
+    m = common.wait_for(got) if got else None
+    if m is None:
         return
-    rows, unused, summary, limits, bad = got
     ui = common.Inputs("validation")
     c = st.columns(2)
-    kind = ui.select("kind", "Kind", [ALL, *sorted({r.kind for r in rows})], ALL, c[0])
+    kind = ui.select("kind", "Kind", [ALL, *views.validation_kinds()], ALL, c[0])
     split = ui.select("split", "Split", [ALL, "held_out", "calibration"], ALL, c[1])
     ui.sync_url()
-    shown = _filter(rows, kind, split)
-    metrics(rows, summary, bad)
-    summ = [s for s in tables.summary_rows(summary, limits) if kind == ALL or s["kind"] == kind]
+    shown = _filter(m.rows, kind, split)
+    metrics(m.rows, m.summary, m.failures)
+    summ = views.validation_summary(kind)
     st.subheader("Error by kind")
-    st.dataframe(summ, hide_index=True, column_config={
-        c: st.column_config.NumberColumn(c, format="percent") for c in ("MAPE", "max", "bias", "limit_MAPE",
-                                                                         "limit_max")})
+    common.table(summ)
+    figs = views.validation_figures(kind, split)
     c = st.columns(2)
-    if any(r.kind != "train_memory" for r in shown):
-        c[0].plotly_chart(figures.validation_scatter(shown), key="val.scatter")
+    if figs["scatter"] is not None:
+        c[0].plotly_chart(figs["scatter"], key="val.scatter")
     else:
         c[0].info("No timed case in this selection (train_memory compares bytes; see the table).")
-    c[1].plotly_chart(figures.validation_errors(summary, limits), key="val.errors")
-    st.caption(f"{len(shown)} cases shown; {len(unused)} records not compared (not measured, or a case "
+    c[1].plotly_chart(figs["errors"], key="val.errors")
+    st.caption(f"{len(shown)} cases shown; {len(m.unused)} records not compared (not measured, or a case "
                "mechsim does not predict).")
-    common.downloads("validation_cases", tables.validation_rows(shown), key="val.rows", label="cases")
+    common.downloads("validation_cases", lambda: tables.validation_rows(shown), key="val.rows", label="cases")
     common.downloads("validation_summary", summ, key="val.summ", label="summary")
-    common.assumptions_panel(threshold_rows(limits) + efficiency_rows("h200_sxm"),
+    common.assumptions_panel(views.validation_assumptions(),
                              "Predictions use the calibrated H200 efficiency parameters below (fitted on the "
                              "calibration split only); thresholds are the project's CI guard.")
     published_section()
@@ -79,21 +70,18 @@ def published_section() -> None:
                 "source; `mechsim validate published -v`). Rows whose source footnotes a regression are kept and "
                 "also shown apart.")
     got = common.attempt(cached.published, "published comparison")
-    if got is None:
+    p = common.wait_for(got) if got else None
+    if p is None:
         return
-    rows, unused, sources = got
-    systems = tables.published_system_rows(rows)
+    systems, recs, scatter = views.published_view()
     c = st.columns(len(systems) or 1)
     for col, s in zip(c, systems):
         col.metric(f"{s['system']} MAPE", f"{s['MAPE']:.1%}", help=f"{s['rows']} rows, {s['over_25pct']} over 25 %")
-    st.dataframe(systems, hide_index=True, column_config={
-        k: st.column_config.NumberColumn(k, format="percent") for k in ("MAPE", "max", "MAPE_without_flagged")})
-    st.plotly_chart(figures.published_scatter(rows), key="val.pub.scatter")
-    recs = tables.published_rows(rows, sources)
-    st.dataframe(recs, hide_index=True,
-                 column_config={k: st.column_config.NumberColumn(k, format="percent") for k in ("error", "memory_error")})
-    st.caption(f"{len(rows)} rows predicted; {len(unused)} rows not predicted (a model, system or parallel degree "
-               "not published, or no tokens/s/GPU).")
+    common.table(systems)
+    st.plotly_chart(scatter, key="val.pub.scatter")
+    common.table(recs)
+    st.caption(f"{len(p.rows)} rows predicted; {len(p.unused)} rows not predicted (a model, system or parallel "
+               "degree not published, or no tokens/s/GPU).")
     common.downloads("published_rows", recs, key="val.pub", label="at-scale rows")
 
 

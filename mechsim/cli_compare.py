@@ -244,7 +244,7 @@ def run(a: argparse.Namespace) -> int:
                 sustained_clock=_clocks(a.clock), pue=a.pue, grid_g_per_kwh=a.grid, rank_by=a.rank_by, swing=a.swing)
     print(c.to_json() if a.json else format_comparison(c))
     if a.html or a.csv:
-        from .sim.procure_report import write_csv, write_html
+        from .app.procure_report import write_csv, write_html
         if a.html:
             print(f"wrote {write_html(c, a.html)}")
         if a.csv:

@@ -22,5 +22,15 @@ def page_test():
         at = AppTest.from_file(str(APP_DIR / page), default_timeout=timeout)
         for k, v in query.items():
             at.query_params[k] = str(v)
-        return at.run()
+        return settle(at.run(), timeout)
     return make
+
+
+def settle(at, timeout: float = 120):
+    """Wait for the jobs a page started (app/jobs.py: it drew a progress line), then rerun it, as
+    the page's own poll does in a browser."""
+    from mechsim.app import jobs
+    while jobs.running():
+        jobs.wait_all(timeout)
+        at.run()
+    return at

@@ -55,13 +55,33 @@ def test_memory_bar(est):
     assert ("fits" in fig.layout.title.text) == est.memory.fits
 
 
-def test_timeline_figure_has_every_chunk():
+def test_timeline_figure_of_a_short_step_has_every_chunk():
     tl = pipeline_timeline("1f1b", 4, 8, 1.0, 2.0)
+    assert figures.timeline_windows(tl) == ((0.0, tl.step_s),)          # fill + drain > half the step: one view
     fig = figures.timeline_figure(tl)
     assert sum(len(t.x) for t in fig.data) == len(tl.intervals) == 64
     f = next(t for t in fig.data if t.name == "forward")
     assert max(b + x for b, x in zip(f.base, f.x)) <= tl.step_s * 1e3
     assert sum(f.x) == pytest.approx(4 * 8 * 1.0 * 1e3)
+    assert sorted(int(t) for t in f.text) == sorted(i.microbatch for i in tl.intervals if i.kind == "F")
+
+
+def test_timeline_figure_of_a_long_step_zooms_on_fill_and_drain():
+    """256 micro-batches, interleaved: two views of one pipeline period each (fill, drain), every
+    chunk its own shade, so interleaving and the bubble are visible; the middle is left out."""
+    tl = pipeline_timeline("interleaved", 4, 256, 1.0, 2.0, 0.0, 2)
+    (lo0, hi0), (lo1, hi1) = figures.timeline_windows(tl)
+    first_b = min(i.end_s for i in tl.intervals if i.stage == 0 and i.kind == "B")
+    assert (lo0, hi0) == (0.0, first_b) and hi1 == tl.step_s and hi1 - lo1 == pytest.approx(first_b)
+    fig = figures.timeline_figure(tl)
+    assert {t.name for t in fig.data} == {"forward chunk 0", "forward chunk 1", "backward chunk 0", "backward chunk 1"}
+    assert len({t.marker.color for t in fig.data}) == 4
+    assert list(fig.layout.xaxis.range) == [0.0, first_b * 1e3]
+    assert list(fig.layout.xaxis2.range) == pytest.approx([lo1 * 1e3, hi1 * 1e3])
+    shown = sum(len(t.x) for t in fig.data)
+    assert 0 < shown < len(tl.intervals) / 4                           # only the two windows' bars
+    idle = [i for i in tl.intervals if i.stage == 3 and i.start_s < first_b]
+    assert min(i.start_s for i in idle) > 0                              # stage 3 waits at the start: bubble
 
 
 def test_plan_parts_and_records():
@@ -86,7 +106,8 @@ def test_serving_curves_targets():
 
 
 def test_validation_errors_shows_thresholds():
-    rows, unused, summary, limits, bad = cached.run_validation()
+    v = cached.run_validation()
+    summary, limits = v.summary, v.limits
     fig = figures.validation_errors(summary, limits)
     thr = next(t for t in fig.data if t.name == "threshold")
     assert dict(zip(thr.x, thr.y)) == {k: limits[k]["mape"] * 100 for (k, s) in summary if s == "held_out" and k in limits}
@@ -124,7 +145,7 @@ def test_error_text_names_the_field():
 
 
 def test_published_scatter_has_one_trace_per_system_and_the_band():
-    rows, unused, sources = cached.run_published()
+    rows = cached.run_published().rows
     fig = figures.published_scatter(rows)
     systems = {r.system for r in rows}
     names = [t.name for t in fig.data]
@@ -134,8 +155,8 @@ def test_published_scatter_has_one_trace_per_system_and_the_band():
 
 
 def test_published_rows_carry_memory_where_the_source_gives_it():
-    rows, unused, sources = cached.run_published()
-    recs = {r["row"]: r for r in tables.published_rows(rows, sources)}
+    p = cached.run_published()
+    recs = {r["row"]: r for r in tables.published_rows(p.rows, p.sources)}
     titan = [r for k, r in recs.items() if k.startswith("torchtitan")]
     assert titan and all(r["published_peak_GiB"] > 50 and r["predicted_peak_GiB"] > 0 for r in titan)
     assert all(r["memory_error"] == pytest.approx(r["predicted_peak_GiB"] / r["published_peak_GiB"] - 1) for r in titan)

@@ -4,7 +4,15 @@ same way; inputs live in the URL; bad input shows st.error next to the inputs, n
 import pytest
 
 from mechsim import hwdb
-from mechsim.app import cached, fmt
+from mechsim.app import cached, fmt, jobs
+
+
+def settle(at):
+    """Rerun a page until the jobs it started have landed (its own poll does this in a browser)."""
+    while jobs.running():
+        jobs.wait_all(300)
+        at.run()
+    return at
 
 
 def metrics(at) -> dict:
@@ -44,7 +52,7 @@ def test_estimate_inputs_change_the_numbers(page_test):
     at.number_input(key="estimate.vp").set_value(1)
     at.selectbox(key="estimate.schedule").set_value("1f1b")
     at.slider(key="estimate.hbm").set_value(20)
-    at.run()
+    settle(at.run())
     clean(at)
     est = cached.run_estimate(cached.EstimateInputs(plan=cached.Plan(tp=8, pp=2, vp=1, dp=4, sp=True, zero=1),
                                                     hbm_bandwidth_pct=20))
@@ -82,7 +90,7 @@ def test_estimate_url_reproduces_the_view(page_test):
 def test_estimate_bad_input_is_a_message(page_test, key, value, needle):
     at = page_test("page_estimate.py")
     at.number_input(key=f"estimate.{key}").set_value(value)
-    at.run()
+    settle(at.run())
     clean(at)
     assert errors(at) and needle in errors(at)[0] and not at.metric
 
@@ -129,7 +137,7 @@ def test_scaleout_pick_another_plan(page_test):
     from mechsim.sim.timeline import step_timeline
     at = page_test("page_scaleout.py", **SMALL)
     at.selectbox(key="scaleout.row").set_value(2)
-    at.run()
+    settle(at.run())
     clean(at)
     inp = cached.SearchInputs(**SMALL)
     row = cached.run_search(inp).rows[2]
@@ -164,7 +172,7 @@ def test_serving_capacity_matches_api(page_test):
 def test_serving_rate_sets_replicas(page_test):
     at = page_test("page_serving.py", model="llama3-8b")
     at.number_input(key="serving.rate").set_value(20.0)
-    at.run()
+    settle(at.run())
     clean(at)
     plan = cached.run_best_serving(cached.ServingInputs(model="llama3-8b", rate=20.0))
     assert plan.replicas > 1
@@ -178,7 +186,7 @@ def test_serving_rate_sets_replicas(page_test):
 def test_serving_bad_input(page_test, key, value, needle):
     at = page_test("page_serving.py", model="llama3-8b")
     at.number_input(key=key).set_value(value)
-    at.run()
+    settle(at.run())
     clean(at)
     assert any(needle in e for e in errors(at))
 
@@ -206,7 +214,7 @@ def test_procurement_matches_compare(page_test):
 def test_procurement_sensitivity_slider(page_test):
     at = page_test("page_procure.py", **PROC)
     at.slider(key="procure.clock").set_value(0.8)
-    at.run()
+    settle(at.run())
     clean(at)
     slow = cached.run_compare(_proc_inputs(sustained_clock=0.8)).best
     assert metrics(at)["Time to train"] == f"{slow.time_to_train_days:.1f} days"
@@ -224,11 +232,12 @@ def test_procurement_infeasible_sizes(page_test):
 def test_validation_counts_and_filter(page_test):
     at = page_test("page_validation.py")
     clean(at)
-    rows, unused, summary, limits, bad = cached.run_validation()
+    v = cached.run_validation()
+    rows, summary, limits, bad = v.rows, v.summary, v.limits, v.failures
     m = metrics(at)
     assert m["Cases compared"] == str(len(rows)) and m["Over threshold"] == str(len(bad))
     at.selectbox(key="validation.kind").set_value("gemm")
-    at.run()
+    settle(at.run())
     clean(at)
     table = at.dataframe[0].value
     assert set(table["kind"]) == {"gemm"}
@@ -262,18 +271,19 @@ def test_router_opens_on_estimate_and_switches(page_test):
     clean(at)
     assert metrics(at)["GPUs"] == "64"
     at.switch_page("page_hardware.py")
-    at.run()
+    settle(at.run())
     clean(at)
     assert "Specs shown" in metrics(at)
 
 
 def test_validation_shows_the_published_at_scale_rows(page_test):
-    from mechsim.validation.published_compare import by_system
+    from mechsim.validation.api import published_by_system
     at = page_test("page_validation.py")
     clean(at)
-    rows, unused, sources = cached.run_published()
+    p = cached.run_published()
+    rows, sources = p.rows, p.sources
     m = metrics(at)
-    for system, (n, mape, mx) in by_system(rows).items():
+    for system, (_n, mape, _mx) in published_by_system(rows).items():
         assert m[f"{system} MAPE"] == f"{mape:.1%}"
     tables_shown = [d.value for d in at.dataframe]
     pub = next(t for t in tables_shown if "published_tokens_per_s_per_gpu" in t.columns)

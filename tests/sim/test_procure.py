@@ -16,7 +16,7 @@ from mechsim.sim.procure import (
     fit_gbs,
     resolve_system,
 )
-from mechsim.sim.procure_report import FIGURES, report_html, write_csv
+from mechsim.app.procure_report import FIGURES, report_html, write_csv
 from mechsim.sim.search_space import SearchSpace
 
 # small and fast: a 1B model, pure data parallel, one micro-batch size

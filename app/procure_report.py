@@ -1,8 +1,10 @@
-"""Figures and reports of a procurement Comparison (sim/procure.py).
+"""Figures and reports of a procurement Comparison (sim/procure.py): the Procurement page's
+charts and `mechsim compare --html/--csv`.
 
-Figures are pure functions Comparison -> plotly Figure (the app reuses them); the writers put
-them in one self-contained HTML file (plotly.js inline, works offline) and the tables in CSV.
-Only unit conversion happens here (s -> days, USD -> M USD); no formulas.
+Figures are pure functions Comparison -> plotly Figure (no Streamlit); the writers put them in one
+self-contained HTML file (plotly.js inline, works offline) and the tables in CSV, each written
+atomically. Only unit conversion happens here (s -> days); no formulas. sim/ stays free of
+Plotly and HTML: this module is the presentation of its Comparison.
 """
 
 from __future__ import annotations
@@ -14,8 +16,8 @@ import plotly.graph_objects as go
 import plotly.io as pio
 from plotly.subplots import make_subplots
 
-from .atomic import write_text_atomic
-from .procure import Comparison
+from ..sim.atomic import write_text_atomic
+from ..sim.procure import Comparison
 
 DAY = 86400.0
 
@@ -24,34 +26,42 @@ def _feasible(c: Comparison):
     return [r for r in c.rows if r.feasible]
 
 
+def _option_traces(fig: go.Figure, rows, x: list[float], y: list[float], custom: list[list], hover: str,
+                   sizes: list[float] | None = None) -> None:
+    """One marker trace per option, named "#rank option" in the legend (no text on the plot, so
+    labels of options that land close together never overlap)."""
+    for i, r in enumerate(rows):
+        marker = {"size": sizes[i]} if sizes else {"size": 14}
+        fig.add_trace(go.Scatter(x=[x[i]], y=[y[i]], mode="markers", name=f"#{r.rank} {r.option}", marker=marker,
+                                 customdata=[custom[i]], hovertemplate=f"#{r.rank} {r.option}<br>{hover}<extra></extra>"))
+
+
 def figure_cost_vs_time(c: Comparison) -> go.Figure:
     """Each feasible option at (time-to-train in days, run cost in USD); lower-left is better.
     Serving: (capacity in requests/s, USD per 1M output tokens)."""
     if c.kind == "serving":
         return _figure_serving(c)
     rows = _feasible(c)
-    fig = go.Figure(go.Scatter(
-        x=[r.time_to_train_s / DAY for r in rows], y=[r.cost_usd for r in rows], mode="markers+text",
-        text=[f"#{r.rank} {r.option}" for r in rows], textposition="top center",
-        marker={"size": [max(8.0, min(40.0, r.gpus ** 0.5)) for r in rows]},
-        customdata=[[r.gpus, r.plan, r.energy_kwh] for r in rows],
-        hovertemplate="%{text}<br>%{x:.1f} days, $%{y:,.0f}<br>%{customdata[0]} GPUs, %{customdata[1]}"
-                      "<br>%{customdata[2]:,.0f} kWh<extra></extra>"))
-    fig.update_layout(title=f"{c.workload}: {c.tokens:.3g} tokens ({c.pricing} pricing)",
-                      xaxis_title="time to train incl. failures (days)", yaxis_title="run cost (USD)")
+    fig = go.Figure()
+    _option_traces(fig, rows, [r.time_to_train_s / DAY for r in rows], [r.cost_usd for r in rows],
+                   [[r.gpus, r.plan, r.energy_kwh] for r in rows],
+                   "%{x:.1f} days, $%{y:,.0f}<br>%{customdata[0]} GPUs, %{customdata[1]}<br>%{customdata[2]:,.0f} kWh",
+                   [max(10.0, min(40.0, r.gpus ** 0.5)) for r in rows])
+    fig.update_layout(title=f"{c.workload}: {c.tokens:.3g} tokens ({c.pricing} pricing); lower left is better",
+                      xaxis_title="time to train incl. failures (days)", yaxis_title="run cost (USD)",
+                      legend_title_text="option (rank)")
     return fig
 
 
 def _figure_serving(c: Comparison) -> go.Figure:
     rows = _feasible(c)
-    fig = go.Figure(go.Scatter(
-        x=[r.requests_per_s for r in rows], y=[r.usd_per_million_tokens for r in rows], mode="markers+text",
-        text=[f"#{r.rank} {r.option}" for r in rows], textposition="top center",
-        customdata=[[r.gpus, r.plan, r.kwh_per_million_tokens] for r in rows],
-        hovertemplate="%{text}<br>%{x:.1f} req/s, $%{y:.3f} per 1M tokens<br>%{customdata[0]} GPUs, "
-                      "%{customdata[1]}<br>%{customdata[2]:.3f} kWh per 1M tokens<extra></extra>"))
+    fig = go.Figure()
+    _option_traces(fig, rows, [r.requests_per_s for r in rows], [r.usd_per_million_tokens for r in rows],
+                   [[r.gpus, r.plan, r.kwh_per_million_tokens] for r in rows],
+                   "%{x:.1f} req/s, $%{y:.3f} per 1M tokens<br>%{customdata[0]} GPUs, %{customdata[1]}"
+                   "<br>%{customdata[2]:.3f} kWh per 1M tokens")
     fig.update_layout(title=f"{c.workload} serving ({c.pricing} pricing)", xaxis_title="capacity (requests/s)",
-                      yaxis_title="USD per 1M output tokens")
+                      yaxis_title="USD per 1M output tokens", legend_title_text="option (rank)")
     return fig
 
 
@@ -63,6 +73,8 @@ def figure_perf(c: Comparison) -> go.Figure:
     fig.add_trace(go.Bar(x=names, y=[r.tokens_per_usd for r in rows], name="tokens/USD"), row=1, col=1)
     fig.add_trace(go.Bar(x=names, y=[r.tokens_per_kwh for r in rows], name="tokens/kWh"), row=1, col=2)
     fig.update_layout(showlegend=False, title="perf/$ and perf/W (higher is better)")
+    fig.update_yaxes(title_text="tokens per USD", row=1, col=1)
+    fig.update_yaxes(title_text="tokens per kWh", row=1, col=2)
     return fig
 
 
