@@ -36,13 +36,13 @@ def test_compare_json_with_an_infeasible_budget(capsys):
 
 
 @pytest.mark.parametrize("argv,field", [
-    (["--workload", "llama3.2-1b", "--gpus", "8"], "tokens"),
-    (["--workload", "llama3.2-1b", "--tokens", "1e9", "--gpus", "8", "--hw", "h1000"], "h1000"),
-    (["--workload", "llama3.2-1b", "--tokens", "1e9", "--gpus", "8", "--price", "h100=cheap"], "--price"),
-    (["--workload", "llama3.2-1b", "--tokens", "1e9", "--gpus", "8", "--pricing", "cloud",
+    (["--model", "llama3.2-1b", "--tokens", "0", "--gpus", "8"], "tokens"),
+    (["--model", "llama3.2-1b", "--tokens", "1e9", "--gpus", "8", "--hw", "h1000"], "h1000"),
+    (["--model", "llama3.2-1b", "--tokens", "1e9", "--gpus", "8", "--price", "h100=cheap"], "--price"),
+    (["--model", "llama3.2-1b", "--tokens", "1e9", "--gpus", "8", "--pricing", "cloud",
       "--price", "h100=-3"], "must be >= 0"),
-    (["--workload", "llama3.2-1b", "--tokens", "1e9", "--gpus", "8", "--clock", "1.5"], "sustained_clock"),
-    (["--workload", "/nonexistent/job.toml", "--gpus", "8"], "job.toml"),
+    (["--model", "llama3.2-1b", "--tokens", "1e9", "--gpus", "8", "--clock", "1.5"], "sustained_clock"),
+    (["--model", "/nonexistent/job.toml", "--gpus", "8"], "job.toml"),
 ])
 def test_bad_input_is_one_line_error(argv, field, capsys):
     assert main(["compare", *argv]) == 2
