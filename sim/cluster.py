@@ -105,6 +105,25 @@ class Cluster(BaseModel):
                              f"set domain_gpus, e.g. {segment_gpus(sysobj, self.gpus)})")
         return self
 
+    @classmethod
+    def for_gpus(cls, system: str, gpus: int, **kw) -> "Cluster":
+        """A job of ``gpus`` GPUs on ``system``, placed as a scheduler places it: part of one node
+        below a node; whole nodes above; and where they cannot fill whole NVLink domains (256 GPUs
+        on NVL72 racks of 72), equal parts of domains in whole nodes, as Slurm's block scheduling
+        does (segment_gpus: 64 GPUs = 16 trays per rack, source slurm_block_nvl72)."""
+        sysobj = get_system(system)
+        per_node = sysobj.gpus_per_node
+        if not isinstance(gpus, int) or isinstance(gpus, bool) or gpus < 1:
+            raise ValueError(f"gpus: a whole number of GPUs >= 1, got {gpus!r}")
+        if gpus < per_node:
+            return cls(system=system, nodes=1, gpus_used=gpus, **kw)
+        if gpus % per_node:
+            raise ValueError(f"gpus: {gpus} GPUs are not whole nodes of {per_node} on {sysobj.key}; "
+                             f"nearest: {gpus - gpus % per_node} or {gpus - gpus % per_node + per_node}")
+        part = segment_gpus(sysobj, gpus)
+        dom = part if part < min(sysobj.nvlink_domain_size, gpus) else None
+        return cls(system=system, nodes=gpus // per_node, domain_gpus=dom, **kw)
+
     @property
     def sys(self) -> System:
         return _system(self.system, self.whatif)

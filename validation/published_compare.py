@@ -17,10 +17,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..hwdb import get_system
 from ..model import TrainingWorkload
 from ..sim import overlap
-from ..sim.cluster import Cluster, segment_gpus
+from ..sim.cluster import Cluster
 from ..sim.estimate import estimate
 from .published import load_published
 
@@ -93,8 +92,8 @@ def megatron2021_tokens_per_s(row) -> float | None:
     if f is None:
         return None
     c = row.transformer_config()
-    l, h, s, v = c.n_layers, c.d_model, row.seq, c.vocab
-    return f / (96 * l * h * h * (1 + s / (6 * h) + v / (16 * l * h)))
+    L, h, s, v = c.n_layers, c.d_model, row.seq, c.vocab
+    return f / (96 * L * h * h * (1 + s / (6 * h) + v / (16 * L * h)))
 
 
 # NeMo's model-FLOPs count (nemo/utils/flops_formulas.py llama2 / llama3, vocabulary from
@@ -111,9 +110,9 @@ def nemo_flops_per_token(cfg, seq: int, family: str) -> float:
     """F_token of NeMo's llama2 / llama3 formula (comment above)."""
     if family not in NEMO_VOCAB:
         raise ValueError(f"no NeMo FLOPs formula for family {family!r} (have {sorted(NEMO_VOCAB)})")
-    l, h = cfg.n_layers, cfg.d_model
-    return l * h * h * (12 + 12 * cfg.n_kv_heads / cfg.n_heads + 18 * cfg.ffn / h + 12 * seq / h
-                        + 6 * NEMO_VOCAB[family] / (l * h))
+    L, h = cfg.n_layers, cfg.d_model
+    return L * h * h * (12 + 12 * cfg.n_kv_heads / cfg.n_heads + 18 * cfg.ffn / h + 12 * seq / h
+                        + 6 * NEMO_VOCAB[family] / (L * h))
 
 
 def nemo_tokens_per_s(row) -> float | None:
@@ -427,16 +426,9 @@ def grad_reduce_dtype_for(row, precision: str) -> str:
 
 
 def cluster_for(row) -> Cluster:
-    """The row's GPUs as whole nodes; a job that cannot fill whole NVLink domains (256 GPUs on
-    NVL72 racks of 72) uses equal parts of racks, as Slurm's block scheduling places it
-    (sim/cluster.segment_gpus: 64 GPUs = 16 trays per rack, source slurm_block_nvl72)."""
-    system = get_system(row.system)
-    per_node, gpus = system.gpus_per_node, gpus_for(row)
-    if gpus % per_node:
-        return Cluster(system=row.system, nodes=1, gpus_used=gpus)
-    part = segment_gpus(system, gpus)
-    dom = part if part < min(system.nvlink_domain_size, gpus) else None
-    return Cluster(system=row.system, nodes=gpus // per_node, domain_gpus=dom)
+    """The row's GPUs placed as a scheduler places them (the public Cluster.for_gpus: whole nodes,
+    equal parts of NVLink domains where they cannot fill whole ones)."""
+    return Cluster.for_gpus(row.system, gpus_for(row))
 
 
 def gpus_for(row) -> int:
