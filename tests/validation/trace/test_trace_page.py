@@ -43,3 +43,13 @@ def test_page_runs_on_an_example_trace():
     assert not at.error
     metrics = {m.label: m.value for m in at.metric}
     assert metrics["Steps"] == "3" and metrics["GPU time matched to ops"] == "100.0%"
+
+
+def test_router_lists_and_opens_the_trace_page():
+    from streamlit.testing.v1 import AppTest
+    from mechsim.app.main import PAGES
+    assert any(f == "page_trace.py" for _t, f, _u, _i in PAGES)
+    at = AppTest.from_file(str(ROOT / "app" / "main.py"), default_timeout=180).run()
+    at.switch_page("page_trace.py")
+    at.run()
+    assert not at.error and any("example" in s.label for s in at.selectbox)
