@@ -158,11 +158,24 @@ def hardware(v: Any) -> Any:
         try:
             hwdb.get_gpu(v)
         except hwdb.UnknownHardwareError:
-            hwdb.get_system(v)   # raises naming close matches of both
+            try:
+                hwdb.get_system(v)
+            except hwdb.UnknownHardwareError:
+                raise ValueError(_unknown_hw(v)) from None
         return v
     if any(hasattr(v, a) for a in ("peak_flops", "gpu", "nodes")) and not isinstance(v, (int, float)):
         return v
     raise ValueError(f"must be a GPU or system name (mechsim hw list), a GPU, System or Cluster, got {v!r}")
+
+
+def _unknown_hw(name: str) -> str:
+    import difflib
+
+    from . import hwdb
+    names = list(hwdb.list_gpus()) + list(hwdb.list_systems())
+    close = difflib.get_close_matches(name.lower().replace("-", "_"), names, n=4, cutoff=0.5)
+    hint = f"; close: {', '.join(close)}" if close else ""
+    return f"unknown GPU or system {name!r}{hint} (all: mechsim hw list)"
 
 
 def hardware_list(v: Any) -> tuple[str, ...]:
