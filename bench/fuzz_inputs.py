@@ -48,6 +48,7 @@ class Stats:
     cases: int = 0
     answered: int = 0
     refused: int = 0
+    refused_non_finite: list = field(default_factory=list)   # the facade refused a NaN/inf answer
     tracebacks: list = field(default_factory=list)
     hangs: list = field(default_factory=list)
     non_finite: list = field(default_factory=list)
@@ -55,6 +56,8 @@ class Stats:
 
     def summary(self) -> dict:
         return {"cases": self.cases, "answered": self.answered, "refused": self.refused,
+                "refused_non_finite": len(self.refused_non_finite), "refused_non_finite_examples":
+                self.refused_non_finite[:10],
                 "tracebacks": len(self.tracebacks), "hangs": len(self.hangs), "non_finite": len(self.non_finite),
                 "by_target": self.by_target, "examples": (self.tracebacks + self.hangs + self.non_finite)[:20]}
 
@@ -102,6 +105,8 @@ def record(stats: Stats, target: str, call: Callable[[], Any], what: str) -> Non
             stats.tracebacks.append(f"{what}: multi-line message {str(e)[:200]!r}")
         elif not msg.strip():
             stats.tracebacks.append(f"{what}: empty message")
+        if "non-finite" in msg:
+            stats.refused_non_finite.append(f"{what}: {msg[:200]}")
         stats.refused += 1
         return
     except Exception as e:  # noqa: BLE001 - the fuzz counts every unexpected exception
