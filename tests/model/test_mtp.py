@@ -14,7 +14,10 @@ DSV3 = preset("deepseek-v3")
 T = 384    # not 512: test_mla_up_recompute caches a stale-config workload of that shape (see _small)
 
 
-def _small(mtp: int, parallel: Parallelism = Parallelism(), n_layers: int = 4, **kw) -> TrainingWorkload:
+ONE_GPU = Parallelism()
+
+
+def _small(mtp: int, parallel: Parallelism = ONE_GPU, n_layers: int = 4, **kw) -> TrainingWorkload:
     # a fresh config: model_copy would carry a cached n_moe_layers of the 61-layer preset
     m = TransformerConfig(**{**DSV3.model_dump(), "n_layers": n_layers, "mtp_layers": mtp})
     return TrainingWorkload(model=m, mbs=1, seq=T, precision="bf16", parallel=parallel, **kw)

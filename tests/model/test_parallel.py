@@ -13,7 +13,10 @@ from mechsim.model.shard import kv_replicated_weight_bytes, padded_vocab
 F = frozenset({"norm", "act", "rope", "cross_entropy", "optimizer", "concat_proj"})
 
 
-def tw(par=Parallelism(), model="llama3-8b", **kw):
+ONE_GPU = Parallelism()
+
+
+def tw(par=ONE_GPU, model="llama3-8b", **kw):
     kw = {"seq": 4096, "precision": "bf16", **kw}
     return TrainingWorkload(model=model, parallel=par, **kw)
 

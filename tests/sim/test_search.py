@@ -10,7 +10,6 @@ import pytest
 from mechsim.sim.memory import parallel_components
 
 from mechsim.model import TrainingWorkload
-from mechsim.model.memory_parallel import gpu_memory
 from mechsim.model.parallel import Parallelism
 from mechsim.sim import cluster as C
 from mechsim.sim import netfast as F

@@ -56,7 +56,7 @@ def md() -> dict[str, list[str]]:
 def _md_rows(lines: list[str]) -> list[dict[str, str]]:
     """Every table row of a section as {header: cell}."""
     rows, header = [], None
-    for i, line in enumerate(lines):
+    for _i, line in enumerate(lines):
         if not line.startswith("|"):
             header = None
             continue

@@ -122,7 +122,7 @@ def run_pattern(fns, pattern, dev, sampler_factory):
         sampler.end()
     state = sampler.stop(wait=True) if sampler is not None else None
     phases: dict[str, list[float]] = {}
-    for (la, ea), (lb, eb) in zip(marks, marks[1:]):
+    for (_la, ea), (lb, eb) in zip(marks, marks[1:]):
         if lb.endswith("/start"):
             continue
         wl, sub = lb.split("/")

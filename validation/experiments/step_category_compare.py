@@ -1,5 +1,9 @@
 """Per-category predicted GPU time vs profiled kernel time of the traced train steps."""
-import json, glob, sys, collections, re
+import json
+import glob
+import sys
+import collections
+import re
 import mechsim
 from mechsim.validation.predict import train_workload
 from mechsim.sim.estimate import estimate
@@ -52,7 +56,7 @@ def main(detail=False):
             if o.kind == 'matmul': mm[mm_sub(o)] += o.time_s * 1e3
         prof = collections.Counter(); cnt = collections.Counter(); nrun = 0
         meds = []; busys = []; ksum = []
-        for run, r in rs:
+        for _run, r in rs:
             ks = r['extra']['kernels']; nrun += 1
             s = 0
             for k in ks:
@@ -60,7 +64,6 @@ def main(detail=False):
                 if c is None: continue
                 prof[c] += k['total_us'] / 1e3; cnt[c] += k['count']; s += k['total_us'] / 1e3
             busy = r['extra']['device_busy_us'] / 1e3
-            ann = sum(k['total_us'] for k in ks if kcat(k['name']) is None) / 1e3
             meds.append(r['timing']['median_s'] * 1e3); busys.append(busy); ksum.append(s)
         for c in prof: prof[c] /= nrun; cnt[c] /= nrun
         med = sorted(meds)[len(meds)//2]; busy = sum(busys)/nrun; top = sum(ksum)/nrun
@@ -68,17 +71,17 @@ def main(detail=False):
         print(f'\n## {case}  runs={nrun}  measured median {min(meds):.1f}-{max(meds):.1f} ms (med {med:.1f}); '
               f'device_busy {busy:.1f} ms; top-40 kernel sum {top:.1f} ms; predicted step {e.step_time_s*1e3:.1f} ms, '
               f'GPU busy {e.gpu_busy_s*1e3:.1f}, idle {e.launch_overhead_s*1e3:.1f}')
-        print(f'| category | predicted GPU ms | profiled ms (top-40) | ratio pred/prof |')
+        print('| category | predicted GPU ms | profiled ms (top-40) | ratio pred/prof |')
         print('|---|---:|---:|---:|')
         for c in ['matmul', 'attn_fwd', 'attn_bwd', 'optimizer', 'memory']:
             print(f'| {c} | {pred[c]:.2f} | {prof[c]:.2f} | {pred[c]/prof[c] if prof[c] else float("nan"):.3f} |')
         tot_p = sum(pred.values()); tot_k = top
         print(f'| total (GPU) | {tot_p:.2f} | {tot_k:.2f} | {tot_p/tot_k:.3f} |')
-        print(f'  matmul split predicted: ' + ', '.join(f'{k} {v:.2f}' for k, v in mm.items()))
+        print('  matmul split predicted: ' + ', '.join(f'{k} {v:.2f}' for k, v in mm.items()))
         if detail:
             # matmul kernels per layout
             lay = collections.Counter(); lc = collections.Counter()
-            for run, r in rs:
+            for _run, r in rs:
                 for k in r['extra']['kernels']:
                     if kcat(k['name']) == 'matmul':
                         key = k['name'][:60]

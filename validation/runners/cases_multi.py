@@ -215,7 +215,7 @@ def run_tp(ctx: Ctx, p: dict) -> dict:
     meds = rank_values(timing["median_s"], ctx.device)
     extra.update(world=tp, tp=tp, padded_vocab=model.v_local * tp, rank_medians_s=meds, rank_max_s=max(meds),
                  tokens_per_s=p["batch"] * s / timing["median_s"])
-    del caches
+    caches = None   # frees the KV caches before the next case (the lambda above holds the name)
     return result(timing, extra)
 
 
@@ -268,7 +268,7 @@ def run_pp(ctx: Ctx, p: dict) -> dict:
     if ctx.is_cuda:
         extra["baseline_allocated_bytes"] = base
         extra["stage_peak_mem_bytes"] = rank_values(extra["peak_mem_bytes"] - base, ctx.device)
-    del step, opt, stage
+    step = opt = stage = None   # frees the stage and its optimizer before the next case
     return result(timing, extra)
 
 

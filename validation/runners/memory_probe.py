@@ -178,7 +178,7 @@ def cublas_workspace() -> dict:
     out["after_new_thread_mm_minus_output"] = res["v"] - a.numel() * 2
     steps = []
     keep = []
-    for i in range(40):
+    for _i in range(40):
         s = torch.cuda.Stream()
         keep.append(s)
         with torch.cuda.stream(s):

@@ -525,7 +525,7 @@ def host_time_per_call(call: Callable[[int], object], device: str, inner: int,
     the device queue is drained before each sample (method "wall")."""
     clock = Clock(device)
     per = []
-    for r in range(reps):
+    for _r in range(reps):
         clock.sync()
         t0 = time.perf_counter()
         for i in range(inner):
