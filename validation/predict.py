@@ -261,12 +261,13 @@ def host_scale(run: dict | None, rec: dict, gpu: str | None = None) -> float:
 
 
 def host_scaled_stack(name: str, gpu: str, scale: float):
-    """The stack ``name`` as calibrated for ``gpu`` with its host launch costs x ``scale``
-    (None when scale is 1: estimate() then picks the stack itself)."""
-    if scale == 1.0:
-        return None
+    """The stack ``name`` as calibrated for ``gpu`` with its host launch costs x ``scale``: always
+    a Stack object, so the estimate takes the host speed validation measured (its probes) as
+    stated, and no host model of its own on top."""
     import dataclasses
     st = stack_for(name, gpu)
+    if scale == 1.0:
+        return st
     return dataclasses.replace(st, launch_host_s=st.launch_host_s * scale, launch_host_bwd_s=st.launch_host_bwd_s * scale)
 
 
@@ -314,7 +315,7 @@ def predict_data_parallel(p: dict, gpu: str, world: int) -> float:
     par = Parallelism(dp=world, zero=zero, bucket_bytes=int(p.get("bucket_cap_mb", 25) * 2**20),
                       fsdp_param_dtype=pol)
     w = train_workload(p).model_copy(update={"parallel": par, "grad_accum": int(p.get("grad_accum", 1))})
-    return estimate(w, gpu).step_time_s
+    return estimate(w, gpu, host_scaled_stack(w.stack, gpu, 1.0)).step_time_s
 
 
 HOST_BOUND_KINDS = ("train_step", "prefill", "decode")

@@ -81,9 +81,13 @@ def test_a_stack_object_keeps_the_hardware_calibration() -> None:
 
 
 def test_few_long_rows_are_latency_bound() -> None:
-    few = estimate_op(softmax(9, 30064, "bf16"), H200)
-    many = estimate_op(softmax(9 * 64, 30064 // 64 * 1, "bf16"), H200)   # same bytes, short rows
-    assert few.time_s > 2 * many.time_s
+    few = estimate_op(softmax(9, 30064, "bf16"), H200)          # 9 rows: 9 of 132 SMs busy
+    assert few.time_s > 5 * few.memory_s and few.bound == "compute"
+
+
+def test_the_warp_softmax_walks_the_next_power_of_two() -> None:
+    from mechsim.sim.kernel_laws import row_elements
+    assert row_elements(1025, "softmax_warp") == 2048 and row_elements(1025, "softmax_block") == 1025
 
 
 def test_misaligned_rows_take_the_scalar_path() -> None:

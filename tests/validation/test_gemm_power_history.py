@@ -1,45 +1,48 @@
-"""The power history of back-to-back GEMM microbenchmarks (validation/gemm_power.py)."""
+"""The power history of back-to-back GEMM microbenchmarks: validation/gemm_power.py carries the
+board's power average through a run with the simulator's controller model (sim/clock.py)."""
 
 import math
 
 import pytest
 
+from mechsim.sim.clock import boost_left_s, boosted_share, relax
 from mechsim.validation import gemm_power as G
 from mechsim.validation.predict import predict
 
+H200 = "h200_sxm"
+
 
 def test_boost_left_closed_form():
-    assert G.boost_left_s(0.0, 2.0, 0.1) == pytest.approx(0.1 * math.log(2.0))
-    assert G.boost_left_s(0.5, 2.0, 0.1) == pytest.approx(0.1 * math.log(1.5))
-    assert G.boost_left_s(1.0, 2.0, 0.1) == 0.0
-    assert G.boost_left_s(0.3, 0.9, 0.1) == math.inf   # under the cap: never throttled
+    assert boost_left_s(0.0, 2.0, 0.1) == pytest.approx(0.1 * math.log(2.0))
+    assert boost_left_s(0.5, 2.0, 0.1) == pytest.approx(0.1 * math.log(1.5))
+    assert boost_left_s(1.0, 2.0, 0.1) == 0.0
+    assert boost_left_s(0.3, 0.9, 0.1) == math.inf   # under the cap: never throttled
 
 
 def test_relax_reaches_the_boost_time_and_holds_at_the_cap():
-    t = G.boost_left_s(0.2, 1.5, 0.05)
-    assert G.relax(0.2, 1.5, t, 0.05) == pytest.approx(1.0)
-    assert G.relax(0.2, 1.5, 10 * t, 0.05) == 1.0            # the controller holds p at the cap
-    assert G.relax(1.0, 0.0, 0.05, 0.05) == pytest.approx(math.exp(-1.0))   # idle: decays
+    t = boost_left_s(0.2, 1.5, 0.05)
+    assert relax(0.2, 1.5, t, 0.05) == pytest.approx(1.0)
+    assert relax(0.2, 1.5, 10 * t, 0.05) == 1.0            # the controller holds p at the cap
+    assert relax(1.0, 0.0, 0.05, 0.05) == pytest.approx(math.exp(-1.0))   # idle: decays
 
 
-def _case(idle=0.0, pre=0.005, win=0.03, act=1.0):
-    return G.CaseTimeline(idle, pre, win, act)
+def _case(idle=0.0, pre=0.005, win=0.03):
+    return G.CaseTimeline(idle, pre, win)
 
 
-def test_a_hot_history_shortens_the_boost_and_idle_restores_it():
-    args = (0.0, 2.0, 0.1, 0.3)   # group gap, boost power, tau, w_mem
-    b = G.boost_at_windows([_case(), _case()], [True, False], *args)
-    assert b[1] < b[0] - 0.01
-    cooled = G.boost_at_windows([_case(), _case(idle=2.0)], [True, False], *args)
-    assert cooled[1] == pytest.approx(b[0], rel=1e-6)
-    cool_low = G.boost_at_windows([_case(act=0.05), _case()], [True, False], *args)
-    assert cool_low[0] == math.inf and cool_low[1] > b[1]   # low-power work heats less
+def test_a_hot_history_raises_the_start_load_and_idle_restores_it():
+    x = G.loads_at_windows([_case(), _case()], [2.0, 2.0], [True, False], 0.0, H200)
+    assert x[1] > x[0] + 0.1
+    cooled = G.loads_at_windows([_case(), _case(idle=5.0)], [2.0, 2.0], [True, False], 0.0, H200)
+    assert cooled[1] < 0.2
+    low = G.loads_at_windows([_case(), _case()], [0.2, 2.0], [True, False], 0.0, H200)
+    assert low[1] < x[1]                                   # low-power work heats less
 
 
 def test_boosted_share_of_the_median():
-    assert G.boosted_share(0.02, 0.05, 0.01) == pytest.approx(1.0)
-    assert G.boosted_share(0.2, 0.05, 0.01) == pytest.approx(math.exp(-5.0))
-    assert G.boosted_share(10.0, math.inf, 0.01) == pytest.approx(1.0)
+    assert boosted_share(0.02, 0.05, 0.01) == pytest.approx(1.0)
+    assert boosted_share(0.2, 0.05, 0.01) == pytest.approx(math.exp(-5.0))
+    assert boosted_share(10.0, math.inf, 0.01) == pytest.approx(1.0)
 
 
 def _rec(cid, m, wall, median, n=30, inner=1):
@@ -50,7 +53,7 @@ def _rec(cid, m, wall, median, n=30, inner=1):
 
 
 def test_case_timeline_splits_the_wall():
-    c = G.case_timeline(_rec("a", 8192, 0.1, 1.4e-3), 1.0)
+    c = G.case_timeline(_rec("a", 8192, 0.1, 1.4e-3))
     assert c.window_s == pytest.approx(30 * 1.4e-3)
     assert c.prework_s == pytest.approx(3 * 1.4e-3 + 2e-3 + 1.4e-3)
     assert c.idle_s == pytest.approx(0.1 - c.window_s - c.prework_s)

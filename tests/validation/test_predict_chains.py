@@ -5,7 +5,7 @@ import pytest
 from mechsim.model.microops import rmsnorm_chain
 from mechsim.sim.estimate import estimate_op
 from mechsim.validation.compare import compare
-from mechsim.validation.predict import CHAIN_NOT_COMPARED, NotPredicted, eager_chain_ops, predict
+from mechsim.validation.predict import CHAIN_NOT_COMPARED, predict
 
 ENV = {"gpu_name": "NVIDIA H200"}
 
@@ -50,6 +50,6 @@ def test_committed_swiglu_records_within_8_percent():
 
 
 def test_committed_rmsnorm_chain_records_within_15_percent():
-    rows = [r for r in compare()[0] if "/rmsnorm_hf/" in r.case_id]
+    rows = [r for r in compare()[0] if "/rmsnorm_hf/" in r.case_id and "/sweep/" not in r.case_id]
     assert len(rows) >= 40
     assert max(abs(r.error) for r in rows) < 0.15
