@@ -132,3 +132,13 @@ def test_calibration_improves_held_out_and_writes_only_where_told(tmp_path, monk
     assert 'kind = "calibrated"' in text and "trace:train_125m_eager" in text
     q = write_trace_calibration(c, str(EAGER), tmp_path / "elsewhere")
     assert q.parent.parent == tmp_path / "elsewhere"
+
+
+def test_cli_calibrate_dry_run_writes_nothing_and_out_writes_there(tmp_path, capsys, monkeypatch):
+    from mechsim.cli import main
+    monkeypatch.setenv("MECHSIM_DATA_DIR", str(tmp_path / "user"))
+    assert main(["trace", "calibrate", str(EAGER), "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert "held-out" in out and "wrote" not in out and not (tmp_path / "user").exists()
+    assert main(["trace", "calibrate", str(EAGER), "--out", str(tmp_path / "cal"), "--seed", "3"]) == 0
+    assert (tmp_path / "cal" / "efficiency" / "h200_sxm.toml").exists()
