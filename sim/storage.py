@@ -166,7 +166,17 @@ def bytes_per_token(spec: LoaderSpec) -> float:
         return 2.0 if spec.vocab <= 65536 else 4.0
     if spec.format == "text":
         return spec.text_bytes_per_token or io_rates()["text_bytes_per_token"]
-    return float(spec.sample_bytes) / float(spec.tokens_per_sample)
+    sample_bytes, tokens, _ = _image_fields(spec)
+    return sample_bytes / tokens
+
+
+def _image_fields(spec: LoaderSpec) -> tuple[float, float, float]:
+    """(bytes, tokens, decodes/s/core) of an image/video sample; ValueError naming what is missing."""
+    b, n, d = spec.sample_bytes, spec.tokens_per_sample, spec.decode_samples_per_s_per_core
+    if b is None or n is None or d is None:
+        raise ValueError("loader: format 'image' needs sample_bytes, tokens_per_sample and "
+                         "decode_samples_per_s_per_core")
+    return float(b), float(n), float(d)
 
 
 def loader_cpu_s(spec: LoaderSpec, tokens: float) -> float:
@@ -176,7 +186,8 @@ def loader_cpu_s(spec: LoaderSpec, tokens: float) -> float:
         rate = spec.tokenize_Bps_per_core or io_rates()["tokenize_rate_per_core"]
         return tokens * bytes_per_token(spec) / (cores * rate)
     if spec.format == "image":
-        return tokens / float(spec.tokens_per_sample) / (cores * float(spec.decode_samples_per_s_per_core))
+        _, per_sample, decode_rate = _image_fields(spec)
+        return tokens / per_sample / (cores * decode_rate)
     return 0.0
 
 

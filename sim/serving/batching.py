@@ -181,7 +181,7 @@ class Server:
         tokens: a fractional mean length rounds up)."""
         return max(1, math.ceil(L * (1.0 - self.prefix_hit)))
 
-    def _prefill_amortized(self, L: int) -> float:
+    def _prefill_amortized(self, L: float) -> float:
         n = self._new_tokens(L)
         k = max(1, self.engine.max_num_tokens // n) * self.dep.ep    # each ep rank fills its budget
         return prefill_s(self.dep, k, n) / k / self.dep.pp            # pp micro-batches in flight
