@@ -25,11 +25,7 @@ import sys
 from pathlib import Path
 from typing import Iterable
 
-try:
-    from . import records
-except ImportError:  # run as a plain script: python validation/spread.py
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
-    import records  # type: ignore[no-redef]
+from . import records
 
 DATA_DIR = Path(__file__).resolve().parent / "data"
 
