@@ -26,6 +26,10 @@ UNFUSED_FORMS (also accepted in ``fused``; the opposite of a fusion, so not in F
   loss_parallel  torch's loss_parallel (torchtitan with tp > 1, its default): the cross-entropy
                  runs on the vocabulary-sharded logits as DTensor ops, which hold one more fp32
                  T x V shard than the plain eager loss (model/memory.logits_bytes; measured)
+  mcore_ddp_buckets  Megatron-Core's DistributedDataParallel bucketing: max(40M, 1M x dp)
+                 gradient elements per bucket on the first pipeline stage's first model chunk,
+                 one bucket per buffer elsewhere, unless Parallelism.bucket_bytes is given
+                 (ops_dp.MCORE_DDP_BUCKETS; PyTorch DDP's 25 MiB otherwise)
   ac_early_stop  torch.utils.checkpoint's non-reentrant full checkpoint (early stop, the default
                  since torch 2.1): the replay stops once every tensor the block's backward saved is
                  back, so a dense layer's last GEMM (the MLP down projection: what it saves is its
@@ -47,7 +51,8 @@ FUSION_GROUPS: frozenset[str] = frozenset({
     "concat_proj", "grouped_gemm", "moe_permute",
 })
 UNFUSED_FORMS: frozenset[str] = frozenset({"math_attention", "te_unfused_attention", "expert_streams",
-                                            "grad_hooks_16bit", "ac_early_stop", "loss_parallel"})
+                                            "grad_hooks_16bit", "ac_early_stop", "loss_parallel",
+                                            "mcore_ddp_buckets"})
 
 
 def build_ops(w: TrainingWorkload | InferenceWorkload, fused=frozenset()) -> tuple[Op, ...]:

@@ -9,6 +9,9 @@ zero 0   ``grad_ar``: all_reduce of the gradients (grad dtype: fp32 .grad or mai
          buckets of bucket_bytes, once per step (after the last micro-batch's backward;
          DDP no_sync before): count = ceil(grad_bytes / bucket_bytes), each call the mean
          bucket size (so bytes x count is exact).
+         Bucket size: Parallelism.bucket_bytes when given; else PyTorch DDP's bucket_cap_mb
+         (25 MiB), or, for a stack with the MCORE_DDP_BUCKETS form, Megatron-Core's rule
+         (``dp_bucket_counts``).
 zero 1/2 ``grad_rs``: reduce_scatter of the same buckets; ``param_ag`` (phase optimizer,
          after the update): all_gather of the updated parameters at the parameter dtype
          (bf16 for bf16/fp8, fp32 for amp_bf16/fp32), same bucket count. zero 2 differs only
@@ -57,34 +60,83 @@ def dp_group(p: Parallelism, expert: bool = False) -> int:
     return p.edp if expert else p.dp * p.cp
 
 
+# PyTorch DistributedDataParallel's default bucket_cap_mb (torch/nn/parallel/distributed.py).
+TORCH_DDP_BUCKET_BYTES = 25 * 2**20
+
+# Megatron-Core DistributedDataParallel (NVIDIA/Megatron-LM megatron/core/distributed/
+# distributed_data_parallel.py, __init__): with no ddp_config.bucket_size given,
+#     bucket_size = max(40000000, 1000000 * parallel_state.get_data_parallel_world_size())
+# elements of the gradient buffer (the dp group without cp: with_context_parallel=False), so
+# that "chunks used in NCCL ring-reduce implementations are large enough to remain
+# bandwidth-bound rather than latency-bound". Bucketing is turned off (one bucket per buffer)
+# when ``pp_rank > 0`` (same __init__) and for model chunks after the first
+# (megatron/training/training.py get_model: disable_bucketing=(model_chunk_idx > 0)); each
+# model chunk has its own dense and expert buffers.
+MCORE_DDP_BUCKETS = "mcore_ddp_buckets"
+MCORE_BUCKET_MIN_ELEMS = 40_000_000
+MCORE_BUCKET_ELEMS_PER_DP_RANK = 1_000_000
+
+
 def n_buckets(nbytes: float, bucket: int) -> int:
     return max(1, math.ceil(nbytes / bucket)) if nbytes > 0 else 0
+
+
+def mcore_bucket_elems(dp: int) -> int:
+    """Megatron-Core's default bucket size in gradient-buffer elements: max(40M, 1M x dp)."""
+    return max(MCORE_BUCKET_MIN_ELEMS, MCORE_BUCKET_ELEMS_PER_DP_RANK * dp)
+
+
+def mcore_buckets(p: Parallelism, nbytes: float, bucket: float, first_stage: bool) -> int:
+    """Buckets of one Megatron-Core gradient buffer of ``nbytes`` over the p.vp model chunks
+    of a stage: on pipeline stage 0 the first chunk is split into ``bucket``-byte buckets and
+    every later chunk is one bucket; on any other stage each chunk is one bucket (module
+    constants' source). The chunks are taken as equal (nbytes / vp each)."""
+    if nbytes <= 0:
+        return 0
+    return n_buckets(nbytes / p.vp, int(bucket)) + p.vp - 1 if first_stage else p.vp
+
+
+def dp_bucket_counts(p: Parallelism, grad_bytes: tuple[float, float], grad_elem_bytes: float,
+                     mcore: bool, first_stage: bool) -> tuple[int, int]:
+    """(dense, expert) gradient buckets of one step. ``mcore``: the stack buckets as
+    Megatron-Core does (MCORE_DDP_BUCKETS); the bucket is then Parallelism.bucket_bytes if
+    given (ddp_config.bucket_size), else mcore_bucket_elems(dp) x ``grad_elem_bytes``.
+    Otherwise PyTorch DDP: ceil(bytes / bucket), bucket_bytes or 25 MiB."""
+    if not mcore:
+        b = p.bucket_bytes or TORCH_DDP_BUCKET_BYTES
+        return n_buckets(grad_bytes[0], b), n_buckets(grad_bytes[1], b)
+    b = p.bucket_bytes or mcore_bucket_elems(p.dp) * grad_elem_bytes
+    return tuple(mcore_buckets(p, g, b, first_stage) for g in grad_bytes)
 
 
 def _bucketed(name: str, op: str, nbytes: float, size: int, phase: str, nb: int, dt: str) -> list[Op]:
     return coll(name, op, "dp", nbytes / nb, size, phase, nb, dt) if nb else []
 
 
-def grad_sync(p: Parallelism, dense_grad: float, expert_grad: float, dtype: str = "fp32") -> list[Op]:
+def grad_sync(p: Parallelism, dense_grad: float, expert_grad: float, dtype: str = "fp32",
+              counts: tuple[int, int] | None = None) -> list[Op]:
     """Bucketed gradient all_reduce (zero 0) or reduce_scatter (zero 1/2), phase bwd, in the
-    gradient buffer's dtype (fp32, or bf16 with grad_reduce_in_fp32=False)."""
+    gradient buffer's dtype (fp32, or bf16 with grad_reduce_in_fp32=False). ``counts``:
+    (dense, expert) buckets (dp_bucket_counts); default PyTorch DDP's."""
     op, tag = ("all_reduce", "ar") if p.zero == 0 else ("reduce_scatter", "rs")
+    nbs = counts or dp_bucket_counts(p, (dense_grad, expert_grad), 4.0, False, True)
     out = []
-    for pre, b, ex in (("", dense_grad, False), ("expert_", expert_grad, True)):
-        nb = n_buckets(b, p.bucket_bytes)
+    for pre, b, ex, nb in (("", dense_grad, False, nbs[0]), ("expert_", expert_grad, True, nbs[1])):
         out += _bucketed(f"{pre}grad_{tag}", op, b, dp_group(p, ex), "bwd", nb, dtype)
     return out
 
 
-def param_gather(p: Parallelism, dense: tuple[float, float], expert: tuple[float, float], dt: str) -> list[Op]:
+def param_gather(p: Parallelism, dense: tuple[float, float], expert: tuple[float, float], dt: str,
+                 counts: tuple[int, int] | None = None) -> list[Op]:
     """zero 1/2: all_gather of the updated parameters after the optimizer. dense/expert:
-    (grad bytes, param bytes): the bucket count follows the gradient buckets."""
+    (grad bytes, param bytes): the bucket count follows the gradient buckets (``counts``, as
+    grad_sync)."""
     if p.zero not in (1, 2):
         return []
+    nbs = counts or dp_bucket_counts(p, (dense[0], expert[0]), 4.0, False, True)
     out = []
-    for pre, (g, b), ex in (("", dense, False), ("expert_", expert, True)):
-        out += _bucketed(f"{pre}param_ag", "all_gather", b, dp_group(p, ex), "optimizer",
-                         n_buckets(g, p.bucket_bytes), dt)
+    for pre, (_, b), ex, nb in (("", dense, False, nbs[0]), ("expert_", expert, True, nbs[1])):
+        out += _bucketed(f"{pre}param_ag", "all_gather", b, dp_group(p, ex), "optimizer", nb, dt)
     return out
 
 

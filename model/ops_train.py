@@ -26,7 +26,8 @@ from .config import TransformerConfig
 from .lora import adapter_tensor_sizes, frozen, frozen_base
 from .ops import STORED_BYTES, Op
 from .ops_common import CAT, Ctx, Pair, chain, linear, nv, recompute
-from .ops_dp import ddp_bucket_copies, dp_group, fsdp, fsdp_copies, grad_sync, param_gather
+from .ops_dp import (MCORE_DDP_BUCKETS, ddp_bucket_copies, dp_bucket_counts, dp_group, fsdp, fsdp_copies,
+                     grad_sync, param_gather)
 from .ops_layer import layer_pairs
 from .quant import recipe_of, training_casts, weight_cast_bytes
 from .shard import timed_stage, train_local_config
@@ -365,14 +366,15 @@ def _dp_ops(w: TrainingWorkload, c: Ctx, trainable: list[int] | None = None) -> 
                           w.grad_accum, pdt)
     cp_f, cp_b = fsdp_copies(p, (Pl / L, P - Pl), L, w.grad_accum, dt.param, pb, 4 if pb == 4 else 2)
     ag_f, ag_b = cp_f[:2] + ag_f + cp_f[2:], cp_b[:2] + ag_b + cp_b[2:]
-    sync = rs if p.zero == 3 else grad_sync(p, (P - Pe) * dt.grad, Pe * dt.grad, "bf16" if dt.grad == 2 else "fp32")
+    nb = dp_bucket_counts(p, ((P - Pe) * dt.grad, Pe * dt.grad), dt.grad, c.f(MCORE_DDP_BUCKETS), c.embed)
+    sync = rs if p.zero == 3 else grad_sync(p, (P - Pe) * dt.grad, Pe * dt.grad, "bf16" if dt.grad == 2 else "fp32", nb)
     nt = trained(c, trainable)[1]
     into, out = ddp_bucket_copies(p, (P - Pe) * dt.grad, nt, dt.main_grad or c.f(GRAD_HOOKS_16BIT))   # the buffer is the bucket
     sync = into + sync
     # Megatron: first and last stage sum the shared embedding grad (tied lm_head, or the MTP stage's embedding copy)
     if p.pp > 1 and (c.cfg.tie_embeddings or c.cfg.mtp_layers) and (c.embed or c.head) and trainable is None:
         sync += coll("embed_grad_ar", "all_reduce", "pp", c.cfg.vocab * c.cfg.d_model * dt.grad, 2, "bwd", 1, "fp32")
-    gather = param_gather(p, ((P - Pe) * dt.grad, (P - Pe) * dt.param), (Pe * dt.grad, Pe * dt.param), pdt)
+    gather = param_gather(p, ((P - Pe) * dt.grad, (P - Pe) * dt.param), (Pe * dt.grad, Pe * dt.param), pdt, nb)
     return {"fwd": ag_f, "bwd": ag_b, "sync": sync, "finalize": out, "gather": gather}
 
 

@@ -49,7 +49,9 @@ class Parallelism(BaseModel):
         Megatron's older "ep divides dp*cp". etp is 1 or tp here (an etp group between the
         two would need a group of its own); etp < tp needs sp (the MoE layer then takes the
         T/tp sequence-parallel tokens without a tp all-gather).
-    bucket_bytes: DDP/ZeRO gradient bucket size (PyTorch DDP default 25 MiB)
+    bucket_bytes: DDP/ZeRO gradient bucket size; None: the stack's default (PyTorch DDP's
+        25 MiB bucket_cap_mb, or Megatron-Core's max(40M, 1M x dp) gradient elements for a
+        stack with the mcore_ddp_buckets form; model/ops_dp.py dp_bucket_counts)
     fsdp_param_dtype: zero 3 only: the dtype parameters are gathered and computed in
         (torch FSDP2 MixedPrecisionPolicy(param_dtype=...)); None: the stored parameter
         dtype. "bf16" over fp32 master weights (amp_bf16) gathers half the bytes and makes
@@ -86,7 +88,7 @@ class Parallelism(BaseModel):
     ep: PositiveInt = Field(1, le=MAX_DEGREE)
     etp: PositiveInt | None = Field(None, le=MAX_DEGREE)
     schedule: PipelineSchedule = "1f1b"
-    bucket_bytes: PositiveInt = 25 * 2**20
+    bucket_bytes: PositiveInt | None = None
     first_stage_layers: NonNegativeInt | None = None
     last_stage_layers: NonNegativeInt | None = None
     pp_split_embedding: bool = False

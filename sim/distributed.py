@@ -148,16 +148,43 @@ def p2p_per_microbatch(t: OpTable, c: CommTimes, m: int) -> float:
 
 
 def dp_exposure(t: OpTable, c: CommTimes, t_b_last: float, phase: int = BWD,
-                after_backward: bool = False, stretch: float | None = None) -> overlap.Exposure:
+                after_backward: bool = False, stretch: float | None = None,
+                slack_s: float = 0.0) -> overlap.Exposure:
     """Gradient buckets of the last micro-batch's backward on one comm stream; with
-    ``after_backward`` (overlap.ddp_after_backward) every bucket is ready only at its end."""
+    ``after_backward`` (overlap.ddp_after_backward) every bucket is ready only at its end.
+    ``slack_s``: the step's time after this stage's last backward (drain_slack_s)."""
     mask = (c.group == GROUPS.index("dp")) & (t.phase == phase)
     if not mask.any():
         return overlap.Exposure("dp", 0.0, 0.0, 0.0, 0.0)
     calls = np.concatenate([np.full(int(t.count[i]), c.per_call_s[i]) for i in np.flatnonzero(mask)])
     ready = (np.full(len(calls), t_b_last) if after_backward
              else overlap.uniform_bucket_ready_s(t_b_last, np.ones(len(calls))))
-    return overlap.dp_grad_sync(ready, calls, t_b_last, stretch=stretch)
+    return overlap.dp_grad_sync(ready, calls, t_b_last, stretch=stretch, slack_s=slack_s)
+
+
+def _dp_calls(t: OpTable, c: CommTimes, phase: int) -> np.ndarray:
+    mask = (c.group == GROUPS.index("dp")) & (t.phase == phase)
+    return np.concatenate([np.full(int(t.count[i]), c.per_call_s[i]) for i in np.flatnonzero(mask)] or [[]])
+
+
+def param_gather_exposure(t: OpTable, c: CommTimes, fwd_window_s: float,
+                          stretch: float | None = None) -> overlap.Exposure:
+    """Zero 1/2 parameter all-gathers (phase optimizer) prefetched bucket by bucket behind the
+    next step's forward (overlap.param_gather_prefetch: Megatron-Core overlap_param_gather).
+    ``fwd_window_s``: the forward before the last bucket is needed, grad_ready_window_s of a
+    micro-batch's forward: one forward, or with interleaving the min(pp, m) micro-batches the
+    warm-up runs on each model chunk before the next (Megatron-Bridge sets align_param_gather
+    for pp > 1 and vp > 1, so every chunk's gather is dispatched when the step starts)."""
+    return overlap.param_gather_prefetch(fwd_window_s, _dp_calls(t, c, OPT), stretch=stretch)
+
+
+def drain_slack_s(par, stage: int, t_b: float) -> float:
+    """Megatron-Core stages other than the first reduce their gradients in one bucket per model
+    chunk (model/ops_dp.mcore_buckets) because "data-parallel communication on these stages is not
+    on the critical path": in the pipeline's drain the last backward of stage s ends before stage
+    0's by the backward of one model chunk on each of the s stages before it, s * t_b / vp (t_b a
+    micro-batch's backward of the stage, all its chunks)."""
+    return stage * t_b / par.vp if par.pp > 1 else 0.0
 
 
 @dataclass(frozen=True)
@@ -293,7 +320,7 @@ def moe_layers_per_microbatch(t: OpTable, m: int) -> int:
 def step_parts(t: OpTable, k: KernelTimes, gpu_s: np.ndarray, c: CommTimes, par, m: int,
                stack_key: str, launch_idle_s: float, moe=None, zero3_serial_s: float | None = None,
                offload=None, stretch: GroupStretch | None = None,
-               host_phase_s: tuple[float, float, float] | None = None) -> StepParts:
+               host_phase_s: tuple[float, float, float] | None = None, stage: int = 0) -> StepParts:
     """Compose a multi-GPU step (module docstring). ``moe``: the model's MoE config, for the
     dropless host syncs added to each micro-batch's forward (sim/moe.py). ``zero3_serial_s``:
     a stack whose ZeRO-3 collectives run one synchronous call per tensor (sim/zero3_2021.py)
@@ -303,7 +330,9 @@ def step_parts(t: OpTable, k: KernelTimes, gpu_s: np.ndarray, c: CommTimes, par,
     ``stretch``: per group kind, how much slower hidden collectives run beside compute
     (GroupStretch.of the plan's layouts; default: contention.comm_stretch everywhere).
     ``host_phase_s``: host issue seconds of the (forward, backward, optimizer) ops, which place
-    the launch idle in the phases (host_bound_windows)."""
+    the launch idle in the phases (host_bound_windows). ``stage``: the pipeline stage whose drain
+    the gradient sync may run into (drain_slack_s): the timed stage for a stack whose later stages
+    make one bucket (model/ops_dp.MCORE_DDP_BUCKETS), else 0 (none)."""
     k_total = np.where(t.kind == COLLECTIVE, 0.0, gpu_s * t.count)
     fwd, bwd, opt = phase_compute(t, k_total)
     hide_f, hide_b = host_bound_windows((fwd, bwd, opt), launch_idle_s, host_phase_s)
@@ -331,10 +360,13 @@ def step_parts(t: OpTable, k: KernelTimes, gpu_s: np.ndarray, c: CommTimes, par,
                              keep_unsharded=par.fsdp_keep_unsharded)
           if par.zero == 3 else
           dp_exposure(t, c, grad_ready_window_s(t_b + (hide_b - bwd) / m, par, m),
-                      after_backward=overlap.ddp_after_backward(stack_key), stretch=ks.dp))
+                      after_backward=overlap.ddp_after_backward(stack_key), stretch=ks.dp,
+                      slack_s=drain_slack_s(par, stage, t_b)))
     if par.zero == 3 and zero3_serial_s is not None:
         dp = overlap.Exposure("zero3_serial", zero3_serial_s, zero3_serial_s, 0.0, 0.0)
     after_opt = _sum(c.total_s, (c.group == GROUPS.index("dp")) & (t.phase == OPT))
+    if par.zero in (1, 2) and overlap.ddp_overlap_param_gather(stack_key):
+        after_opt = param_gather_exposure(t, c, grad_ready_window_s(hide_f / m, par, m), ks.dp).total
     exposed = {g: v[0] + v[1] for g, v in crit.items()}
     exposed.update(pp=pipe.p2p_exposed_s, dp=dp.total + after_opt)
     step = pipe.step_s + dp.total + after_opt + opt + launch_idle_s
@@ -449,6 +481,8 @@ def _estimate_parallel(workload, hw, stack=None, overrides=None):
     from .results import Estimate
     from .stacks import get_stack
     from .whatif import apply_overrides
+    from ..model.ops_dp import MCORE_DDP_BUCKETS
+    from ..model.shard import timed_stage
     par = workload.parallel
     cluster = resolve_cluster(hw, par.gpus)
     spec_overrides = tuple(sorted((k, str(v)) for k, v in (overrides or {}).items() if k != "sustained_clock"))
@@ -470,6 +504,7 @@ def _estimate_parallel(workload, hw, stack=None, overrides=None):
 
     lays = cluster_layouts(par, cluster)
     stretch = GroupStretch.of(lays)
+    stage = timed_stage(workload.model, par) if MCORE_DDP_BUCKETS in st.fused else 0
 
     def timeline(k, speed=1.0):
         gpu_s = np.where(compute, k.gpu_s, 0.0)
@@ -479,7 +514,7 @@ def _estimate_parallel(workload, hw, stack=None, overrides=None):
         idle = max(0.0, tandem_step_time(host, gpu_s, t.count, t.block_starts) - busy)
         parts = step_parts(t, k, gpu_s, c, par, workload.grad_accum if hasattr(workload, "grad_accum") else 1,
                            st.key, idle, getattr(workload.model, "moe", None), z3, off, stretch,
-                           host_phase_s=phase_compute(t, host * t.count))
+                           host_phase_s=phase_compute(t, host * t.count), stage=stage)
         by_cat, by_phase = _sums(t, k, gpu_s * t.count, idle + parts.moe_sync_s)
         by_cat["communication"] = float(sum(parts.exposed_s.values()))
         by_cat["pipeline_bubble"] = parts.bubble_s

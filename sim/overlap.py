@@ -24,7 +24,10 @@ DP gradient sync (zero 0/1/2, PyTorch DDP / Megatron DDP buckets): buckets becom
 during backward in reverse layer order; each bucket's collective starts when it is
 ready and the previous one has finished (one comm stream, in order):
     finish_i = max(ready_i, finish_{i-1}) + c_i = C_i + max_{j<=i} (ready_j - C_{j-1})
-(C the running sum of comm times), so exposed = max(0, finish_last - t_bwd).
+(C the running sum of comm times), so exposed = max(0, finish_last - t_bwd - slack), slack the
+time the step still runs after this stage's last backward (sim/distributed.drain_slack_s).
+Zero 1/2 parameter all-gather: after the optimizer, all exposed, or with overlap_param_gather
+(Megatron-Core) prefetched bucket by bucket behind the next forward (param_gather_prefetch).
 
 FSDP (zero 3): each layer's parameters are all-gathered one layer ahead (forward
 prefetch, and again in backward), each layer's gradients reduce-scattered after its
@@ -192,6 +195,30 @@ def ddp_after_backward(stack: str) -> bool:
     return stack_flag(f"ddp.after_backward.{stack}")
 
 
+def ddp_overlap_param_gather(stack: str) -> bool:
+    """Whether a stack's distributed optimizer (zero 1/2) all-gathers the updated parameters
+    bucket by bucket in the next forward instead of after the optimizer step (Megatron-Core
+    overlap_param_gather; sim/data/overlap.toml [ddp.overlap_param_gather]): param_gather_prefetch."""
+    return stack_flag(f"ddp.overlap_param_gather.{stack}")
+
+
+def param_gather_prefetch(fwd_s: float, ag_s, contention: float | None = None,
+                          stretch: float | None = None) -> Exposure:
+    """Megatron-Core overlap_param_gather (source mcore_ddp): the buckets' all-gathers in forward
+    order. The first forward pre-hook dispatches the first bucket's all-gather and waits on it
+    (exposed); each wait dispatches the next bucket's, which runs beside the forward compute of
+    the bucket before it. ``fwd_s``: forward compute of the step's first micro-batch on this GPU,
+    taken as spread evenly over the buckets:
+        exposed = AG_0 + sum_{i>=1} max(0, AG_i - (fwd_s / n) / stretch)."""
+    ag, f = _arr("ag_s", ag_s), _scalar("fwd_s", fwd_s)
+    if ag.size == 0:
+        return Exposure("dp", 0.0, 0.0, 0.0, 0.0)
+    k = comm_stretch() if stretch is None else _scalar("stretch", stretch)
+    compute = np.full(ag.size, f / ag.size)
+    overlapped = float(np.minimum(ag[1:], compute[:-1] / k).sum())
+    return _exposure("dp", float(ag.sum()), _prefetch_exposed(compute, ag, k), overlapped, contention)
+
+
 def fsdp_keep_unsharded_under_pp(stack: str) -> bool:
     """Whether a stack's FSDP under a pipeline schedule gathers each unit once per step, keeps it,
     and reduce-scatters the fp32-accumulated gradients once (torchtitan with torch.distributed.
@@ -267,20 +294,21 @@ def split_buckets(grad_bytes: float, bucket_bytes: float, first_bucket_bytes: fl
 
 
 def dp_grad_sync(ready_s, comm_s, t_bwd_s: float, contention: float | None = None,
-                 stretch: float | None = None) -> Exposure:
-    """DDP / ZeRO-1/2 gradient buckets: exposed = max(0, last finish - end of backward).
+                 stretch: float | None = None, slack_s: float = 0.0) -> Exposure:
+    """DDP / ZeRO-1/2 gradient buckets: exposed = max(0, last finish - end of backward - slack).
 
     ready_s: when each bucket's gradients are complete, seconds from the start of the
     backward (fill order); comm_s: each bucket's all-reduce (zero 0) or reduce-scatter
     (zero 1/2) time. A tied embedding's gradient is ready only at the end of backward:
-    give its bucket ready_s = t_bwd_s.
+    give its bucket ready_s = t_bwd_s. slack_s: how long the step runs on after this GPU's
+    backward without it (a pipeline stage's drain): comm then costs nothing and runs unslowed.
     """
     t = _scalar("t_bwd_s", t_bwd_s)
     r, c = _arr("ready_s", ready_s), _arr("comm_s", comm_s)
     if r.shape != c.shape:
         raise ValueError(f"ready_s and comm_s differ in length ({r.size} vs {c.size})")
     finish, overlapped = stretched_finish_times(r, c, t, comm_stretch() if stretch is None else stretch)
-    exposed = max(0.0, float(finish[-1]) - t) if finish.size else 0.0
+    exposed = max(0.0, float(finish[-1]) - t - _scalar("slack_s", slack_s)) if finish.size else 0.0
     return _exposure("dp", float(c.sum()), exposed, overlapped, contention)
 
 
