@@ -179,12 +179,19 @@ def host_for(hw: Any, gpu: Any, profile: Any = None, explicit_stack: bool = Fals
 
 def system_of(hw: Any) -> Any:
     """The hwdb System behind ``hw`` (a system name or object, or a Cluster's), else None."""
-    from .. import hwdb
     if hasattr(hw, "host_cpu"):
         return hw
     name = hw if isinstance(hw, str) else getattr(hw, "system", None)
+    return _system_named(name) if isinstance(name, str) else None
+
+
+@functools.lru_cache(maxsize=256)
+def _system_named(name: str) -> Any:
+    """get_system(name), or None for a GPU name (cached: an unknown name's error builds
+    spelling suggestions, far slower than the estimate itself)."""
+    from .. import hwdb
     try:
-        return hwdb.get_system(name) if isinstance(name, str) else None
+        return hwdb.get_system(name)
     except hwdb.UnknownHardwareError:
         return None
 
@@ -262,11 +269,23 @@ def estimate(workload: Any, hw: Any = "h100_sxm", stack: str | Stack | None = No
     explicit = isinstance(stack, Stack)
     host = host_for(hw, gpu, profile, explicit)
     st = stack if explicit else calibrated_stack(gpu, get_stack(stack or workload.stack))
-    est = estimate_at(workload, hw, host.apply(st), overrides, **kw)
-    swing = (0.0, 0.0) if st.graphs else host_swing(
+    on = host.apply(st)
+    est = estimate_at(workload, hw, on, overrides, **kw)
+    hidden = host_issue_s(est, on) * max(host.spread) < HOST_BOUND_MIN * est.step_time_s
+    swing = (0.0, 0.0) if st.graphs or hidden else host_swing(
         lambda f: est.step_time_s if f == 1.0 else
         estimate_at(workload, hw, on_host(st, host.scale * f), overrides, **kw).step_time_s, host.spread)
     return dataclasses.replace(est, error_band=with_host(est.error_band, host, swing))
+
+
+def host_issue_s(est: Any, stack: Stack) -> float:
+    """Host seconds to issue every kernel of the step on ``stack`` (kernels x count x the phase's
+    launch cost): when even the slow end of the host spread leaves this under HOST_BOUND_MIN of
+    the step, the step cannot be host-bound and its band needs no second estimate."""
+    if stack.graphs:
+        return 0.0
+    return float(sum(o.kernels * o.count * (stack.launch_host_bwd_s if o.phase == "bwd" else stack.launch_host_s)
+                     for o in est.ops))
 
 
 def _gpu_of(hw: Any) -> Any:
