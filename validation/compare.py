@@ -91,10 +91,15 @@ def split_of(record: dict) -> str:
 
 def row_kind(rec: dict) -> str:
     """The kind accuracy is judged by: decode splits into CUDA-graph and eager
-    (different targets: eager decode is host-bound and varies with the host CPU); collectives
-    with a forced NCCL algorithm are judged apart from NCCL's own choice."""
+    (different targets: eager decode is host-bound and varies with the host CPU); the probed
+    host-bound cases (tag hostval) are judged apart; collectives with a forced NCCL algorithm are
+    judged apart from NCCL's own choice."""
     if is_sweep(rec):
         return f"{rec['params']['family']}_sweep"
+    if "hostval" in (rec["params"].get("tags") or ()):
+        # host-bound eager steps whose records carry their machine start's probe
+        # (validation/runners/cases_host.py): judged on their own against the host targets
+        return f"{'decode_eager' if rec['kind'] == 'decode' else rec['kind']}_host"
     if rec["kind"] == "decode":
         return "decode_graph" if rec["params"].get("mode") == "graph" else "decode_eager"
     if rec["kind"] == "collective" and rec["params"].get("algo"):
