@@ -219,9 +219,13 @@ def run_best_serving(inp: ServingInputs):
                              inp.weight_dtype, inp.kv_dtype)
 
 
-@st.cache_resource(max_entries=64, show_spinner=False)
-def best_serving(inp: ServingInputs):
-    return run_best_serving(inp)
+def best_serving(inp: ServingInputs) -> tuple[bool, object]:
+    """(ready, plan or the running job): a serving plan searches tp and rates (seconds of CPU)."""
+    return jobs.peek(("serving", inp), lambda: run_best_serving(inp), "the best serving plan")
+
+
+def best_serving_result(inp: ServingInputs):
+    return jobs.get(("serving", inp), lambda: run_best_serving(inp), "the best serving plan")
 
 
 def run_serve(inp: ServingInputs, tp: int, rate: float | None = None):
@@ -234,9 +238,13 @@ def run_serve(inp: ServingInputs, tp: int, rate: float | None = None):
 LOAD_FRACTIONS = tuple(i / 20 for i in range(1, 20)) + (0.97, 0.99)   # sampling of the load axis
 
 
-@st.cache_resource(max_entries=64, show_spinner=False)
-def load_curve(inp: ServingInputs, tp: int) -> tuple:
-    return run_load_curve(inp, tp)
+def load_curve(inp: ServingInputs, tp: int) -> tuple[bool, object]:
+    """(ready, operating points or the running job) of one replica of ``tp`` GPUs across loads."""
+    return jobs.peek(("curve", inp, tp), lambda: run_load_curve(inp, tp), "the latency-vs-load curve")
+
+
+def load_curve_result(inp: ServingInputs, tp: int) -> tuple:
+    return jobs.get(("curve", inp, tp), lambda: run_load_curve(inp, tp), "the latency-vs-load curve")
 
 
 def run_load_curve(inp: ServingInputs, tp: int) -> tuple:

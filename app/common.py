@@ -22,7 +22,7 @@ import streamlit as st
 
 from . import assumptions, tables
 
-POLL_S = 1.0          # how often a page waiting on a job looks again
+POLL_S = 0.5          # how often a page waiting on a job looks again
 
 USER_ERRORS = (ValueError, TypeError, KeyError, ArithmeticError)
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import OrderedDict
+from concurrent import futures
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Callable, Hashable
@@ -64,9 +65,15 @@ def submit(key: Hashable, fn: Callable[[], Any], label: str) -> Job:
         return job
 
 
-def peek(key: Hashable, fn: Callable[[], Any], label: str) -> tuple[bool, Any]:
-    """(True, value) when ready (re-raising the call's exception), else (False, the running Job)."""
+WAIT_S = 0.3          # a page waits this long for a new job before it shows a progress line instead
+
+
+def peek(key: Hashable, fn: Callable[[], Any], label: str, wait_s: float = WAIT_S) -> tuple[bool, Any]:
+    """(True, value) when ready within ``wait_s`` (re-raising the call's exception), else (False, the
+    running Job)."""
     job = submit(key, fn, label)
+    if not job.done():
+        futures.wait([job.future], timeout=wait_s)
     if job.done():
         return True, job.result()
     return False, job

@@ -44,7 +44,7 @@ class PageCase:
 CASES = (
     PageCase("", "", "Step time", Change("Micro-batches per step (grad_accum)", (8, 16, 24, 32, 48, 64))),
     PageCase("scaleout", "", "Best step time", Change("Plans shown", (5, 8, 10, 12, 15))),
-    PageCase("serving", "", "Capacity (requests/s)", Change("Output tokens", (128, 256, 512, 1024))),
+    PageCase("serving", "", "Capacity (requests/s)", Change("", ())),  # a new serving plan: a job of seconds
     PageCase("procurement", "", "Best option", Change("", ())),       # a new comparison is a 30 s job
     PageCase("validation", "", "Cases compared", Change("", ())),
     PageCase("hardware", "", "Specs shown", Change("", ())),
@@ -167,16 +167,17 @@ async def _all(port: int, cases: list[PageCase], changes: int, think_s: float, s
 
 
 def run_load(port: int, sessions: int, pages: str = "mix", changes: int = 5, think_s: float = 2.0, seed: int = 0,
-             timeout_s: float = 120.0, host: str = LOOPBACK) -> list[SessionResult]:
-    """``sessions`` sessions at once: "mix" spreads them over CASES in turn, "estimate" (or another
+             timeout_s: float = 120.0, host: str = LOOPBACK, cases: tuple[PageCase, ...] = CASES
+             ) -> list[SessionResult]:
+    """``sessions`` sessions at once: "mix" spreads them over ``cases`` in turn, "estimate" (or another
     page path) puts them all on one page."""
     if host != LOOPBACK:
         raise ValueError(f"host: the load test only drives {LOOPBACK}, got {host!r}")
     if not 1 <= sessions <= 200:
         raise ValueError(f"sessions: must be 1..200, got {sessions}")
-    pick = list(CASES) if pages == "mix" else [c for c in CASES if (c.path or "estimate") == pages]
+    pick = list(cases) if pages == "mix" else [c for c in cases if (c.path or "estimate") == pages]
     if not pick:
-        raise ValueError(f"pages: 'mix' or one of {', '.join(c.path or 'estimate' for c in CASES)}, got {pages!r}")
+        raise ValueError(f"pages: 'mix' or one of {', '.join(c.path or 'estimate' for c in cases)}, got {pages!r}")
     cases = [pick[i % len(pick)] for i in range(sessions)]
     return asyncio.run(_all(port, cases, changes, think_s, seed, timeout_s))
 

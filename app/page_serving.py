@@ -56,7 +56,8 @@ def render() -> None:
                 "time-per-output-token (TPOT) targets, with continuous batching, and how latency grows with load.")
     ui, v = inputs()
     inp = common.attempt(lambda: cached.ServingInputs(**v), "serving plan")
-    plan = common.attempt(lambda: cached.best_serving(inp), "serving plan") if inp else None
+    got = common.attempt(lambda: cached.best_serving(inp), "serving plan") if inp else None
+    plan = common.wait_for(got) if got else None
     ui.sync_url()
     if plan is None:
         return
@@ -64,7 +65,8 @@ def render() -> None:
         st.error(f"Targets not met: {plan.reason}. Relax the TTFT/TPOT targets, shorten the requests, "
                  f"quantize, or pick faster hardware.", icon=":material/error:")
     metrics(plan)
-    pts = common.attempt(lambda: cached.load_curve(inp, plan.tp), "latency curve")
+    got = common.attempt(lambda: cached.load_curve(inp, plan.tp), "latency curve")
+    pts = common.wait_for(got) if got else None
     figs = views.serving_figures(inp, plan.tp) if pts else {"candidates": figures.serving_candidates(plan)}
     if pts:
         st.plotly_chart(figs["curves"], key="srv.curves")

@@ -108,10 +108,10 @@ def published_view() -> tuple[list[dict], list[dict], object]:
 @st.cache_resource(max_entries=64, show_spinner=False)
 def serving_figures(inp: cached.ServingInputs, tp: int) -> dict:
     """Latency-vs-load curves of one replica of ``tp`` GPUs and the tp candidates of the best plan."""
-    pts = cached.load_curve(inp, tp)
+    pts = cached.load_curve_result(inp, tp)
     return _frozen_all({"curves": figures.serving_curves(pts, inp.ttft_s, inp.tpot_s,
                                                      f"One replica of tp={tp}: latency vs load"),
-                        "candidates": figures.serving_candidates(cached.best_serving(inp))})
+                        "candidates": figures.serving_candidates(cached.best_serving_result(inp))})
 
 
 @st.cache_resource(max_entries=32, show_spinner=False)

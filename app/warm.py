@@ -15,10 +15,10 @@ from . import cached
 
 
 def _fast() -> None:
+    """The default estimate (fills the op-list cache) and the serving plan whose tp the curve needs."""
     cached.run_estimate(cached.EstimateInputs())
     inp = cached.ServingInputs()
-    plan = cached.run_best_serving(inp)
-    cached.run_load_curve(inp, plan.tp)
+    cached.load_curve(inp, cached.best_serving_result(inp).tp)
 
 
 def submit_defaults() -> list:
@@ -27,6 +27,7 @@ def submit_defaults() -> list:
     cached.search(cached.SearchInputs())
     cached.validation()
     cached.published()
+    cached.best_serving(cached.ServingInputs())
     return cached.jobs.running()
 
 
@@ -38,7 +39,7 @@ def warm(log: Callable[[str], None] = print, timeout_s: float = 900.0) -> float:
     log(f"mechsim app: computing the default views ({len(pending)} slow ones: "
         f"{', '.join(j.label for j in pending)}) ...")
     _fast()
-    for job in pending:
+    for job in pending + cached.jobs.running():
         try:
             job.result(timeout_s)
         except Exception as e:  # noqa: BLE001 -- the page reports it; the server must still start

@@ -1,6 +1,7 @@
-"""The app in a real browser: `mechsim app` on 127.0.0.1, Debian's Chromium driven by Playwright
-(executable_path=/usr/bin/chromium, no browser download). Each page loads, shows the API's
-numbers, takes an input change, and is saved as a screenshot.
+"""The app in a real browser: `mechsim app --no-warm` on 127.0.0.1, Debian's Chromium driven by
+Playwright (executable_path=/usr/bin/chromium, no browser download). Each page loads, shows the
+API's numbers, takes an input change, and is saved as a screenshot once its charts are drawn.
+Every request the pages make goes to the app's own address; no metric is cut off; no Deploy button.
 
 Screenshots go to pytest's tmp dir, and also to $MECHSIM_SCREENSHOTS when set (how
 app/screenshots/ was made)."""
@@ -61,7 +62,7 @@ def _wait_ready(url: str, proc: subprocess.Popen, timeout: float = 90) -> None:
 @pytest.fixture(scope="module")
 def server():
     port = _free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "mechsim.cli", "app", "--port", str(port)],
+    proc = subprocess.Popen([sys.executable, "-m", "mechsim.cli", "app", "--no-warm", "--port", str(port)],
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     url = f"http://127.0.0.1:{port}"
     try:
@@ -76,10 +77,16 @@ def server():
 
 
 @pytest.fixture(scope="module")
-def page(server):
+def requests_seen() -> list[str]:
+    return []
+
+
+@pytest.fixture(scope="module")
+def page(server, requests_seen):
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
         pg = browser.new_page(viewport={"width": 1500, "height": 2400})
+        pg.on("request", lambda r: requests_seen.append(r.url))      # Chromium's network log
         pg.set_default_timeout(TIMEOUT_MS)
         expect.set_options(timeout=TIMEOUT_MS)     # a cold first render on a busy 2-core CI box
         yield pg
@@ -95,8 +102,23 @@ def metric(pg, label: str):
     return pg.locator('[data-testid="stMetric"]', has_text=label).locator('[data-testid="stMetricValue"]')
 
 
+def drawn(pg) -> None:
+    """Wait until the script run is over and every Plotly chart on the page has drawn its plot."""
+    expect(pg.locator('[data-testid="stStatusWidget"]')).to_have_count(0)
+    charts = pg.locator('[data-testid="stPlotlyChart"]')
+    for i in range(charts.count()):
+        expect(charts.nth(i).locator(".main-svg").first).to_be_attached()
+
+
+def truncated_metrics(pg) -> list[str]:
+    """Metric values wider than their box (shown with an ellipsis)."""
+    return pg.eval_on_selector_all('[data-testid="stMetricValue"]',
+                                   "els => els.filter(e => e.scrollWidth > e.clientWidth + 1).map(e => e.innerText)")
+
+
 def snap(pg, shots: Path, name: str) -> None:
-    pg.wait_for_timeout(1500)          # let Plotly finish drawing
+    drawn(pg)
+    assert truncated_metrics(pg) == []
     path = shots / f"{name}.png"
     pg.screenshot(path=str(path))
     assert path.stat().st_size > 10_000
@@ -172,7 +194,7 @@ def test_procurement_page(server, page, shots):
 
 def test_validation_page(server, page, shots):
     page.goto(server + "/validation")
-    rows = cached.run_validation()[0]
+    rows = cached.run_validation().rows
     expect(metric(page, "Cases compared")).to_have_text(str(len(rows)))
     snap(page, shots, "validation")
 
@@ -184,3 +206,42 @@ def test_hardware_page(server, page, shots):
     n = sum(1 for s in hwdb.get_gpu("b200").specs.values() if s.kind == "assumed")
     expect(metric(page, "Specs shown")).to_have_text(str(n))
     snap(page, shots, "hardware")
+
+
+def test_no_deploy_button_and_only_local_requests(server, page, requests_seen):
+    """After every page above: the toolbar has no Deploy button, and Chromium's network log holds
+    requests to the app's own 127.0.0.1 address only (favicon, fonts, Plotly all served locally)."""
+    page.goto(server + "/hardware")
+    expect(metric(page, "Specs shown")).to_be_visible()
+    drawn(page)
+    assert page.get_by_text("Deploy", exact=True).count() == 0
+    assert page.locator('[data-testid="stAppDeployButton"]').count() == 0
+    icon = page.eval_on_selector('link[rel*="icon"]', "e => e.href")
+    assert icon.startswith(server)
+    outside = sorted({u for u in requests_seen if not u.startswith(("http://127.0.0.1:", "ws://127.0.0.1:",
+                                                                   "data:", "blob:"))})
+    assert requests_seen and outside == []
+
+
+SMALL_CASES = (   # small views, so the suite's server (--no-warm) computes each in about a second
+    ("", "model=llama3-8b&tp=2&pp=2&vp=1&dp=2&schedule=1f1b&ga=8&seq=2048", "Step time",
+     "Micro-batches per step (grad_accum)", (4, 8, 16)),
+    ("scaleout", "model=llama3-8b&nodes=1&gbs=64&seq=2048", "Best step time", "Plans shown", (3, 5, 8)),
+    ("validation", "", "Cases compared", "", ()),          # a job: the session follows the page's poll
+    ("hardware", "name=b200", "Specs shown", "", ()),
+)
+
+
+def test_concurrent_sessions_over_the_websocket(server):
+    """8 sessions at once on 127.0.0.1 (app/loadtest.py; bench/app_load.py runs 20 on the default
+    views): every one sees its page's numbers and its input changes, within loose bounds for a
+    shared 2-core CI box. The run is bounded (120 s per wait) and ends by itself."""
+    from mechsim.app import loadtest as L
+    port = int(server.rsplit(":", 1)[1])
+    cases = tuple(L.PageCase(p, q, m, L.Change(lab, vals)) for p, q, m, lab, vals in SMALL_CASES)
+    res = L.run_load(port, 8, changes=2, think_s=0.5, cases=cases)
+    s = L.summary(res)
+    assert s["errors"] == [] and s["first_view"]["n"] == 8 and s["input_change"]["n"] == 8
+    assert s["first_view"]["p95"] < 30 and s["input_change"]["p95"] < 5, s
+    with pytest.raises(ValueError, match="host"):
+        L.run_load(port, 1, host="10.0.0.1")
