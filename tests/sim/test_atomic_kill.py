@@ -78,11 +78,13 @@ def versions(tmp_path, monkeypatch):
     overlap.overlap_params.cache_clear()
 
 
-def _writer_loop(out) -> None:
+def _writer_loop(out, cycles_fd: int) -> None:
+    """Write new and old versions in turn; one byte on ``cycles_fd`` after each whole cycle."""
     v = 1
     while True:
         _write(v, out)
         v = 1 - v
+        os.write(cycles_fd, b"c")
 
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
@@ -93,15 +95,21 @@ def test_kill_9_at_random_points_leaves_old_or_new_files_and_estimates(tmp_path,
     _write(0, live)
     rng, seen = random.Random(20261202), set()
     for i in range(50):
+        r, w = os.pipe()
         pid = os.fork()
         if pid == 0:   # child: write until killed
             try:
-                _writer_loop(live)
+                os.close(r)
+                _writer_loop(live, w)
             finally:
                 os._exit(0)
-        time.sleep(rng.uniform(0.0, 0.08))
+        os.close(w)
+        t0 = time.monotonic()
+        os.read(r, 1)   # one whole cycle done: its length sets the range of kill points (any machine load)
+        time.sleep(rng.uniform(0.0, 2.0 * (time.monotonic() - t0)))
         os.kill(pid, signal.SIGKILL)
         os.waitpid(pid, 0)
+        os.close(r)
         got = _snapshot(live)
         combo = tuple(_which(content, j, b) for j, b in enumerate(got))
         seen.add(combo)
