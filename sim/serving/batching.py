@@ -38,7 +38,8 @@ from dataclasses import asdict, dataclass
 import numpy as np
 
 from .kvcache import KVCapacity, kv_capacity
-from .latency import UNSTABLE, LatencyModel, Percentiles, percentile_key, percentiles, ttft_mean
+from .latency import (UNSTABLE, LatencyModel, Percentiles, percentile_key, percentiles, tpot_quantile, ttft_mean,
+                      ttft_quantile)
 from .params import param
 from .steps import Deployment, decode_s, prefill_s
 
@@ -147,11 +148,17 @@ class OperatingPoint:
 
     def ttft_at(self, percentile: str = "mean") -> float:
         """TTFT at ``percentile`` ('mean', 'p50', 'p90', 'p99'), seconds."""
-        return self.ttft_s if percentile_key(percentile) is None else self.percentiles().ttft(percentile.lower())
+        q = percentile_key(percentile)
+        if q is None:
+            return self.ttft_s
+        return ttft_quantile(self.latency, q) if self.stable and self.latency is not None else math.inf
 
     def tpot_at(self, percentile: str = "mean") -> float:
         """TPOT at ``percentile`` ('mean', 'p50', 'p90', 'p99'), seconds."""
-        return self.tpot_s if percentile_key(percentile) is None else self.percentiles().tpot(percentile.lower())
+        q = percentile_key(percentile)
+        if q is None:
+            return self.tpot_s
+        return tpot_quantile(self.latency, q) if self.stable and self.latency is not None else math.inf
 
     def to_dict(self) -> dict:
         d = {k: v for k, v in asdict(self).items() if k != "latency"}
