@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 
-from .ops import Op
+from .ops import Op, RowShape
 from .ops_common import CAT, Ctx, Kern, Pair, cast, chain, mixed, nv, nv_class, times
 
 
@@ -22,10 +22,10 @@ def _norm_fwd_eager(c: Ctx, R: int, W: int, r: float, consumers: int) -> list[Ke
     one bf16 cast per consuming linear. LayerNorm: one native kernel (+ casts)."""
     e, pw = R * W, c.pw
     if c.cfg.norm == "layernorm":
-        ks: list[Kern] = [(5 * e, r * e + 2 * pw * W, r * e + 8 * R)]
+        ks: list[Kern] = [Kern(5 * e, r * e + 2 * pw * W, r * e + 8 * R)]
     else:
         ks = [cast(e, r, 4)] if r != 4 else []
-        ks += [(e, 4 * e, 4 * e), (e, 4 * e, 4 * R), (R, 4 * R, 4 * R), (R, 4 * R, 4 * R),
+        ks += [Kern(e, 4 * e, 4 * e), Kern(e, 4 * e, 4 * R), Kern(R, 4 * R, 4 * R), Kern(R, 4 * R, 4 * R),
                nv(e, 4 * e + 4 * R, 4 * e, nv_class((4,), 4))]          # x * rstd: rstd broadcast
         ks += [cast(e, 4, r)] if r != 4 else []
         out = max(r, pw)
@@ -45,21 +45,21 @@ def _norm_bwd_eager(c: Ctx, R: int, W: int, r: float, consumers: int, skip: bool
     e, pw, k = R * W, c.pw, max(consumers, 1)
     g = 4.0 if c.autocast else r
     ks: list[Kern] = [cast(e, 2, 4)] * consumers if c.autocast else []
-    ks += [(e, 2 * g * e, g * e)] * (k - 1)
+    ks += [Kern(e, 2 * g * e, g * e)] * (k - 1)
     if c.cfg.norm == "layernorm":
-        ks += [(8 * e, g * e + r * e + 8 * R + pw * W, r * e), (2 * e, g * e + r * e + 8 * R, 2 * pw * W)]
+        ks += [Kern(8 * e, g * e + r * e + 8 * R + pw * W, r * e), Kern(2 * e, g * e + r * e + 8 * R, 2 * pw * W)]
     else:
         ks += [nv(e, g * e + pw * W, g * e, nv_class((g, pw), g)),     # g * w: weight broadcast
-               (e, g * e + r * e, g * e), (e, g * e, pw * W)]
+               Kern(e, g * e + r * e, g * e), Kern(e, g * e, pw * W)]
         ks += [cast(e, r, 4)] if g != 4 else []
         ks += [nv(e, 4 * e + 4 * R, 4 * e, nv_class((4, 4), 4)),          # g * rstd: rstd broadcast
-               (e, 8 * e, 4 * e), (e, 4 * e, 4 * R),
-               (R, 4 * R, 4 * R), (R, 4 * R, 4 * R), (R, 8 * R, 4 * R),
+               Kern(e, 8 * e, 4 * e), Kern(e, 4 * e, 4 * R),
+               Kern(R, 4 * R, 4 * R), Kern(R, 4 * R, 4 * R), Kern(R, 8 * R, 4 * R),
                nv(e, 4 * R, 4 * e, nv_class((4,), 4)),                    # mean bwd: expand / W
-               (0, 4 * e, 4 * e, 0), (e, 4 * e, 4 * e), (e, 8 * e, 4 * e), (e, 8 * e, 4 * e)]
+               Kern(0, 4 * e, 4 * e, 0), Kern(e, 4 * e, 4 * e), Kern(e, 8 * e, 4 * e), Kern(e, 8 * e, 4 * e)]
         ks += [cast(e, 4, r)] if r != 4 else []
     if skip:
-        ks.append((e, 2 * r * e, r * e))   # grad of the residual stream: norm path + skip path
+        ks.append(Kern(e, 2 * r * e, r * e))   # grad of the residual stream: norm path + skip path
     return ks
 
 
@@ -80,8 +80,8 @@ def norm(c: Ctx, name: str, R: int, W: int, n: int, consumers: int, resid_in: bo
     if c.f("norm") or (resid_in and c.f("residual_norm")):
         extra_r, extra_w = (c.act * e, r * e) if resid_in else (0.0, 0.0)
         rstd = 4.0 * R if c.train else 0.0
-        fwd_k = [(4 * e, r * e + c.pw * W + extra_r, c.gin * e + extra_w + rstd)]
-        bwd_k = [(8 * e, max(consumers, 1) * c.act * e + r * e + 4 * R + c.pw * W
+        fwd_k = [Kern(4 * e, r * e + c.pw * W + extra_r, c.gin * e + extra_w + rstd)]
+        bwd_k = [Kern(8 * e, max(consumers, 1) * c.act * e + r * e + 4 * R + c.pw * W
                   + (r * e if stream and resid_in else 0), r * e + 4 * W)]
     else:
         fwd_k = _norm_fwd_eager(c, R, W, r, consumers)
@@ -109,15 +109,15 @@ def _rope_eager(c: Ctx, n: float, t: float, tb: float | None = None,
     tb = (4.0 if c.autocast else a) if tb is None else tb
     o = max(a, tb)
     mul = nv(n, a * n + tb * t, o * n, nv_class((a, tb), o))
-    add = nv(n, 2 * o * n, o * n, nv_class((o, o), o)) if views else (n, 2 * o * n, o * n)
+    add = nv(n, 2 * o * n, o * n, nv_class((o, o), o)) if views else Kern(n, 2 * o * n, o * n)
     fwd: list[Kern] = [mul, nv(n / 2, a * n / 2, a * n / 2, nv_class((a,), a)), nv(n, a * n, a * n, CAT), mul, add]
     gmul = nv(n, o * n + tb * t, o * n, nv_class((o, tb), o))   # g * sin, g * cos: tables broadcast
     bwd: list[Kern] = [gmul, nv(n / 2, a * n / 2, a * n / 2, nv_class((a,), a)), nv(n, a * n, a * n, CAT),
-                       gmul, (n, 2 * a * n, a * n)]
+                       gmul, Kern(n, 2 * a * n, a * n)]
     if c.autocast:
         fwd.append(cast(n, 4, 2))
         bwd = [cast(n, 2, 4)] + bwd + [cast(n, 4, 2)] * 2
-    bwd.append((0, a * n, a * n))   # grad [B,H,S,D] -> transpose -> view [B,S,H*D]: reshape copies
+    bwd.append(Kern(0, a * n, a * n))   # grad [B,H,S,D] -> transpose -> view [B,S,H*D]: reshape copies
     return fwd, bwd
 
 
@@ -129,11 +129,11 @@ def rope(c: Ctx, name: str, nq: float, nk: float, table: float, n: int, cat: flo
     k). Fused: one kernel reading q, k, tables, writing q, k."""
     a, cnt = c.act, n * c.mb
     if c.f("rope"):
-        fwd_k = [(3 * (nq + nk), a * (nq + nk + cat) + 2 * a * table, a * (nq + nk + cat))]
-        bwd_k = [(3 * (nq + nk), a * (nq + nk + cat) + 2 * a * table, a * (nq + nk + cat))]
+        fwd_k = [Kern(3 * (nq + nk), a * (nq + nk + cat) + 2 * a * table, a * (nq + nk + cat))]
+        bwd_k = [Kern(3 * (nq + nk), a * (nq + nk + cat) + 2 * a * table, a * (nq + nk + cat))]
     else:
         (fq, bq), (fk, bk) = (_rope_eager(c, x, table, table_bytes, views) for x in (nq, nk))
-        cats: list[Kern] = [(0, a * cat / 2, a * cat / 2)] * 2 if cat else []
+        cats: list[Kern] = [Kern(0, a * cat / 2, a * cat / 2)] * 2 if cat else []
         fwd_k, bwd_k = fq + fk + cats, bq + bk
     fwd = chain(name, "elementwise", "fwd", fwd_k, cnt, nq + nk)
     return Pair(fwd, chain(name, "elementwise", "bwd", bwd_k, cnt, nq + nk) if c.train else [])
@@ -146,17 +146,17 @@ def act(c: Ctx, name: str, e: float, n: int) -> Pair:
     a, kind, cnt = c.act, c.cfg.mlp, n * c.mb
     gated = kind == "swiglu"
     if c.f("act"):
-        fwd_k = [(5 * e, (2 if gated else 1) * a * e, a * e)]
-        bwd_k = [(8 * e, (3 if gated else 2) * a * e, (2 if gated else 1) * a * e)]
+        fwd_k = [Kern(5 * e, (2 if gated else 1) * a * e, a * e)]
+        bwd_k = [Kern(8 * e, (3 if gated else 2) * a * e, (2 if gated else 1) * a * e)]
     elif gated:
-        fwd_k = [(4 * e, a * e, a * e), (e, 2 * a * e, a * e)]
-        bwd_k = [(e, 2 * a * e, a * e), (e, 2 * a * e, a * e), (4 * e, 2 * a * e, a * e)]
-        bwd_k += [(0, 2 * a * e, 2 * a * e)] if c.f("concat_proj") else []
+        fwd_k = [Kern(4 * e, a * e, a * e), Kern(e, 2 * a * e, a * e)]
+        bwd_k = [Kern(e, 2 * a * e, a * e), Kern(e, 2 * a * e, a * e), Kern(4 * e, 2 * a * e, a * e)]
+        bwd_k += [Kern(0, 2 * a * e, 2 * a * e)] if c.f("concat_proj") else []
     elif kind == "gelu":
-        fwd_k, bwd_k = [(8 * e, a * e, a * e)], [(8 * e, 2 * a * e, a * e)]
+        fwd_k, bwd_k = [Kern(8 * e, a * e, a * e)], [Kern(8 * e, 2 * a * e, a * e)]
     else:
-        fwd_k = [(e, a * e, a * e), (e, a * e, a * e)]
-        bwd_k = [(e, a * e, a * e), (e, 2 * a * e, a * e), (e, 2 * a * e, a * e)]
+        fwd_k = [Kern(e, a * e, a * e), Kern(e, a * e, a * e)]
+        bwd_k = [Kern(e, a * e, a * e), Kern(e, 2 * a * e, a * e), Kern(e, 2 * a * e, a * e)]
     fwd = chain(name, "elementwise", "fwd", fwd_k, cnt, e)
     return Pair(fwd, chain(name, "elementwise", "bwd", bwd_k, cnt, e) if c.train else [])
 
@@ -171,7 +171,7 @@ def residual(c: Ctx, name: str, e: float, n: int) -> Pair:
         return Pair([], [])
     r, a, cnt = c.resid, c.act, n * c.mb
     fwd = chain(name, "elementwise", "fwd", [mixed(e, (r + a) * e, r * e, r != a)], cnt, e)
-    bwd_k = [(0, r * e, a * e)] if (c.train and r != a) else []
+    bwd_k = [Kern(0, r * e, a * e)] if (c.train and r != a) else []
     return Pair(fwd, chain(name, "elementwise", "bwd", bwd_k, cnt, e))
 
 
@@ -193,21 +193,21 @@ def cross_entropy(c: Ctx, T: int, V: int) -> Pair:
     to a (logits_cast bwd). Casts and the zero-fill over >2 GiB run as several launches.
     Fused: one kernel reading the a-byte logits (writes per-row lse and loss), and one
     backward kernel writing the a-byte grad of the logits.
-    The eager log_softmax is its own Op ``loss/log_softmax`` with shape (rows, cols) = (T, V)
+    The eager log_softmax is its own Op ``loss/log_softmax`` with RowShape(rows, cols) = (T, V)
     each way: which forward kernel torch dispatches, and its time, depend on the row length
     (sim/rowkernels.py); the backward is a block-per-row reduction kernel, timed as one.
     """
     e, a, cnt = T * V, c.act, c.mb
     if c.f("cross_entropy"):
-        fwd = chain("loss/cross_entropy", "softmax", "fwd", [(5 * e, a * e + 8 * T, 8 * T)], cnt, e)
-        bwd = chain("loss/cross_entropy", "softmax", "bwd", [(3 * e, a * e + 16 * T, a * e)], cnt, e)
+        fwd = chain("loss/cross_entropy", "softmax", "fwd", [Kern(5 * e, a * e + 8 * T, 8 * T)], cnt, e)
+        bwd = chain("loss/cross_entropy", "softmax", "bwd", [Kern(3 * e, a * e + 16 * T, a * e)], cnt, e)
         return Pair(fwd, bwd)
     p = pieces(4 * e)
     cast_f = chain("loss/logits_cast", "cast", "fwd", [cast(e, a, 4, p)] if a != 4 else [], cnt, e)
-    lsm = [Op("loss/log_softmax", "softmax", "fwd", 4.0 * e, 4.0 * e, 4.0 * e, "fp32", (T, V), cnt, 1)]
-    ce_f = lsm + chain("loss/cross_entropy", "softmax", "fwd", [(T, 12 * T, 4)], cnt, e)
-    ce_b = chain("loss/cross_entropy", "softmax", "bwd", [(0, 0, 4), (0, 0, 4 * e, p), (T, 12 * T, 4 * T)], cnt, e)
-    ce_b += [Op("loss/log_softmax", "softmax", "bwd", 2.0 * e, 12.0 * e, 4.0 * e, "fp32", (T, V), cnt, 1)]
+    lsm = [Op("loss/log_softmax", "softmax", "fwd", 4.0 * e, 4.0 * e, 4.0 * e, "fp32", RowShape(T, V), cnt, 1)]
+    ce_f = lsm + chain("loss/cross_entropy", "softmax", "fwd", [Kern(T, 12 * T, 4)], cnt, e)
+    ce_b = chain("loss/cross_entropy", "softmax", "bwd", [Kern(0, 0, 4), Kern(0, 0, 4 * e, p), Kern(T, 12 * T, 4 * T)], cnt, e)
+    ce_b += [Op("loss/log_softmax", "softmax", "bwd", 2.0 * e, 12.0 * e, 4.0 * e, "fp32", RowShape(T, V), cnt, 1)]
     cast_b = chain("loss/logits_cast", "cast", "bwd", [cast(e, 4, a, p)] if a != 4 else [], cnt, e)
     return Pair(cast_f + ce_f, ce_b + cast_b)
 
@@ -222,20 +222,20 @@ def embedding(c: Ctx, T: int) -> Pair:
     embeddings the lm_head's grad is then added into the same .grad (1 kernel over V x d)."""
     cfg, r, cnt = c.cfg, c.resid, c.mb
     d, V = cfg.d_model, cfg.vocab
-    ks: list[Kern] = [(0, 8 * T + c.pw * T * d, r * T * d)]
+    ks: list[Kern] = [Kern(0, 8 * T + c.pw * T * d, r * T * d)]
     if cfg.pos_embedding == "learned":
-        ks.append((T * d, r * T * d + c.pw * c.S * d, r * T * d))
+        ks.append(Kern(T * d, r * T * d + c.pw * c.S * d, r * T * d))
     fwd = chain("embed/fwd", "embedding", "fwd", ks, cnt, T * d)
     if not c.train:
         return Pair(fwd, [])
     gb = 4.0 if (c.autocast or c.main_grad or c.pw == 4) else c.pw
-    bk: list[Kern] = [times((0, 16 * T, 16 * T), 18), (0, 0, gb * V * d, pieces(gb * V * d)),
-                      (T * d, r * T * d + 16 * T, 4 * T * d), (T * d, 4 * T * d + 8 * T, gb * T * d)]
+    bk: list[Kern] = [times(Kern(0, 16 * T, 16 * T), 18), Kern(0, 0, gb * V * d, pieces(gb * V * d)),
+                      Kern(T * d, r * T * d + 16 * T, 4 * T * d), Kern(T * d, 4 * T * d + 8 * T, gb * T * d)]
     if cfg.tie_embeddings and not c.main_grad:
-        bk.append((V * d, 2 * gb * V * d, gb * V * d, pieces(gb * V * d)))
+        bk.append(Kern(V * d, 2 * gb * V * d, gb * V * d, pieces(gb * V * d)))
     return Pair(fwd, chain("embed/bwd", "embedding", "bwd", bk, cnt, T * d))
 
 
 def sample(c: Ctx, rows: int, V: int) -> list[Op]:
     """Greedy sampling of the next token (argmax over V logits per row): one reduction."""
-    return chain("sample/argmax", "softmax", "fwd", [(rows * V, c.act * rows * V, 8 * rows)], 1, rows * V)
+    return chain("sample/argmax", "softmax", "fwd", [Kern(rows * V, c.act * rows * V, 8 * rows)], 1, rows * V)

@@ -16,20 +16,19 @@ Tensor parallel (Megatron-Core), per layer and micro-batch, x = T*d*act bytes:
 
 from __future__ import annotations
 
-from .ops import Op
+from .ops import CollectiveShape, Op
 from .ops_common import Ctx, Pair
-from .parallel import COLLECTIVE_OPS, GROUPS
 
 NONE = Pair([], [])
 
 
 def coll(name: str, op: str, group: str, nbytes: float, size: int, phase: str, count: int,
          dtype: str = "bf16") -> list[Op]:
-    """One collective Op "comm/<group>/<name>", shape (bytes, group size, op code, group code);
+    """One collective Op "comm/<group>/<name>" of shape CollectiveShape(bytes, group size, op, group);
     [] for a group of one, zero calls or zero bytes."""
     if size <= 1 or count <= 0 or nbytes <= 0:
         return []
-    shape = (int(round(nbytes)), size, COLLECTIVE_OPS.index(op), GROUPS.index(group))
+    shape = CollectiveShape(int(round(nbytes)), size, op, group)
     return [Op(f"comm/{group}/{name}", "collective", phase, 0.0, 0.0, 0.0, dtype, shape, count, 1)]
 
 

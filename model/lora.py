@@ -16,8 +16,8 @@ are not modelled (under 0.5 % of the linears' activation bytes at r = 32).
 
 from __future__ import annotations
 
-from .ops import Op
-from .ops_common import Ctx, Pair, chain
+from .ops import GemmShape, Op
+from .ops_common import Ctx, Kern, Pair, chain
 
 # Megatron-Core linear -> mechsim op name (fused concat_proj names and llama_ref's unfused ones).
 TARGETS = ("layer/attn/qkv_proj", "layer/attn/q_proj", "layer/attn/kv_proj", "layer/attn/o_proj",
@@ -31,21 +31,21 @@ def is_target(name: str) -> bool:
 
 def _gemm(name: str, phase: str, M: float, N: int, K: int, count: int, read: float, write: float) -> Op:
     """A bf16 adapter GEMM C[M,N] = A[M,K] B[K,N]: 2 M N K FLOPs."""
-    return Op(name, "matmul", phase, 2.0 * M * N * K, read, write, "bf16", (max(1, round(M)), N, K, 1), count, 1)
+    return Op(name, "matmul", phase, 2.0 * M * N * K, read, write, "bf16", GemmShape(max(1, round(M)), N, K, 1), count, 1)
 
 
 def adapter_pair(base: Op, rank: int) -> Pair:
-    """The adapter ops of one target linear whose forward GEMM is ``base`` (shape (M, N, K, 1))."""
-    M, N, K, _ = base.shape
+    """The adapter ops of one target linear whose forward GEMM is ``base`` (batch 1)."""
+    M, N, K = base.shape.M, base.shape.N, base.shape.K
     n, r, b, name = base.count, rank, ADAPTER_BYTES, base.name + "/lora"
     fwd = [_gemm(name + "/a", "fwd", M, r, K, n, b * (M * K + K * r), b * M * r),
            _gemm(name + "/b", "fwd", M, N, r, n, b * (M * r + r * N), b * M * N)]
-    fwd += chain(name + "/add", "elementwise", "fwd", [(M * N, 2 * b * M * N, b * M * N)], n, M * N, "bf16")
+    fwd += chain(name + "/add", "elementwise", "fwd", [Kern(M * N, 2 * b * M * N, b * M * N)], n, M * N, "bf16")
     bwd = [_gemm(name + "/b/dgrad", "bwd", M, r, N, n, b * (M * N + r * N), b * M * r),
            _gemm(name + "/b/wgrad", "bwd", r, N, M, n, b * (M * r + M * N), b * r * N),
            _gemm(name + "/a/dgrad", "bwd", M, K, r, n, b * (M * r + K * r), b * M * K),
            _gemm(name + "/a/wgrad", "bwd", K, r, M, n, b * (M * K + M * r), b * K * r)]
-    bwd += chain(name + "/add_dgrad", "elementwise", "bwd", [(M * K, 2 * b * M * K, b * M * K)], n, M * K, "bf16")
+    bwd += chain(name + "/add_dgrad", "elementwise", "bwd", [Kern(M * K, 2 * b * M * K, b * M * K)], n, M * K, "bf16")
     return Pair(fwd, bwd)
 
 
@@ -94,7 +94,7 @@ def adapter_tensor_sizes(c: Ctx, layers: list[Pair], rank: int) -> list[int]:
     for p in layers:
         for o in p.fwd:
             if o.kind == "matmul" and is_target(o.name):
-                M, N, K, _ = o.shape
+                N, K = o.shape.N, o.shape.K
                 per_layer = o.count // (c.mb * L) or 1
                 sizes += list(adapter_shard_sizes(o.name, N, K, rank, c.tp)) * (L * per_layer)
     return sizes

@@ -17,7 +17,7 @@ import math
 
 from .chains import act, cross_entropy, norm, rope
 from .config import TransformerConfig
-from .ops import DTYPE_BYTES, Op
+from .ops import DTYPE_BYTES, AttentionShape, GemmShape, Op, RowShape, StreamShape
 from .ops_common import Ctx
 
 
@@ -29,7 +29,7 @@ def gemm(m: int, n: int, k: int, dtype: str = "bf16", batch: int = 1,
     b_in = _dtype_bytes(dtype)
     b_out = _dtype_bytes(out_dtype or ("bf16" if dtype in ("fp8", "fp4") else dtype))
     return Op(name, "matmul", "fwd", 2.0 * m * n * k * batch,
-              (m * k + k * n) * b_in * batch, m * n * b_out * batch, dtype, (m, n, k, batch))
+              (m * k + k * n) * b_in * batch, m * n * b_out * batch, dtype, GemmShape(m, n, k, batch))
 
 
 def attention(b: int, hq: int, hkv: int, sq: int, skv: int, d: int, causal: bool,
@@ -47,9 +47,9 @@ def attention(b: int, hq: int, hkv: int, sq: int, skv: int, d: int, causal: bool
     q_o = b * hq * sq * d * e
     kv = 2 * b * hkv * skv * d * e
     if phase == "fwd":
-        return Op(name, "attention", "fwd", fwd, q_o + kv, q_o, dtype, (b, hq, hkv, sq, skv, d, d, int(causal)))
+        return Op(name, "attention", "fwd", fwd, q_o + kv, q_o, dtype, AttentionShape(b, hq, hkv, sq, skv, d, d, causal))
     return Op(name, "attention", "bwd", 2.5 * fwd, 3 * q_o + kv, q_o + kv, dtype,
-              (b, hq, hkv, sq, skv, d, d, int(causal)))
+              AttentionShape(b, hq, hkv, sq, skv, d, d, causal))
 
 
 def memory_kernel(bytes_read: float, bytes_written: float, flops: float = 0.0,
@@ -64,7 +64,7 @@ def memory_kernel(bytes_read: float, bytes_written: float, flops: float = 0.0,
         raise ValueError(f"flops must be a finite number >= 0, got {flops!r}")
     numel = int(max(bytes_read, bytes_written))
     return Op(name, kind, "fwd", float(flops), float(bytes_read), float(bytes_written), "fp32",
-              (numel,), 1, kernels)
+              StreamShape(numel), 1, kernels)
 
 
 def reduction(bytes_read: float, out_bytes: float = 4.0, name: str = "reduction") -> Op:
@@ -72,7 +72,7 @@ def reduction(bytes_read: float, out_bytes: float = 4.0, name: str = "reduction"
     if bytes_read <= 0:
         raise ValueError(f"bytes_read must be positive, got {bytes_read}")
     return Op(name, "reduction", "fwd", bytes_read / 4.0, float(bytes_read), float(out_bytes), "fp32",
-              (int(bytes_read),))
+              StreamShape(int(bytes_read)))
 
 
 def _dtype_bytes(dtype: str) -> float:
@@ -159,7 +159,7 @@ def softmax(rows: int, cols: int, dtype: str = "fp32", name: str = "softmax") ->
     dispatches for the row length, sim/rowkernels.py); reads and writes rows x cols elements."""
     _positive(rows=rows, cols=cols)
     n, e = rows * cols, DTYPE_BYTES[dtype]
-    return Op(name, "softmax", "fwd", 5.0 * n, float(n * e), float(n * e), dtype, (rows, cols))
+    return Op(name, "softmax", "fwd", 5.0 * n, float(n * e), float(n * e), dtype, RowShape(rows, cols))
 
 
 def row_norm(rows: int, cols: int, dtype: str = "fp32", norm: str = "layer_norm", name: str | None = None) -> Op:
@@ -171,7 +171,7 @@ def row_norm(rows: int, cols: int, dtype: str = "fp32", norm: str = "layer_norm"
         raise ValueError(f"norm must be one of {ROW_NORMS}, got {norm!r}")
     e, n = DTYPE_BYTES[dtype], rows * cols
     w = (2 if norm == "layer_norm" else 1) * cols * e
-    return Op(name or norm, "norm", "fwd", 8.0 * n, float(n * e + w), float(n * e + 8 * rows), dtype, (rows, cols))
+    return Op(name or norm, "norm", "fwd", 8.0 * n, float(n * e + w), float(n * e + 8 * rows), dtype, RowShape(rows, cols))
 
 
 def unary(elems: int, dtype: str = "bf16", fn: str = "silu", name: str | None = None) -> Op:
@@ -181,7 +181,7 @@ def unary(elems: int, dtype: str = "bf16", fn: str = "silu", name: str | None = 
     if fn not in UNARY:
         raise ValueError(f"fn must be one of {UNARY}, got {fn!r}")
     e = DTYPE_BYTES[dtype]
-    return Op(name or fn, "elementwise", "fwd", 8.0 * elems, float(elems * e), float(elems * e), dtype, (elems,))
+    return Op(name or fn, "elementwise", "fwd", 8.0 * elems, float(elems * e), float(elems * e), dtype, StreamShape(elems))
 
 
 def cast(elems: int, src: str, dst: str, name: str = "cast") -> list[Op]:

@@ -4,12 +4,15 @@ A workload becomes a flat tuple of Ops. Each Op counts what ONE instance does
 (FLOPs, bytes read from / written to device memory) and how many times it runs
 per step (``count``), so an 80-layer model is ~60 records, not 5,000.
 
-Shape conventions by kind (ints but window_frac; the simulator reads them for efficiency):
-  matmul     (M, N, K, batch)      C[M,N] = A[M,K] @ B[K,N], ``batch`` independent GEMMs
-  attention  (B, Hq, Hkv, Sq, Skv, Dqk, Dv, causal[, window_frac])   causal is 0/1; Dv may differ
-             (MLA); window_frac (a float < 1, sliding window only): ops_common.window_fraction
-  others     (numel,)              elements touched by the kernel (for transfer-size effects)
-  collective (bytes,)              message bytes per GPU (scale-out issue fills these)
+Each Op carries a frozen shape record of its kind, named by field (the simulator reads
+them for efficiency; sim/optable.py turns them into columns in one place):
+  matmul      GemmShape(M, N, K, batch)     C[M,N] = A[M,K] @ B[K,N], ``batch`` independent GEMMs
+  attention   AttentionShape(B, Hq, Hkv, Sq, Skv, Dqk, Dv, causal, window_frac)   Dv may differ
+              (MLA); window_frac < 1 with a sliding window only (ops_common.window_fraction)
+  collective  CollectiveShape(bytes, group_size, op, group)   model/parallel.py's convention
+  strided     StridedShape(elements, strided_class)   non-vectorised kernels (ops_common classes)
+  softmax     RowShape(rows, cols) for one row-softmax kernel (sim/rowkernels.py)
+  others      StreamShape(numel)           elements touched (elementwise, norm, optimizer, ...)
 """
 
 from __future__ import annotations
@@ -31,12 +34,17 @@ OpKind = Literal[
     "reduction",    # a whole tensor reduced to a few values (x.sum(), a loss mean): one
                     # streaming pass plus a combine across thread blocks
     "strided",      # pointwise kernels on TensorIterator's non-vectorised path (a broadcast or
-                    # non-contiguous operand) and torch.cat copies: shape (elements, class)
+                    # non-contiguous operand) and torch.cat copies: StridedShape(elements, strided_class)
     "copy_engine",  # cudaMemcpyAsync device-to-device (Tensor.copy_ of contiguous same-dtype
                     # tensors): the driver's "Memcpy DtoD", not an SM kernel
 ]
 Phase = Literal["fwd", "bwd", "optimizer"]
 DType = Literal["fp64", "fp32", "tf32", "bf16", "fp16", "fp8", "fp4", "int8", "int4"]
+
+CollectiveOp = Literal["all_reduce", "all_gather", "reduce_scatter", "all_to_all", "sendrecv", "broadcast"]
+GroupKind = Literal["tp", "cp", "ep", "dp", "pp"]
+COLLECTIVE_OPS: tuple[str, ...] = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "sendrecv", "broadcast")
+GROUPS: tuple[str, ...] = ("tp", "cp", "ep", "dp", "pp")
 
 # Bytes per element of each dtype. int4/fp4 are half a byte.
 DTYPE_BYTES: dict[str, float] = {
@@ -49,6 +57,72 @@ DTYPE_BYTES: dict[str, float] = {
 # one FP32 scale per tensor): 0.5 + 1/16 B. int4 weight-only (AWQ/GPTQ, group 128, one fp16
 # scale per group): 0.5 + 2/128 B. Others carry per-tensor or per-channel scales (negligible).
 STORED_BYTES: dict[str, float] = {**DTYPE_BYTES, "fp4": 0.5 + 1.0 / 16, "int4": 0.5 + 2.0 / 128}
+
+
+@dataclass(frozen=True, slots=True)
+class GemmShape:
+    """C[M,N] = A[M,K] @ B[K,N], ``batch`` independent GEMMs (2*M*N*K*batch FLOP)."""
+
+    M: int
+    N: int
+    K: int
+    batch: int = 1
+
+
+@dataclass(frozen=True, slots=True)
+class AttentionShape:
+    """A flash-attention call over (B, Hq query heads, Sq queries) against Skv keys of Hkv KV
+    heads; ``window_frac``: the layer-average share of the pairs a sliding window leaves (1.0
+    without one)."""
+
+    B: int
+    Hq: int
+    Hkv: int
+    Sq: int
+    Skv: int
+    Dqk: int
+    Dv: int
+    causal: bool
+    window_frac: float = 1.0
+
+
+@dataclass(frozen=True, slots=True)
+class CollectiveShape:
+    """One NCCL call: ``bytes`` is the nccl-tests "size" (the whole buffer on each GPU; the
+    gathered output of an all_gather, the input of a reduce_scatter) over ``group_size`` GPUs
+    of a ``group`` (model/parallel.py)."""
+
+    bytes: int
+    group_size: int
+    op: CollectiveOp
+    group: GroupKind
+
+
+@dataclass(frozen=True, slots=True)
+class StreamShape:
+    """Elements a streaming kernel (or chain of them) touches (for transfer-size effects)."""
+
+    numel: int
+
+
+@dataclass(frozen=True, slots=True)
+class StridedShape:
+    """Elements written by non-vectorised pointwise kernels of one class (model/ops_common.py:
+    NV_NOCAST_2B, NV_NOCAST_4B, NV_CAST, CAT, UNROLLED), timed by their element rate."""
+
+    elements: int
+    strided_class: int
+
+
+@dataclass(frozen=True, slots=True)
+class RowShape:
+    """A row softmax over ``rows`` rows of ``cols`` elements (one kernel)."""
+
+    rows: int
+    cols: int
+
+
+Shape = GemmShape | AttentionShape | CollectiveShape | StreamShape | StridedShape | RowShape
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,7 +143,7 @@ class Op:
     bytes_read: float
     bytes_written: float
     dtype: DType = "bf16"
-    shape: tuple[int, ...] = ()
+    shape: Shape | None = None
     count: int = 1
     kernels: int = 1
 

@@ -20,12 +20,10 @@ import math
 from dataclasses import dataclass, field
 
 from .config import TransformerConfig
-from .ops import DTYPE_BYTES, Op
+from .ops import DTYPE_BYTES, AttentionShape, GemmShape, Op, StreamShape, StridedShape
 
 SPLIT_SMS = 132  # H100/H200 SM count: cuBLAS / cuDNN split work (split-K, split-KV) below it
 
-Kern = tuple  # (flops, bytes read, bytes written[, kernels[, (strided class, elements)]]): totals of
-              # `kernels` (default 1) launches; the 5th entry marks a non-vectorised kernel (nv()).
 
 # Strided classes: kernels TensorIterator runs on its non-vectorised path (a broadcast or
 # non-contiguous operand: elementwise_kernel<128, N>), or torch.cat's CatArrayBatchedCopy,
@@ -36,9 +34,23 @@ Kern = tuple  # (flops, bytes read, bytes written[, kernels[, (strided class, el
 NV_NOCAST_2B, NV_NOCAST_4B, NV_CAST, CAT, UNROLLED = 0, 1, 2, 3, 4
 
 
+@dataclass(frozen=True, slots=True)
+class Kern:
+    """Totals of ``kernels`` launches of one kernel of a chain: FLOPs, bytes read and written.
+    ``strided_class`` (one of the classes above) marks a non-vectorised kernel writing
+    ``elements`` elements (nv()); None: a vectorised streaming kernel."""
+
+    flops: float
+    read: float
+    write: float
+    kernels: int = 1
+    strided_class: int | None = None
+    elements: float = 0.0
+
+
 def nv(elems: float, read: float, write: float, cls: int, kernels: int = 1) -> Kern:
     """A non-vectorised kernel writing ``elems`` elements (see the classes above)."""
-    return (elems if cls != CAT else 0.0, read, write, kernels, (cls, elems))
+    return Kern(elems if cls != CAT else 0.0, read, write, kernels, cls, elems)
 
 
 def nv_class(in_bytes: tuple[float, ...], out_bytes: float) -> int:
@@ -56,19 +68,19 @@ def cast(elems: float, in_bytes: float, out_bytes: float, kernels: int = 1) -> K
     casts: unrolled_elementwise_kernel, an UNROLLED element-rate kernel (H200 profiles: 341-355
     Gelem/s, 2.1 TB/s, vs 4.3 TB/s for the narrowing copy of the same tensor)."""
     if in_bytes > out_bytes:
-        return (0, in_bytes * elems, out_bytes * elems, kernels)
+        return Kern(0, in_bytes * elems, out_bytes * elems, kernels)
     return nv(elems, in_bytes * elems, out_bytes * elems, UNROLLED, kernels)
 
 
 def mixed(elems: float, read: float, write: float, dtypes_differ: bool) -> Kern:
     """A contiguous pointwise kernel writing ``elems`` elements: vectorised when every operand has
     the output's dtype, else unrolled with dynamic casts (e.g. fp32 stream + bf16 branch)."""
-    return nv(elems, read, write, UNROLLED) if dtypes_differ else (elems, read, write)
+    return nv(elems, read, write, UNROLLED) if dtypes_differ else Kern(elems, read, write)
 
 
 def times(k: Kern, n: int) -> Kern:
-    """``n`` launches of kernel ``k`` as one Kern (keeps per-expert/per-tensor loops O(1))."""
-    return (k[0] * n, k[1] * n, k[2] * n, n)
+    """``n`` launches of kernel ``k`` as one vectorised Kern (keeps per-expert/per-tensor loops O(1))."""
+    return Kern(k.flops * n, k.read * n, k.write * n, n)
 
 
 @dataclass(frozen=True, slots=True)
@@ -143,17 +155,17 @@ def chain(name: str, kind: str, phase: str, ks: list[Kern], count: int, numel: i
     """One Op aggregating the kernels ``ks`` (kernels = their launch count); [] when none."""
     if not ks or count <= 0:
         return []
-    plain = [k for k in ks if len(k) < 5]
+    plain = [k for k in ks if k.strided_class is None]
     out = []
     if plain:
-        launches = sum(k[3] if len(k) > 3 else 1 for k in plain)
-        out.append(Op(name, kind, phase, sum(k[0] for k in plain), sum(k[1] for k in plain),
-                      sum(k[2] for k in plain), dtype, (int(numel),), count, launches))
-    for cls in sorted({k[4][0] for k in ks if len(k) >= 5}):
-        sk = [k for k in ks if len(k) >= 5 and k[4][0] == cls]
-        out.append(Op(f"{name}/strided{cls}", "strided", phase, sum(k[0] for k in sk), sum(k[1] for k in sk),
-                      sum(k[2] for k in sk), dtype, (int(sum(k[4][1] for k in sk)), cls), count,
-                      sum(k[3] for k in sk)))
+        out.append(Op(name, kind, phase, sum(k.flops for k in plain), sum(k.read for k in plain),
+                      sum(k.write for k in plain), dtype, StreamShape(int(numel)), count,
+                      sum(k.kernels for k in plain)))
+    for cls in sorted({k.strided_class for k in ks if k.strided_class is not None}):
+        sk = [k for k in ks if k.strided_class == cls]
+        out.append(Op(f"{name}/strided{cls}", "strided", phase, sum(k.flops for k in sk), sum(k.read for k in sk),
+                      sum(k.write for k in sk), dtype, StridedShape(int(sum(k.elements for k in sk)), cls), count,
+                      sum(k.kernels for k in sk)))
     return out
 
 
@@ -163,7 +175,7 @@ def mm(c: Ctx, name: str, phase: str, M: float, N: int, K: int, count: int, batc
     Skinny GEMMs (M <= 16, batch 1) whose N/64 output tiles leave SMs idle and K >= 2048 run
     split-K in cuBLAS: + one splitKreduce kernel (decode trace on H200: q/k/v/o/down split,
     gate/up and lm_head not)."""
-    shape = (max(1, round(M)), N, K, batch)
+    shape = GemmShape(max(1, round(M)), N, K, batch)
     tiles = math.ceil(N / 64)
     if batch == 1 and M <= 16 and K >= 2048 and tiles < SPLIT_SMS:
         kernels += 1   # fp32 partials (splits x M x N x 4 B) are < 1% of the weight bytes: omitted
@@ -252,7 +264,7 @@ def attention(c: Ctx, name: str, Hq: int, Hkv: int, dqk: int, dv: int, n: int, c
     (dq accumulated in fp32 over a memset buffer: bytes, no launch), dq fp32 -> act convert, and
     with GQA (Hkv < Hq) dk/dv computed per query head then summed over each group (2 kernels).
     Sliding window (module docstring): pairs x window_fraction, K/V bytes x window_keys_fraction,
-    and the fraction as a 9th shape entry (the simulator scales the exponentials and the per-CTA
+    and the fraction as the shape's window_frac (the simulator scales the exponentials and the per-CTA
     loop length by it). With cp > 1 the windowed pairs are assumed spread evenly over the ranks
     (1/cp each, as load-balanced causal) and the ring still carries every K/V chunk.
     """
@@ -283,7 +295,7 @@ def flash(c: Ctx, name: str, Hq: int, Hkv: int, dqk: int, dv: int, Sq: int, Skv:
     q, o = B * Sq * Hq * dqk * c.act, B * Sq * Hq * dv * c.act
     kv = _kv_bytes(c, Hkv, dqk, dv, Skv, kv_read) * keys
     lse = B * Hq * Sq * 4.0 if c.train else 0.0
-    shape = (B, Hq, Hkv, Sq, Skv, dqk, dv, int(causal)) + ((wf,) if wf < 1.0 else ())
+    shape = AttentionShape(B, Hq, Hkv, Sq, Skv, dqk, dv, causal, wf if wf < 1.0 else 1.0)
     dt = "fp32" if c.act == 4 else "bf16"
     if not c.train:
         fk = 2 if (Sq == 1 and B * Hkv < SPLIT_SMS) else 1   # fp32 partials: < 1% of the KV bytes
@@ -326,10 +338,10 @@ def cp_ring_attention(c: Ctx, name: str, Hq: int, Hkv: int, dqk: int, dv: int, n
     B, rows = c.B, c.B * L * Hq
     o_act, lse = rows * dv * c.act, rows * 4.0
     merge = chain(name + "/cp_merge", "elementwise", "fwd",
-                  [(0.0, o_act + 2 * lse + 4.0 * rows * dv, 4.0 * rows * dv + lse, 2)], cnt * (cp - 1), rows * dv)
+                  [Kern(0.0, o_act + 2 * lse + 4.0 * rows * dv, 4.0 * rows * dv + lse, 2)], cnt * (cp - 1), rows * dv)
     q4, kv = 4.0 * B * L * Hq * dqk, _kv_bytes(c, Hkv, dqk, dv, L, None)
     acc = chain(name + "/cp_grad_acc", "elementwise", "bwd",
-                [(0.0, q4 / 2 + q4 / 2 + 2 * kv, q4 / 2 + kv, 2)], cnt * (cp - 1), B * L * Hq * dqk)
+                [Kern(0.0, q4 / 2 + q4 / 2 + 2 * kv, q4 / 2 + kv, 2)], cnt * (cp - 1), B * L * Hq * dqk)
     return Pair(step0.fwd + steps.fwd + merge, step0.bwd + steps.bwd + acc)
 
 
@@ -359,18 +371,18 @@ def math_attention(c: Ctx, name: str, Hq: int, Hkv: int, dqk: int, dv: int, n: i
     q, k = bh * Sq * dqk * a, bh * Skv * dqk * a
     v, o = bh * Skv * dv * a, bh * Sq * dv * a
     fwd = [mm(c, name + "/qk", "fwd", Sq, Skv, dqk, cnt, bh, q, k, P * a)]
-    fwd += chain(name + "/softmax", "elementwise", "fwd", [(5 * P, tri * P * a, P * a)], cnt, P)
+    fwd += chain(name + "/softmax", "elementwise", "fwd", [Kern(5 * P, tri * P * a, P * a)], cnt, P)
     if dropout:
-        fwd += chain(name + "/dropout", "elementwise", "fwd", [(2 * P, P * a, P * (a + 1))], cnt, P)
+        fwd += chain(name + "/dropout", "elementwise", "fwd", [Kern(2 * P, P * a, P * (a + 1))], cnt, P)
     fwd += [mm(c, name + "/pv", "fwd", Sq, dv, Skv, cnt, bh, P * a, v, o)]
-    fwd += chain(name + "/ctx_copy", "elementwise", "fwd", [(0, o, o)], cnt, o / a)
+    fwd += chain(name + "/ctx_copy", "elementwise", "fwd", [Kern(0, o, o)], cnt, o / a)
     if not c.train:
         return Pair(fwd, [])
     bwd = [mm(c, name + "/pv/dgrad", "bwd", Sq, Skv, dv, cnt, bh, o, v, P * a),
            mm(c, name + "/pv/wgrad", "bwd", Skv, dv, Sq, cnt, bh, P * a, o, v)]
     if dropout:
-        bwd += chain(name + "/dropout", "elementwise", "bwd", [(P, P * (a + 1), P * a)], cnt, P)
-    bwd += chain(name + "/softmax", "elementwise", "bwd", [(3 * P, 2 * P * a, P * a)], cnt, P)
+        bwd += chain(name + "/dropout", "elementwise", "bwd", [Kern(P, P * (a + 1), P * a)], cnt, P)
+    bwd += chain(name + "/softmax", "elementwise", "bwd", [Kern(3 * P, 2 * P * a, P * a)], cnt, P)
     bwd += [mm(c, name + "/qk/dgrad", "bwd", Sq, dqk, Skv, cnt, bh, P * a, k, q),
             mm(c, name + "/qk/wgrad", "bwd", Skv, dqk, Sq, cnt, bh, P * a, q, k)]
     return Pair(fwd, bwd)

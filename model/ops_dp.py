@@ -50,7 +50,7 @@ import math
 
 from .comm import coll
 from .ops import Op
-from .ops_common import chain
+from .ops_common import Kern, chain
 from .parallel import Parallelism
 
 
@@ -164,8 +164,8 @@ def ddp_bucket_copies(p: Parallelism, grad_bytes: float, n_tensors: int, main_gr
     if p.zero != 0 or dp_group(p) == 1 or main_grad or grad_bytes <= 0:
         return [], []
     n = int(grad_bytes // 4)
-    into = chain("dp/grad_to_bucket", "elementwise", "bwd", [(n, grad_bytes, grad_bytes, n_tensors)], 1, n)
-    out = chain("dp/bucket_to_grad", "memcpy", "optimizer", [(0, grad_bytes, grad_bytes, n_tensors)], 1, n)
+    into = chain("dp/grad_to_bucket", "elementwise", "bwd", [Kern(n, grad_bytes, grad_bytes, n_tensors)], 1, n)
+    out = chain("dp/bucket_to_grad", "memcpy", "optimizer", [Kern(0, grad_bytes, grad_bytes, n_tensors)], 1, n)
     return into, out
 
 
@@ -180,18 +180,18 @@ def fsdp_copies(p: Parallelism, unit_params: tuple[float, float], n_layers: int,
     keep = p.fsdp_keep_unsharded
     g, fwd, bwd, per_step = dp_group(p), [], [], 1 if keep else mb
     for tag, P, cnt in (("", unit_params[0], n_layers * per_step), ("rest_", unit_params[1], per_step)):
-        cin = [(0, P * stored / g, P * gathered / g, 2)]
-        cout = [(0, P * gathered, P * gathered, 1)]
+        cin = [Kern(0, P * stored / g, P * gathered / g, 2)]
+        cout = [Kern(0, P * gathered, P * gathered, 1)]
         for ph, out in ((("fwd", fwd),) if keep else (("fwd", fwd), ("bwd", bwd))):
             out += chain(f"dp/{tag}ag_copy_in", "elementwise", ph, cin, cnt, P / g)
             out += chain(f"dp/{tag}ag_copy_out", "elementwise", ph, cout, cnt, P)
         if keep:   # each micro-batch's gradient goes into the fp32 unsharded accumulator (first: an up-cast)
-            bwd += chain(f"dp/{tag}grad_upcast", "elementwise", "bwd", [(0, P * grad, 4 * P, 1)], cnt, P)
-            bwd += chain(f"dp/{tag}grad_accumulate", "elementwise", "bwd", [(P, P * grad + 4 * P, 4 * P, 1)],
+            bwd += chain(f"dp/{tag}grad_upcast", "elementwise", "bwd", [Kern(0, P * grad, 4 * P, 1)], cnt, P)
+            bwd += chain(f"dp/{tag}grad_accumulate", "elementwise", "bwd", [Kern(P, P * grad + 4 * P, 4 * P, 1)],
                          cnt * (mb - 1), P)      # chain() drops a zero count (one micro-batch)
-            rs_in = [(0, 4 * P, 4 * P, 1)]
+            rs_in = [Kern(0, 4 * P, 4 * P, 1)]
         else:
-            rs_in = [(0, P * grad, 4 * P, 1)]
+            rs_in = [Kern(0, P * grad, 4 * P, 1)]
         bwd += chain(f"dp/{tag}rs_copy_in", "elementwise", "bwd", rs_in, cnt, P)
-        bwd += chain(f"dp/{tag}rs_copy_out", "memcpy", "bwd", [(0, 4 * P / g, 4 * P / g, 1)], cnt, P / g)
+        bwd += chain(f"dp/{tag}rs_copy_out", "memcpy", "bwd", [Kern(0, 4 * P / g, 4 * P / g, 1)], cnt, P / g)
     return fwd, bwd

@@ -21,12 +21,12 @@ import math
 
 from .chains import act, norm, residual, rope
 from .comm import cp_ring, ep_a2a, etp_gather, tp_in, tp_out, tp_regather
-from .ops_common import Ctx, Pair, attention, chain, linear, recompute, times
+from .ops_common import Ctx, Kern, Pair, attention, chain, linear, recompute, times
 
 
 def kv_append(c: Ctx, elems: float, n: int, kernels: int) -> Pair:
     """Write the new tokens' K/V (``elems`` per instance) into the cache: reads act, writes kvb."""
-    ops = chain("layer/attn/kv_append", "memcpy", "fwd", [(0, c.act * elems, c.kvb * elems, kernels)],
+    ops = chain("layer/attn/kv_append", "memcpy", "fwd", [Kern(0, c.act * elems, c.kvb * elems, kernels)],
                 n * c.mb, elems)
     return Pair(ops, [])
 
@@ -183,12 +183,12 @@ def _topk(c: Ctx, T: int, E: int, k: int, n: int) -> Pair:
     DeepSeek's sigmoid + bias + group-limited top-k); fused: one kernel."""
     a, cnt = c.act, n * c.mb
     if c.f("moe_permute"):
-        fk, bk = [(5 * T * E, a * T * E, 12 * T * k)], [(3 * T * E, 12 * T * k + 4 * T * E, a * T * E)]
+        fk, bk = [Kern(5 * T * E, a * T * E, 12 * T * k)], [Kern(3 * T * E, 12 * T * k + 4 * T * E, a * T * E)]
     else:
-        extra = [(T * E, 4 * T * E, 4 * T * E)] * (6 if c.cfg.moe.router_bias else 0)
-        fk = [(4 * T * E, a * T * E, 4 * T * E), (T * E, 4 * T * E, 12 * T * k), (T * k, 4 * T * k, 4 * T),
-              (T * k, 4 * T * k + 4 * T, 4 * T * k)] + extra
-        bk = [(T * k, 8 * T * k, 4 * T * E), (2 * T * E, 8 * T * E, 4 * T * E), (0, 4 * T * E, a * T * E)]
+        extra = [Kern(T * E, 4 * T * E, 4 * T * E)] * (6 if c.cfg.moe.router_bias else 0)
+        fk = [Kern(4 * T * E, a * T * E, 4 * T * E), Kern(T * E, 4 * T * E, 12 * T * k), Kern(T * k, 4 * T * k, 4 * T),
+              Kern(T * k, 4 * T * k + 4 * T, 4 * T * k)] + extra
+        bk = [Kern(T * k, 8 * T * k, 4 * T * E), Kern(2 * T * E, 8 * T * E, 4 * T * E), Kern(0, 4 * T * E, a * T * E)]
     return Pair(chain("layer/moe/topk", "softmax", "fwd", fk, cnt, T * E),
                 chain("layer/moe/topk", "softmax", "bwd", bk, cnt, T * E) if c.train else [])
 
@@ -203,8 +203,8 @@ def _capacity_drop(c: Ctx, T: int, E: int, k: int, cf: float, n: int) -> Pair:
     backward: the product's gradient (read 5TE, write 4TE). 5 kernels forward, 1 backward."""
     C = math.ceil(cf * T * k / E)
     a, cnt = T * E, n * c.mb
-    fk = [(0, 4 * a, 12 * C * E), (0, 0, 4 * a), (0, 8 * C * E, 4 * C * E), (0, 4 * a, a), (a, 5 * a, 4 * a)]
-    bk = [(a, 5 * a, 4 * a)]
+    fk = [Kern(0, 4 * a, 12 * C * E), Kern(0, 0, 4 * a), Kern(0, 8 * C * E, 4 * C * E), Kern(0, 4 * a, a), Kern(a, 5 * a, 4 * a)]
+    bk = [Kern(a, 5 * a, 4 * a)]
     return Pair(chain("layer/moe/capacity_drop", "memcpy", "fwd", fk, cnt, a),
                 chain("layer/moe/capacity_drop", "memcpy", "bwd", bk, cnt, a) if c.train else [])
 
@@ -214,7 +214,7 @@ def _sort_chunks(c: Ctx, T: int, d: int, k: float, n: int) -> Pair:
     dispatch side; TE's fused moe_sort_chunks_by_index): a gather, reading and writing every
     row once; its backward is the inverse gather of the gradient."""
     a, e, cnt = c.act, T * d, n * c.mb
-    one = [(0, a * k * e + 4 * T * k, a * k * e + 4 * T * k)]
+    one = [Kern(0, a * k * e + 4 * T * k, a * k * e + 4 * T * k)]
     return Pair(chain("layer/moe/sort_chunks", "memcpy", "fwd", one, cnt, k * e),
                 chain("layer/moe/sort_chunks", "memcpy", "bwd", one, cnt, k * e) if c.train else [])
 
@@ -224,11 +224,11 @@ def _permute(c: Ctx, T: int, d: int, k: float, hit: int, n: int) -> Pair:
     then per expert where + index-select; bwd per-expert index_add + zero-fill."""
     a, e, cnt = c.act, T * d, n * c.mb
     if c.f("moe_permute"):
-        fk, bk = [(0, a * e + 8 * T * k, a * k * e)], [(k * e, a * k * e, a * e)]
+        fk, bk = [Kern(0, a * e + 8 * T * k, a * k * e)], [Kern(k * e, a * k * e, a * e)]
     else:
-        fk = [(0, 8 * T * k, 8 * T * k)] * 2 + [times((0, 8 * T * k / hit, 8 * T * k / hit), hit),
-                                                 times((0, a * k * e / hit, a * k * e / hit), hit)]
-        bk = [(0, 0, a * e), times((k * e / hit, 2 * a * k * e / hit, a * k * e / hit), hit)]
+        fk = [Kern(0, 8 * T * k, 8 * T * k)] * 2 + [times(Kern(0, 8 * T * k / hit, 8 * T * k / hit), hit),
+                                                 times(Kern(0, a * k * e / hit, a * k * e / hit), hit)]
+        bk = [Kern(0, 0, a * e), times(Kern(k * e / hit, 2 * a * k * e / hit, a * k * e / hit), hit)]
     return Pair(chain("layer/moe/permute", "memcpy", "fwd", fk, cnt, k * e),
                 chain("layer/moe/permute", "memcpy", "bwd", bk, cnt, k * e) if c.train else [])
 
@@ -238,14 +238,14 @@ def _unpermute(c: Ctx, T: int, d: int, k: float, hit: int, n: int) -> Pair:
     Eager: zero-fill + per expert (mul, index_add_); bwd per expert gather, mul, prob grad."""
     a, e, cnt = c.act, T * d, n * c.mb
     if c.f("moe_permute"):
-        fk = [(2 * k * e, a * k * e + 4 * T * k, a * e)]
-        bk = [(3 * k * e, a * e + a * k * e + 4 * T * k, a * k * e + 4 * T * k)]
+        fk = [Kern(2 * k * e, a * k * e + 4 * T * k, a * e)]
+        bk = [Kern(3 * k * e, a * e + a * k * e + 4 * T * k, a * k * e + 4 * T * k)]
     else:
         per = k * e / hit
-        fk = [(0, 0, a * e), times((per, a * per + 4 * T * k / hit, a * per), hit),
-              times((per, 2 * a * per, a * per), hit)]
-        bk = [times(x, hit) for x in ((0, a * per, a * per), (per, a * per, a * per), (per, 2 * a * per, a * per),
-                                       (per, a * per, 4 * T * k / hit))]
+        fk = [Kern(0, 0, a * e), times(Kern(per, a * per + 4 * T * k / hit, a * per), hit),
+              times(Kern(per, 2 * a * per, a * per), hit)]
+        bk = [times(x, hit) for x in (Kern(0, a * per, a * per), Kern(per, a * per, a * per), Kern(per, 2 * a * per, a * per),
+                                       Kern(per, a * per, 4 * T * k / hit))]
     return Pair(chain("layer/moe/unpermute", "memcpy", "fwd", fk, cnt, k * e),
                 chain("layer/moe/unpermute", "memcpy", "bwd", bk, cnt, k * e) if c.train else [])
 

@@ -25,7 +25,7 @@ from dataclasses import replace
 from .config import TransformerConfig
 from .lora import adapter_tensor_sizes, frozen, frozen_base
 from .ops import STORED_BYTES, Op
-from .ops_common import CAT, Ctx, Pair, chain, linear, nv, recompute
+from .ops_common import CAT, Ctx, Kern, Pair, chain, linear, nv, recompute
 from .ops_dp import (MCORE_DDP_BUCKETS, ddp_bucket_copies, dp_bucket_counts, dp_group, fsdp, fsdp_copies,
                      grad_sync, param_gather)
 from .ops_layer import layer_pairs
@@ -159,8 +159,8 @@ def _weight_casts(w: TrainingWorkload, c: Ctx) -> tuple[list[Op], list[Op]]:
     nt = linear_weight_tensors(cfg) - bool(recipe) + (cfg.mtp_layers if c.head else 0)
     k = 1 if c.f("cast") else nt + (0 if recipe else pieces(4.0 * cfg.vocab * cfg.d_model) - 1)  # lm_head > 2 GiB: split
     (r, wr), cnt = (weight_cast_bytes(recipe) if recipe else dt.weight_cast), (w.grad_accum if dt.autocast else 1)
-    pre = chain("cast/weights", "cast", "fwd", [(0, r * P, wr * P, k)], cnt, P)
-    post = chain("cast/grads", "cast", "bwd", [(0, 2 * P, 4 * P, k)], w.grad_accum, P) if dt.autocast else []
+    pre = chain("cast/weights", "cast", "fwd", [Kern(0, r * P, wr * P, k)], cnt, P)
+    post = chain("cast/grads", "cast", "bwd", [Kern(0, 2 * P, 4 * P, k)], w.grad_accum, P) if dt.autocast else []
     return pre, post
 
 
@@ -171,11 +171,11 @@ def _grad_buffers(w: TrainingWorkload, c: Ctx, trainable: list[int] | None = Non
     dt = train_dtypes_of(w)
     P, nt = trained(c, trainable)
     if c.f(GRAD_HOOKS_16BIT):   # zero the 16-bit buffer; every micro-batch: R 2 + 2, W 2 B/param
-        return (chain("grad/zero", "memcpy", "fwd", [(0, 0, 2.0 * P)], 1, P),
-                chain("grad/hook_add", "elementwise", "bwd", [(P, 4.0 * P, 2.0 * P, nt)], w.grad_accum, P))
+        return (chain("grad/zero", "memcpy", "fwd", [Kern(0, 0, 2.0 * P)], 1, P),
+                chain("grad/hook_add", "elementwise", "bwd", [Kern(P, 4.0 * P, 2.0 * P, nt)], w.grad_accum, P))
     if dt.main_grad:
-        return chain("grad/zero", "memcpy", "fwd", [(0, 0, 4.0 * P)], 1, P), []
-    return [], chain("grad/accumulate", "elementwise", "bwd", [(P, 8.0 * P, 4.0 * P, nt)], w.grad_accum - 1, P)
+        return chain("grad/zero", "memcpy", "fwd", [Kern(0, 0, 4.0 * P)], 1, P), []
+    return [], chain("grad/accumulate", "elementwise", "bwd", [Kern(P, 8.0 * P, 4.0 * P, nt)], w.grad_accum - 1, P)
 
 
 def trained(c: Ctx, trainable: list[int] | None) -> tuple[int, int]:
@@ -272,13 +272,13 @@ def optimizer_ops(w: TrainingWorkload, c: Ctx, trainable: list[int] | None = Non
     if "optimizer" in fused:
         sizes = [math.ceil(x * frac) for x in (trainable if trainable is not None else stage_param_sizes(c))]
         k = multi_tensor_launches(sizes, 4 if adam else 3)
-        ks = [(flops * P, r * P, wr * P, k)]
+        ks = [Kern(flops * P, r * P, wr * P, k)]
         if adam:
-            ks.append((0.0, 0.0, 0.0, -(-len(sizes) // 110)))   # step += 1 on 4-byte counters
+            ks.append(Kern(0.0, 0.0, 0.0, -(-len(sizes) // 110)))   # step += 1 on 4-byte counters
     else:
         per = 8 if adam else 3
         r2, w2 = (48.0, 32.0 + extra_w) if adam else (20.0, 12.0 + extra_w)
-        ks = [(flops * P, r2 * P, w2 * P, nt * per)]
+        ks = [Kern(flops * P, r2 * P, w2 * P, nt * per)]
     return chain(f"optimizer/{w.optimizer}", "optimizer", "optimizer", ks, 1, P)
 
 
@@ -288,7 +288,7 @@ def offloaded_optimizer_ops(P: float, nt: int) -> list[Op]:
     with gpu_param.copy_(cpu_fp32, non_blocking=True); torch converts non-blocking CPU->GPU copies
     on the GPU (aten/src/ATen/native/cuda/Copy.cu: an fp32 staging tensor, then a cast kernel per
     tensor): R 4, W 2 B/param."""
-    return chain("optimizer/offload_cast", "elementwise", "optimizer", [(0.0, 4.0 * P, 2.0 * P, nt)], 1, P)
+    return chain("optimizer/offload_cast", "elementwise", "optimizer", [Kern(0.0, 4.0 * P, 2.0 * P, nt)], 1, P)
 
 
 def _head(c: Ctx) -> list[Pair]:
@@ -330,7 +330,7 @@ def _mtp(c: Ctx) -> list[Pair]:
     eh_out = Pair(coll("eh_out_ag", "all_gather", "tp", x1, c.tp, "fwd", cnt),
                   coll("eh_out_ag", "all_gather", "tp", x1, c.tp, "bwd", cnt) if c.sp else [])
     concat = Pair(chain("concat", "elementwise", "fwd", [nv(e2, a * e2, a * e2, CAT)], cnt, e2),
-                  chain("concat", "elementwise", "bwd", [(0, a * e2, a * e2)], cnt, e2))
+                  chain("concat", "elementwise", "bwd", [Kern(0, a * e2, a * e2)], cnt, e2))
     own = [embedding(cm, T), tp_out(cm, "embed_out", 1), norm(cm, "enorm_hnorm", Tn, d, 2, 1), concat, eh_in,
            linear(cm, "eh_proj", T, d // c.tp, 2 * d, 1), eh_out]
     return [_renamed(q) for q in own + _head(cm)]
@@ -450,7 +450,7 @@ def _recompute(w: TrainingWorkload, c: Ctx, layers: list[Pair]) -> list[Op]:
     if c.autocast and fsdp_gather_bytes(w) != 2:
         P, nt = linear_weight_params(c.cfg, layers_only=True), linear_weight_tensors(c.cfg) - 1
         k = 1 if c.f("cast") else nt
-        ops = chain("cast/weights/recompute", "cast", "bwd", [(0, 4 * P, 2 * P, k)], w.grad_accum, P) + ops
+        ops = chain("cast/weights/recompute", "cast", "bwd", [Kern(0, 4 * P, 2 * P, k)], w.grad_accum, P) + ops
     return ops
 
 

@@ -6,7 +6,7 @@ communication that GPU takes part in emitted as ``collective`` Ops.
 
 Collective Op convention (model/ops.py kind "collective"):
     name   "comm/<group>/<what>", e.g. "comm/tp/attn_out_rs", "comm/dp/grad_ar"
-    shape  (bytes, group_size, OP_CODE, GROUP_CODE)
+    shape  CollectiveShape(bytes, group_size, op, group) (model/ops.py)
            bytes: the nccl-tests "size" of one call (the whole buffer on each GPU;
            for all_gather the gathered output, for reduce_scatter the input)
     count  calls per step; kernels = 1
@@ -24,8 +24,10 @@ from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, PositiveInt, 
 # walk divisors, so unbounded degrees would make a refusal itself slow.
 MAX_DEGREE = 2**20
 
-COLLECTIVE_OPS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "sendrecv", "broadcast")
-GROUPS = ("tp", "cp", "ep", "dp", "pp")
+from .ops import COLLECTIVE_OPS, GROUPS
+
+__all__ = ["COLLECTIVE_OPS", "GROUPS", "Parallelism", "PipelineSchedule"]
+
 PipelineSchedule = Literal["gpipe", "1f1b", "interleaved", "zero_bubble", "dualpipe"]
 
 

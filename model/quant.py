@@ -30,7 +30,7 @@ The output layer (Megatron-Core's ColumnParallelLinear, not a TE module) and att
 from __future__ import annotations
 
 from .ops import STORED_BYTES
-from .ops_common import Ctx, Pair, chain
+from .ops_common import Ctx, Kern, Pair, chain
 
 # Bytes written per quantized element and per copy (scales included), and extra full read
 # passes (amax) before the cast, by recipe.
@@ -49,13 +49,13 @@ def cast_kernels(elems: float, recipe: str, colwise: bool, n_tensors: int) -> li
     """Kerns quantizing ``elems`` bf16 elements spread over ``n_tensors`` tensors (see module
     docstring): amax passes, the row-wise cast, and the column-wise copy when ``colwise``."""
     w, amax = _WRITE[recipe], _AMAX_PASSES[recipe]
-    ks = [(elems, 2.0 * elems * amax, 0.0, n_tensors * amax)] if amax else []
+    ks = [Kern(elems, 2.0 * elems * amax, 0.0, n_tensors * amax)] if amax else []
     if recipe == "nvfp4":
-        ks.append((elems, 2.0 * elems, w * elems, n_tensors))
+        ks.append(Kern(elems, 2.0 * elems, w * elems, n_tensors))
         if colwise:
-            ks.append((RHT_FLOPS * elems, 2.0 * elems, w * elems, n_tensors))
+            ks.append(Kern(RHT_FLOPS * elems, 2.0 * elems, w * elems, n_tensors))
         return ks
-    ks.append((elems, 2.0 * elems, w * elems * (2 if colwise else 1), n_tensors))
+    ks.append(Kern(elems, 2.0 * elems, w * elems * (2 if colwise else 1), n_tensors))
     return ks
 
 
@@ -66,7 +66,7 @@ _PER_EXPERT_RECIPES = frozenset({"current", "mxfp8", "blockwise"})
 def quantized_per_expert(op, recipe: str) -> bool:
     """A batched GEMM launched once per batch entry (kernels == batch > 1: per-expert GEMMs)
     whose inputs ``recipe`` quantizes one expert at a time."""
-    return recipe in _PER_EXPERT_RECIPES and op.shape[3] > 1 and op.kernels == op.shape[3]
+    return recipe in _PER_EXPERT_RECIPES and op.shape.batch > 1 and op.kernels == op.shape.batch
 
 
 def training_casts(c: Ctx, layer_fwd: list, recipe: str, wgrad: bool = True) -> Pair:
@@ -81,7 +81,7 @@ def training_casts(c: Ctx, layer_fwd: list, recipe: str, wgrad: bool = True) -> 
     out = _casts(name, rest, L * c.mb, recipe, wgrad, len(rest)) if rest else Pair([], [])
     for cnt in sorted({o.count for o in per}):
         grp = [o for o in per if o.count == cnt]
-        p = _casts(name + "/experts", grp, cnt, recipe, wgrad, sum(o.shape[3] for o in grp))
+        p = _casts(name + "/experts", grp, cnt, recipe, wgrad, sum(o.shape.batch for o in grp))
         out = Pair(out.fwd + p.fwd, out.bwd + p.bwd)
     return out
 
@@ -89,8 +89,8 @@ def training_casts(c: Ctx, layer_fwd: list, recipe: str, wgrad: bool = True) -> 
 def _casts(name: str, mms: list, cnt: int, recipe: str, wgrad: bool, n_tensors: int) -> Pair:
     """One cast op each way quantizing the inputs (fwd) and output gradients (bwd) of ``mms``,
     their elements per instance = sum(M K batch count) / cnt (resp. M N batch count)."""
-    ins = sum(o.shape[0] * o.shape[2] * o.shape[3] * o.count for o in mms) / cnt
-    outs = sum(o.shape[0] * o.shape[1] * o.shape[3] * o.count for o in mms) / cnt
+    ins = sum(o.shape.M * o.shape.K * o.shape.batch * o.count for o in mms) / cnt
+    outs = sum(o.shape.M * o.shape.N * o.shape.batch * o.count for o in mms) / cnt
     fwd = chain(name, "cast", "fwd", cast_kernels(ins, recipe, wgrad, n_tensors), cnt, ins)
     bwd = chain(name, "cast", "bwd", cast_kernels(outs, recipe, wgrad, n_tensors), cnt, outs)
     return Pair(fwd, bwd)

@@ -24,7 +24,8 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from ..model.parallel import COLLECTIVE_OPS, GROUPS
+from ..model.ops import CollectiveShape
+from ..model.parallel import GROUPS
 from . import netfast, overlap, pipeline
 from .cluster import Cluster
 from .collectives import in_cuda_graph
@@ -70,9 +71,9 @@ def comm_times(t: OpTable, par, cluster: Cluster, eff, pipelined: bool = True, m
     group = np.full(len(t.ops), -1)
     for i in np.flatnonzero(t.kind == COLLECTIVE):
         op = t.ops[i]
-        kw = {"a2a_scales": a2a} if op.shape[3] == GROUPS.index("ep") else {}
+        kw = {"a2a_scales": a2a} if op.shape.group == "ep" else {}
         per_call[i] = op_time(op, lays, cluster, eff, pipelined=pipelined, **kw).time_s
-        group[i] = op.shape[3]
+        group[i] = GROUPS.index(op.shape.group)
     return CommTimes(per_call, per_call * t.count, group)
 
 
@@ -130,14 +131,13 @@ def scatter_gather_p2p(t: OpTable, c: CommTimes, par, cluster: Cluster, eff) -> 
     if par.tp <= 1 or par.sp:
         return c
     lays, per = cluster_layouts(par, cluster), c.per_call_s.copy()
-    send, gather, tp = COLLECTIVE_OPS.index("sendrecv"), COLLECTIVE_OPS.index("all_gather"), GROUPS.index("tp")
     for i in np.flatnonzero((c.group == GROUPS.index("pp")) & (t.kind == COLLECTIVE)):
         op = t.ops[i]
-        nbytes, size, code, group = op.shape
-        if code != send:
+        s = op.shape
+        if s.op != "sendrecv":
             continue
-        piece = replace(op, shape=(-(-nbytes // par.tp), size, code, group))
-        ag = replace(op, shape=(nbytes, par.tp, gather, tp))
+        piece = replace(op, shape=replace(s, bytes=-(-s.bytes // par.tp)))
+        ag = replace(op, shape=CollectiveShape(s.bytes, par.tp, "all_gather", "tp"))
         per[i] = op_time(piece, lays, cluster, eff).time_s + op_time(ag, lays, cluster, eff).time_s
     return CommTimes(per, per * t.count, c.group)
 
@@ -278,11 +278,12 @@ def chunked_tp_gemms(t: OpTable, gpu_s: np.ndarray, tp: int, rates, eff, impl: s
            and any(op.name in (n, n + "/dgrad") for n in TP_LINEARS)]
     if tp <= 1 or not idx:
         return gpu_s
-    mnkb = t.mnkb.copy()
-    mnkb[idx, 0] = np.maximum(1.0, np.round(mnkb[idx, 0] / tp))
+    M = t.gemm.M.copy()
+    M[idx] = np.maximum(1.0, np.round(M[idx] / tp))
     scale = np.ones(len(t.ops))
     scale[idx] = 1.0 / tp
-    chunk = replace(t, mnkb=mnkb, flops=t.flops * scale, bytes=t.bytes * scale, bytes_written=t.bytes_written * scale)
+    chunk = replace(t, gemm=replace(t.gemm, M=M), flops=t.flops * scale, bytes=t.bytes * scale,
+                    bytes_written=t.bytes_written * scale)
     out = gpu_s.copy()
     from .estimate import at_compute_speed
     out[idx] = tp * at_compute_speed(chunk, kernel_times(chunk, rates, eff, impl), speed).gpu_s[idx]

@@ -26,7 +26,7 @@ from .kernels import (ATTENTION, MATMUL, HwRates, KernelTimes, check_recipe, che
                       kernel_times)
 from .launch import LaunchTimes, host_times, launch_times
 from .memory import fit_memory, memory_components
-from .optable import DTYPES, KINDS, PHASES, OpTable, build_table
+from .optable import DTYPES, KINDS, PHASES, GemmColumns, OpTable, build_table
 from .power import power_state
 from .clock_state import at_pattern, burst_step
 from .results import CATEGORIES, Estimate, OpEstimate
@@ -273,8 +273,9 @@ def compute_bound_gemms(t, k: KernelTimes) -> np.ndarray:
 def reference_gemm_efficiency(gpu) -> np.ndarray:
     """Efficiency of an aligned 8192^3 GEMM per dtype index (optable.DTYPES) on ``gpu``."""
     eff, n = efficiency(gpu), len(DTYPES)
-    return eff.cached("gemm.reference_8192", lambda: gemm_efficiency(
-        np.tile([8192.0, 8192.0, 8192.0, 1.0], (n, 1)), np.arange(n), gpu.sm_count, eff, np.full(n, 16)))
+    ref = GemmColumns(np.full(n, 8192.0), np.full(n, 8192.0), np.full(n, 8192.0), np.ones(n))
+    return eff.cached("gemm.reference_8192", lambda: gemm_efficiency(ref, np.arange(n), gpu.sm_count, eff,
+                                                                    np.full(n, 16)))
 
 
 def boost_speedup(eff) -> float:

@@ -24,7 +24,12 @@ import math
 
 import numpy as np
 
+from ..model.ops import DTYPE_BYTES, RowShape
 from .calibration import Efficiency
+from .optable import KINDS
+from .rowkernels import softmax_kernel
+
+NORM = KINDS.index("norm")
 
 VECTOR_BYTES = 16
 NORM_VEC = 4
@@ -61,17 +66,15 @@ def row_fixed_s(eff: Efficiency, fam: str) -> float:
 
 def softmax_family(cols: float, elem_bytes: float) -> str:
     """The row-law family of torch's softmax forward for rows of ``cols`` (sim/rowkernels.py)."""
-    from .rowkernels import softmax_kernel
     return "softmax_warp" if softmax_kernel(int(cols), int(elem_bytes)) == "warp" else "softmax_block"
 
 
 def norm_family(op) -> str | None:
     """'layer_norm' / 'rms_norm' for a one-kernel forward norm op built with its (rows, cols)
     (model/microops.row_norm: a layer norm also reads its bias), None otherwise."""
-    if op.kind != "norm" or op.phase != "fwd" or op.kernels != 1 or len(op.shape) != 2:
+    if op.kind != "norm" or op.phase != "fwd" or op.kernels != 1 or not isinstance(op.shape, RowShape):
         return None
-    rows, cols = op.shape
-    from ..model.ops import DTYPE_BYTES
+    rows, cols = op.shape.rows, op.shape.cols
     e = DTYPE_BYTES[op.dtype]
     return "layer_norm" if op.bytes_read >= rows * cols * e + 2 * cols * e else "rms_norm"
 
@@ -80,19 +83,17 @@ def apply_row_laws(t, compute: np.ndarray, memory: np.ndarray, fixed: np.ndarray
     """Row-kernel laws (module docstring) on the forward softmax and fused-norm rows of ``t``, in
     place: the rows' latency on the compute side (it follows the SM clock), a fused norm's
     traffic at memory.fused_norm_fraction on the memory side, fixed = the family's fixed_s."""
-    from ..model.ops import DTYPE_BYTES
-    from .kernels import NORM
-    cand = np.flatnonzero(((t.rows_cols[:, 0] > 0) | (t.kind == NORM)) & (t.phase == 0))
+    cand = np.flatnonzero(((t.rows > 0) | (t.kind == NORM)) & (t.phase == 0))
     for i in cand:
         op = t.ops[i]
-        if t.rows_cols[i, 0] > 0:
-            rows, cols = t.rows_cols[i]
+        if t.rows[i] > 0:
+            rows, cols = t.rows[i], t.cols[i]
             fam = softmax_family(cols, DTYPE_BYTES[op.dtype])
         else:
             fam = norm_family(op)
             if fam is None or not has_row_law(eff, fam):
                 continue
-            rows, cols = op.shape
+            rows, cols = op.shape.rows, op.shape.cols
             memory[i] = op.bytes_total / (hw.hbm_bandwidth * eff.get("memory.fused_norm_fraction"))
         if not has_row_law(eff, fam):
             continue

@@ -18,7 +18,7 @@ import numpy as np
 
 from ..model.ops import DTYPE_BYTES
 from .calibration import Efficiency
-from .optable import DTYPES, KINDS, OpTable
+from .optable import DTYPES, KINDS, AttnColumns, GemmColumns, OpTable, leading_dim_alignment
 from .kernel_laws import apply_row_laws
 from .rowkernels import softmax_fwd_s
 
@@ -58,9 +58,9 @@ class KernelTimes:
     efficiency: np.ndarray   # compute efficiency used (fraction of peak)
 
 
-def gemm_efficiency(mnkb: np.ndarray, dtype_idx: np.ndarray, sm_count: int, eff: Efficiency,
+def gemm_efficiency(g: GemmColumns, dtype_idx: np.ndarray, sm_count: int, eff: Efficiency,
                     align_bytes: np.ndarray | None = None) -> np.ndarray:
-    """Fraction of the dense peak a GEMM reaches, for each row of ``mnkb``.
+    """Fraction of the dense peak a GEMM reaches, for each row of ``g``.
 
     eff = peak_fraction[dtype] * wave_eff * K / (K + k_overhead), where for each
     candidate CTA tile (tm, tn) the tiles = ceil(M/tm)*ceil(N/tn)*batch are run in
@@ -69,7 +69,7 @@ def gemm_efficiency(mnkb: np.ndarray, dtype_idx: np.ndarray, sm_count: int, eff:
     than SMs, split-K over floor(sm_count/tiles) slices of at least splitk_min_k is
     allowed (cuBLAS does so).
     """
-    m, n, k, b = (mnkb[:, i:i + 1] for i in range(4))
+    m, n, k, b = (x[:, None] for x in (g.M, g.N, g.K, g.batch))
     tiles = eff.cached("gemm.tiles", lambda: np.asarray(eff.get("gemm.tiles"), dtype=float))   # [T, 2]
     tm, tn = tiles[:, 0][None, :], tiles[:, 1][None, :]
     n_tiles = np.ceil(m / tm) * np.ceil(n / tn) * b                   # [ops, T]
@@ -79,8 +79,7 @@ def gemm_efficiency(mnkb: np.ndarray, dtype_idx: np.ndarray, sm_count: int, eff:
     k_eff = (k / split) / (k / split + eff.get("gemm.k_overhead"))
     best = np.max(np.minimum(wave_eff, 1.0) * k_eff, axis=1)
     if align_bytes is None:
-        from .optable import leading_dim_alignment
-        align_bytes = leading_dim_alignment(mnkb, dtype_idx)
+        align_bytes = leading_dim_alignment(g, dtype_idx)
     simt = dtype_idx == DTYPES.index("fp32")   # CUDA-core sgemm: no TMA / 16-byte path to lose
     return best * _peak_fraction(dtype_idx, eff) * np.where(simt, 1.0, alignment_factor(align_bytes, eff))
 
@@ -110,7 +109,7 @@ def _peak_fraction_table(eff: Efficiency) -> np.ndarray:
     return np.array([eff.get(f"gemm.peak_fraction_{by_dtype[d]}") for d in DTYPES])
 
 
-def attention_efficiency(attn: np.ndarray, phase: np.ndarray, sm_count: int,
+def attention_efficiency(attn: AttnColumns, phase: np.ndarray, sm_count: int,
                          eff: Efficiency, impl: str, launch: tuple | None = None) -> np.ndarray:
     """Fraction of the bf16 peak an attention kernel reaches.
 
@@ -133,25 +132,17 @@ def attention_efficiency(attn: np.ndarray, phase: np.ndarray, sm_count: int,
     frac = np.where(bwd, eff.get(a + "bwd_fraction"), eff.get(a + "fwd_fraction"))
     ctas, splits, row_fill, _ = launch or attention_launch(attn, phase, sm_count, eff, impl)
     waves = np.ceil(np.maximum(ctas, 1) / sm_count)
-    length = np.where(bwd, attn[:, 3], attn[:, 4] / splits) * np.where(attn[:, 7] > 0, 0.5, 1.0) * window_frac(attn)
+    length = np.where(bwd, attn.Sq, attn.Skv / splits) * np.where(attn.causal > 0, 0.5, 1.0) * attn.window
     overhead = np.where(bwd, _param_or(eff, a + "bwd_len_overhead", a + "len_overhead"), eff.get(a + "len_overhead"))
     amort = length / (length + overhead * row_fill)   # the fixed work is per valid query row
     return frac * np.minimum(ctas / (waves * sm_count), 1.0) * amort * row_fill
-
-
-def window_frac(attn: np.ndarray) -> np.ndarray | float:
-    """Column 8 of the attention rows (model/ops_common.window_fraction: the layer-average share
-    of the pairs a sliding window leaves), 1.0 for rows without it. Sliding-window kernels skip
-    the key blocks outside the window, so the per-CTA loop (keys per query in the forward,
-    queries per key in the backward) and the exponentials shrink by it."""
-    return attn[:, 8] if attn.shape[1] > 8 else 1.0
 
 
 def _param_or(eff: Efficiency, name: str, fallback: str) -> float:
     return eff.get(name) if name in eff.params else eff.get(fallback)
 
 
-def attention_exp_s(attn: np.ndarray, hw: "HwRates", eff: Efficiency, impl: str,
+def attention_exp_s(attn: AttnColumns, hw: "HwRates", eff: Efficiency, impl: str,
                     phase: np.ndarray | None = None, launch: tuple | None = None) -> np.ndarray:
     """Softmax exponentials the tensor-core work does not hide:
         exp_exposed * B * Hq * Sq * Skv * causal_fraction * window_frac / (exp_rate * row_fill)
@@ -159,17 +150,17 @@ def attention_exp_s(attn: np.ndarray, hw: "HwRates", eff: Efficiency, impl: str,
     64, where a score costs 4*64 = 256 matmul FLOP, exponentials take as long as the
     matmuls unless overlapped; the backward recomputes the same exponentials).
     The padded rows of a tile (row_fill < 1, FA2 decode) exponentiate too."""
-    b, hq, sq, skv, causal = attn[:, 0], attn[:, 1], attn[:, 3], attn[:, 4], attn[:, 7] > 0
+    b, hq, sq, skv, causal = attn.B, attn.Hq, attn.Sq, attn.Skv, attn.causal > 0
     frac = np.where(causal & (sq == skv), 1.0 - (sq - 1) / (2.0 * np.maximum(skv, 1)), 1.0)
-    exps = b * hq * sq * skv * frac * window_frac(attn)
+    exps = b * hq * sq * skv * frac * attn.window   # a sliding window skips the blocks outside it
     if phase is not None:
         exps = exps / (launch or attention_launch(attn, phase, hw.sm_count, eff, impl))[2]
     return eff.get(f"attention.{impl}.exp_exposed") * exps / (hw.exp_rate * hw.clock_fraction)
 
 
-def attention_ctas(attn: np.ndarray, block_m: float) -> np.ndarray:
+def attention_ctas(attn: AttnColumns, block_m: float) -> np.ndarray:
     """Thread blocks of a flash kernel: one per (batch, query head, block_m queries)."""
-    return attn[:, 0] * attn[:, 1] * np.ceil(np.maximum(attn[:, 3], 1) / block_m)
+    return attn.B * attn.Hq * np.ceil(np.maximum(attn.Sq, 1) / block_m)
 
 
 # FlashAttention-2 as vendored by PyTorch (torch SDPA's flash backend), launch rules:
@@ -216,7 +207,7 @@ def fa2_num_splits(bhm: np.ndarray, n_blocks: np.ndarray, sm_count: int) -> np.n
     return out
 
 
-def attention_launch(attn: np.ndarray, phase: np.ndarray, sm_count: int, eff: Efficiency, impl: str):
+def attention_launch(attn: AttnColumns, phase: np.ndarray, sm_count: int, eff: Efficiency, impl: str):
     """Thread blocks of an attention kernel: (ctas, kv_splits, row_fill, gqa_packed).
 
     Generic flash kernel: one CTA per (batch, query head, block_m queries), no split,
@@ -232,7 +223,7 @@ def attention_launch(attn: np.ndarray, phase: np.ndarray, sm_count: int, eff: Ef
     padded tile's tensor-core work, which doubles when batch * Hkv reaches 0.8 * 2 * SMs
     and the split kernel (64 rows) gives way to the standard one (128 rows).
     """
-    b, hq, hkv, sq, skv, hd = (attn[:, i] for i in range(6))
+    b, hq, hkv, sq, skv, hd = attn.B, attn.Hq, attn.Hkv, attn.Sq, attn.Skv, attn.Dqk
     block_m = eff.get(f"attention.{impl}.block_m")
     ones = np.ones(len(attn))
     if impl not in _FA2_IMPLS:
@@ -243,14 +234,14 @@ def attention_launch(attn: np.ndarray, phase: np.ndarray, sm_count: int, eff: Ef
     packed = fwd & (sq == 1) & (hq > hkv)
     rows = np.where(packed, hq / np.maximum(hkv, 1), np.maximum(sq, 1))
     heads = np.where(packed, hkv, hq)
-    n_blocks = np.ceil(np.maximum(skv * window_frac(attn), 1) / _fa2_block_n(hd))
+    n_blocks = np.ceil(np.maximum(skv * attn.window, 1) / _fa2_block_n(hd))
     splits = np.where(fwd, fa2_num_splits(b * heads * np.ceil(rows / _FA2_SPLIT_BLOCK_M), n_blocks, sm_count), 1.0)
     tile_m = np.where(splits > 1, float(_FA2_SPLIT_BLOCK_M), block_m)
     m_blocks = np.ceil(rows / tile_m)
     return b * heads * m_blocks * splits, splits, rows / (m_blocks * tile_m), packed
 
 
-def lean_splits(attn: np.ndarray, phase: np.ndarray, ctas: np.ndarray, sm_count: int, eff: Efficiency,
+def lean_splits(attn: AttnColumns, phase: np.ndarray, ctas: np.ndarray, sm_count: int, eff: Efficiency,
                 impl: str) -> np.ndarray:
     """KV splits of a "lean" (stream-K) decode kernel: cuDNN's decode forward (Sq = 1) with fewer
     than units = lean_units_per_sm * SMs (batch, head) blocks spreads the KV loop evenly over
@@ -263,11 +254,11 @@ def lean_splits(attn: np.ndarray, phase: np.ndarray, ctas: np.ndarray, sm_count:
     if name not in eff.params:
         return np.ones(len(attn))
     units = eff.get(name) * sm_count
-    lean = (phase != BWD) & (attn[:, 3] == 1) & (ctas < units)
+    lean = (phase != BWD) & (attn.Sq == 1) & (ctas < units)
     return np.where(lean, units / np.maximum(ctas, 1.0), 1.0)
 
 
-def attention_memory_s(attn: np.ndarray, nbytes: np.ndarray, hw: "HwRates", eff: Efficiency, impl: str,
+def attention_memory_s(attn: AttnColumns, nbytes: np.ndarray, hw: "HwRates", eff: Efficiency, impl: str,
                        phase: np.ndarray | None = None, launch: tuple | None = None) -> np.ndarray:
     """Time to stream an attention kernel's bytes (binding in decode).
 
@@ -283,11 +274,11 @@ def attention_memory_s(attn: np.ndarray, nbytes: np.ndarray, hw: "HwRates", eff:
     ctas, _, _, packed = launch or attention_launch(attn, phase, hw.sm_count, eff, impl)
     bw = np.minimum(hw.hbm_bandwidth * eff.get(a + "decode_bw_fraction"),
                     np.minimum(ctas, hw.sm_count) * eff.get(a + "per_cta_bw"))
-    reread = np.where((ctas > hw.sm_count) & (attn[:, 1] > attn[:, 2]) & ~packed, eff.get(a + "gqa_reread"), 1.0)
+    reread = np.where((ctas > hw.sm_count) & (attn.Hq > attn.Hkv) & ~packed, eff.get(a + "gqa_reread"), 1.0)
     return nbytes * reread / bw
 
 
-def split_combine_s(attn: np.ndarray, phase: np.ndarray, sm_count: int, eff: Efficiency, impl: str,
+def split_combine_s(attn: AttnColumns, phase: np.ndarray, sm_count: int, eff: Efficiency, impl: str,
                     launch: tuple | None = None) -> np.ndarray:
     """The split-KV combine kernel FA2 launches after a split forward (flash_fwd_splitkv_combine_kernel:
     merges the splits' partial outputs by their log-sum-exp):
@@ -306,9 +297,9 @@ def kernel_times(t: OpTable, hw: HwRates, eff: Efficiency, attention_impl: str) 
     has_mm, has_at = bool(is_mm.any()), bool(is_at.any())     # hot path: each test once
     efficiency = np.ones(len(t.ops))
     if has_mm:
-        efficiency[is_mm] = gemm_efficiency(t.mnkb[is_mm], t.dtype[is_mm], hw.sm_count, eff, t.align_bytes[is_mm])
+        efficiency[is_mm] = gemm_efficiency(t.gemm.take(is_mm), t.dtype[is_mm], hw.sm_count, eff, t.align_bytes[is_mm])
     if has_at:
-        attn, ph = t.attn[is_at], t.phase[is_at]
+        attn, ph = t.attn.take(is_at), t.phase[is_at]
         la = attention_launch(attn, ph, hw.sm_count, eff, attention_impl)
         efficiency[is_at] = attention_efficiency(attn, ph, hw.sm_count, eff, attention_impl, la)
     peak = np.where(is_mm, hw.tensor_peak[t.dtype], hw.vector_peak)
@@ -320,11 +311,11 @@ def kernel_times(t: OpTable, hw: HwRates, eff: Efficiency, attention_impl: str) 
         compute[is_at] += attention_exp_s(attn, hw, eff, attention_impl, ph, la)
         memory[is_at] = attention_memory_s(attn, t.bytes[is_at], hw, eff, attention_impl, ph, la)
         fixed[is_at] += split_combine_s(attn, ph, hw.sm_count, eff, attention_impl, la)
-    nv = np.flatnonzero(t.strided[:, 0] > 0)     # element-rate (instruction-bound) time: compute side
+    nv = np.flatnonzero(t.strided_elems > 0)     # element-rate (instruction-bound) time: compute side
     compute[nv] = np.maximum(compute[nv], strided_s(t, nv, hw, eff))
-    rows = np.flatnonzero((t.rows_cols[:, 0] > 0) & (t.phase == FWD))
+    rows = np.flatnonzero((t.rows > 0) & (t.phase == FWD))
     memory[rows], fixed[rows] = row_softmax_s(t, rows, hw, eff), 0.0
-    brows = np.flatnonzero((t.rows_cols[:, 0] > 0) & (t.phase == BWD))
+    brows = np.flatnonzero((t.rows > 0) & (t.phase == BWD))
     if len(brows) and "rowsoftmax.bw_fraction" in eff.params:   # cunn_SoftMaxBackward: a block per row
         memory[brows] = t.bytes[brows] / (hw.hbm_bandwidth * eff.get("rowsoftmax.bw_fraction"))
     if "rowkernel.softmax_block.row_s" in eff.params:   # row latency of few/short rows (sim/kernel_laws.py)
@@ -341,7 +332,7 @@ def strided_s(t: OpTable, idx: np.ndarray, hw: HwRates, eff: Efficiency) -> np.n
     dtypes, unrolled_elementwise_kernel with dynamic casts) = memory.unrolled_elem_rate."""
     rates = np.append(np.asarray(eff.get("memory.strided_elem_rates"), dtype=float),
                       eff.get("memory.unrolled_elem_rate"))
-    return t.strided[idx, 0] / (rates[t.strided[idx, 1].astype(int)] * hw.clock_fraction)
+    return t.strided_elems[idx] / (rates[t.strided_class[idx].astype(int)] * hw.clock_fraction)
 
 
 def row_softmax_s(t: OpTable, idx: np.ndarray, hw: HwRates, eff: Efficiency) -> np.ndarray:
@@ -349,7 +340,7 @@ def row_softmax_s(t: OpTable, idx: np.ndarray, hw: HwRates, eff: Efficiency) -> 
     length, at its element rate or HBM traffic (sim/rowkernels.py; fixed cost included)."""
     out = np.empty(len(idx))
     for j, i in enumerate(idx):
-        rows, cols = (int(x) for x in t.rows_cols[i])
+        rows, cols = int(t.rows[i]), int(t.cols[i])
         elem = t.bytes_written[i] / (rows * cols)
         out[j] = softmax_fwd_s(rows, cols, DTYPE_BYTES[DTYPES[t.dtype[i]]], elem, hw.hbm_bandwidth, hw.sm_count, eff)
     return out

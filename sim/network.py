@@ -38,7 +38,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from ..model.parallel import COLLECTIVE_OPS, GROUPS
+from ..model.parallel import COLLECTIVE_OPS
 from .calibration import DATA, Efficiency, load_efficiency_file
 from .cluster import Cluster, GroupLayout
 from .netfast import flow_rate
@@ -198,12 +198,12 @@ def _sendrecv(nbytes, lay, cluster, eff) -> CollectiveTime:
 
 def op_time(op, layouts: dict[str, GroupLayout], cluster: Cluster, efficiency: Efficiency,
             **kw) -> CollectiveTime:
-    """Time of one call of a model ``collective`` Op (shape = (bytes, group_size, OP_CODE,
-    GROUP_CODE), model/parallel.py). A dp op of the routed experts (``comm/dp/expert_*``) uses
+    """Time of one call of a model ``collective`` Op (its CollectiveShape: bytes, group_size,
+    op, group; model/parallel.py). A dp op of the routed experts (``comm/dp/expert_*``) uses
     the expert-dp layout, another whose group_size is dp*cp the dp_cp layout; a pp op of 2 GPUs
     the first/last-stage pair."""
-    nbytes, size, op_code, group_code = op.shape
-    kind = GROUPS[group_code]
+    s = op.shape
+    nbytes, size, kind = s.bytes, s.group_size, s.group
     if kind == "dp" and op.name.startswith("comm/dp/expert_"):
         kind = "edp"        # routed experts' gradients / params: the expert-dp groups (model/ops_dp.py)
     elif kind == "dp" and layouts["dp"].size != size:
@@ -212,4 +212,4 @@ def op_time(op, layouts: dict[str, GroupLayout], cluster: Cluster, efficiency: E
         kind = "embed"      # tied embedding gradient: first and last stage only
     if layouts[kind].size != size:
         raise ValueError(f"op {op.name!r}: group_size {size} but the {kind} groups have {layouts[kind].size} GPUs")
-    return collective_time_s(COLLECTIVE_OPS[op_code], nbytes, kind, layouts[kind], cluster, efficiency, **kw)
+    return collective_time_s(s.op, nbytes, kind, layouts[kind], cluster, efficiency, **kw)

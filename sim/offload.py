@@ -169,7 +169,7 @@ def step_offload(w, t, k_total: np.ndarray, gpu, system, eff, fused: frozenset) 
     kernel seconds ``k_total`` (count included)."""
     h2d, d2h = host_link_rates(gpu, eff)
     if w.offload == "optimizer":
-        shard = sum(op.shape[0] for op in t.ops if op.name == "optimizer/offload_cast")
+        shard = sum(op.shape.numel for op in t.ops if op.name == "optimizer/offload_cast")
         return optimizer_offload_times(shard, h2d, d2h, host_memory_rate_per_gpu(system, gpu), w.optimizer == "adamw")
     from ..model.memory_parallel import stage_layers_activation_bytes
     from ..model.shard import timed_stage
@@ -185,6 +185,6 @@ def step_offload(w, t, k_total: np.ndarray, gpu, system, eff, fused: frozenset) 
 def host_bytes_per_gpu(w, t) -> float:
     """Pinned host memory one GPU's offloaded optimizer holds (offload_param host_state_bytes
     per shard parameter; SGD 4 B less)."""
-    shard = sum(op.shape[0] for op in t.ops if op.name == "optimizer/offload_cast")
+    shard = sum(op.shape.numel for op in t.ops if op.name == "optimizer/offload_cast")
     per = offload_param("optimizer.host_state_bytes") - (0.0 if w.optimizer == "adamw" else 4.0)
     return shard * per

@@ -155,7 +155,7 @@ def _group(key: str, ops, owner, meas, timed, hist) -> Group:
         names = ("fwd_fraction", "bwd_fraction", "fixed_s", "decode_bw_fraction", "len_overhead", "per_cta_bw",
                  "gqa_reread", "bwd_len_overhead") if len({(o.shape, o.phase) for o in ops}) >= MIN_FOR_ALL \
             else ("fwd_fraction", "bwd_fraction")   # too few distinct configurations to pin the rest
-        if len({o.shape[5] for o in ops}) > 1:   # exp exposure is only identifiable across head dims
+        if len({o.shape.Dqk for o in ops}) > 1:   # exp exposure is only identifiable across head dims
             names += ("exp_exposed",)
         params = tuple(f"attention.{impl}.{p}" for p in names)
         return Group(key, params, ops, owner, np.array(meas), impl)

@@ -22,8 +22,9 @@ def test_steps_add_up_to_one_cp_th_of_the_causal_pairs(cp):
     assert total == pytest.approx(per_pair * causal_pairs(S, S) / cp, rel=1e-3)
     step0, steps = fwd
     L = S // cp
-    assert step0.shape[3:5] == (L, L) and step0.shape[7] == 1
-    assert steps.shape[3:5] == (L // 2, L) and steps.shape[7] == 0 and steps.count == step0.count * (cp - 1)
+    assert (step0.shape.Sq, step0.shape.Skv) == (L, L) and step0.shape.causal
+    assert (steps.shape.Sq, steps.shape.Skv) == (L // 2, L) and not steps.shape.causal
+    assert steps.count == step0.count * (cp - 1)
 
 
 def test_merge_and_gradient_accumulation_run_once_per_peer_step():

@@ -62,11 +62,11 @@ def test_sp_moe_routes_t_over_tp_tokens_and_etp_keeps_expert_flops():
     T, d, k = 4096 // 2, QWEN.d_model, QWEN.moe.top_k
     for ops in (e1, e2):
         a2a = _fwd(ops, "comm/ep/moe_dispatch")[0]
-        assert a2a.shape[0] == T * k * d * 2                    # alltoall: k copies of T/tp tokens, bf16
+        assert a2a.shape.bytes == T * k * d * 2                    # alltoall: k copies of T/tp tokens, bf16
         assert not [o for o in ops if o.name.startswith("comm/tp/moe_in")]
     assert not [o for o in e1 if "moe_dispatch_etp" in o.name]
     ag = _fwd(e2, "comm/tp/moe_dispatch_etp_ag")[0]
-    assert ag.shape[0] == T * 2 * k * d * 2                      # gathered: etp x the received copies
+    assert ag.shape.bytes == T * 2 * k * d * 2                      # gathered: etp x the received copies
 
     def expert_flops(ops):
         return sum(o.flops * o.count for o in ops if o.name.startswith("layer/moe/experts") and o.kind == "matmul"

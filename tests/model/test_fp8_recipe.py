@@ -19,21 +19,21 @@ def test_current_scaling_reads_each_cast_input_twice_delayed_once():
     e = 1000.0
     delayed = cast_kernels(e, "delayed", True, 4)
     current = cast_kernels(e, "current", True, 4)
-    assert sum(k[1] for k in delayed) == 2 * e and sum(k[1] for k in current) == 4 * e
-    assert sum(k[2] for k in delayed) == sum(k[2] for k in current) == 2 * e
-    assert sum(k[3] for k in current) == 2 * sum(k[3] for k in delayed)
+    assert sum(k.read for k in delayed) == 2 * e and sum(k.read for k in current) == 4 * e
+    assert sum(k.write for k in delayed) == sum(k.write for k in current) == 2 * e
+    assert sum(k.kernels for k in current) == 2 * sum(k.kernels for k in delayed)
 
 
 def test_mxfp8_has_no_amax_pass_and_writes_its_block_scales():
     k = cast_kernels(1000.0, "mxfp8", True, 1)
-    assert len(k) == 1 and k[0][1] == 2000.0 and k[0][2] == pytest.approx(2 * 1000 * (1 + 1 / 32))
+    assert len(k) == 1 and k[0].read == 2000.0 and k[0].write == pytest.approx(2 * 1000 * (1 + 1 / 32))
 
 
 def test_nvfp4_rht_only_on_the_wgrad_copy():
     with_w = cast_kernels(1000.0, "nvfp4", True, 1)
     no_w = cast_kernels(1000.0, "nvfp4", False, 1)
     assert len(with_w) == 3 and len(no_w) == 2
-    assert max(k[0] for k in with_w) == 32 * 1000.0 and max(k[0] for k in no_w) == 1000.0
+    assert max(k.flops for k in with_w) == 32 * 1000.0 and max(k.flops for k in no_w) == 1000.0
 
 
 def test_recipe_changes_the_step_cast_bytes():

@@ -32,7 +32,7 @@ def test_only_the_2021_local_ddp_stack_sets_it():
 
 def test_one_hook_add_per_micro_batch_over_16bit_grads():
     on, off = _ops(True), _ops(False)
-    P = on["grad/hook_add"].shape[0]
+    P = on["grad/hook_add"].shape.numel
     assert on["grad/hook_add"].count == GA and "grad/hook_add" not in off
     assert on["grad/hook_add"].bytes_read == pytest.approx(4.0 * P)       # 16-bit buffer + 16-bit .grad
     assert on["grad/hook_add"].bytes_written == pytest.approx(2.0 * P)
@@ -41,12 +41,12 @@ def test_one_hook_add_per_micro_batch_over_16bit_grads():
 
 def test_wgrad_writes_a_16bit_grad_instead_of_accumulating_fp32():
     on, off = _ops(True), _ops(False)
-    K, N = on["layer/mlp/up/wgrad"].shape[:2]
+    K, N = on["layer/mlp/up/wgrad"].shape.M, on["layer/mlp/up/wgrad"].shape.N
     assert on["layer/mlp/up/wgrad"].bytes_written == pytest.approx(2.0 * K * N, rel=0.01)
     assert off["layer/mlp/up/wgrad"].bytes_written == pytest.approx(4.0 * K * N, rel=0.01)
 
 
 def test_dp_all_reduce_moves_half_the_bytes():
     on, off = _ops(True), _ops(False)
-    ar = lambda ops: ops["comm/dp/grad_ar"].count * ops["comm/dp/grad_ar"].shape[0]   # buckets x elements/bytes
+    ar = lambda ops: ops["comm/dp/grad_ar"].count * ops["comm/dp/grad_ar"].shape.bytes   # buckets x elements/bytes
     assert ar(on) == pytest.approx(0.5 * ar(off), rel=0.02)

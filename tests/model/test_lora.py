@@ -4,7 +4,7 @@ import pytest
 
 from mechsim.model import TrainingWorkload
 from mechsim.model.lora import adapter_pair
-from mechsim.model.ops import Op
+from mechsim.model.ops import GemmShape, Op
 from mechsim.model.parallel import Parallelism
 from mechsim.model.ops_train import training_ops
 
@@ -26,7 +26,7 @@ def test_lora_drops_every_base_wgrad_and_keeps_dgrad():
 
 
 def test_adapter_flops_are_2Mr_K_plus_N_forward_and_twice_backward():
-    base = Op("layer/mlp/down", "matmul", "fwd", 0.0, 0.0, 0.0, "fp8", (4096, 4096, 14336, 1), 3, 1)
+    base = Op("layer/mlp/down", "matmul", "fwd", 0.0, 0.0, 0.0, "fp8", GemmShape(4096, 4096, 14336, 1), 3, 1)
     p = adapter_pair(base, 32)
     M, N, K, r = 4096, 4096, 14336, 32
     fwd = sum(o.flops for o in p.fwd if o.kind == "matmul")
@@ -43,7 +43,7 @@ def test_lora_optimizer_updates_only_the_adapters():
     # rank x (K + N) per target: qkv (d -> d + 2kv), proj (d -> d), fc1 (d -> 2F), fc2 (F -> d)
     per_layer = 32 * ((d + d + 2 * kv) + (d + d) + (d + 2 * F) + (F + d))
     opt = [o for o in lora if o.kind == "optimizer"]
-    assert opt[0].shape[0] == cfg.n_layers * per_layer
+    assert opt[0].shape.numel == cfg.n_layers * per_layer
     _, full = _ops()
     assert sum(o.bytes_read for o in opt) < 0.01 * sum(o.bytes_read for o in full if o.kind == "optimizer")
 

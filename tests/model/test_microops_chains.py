@@ -18,7 +18,7 @@ def _written(ops, phase="fwd"):
 
 def _strided(ops):
     """{class: elements} of the non-vectorised kernels (model/ops_common.nv)."""
-    return {o.shape[1]: o.shape[0] for o in ops if o.kind == "strided"}
+    return {o.shape.strided_class: o.shape.elements for o in ops if o.kind == "strided"}
 
 
 def test_rmsnorm_chain_kernels_and_bytes():
@@ -68,8 +68,8 @@ def test_rope_chain_is_the_workload_builder():
     assert rope_chain(2, 4096, 32, 8, 128, "bf16") == chains.rope(*args, views=False).fwd
     views = chains.rope(*args).fwd
     assert _kernels(views) == _kernels(chains.rope(*args, views=False).fwd)
-    assert sum(o.shape[0] for o in views if o.kind == "strided") == \
-        sum(o.shape[0] for o in chains.rope(*args, views=False).fwd if o.kind == "strided") + args[2] + args[3]
+    assert sum(o.shape.elements for o in views if o.kind == "strided") == \
+        sum(o.shape.elements for o in chains.rope(*args, views=False).fwd if o.kind == "strided") + args[2] + args[3]
 
 
 @pytest.mark.parametrize("bad", [dict(t=0, d=8), dict(t=8, d=-1)])

@@ -33,7 +33,7 @@ def _dispatch_bytes(dispatcher: str) -> float:
     w = TrainingWorkload(model=cfg, mbs=1, seq=1024, grad_accum=8, parallel=Parallelism(dp=8, ep=8))
     ops = [o for o in build_ops(w) if o.name == "comm/ep/moe_dispatch" and o.phase == "fwd"]
     assert len(ops) == 1
-    return ops[0].shape[0]
+    return ops[0].shape.bytes
 
 
 def test_flex_dispatcher_sends_a_token_once_per_rank():
@@ -66,7 +66,7 @@ def _moe_ops(cf):
     w = TrainingWorkload(model=cfg, mbs=1, seq=1024, grad_accum=8, parallel=Parallelism(dp=8, ep=8))
     ops = build_ops(w)
     expert = sum(o.flops * o.count for o in ops if o.name.startswith("layer/moe/experts/") and o.kind == "matmul")
-    disp = [o.shape[0] for o in ops if o.name == "comm/ep/moe_dispatch" and o.phase == "fwd"][0]
+    disp = [o.shape.bytes for o in ops if o.name == "comm/ep/moe_dispatch" and o.phase == "fwd"][0]
     return expert, disp
 
 

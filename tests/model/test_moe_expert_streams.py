@@ -28,12 +28,12 @@ def test_te_runs_one_gemm_per_local_expert():
                                      "layer/moe/experts/gate_up/dgrad", "layer/moe/experts/gate_up/wgrad",
                                      "layer/moe/experts/down/dgrad", "layer/moe/experts/down/wgrad"}
     for o in ops:
-        assert o.shape[3] == 16 and o.kernels == 16
+        assert o.shape.batch == 16 and o.kernels == 16
 
 
 def test_one_grouped_kernel_when_sync_free_or_without_the_te_form():
     for ops in (_experts(build_ops(_w(sync_free=True), TE)), _experts(build_ops(_w(), ONE_KERNEL))):
-        assert all(o.kernels == 1 and o.shape[3] == 16 for o in ops)
+        assert all(o.kernels == 1 and o.shape.batch == 16 for o in ops)
 
 
 def test_per_expert_launches_keep_flops_and_bytes():

@@ -34,7 +34,7 @@ def test_mtp_adds_a_layer_its_projection_and_a_second_head():
     assert _count(mtp, "layer/moe/router") == _count(base, "layer/moe/router") + 1     # of the last (MoE) kind
     d = DSV3.d_model
     eh = [o for o in mtp if o.name == "mtp/eh_proj"]
-    assert len(eh) == 1 and eh[0].shape[:3] == (T, d, 2 * d) and eh[0].flops == 2 * T * d * 2 * d
+    assert len(eh) == 1 and (eh[0].shape.M, eh[0].shape.N, eh[0].shape.K) == (T, d, 2 * d) and eh[0].flops == 2 * T * d * 2 * d
     head = next(o for o in base if o.name == "head/logits")
     second = next(o for o in mtp if o.name == "mtp/head/logits")
     assert second.flops == head.flops and second.count == head.count
@@ -61,10 +61,10 @@ def test_mtp_tp_collectives_move_the_2d_wide_input():
     ops = build_ops(_small(1, p))
     d = DSV3.d_model
     ag = next(o for o in ops if o.name == "comm/tp/mtp_eh_in_ag" and o.phase == "fwd")
-    assert ag.shape[0] == T * 2 * d * 2       # bf16, the whole T x 2d input gathered
+    assert ag.shape.bytes == T * 2 * d * 2       # bf16, the whole T x 2d input gathered
     assert any(o.name == "comm/tp/mtp_eh_out_ag" for o in ops)
     eh = next(o for o in ops if o.name == "mtp/eh_proj")
-    assert eh.shape[:3] == (T, d // 2, 2 * d)
+    assert (eh.shape.M, eh.shape.N, eh.shape.K) == (T, d // 2, 2 * d)
 
 
 def test_model_flops_count_mtp_as_megatron_bridge():

@@ -5,6 +5,7 @@ import pytest
 from mechsim.model import (FUSION_GROUPS, InferenceWorkload, TrainingWorkload, build_ops, count_flops,
                            count_kernels, hardware_flops_per_step, model_flops_per_step, preset)
 from mechsim.model.build import _build
+from mechsim.model.ops import AttentionShape, GemmShape
 from mechsim.model.ops_common import causal_pairs
 
 TRAIN_MODELS = ["llama3.2-1b", "llama3-8b", "llama3-70b", "gpt3-175b", "mixtral-8x7b", "deepseek-v3",
@@ -68,9 +69,9 @@ def test_swiglu_three_matrices():
 
 def test_matmul_backward_shapes():
     ops = build_ops(TrainingWorkload(model="llama3-8b", mbs=1, seq=1024))
-    assert _op(ops, "layer/mlp/down").shape == (1024, 4096, 14336, 1)
-    assert _op(ops, "layer/mlp/down/dgrad", "bwd").shape == (1024, 14336, 4096, 1)
-    assert _op(ops, "layer/mlp/down/wgrad", "bwd").shape == (14336, 4096, 1024, 1)
+    assert _op(ops, "layer/mlp/down").shape == GemmShape(1024, 4096, 14336, 1)
+    assert _op(ops, "layer/mlp/down/dgrad", "bwd").shape == GemmShape(1024, 14336, 4096, 1)
+    assert _op(ops, "layer/mlp/down/wgrad", "bwd").shape == GemmShape(14336, 4096, 1024, 1)
 
 
 def test_attention_flops_and_bwd_ratio():
@@ -80,7 +81,7 @@ def test_attention_flops_and_bwd_ratio():
     assert f.flops == 2 * 2 * 32 * causal_pairs(1024, 1024) * (128 + 128)
     assert f.flops == pytest.approx(4 * 2 * 32 * 1024 * 1024 * 128 / 2, rel=1e-3)
     assert b.flops == 2.5 * f.flops
-    assert f.shape == (2, 32, 8, 1024, 1024, 128, 128, 1)
+    assert f.shape == AttentionShape(2, 32, 8, 1024, 1024, 128, 128, True)
 
 
 def _decode(model, **kw):
@@ -97,15 +98,15 @@ def test_gqa_decode_attention_reads_kv_once_per_kv_head():
     assert a8.bytes_read + a8.bytes_written == kv8 + q_o
     assert a32.bytes_read - 8 * 32 * 128 * 2 == 4 * kv8
     assert a8.flops == a32.flops == 2 * 8 * 32 * 4096 * 256
-    assert a8.shape == (8, 32, 8, 1, 4096, 128, 128, 0)
+    assert a8.shape == AttentionShape(8, 32, 8, 1, 4096, 128, 128, False)
 
 
 def test_decode_gemms_are_skinny_and_read_weights():
     ops = _decode("llama3-70b")
     down = _op(ops, "layer/mlp/down")
-    assert down.shape == (8, 8192, 28672, 1)
+    assert down.shape == GemmShape(8, 8192, 28672, 1)
     assert down.bytes_read == pytest.approx(8192 * 28672 * 2 + 8 * 28672 * 2)
-    assert _op(ops, "head/logits").shape[0] == 8
+    assert _op(ops, "head/logits").shape.M == 8
     assert _op(ops, "layer/attn/kv_append").bytes_written == 2 * 8 * 8 * 128 * 2
 
 
@@ -120,19 +121,19 @@ def test_prefill_causal_and_last_token_logits():
     w = InferenceWorkload(model="llama3-8b", batch=4, phase="prefill", prompt_len=1024)
     ops = build_ops(w)
     core = _op(ops, "layer/attn/core")
-    assert core.shape == (4, 32, 8, 1024, 1024, 128, 128, 1)
-    assert _op(ops, "head/logits").shape[0] == 4
+    assert core.shape == AttentionShape(4, 32, 8, 1024, 1024, 128, 128, True)
+    assert _op(ops, "head/logits").shape.M == 4
     all_rows = build_ops(w.model_copy(update={"prefill_logits": "all"}))
-    assert _op(all_rows, "head/logits").shape[0] == 4 * 1024
+    assert _op(all_rows, "head/logits").shape.M == 4 * 1024
     assert all(o.phase == "fwd" for o in ops)
 
 
 def test_mla_decode_absorbed_reads_latent_cache():
     ops = _decode("deepseek-v3")
     core = _op(ops, "layer/attn/core")
-    assert core.shape == (8, 128, 1, 1, 4096, 576, 512, 0)
+    assert core.shape == AttentionShape(8, 128, 1, 1, 4096, 576, 512, False)
     assert core.bytes_read == pytest.approx(8 * 4096 * 576 * 2 + 8 * 128 * 576 * 2)
-    assert _op(ops, "layer/attn/q_absorb").shape == (8, 512, 128, 128)
+    assert _op(ops, "layer/attn/q_absorb").shape == GemmShape(8, 512, 128, 128)
     assert not [o for o in ops if o.name == "layer/attn/kv_up"]
 
 
@@ -141,12 +142,12 @@ def test_moe_expert_flops_and_weights_touched():
     w = TrainingWorkload(model=cfg, mbs=1, seq=4096)
     ops = build_ops(w, {"grouped_gemm", "concat_proj"})
     gu = _op(ops, "layer/moe/experts/gate_up")
-    assert gu.shape == (4096 * 2 // 8, 2 * 14336, 4096, 8) and gu.kernels == 1
+    assert gu.shape == GemmShape(4096 * 2 // 8, 2 * 14336, 4096, 8) and gu.kernels == 1
     assert gu.flops == 2 * 4096 * 2 * 2 * 14336 * 4096
     eager = _op(build_ops(w), "layer/moe/experts/gate_up")
     assert eager.kernels == 8
     dec = _op(_decode("deepseek-v3"), "layer/moe/experts/gate_up")
-    assert dec.shape[3] < 256   # batch 8 x top-8 touches ~57 of 256 experts
+    assert dec.shape.batch < 256   # batch 8 x top-8 touches ~57 of 256 experts
 
 
 def test_fused_norm_fewer_bytes_one_kernel():

@@ -7,7 +7,8 @@ from pydantic import ValidationError
 
 from mechsim.model import InferenceWorkload, TrainingWorkload, build_ops, count_flops
 from mechsim.model.memory_parallel import gpu_memory, inflight_microbatches, stage_param_count
-from mechsim.model.parallel import COLLECTIVE_OPS, Parallelism
+from mechsim.model.ops import StreamShape
+from mechsim.model.parallel import Parallelism
 from mechsim.model.shard import kv_replicated_weight_bytes, padded_vocab
 
 F = frozenset({"norm", "act", "rope", "cross_entropy", "optimizer", "concat_proj"})
@@ -30,7 +31,7 @@ def layer_mm(w, fused=F):
 
 
 def coll_bytes(ops, prefix):
-    return sum(o.shape[0] * o.count for o in ops if o.name.startswith(prefix))
+    return sum(o.shape.bytes * o.count for o in ops if o.name.startswith(prefix))
 
 
 @pytest.mark.parametrize("model", ["llama3-8b", "mixtral-8x7b", "deepseek-v3", "gpt3-175b"])
@@ -49,22 +50,22 @@ def test_tp_all_reduce_bytes_four_per_layer_per_microbatch():
     ops = colls(w)
     T, d, L = 4096, 4096, 32
     layer_ar = [o for o in ops if o.name.split("/")[2].startswith(("attn_", "mlp_"))]
-    assert {o.shape[2] for o in layer_ar} == {COLLECTIVE_OPS.index("all_reduce")}
-    assert sum(o.shape[0] * o.count for o in layer_ar) == 4 * L * 2 * T * d * 2
+    assert {o.shape.op for o in layer_ar} == {"all_reduce"}
+    assert sum(o.shape.bytes * o.count for o in layer_ar) == 4 * L * 2 * T * d * 2
 
 
 def test_sp_conserves_bytes_forward():
     """AG + RS carry the volume of one AR (ring bus factors (n-1)/n twice vs 2(n-1)/n)."""
     ar = colls(tw(Parallelism(tp=4)))
     sp = colls(tw(Parallelism(tp=4, sp=True)))
-    fwd = lambda ops, f: sum(o.shape[0] * o.count * f(o) for o in ops if o.phase == "fwd" and "/ce_" not in o.name)
-    bus = lambda o: 2.0 if o.shape[2] == 0 else 1.0
+    fwd = lambda ops, f: sum(o.shape.bytes * o.count * f(o) for o in ops if o.phase == "fwd" and "/ce_" not in o.name)
+    bus = lambda o: 2.0 if o.shape.op == "all_reduce" else 1.0
     assert fwd(ar, bus) == fwd(sp, bus)
 
 
 def test_sp_splits_norms_over_tp():
     ops = {o.name: o for o in build_ops(tw(Parallelism(tp=4, sp=True)), F) if o.phase == "fwd"}
-    assert ops["layer/norm_mlp"].shape == (4096 * 4096 // 4,)
+    assert ops["layer/norm_mlp"].shape == StreamShape(4096 * 4096 // 4)
 
 
 def test_pp4_puts_a_quarter_of_the_layers_on_a_gpu():
@@ -74,13 +75,13 @@ def test_pp4_puts_a_quarter_of_the_layers_on_a_gpu():
     assert not [o for o in ops if o.name.startswith("embed/")]          # last stage: no embedding
     assert [o for o in ops if o.name == "head/logits"]
     p2p = [o for o in ops if o.name.startswith("comm/pp/")]
-    assert {o.count for o in p2p} == {1} and {o.shape[0] for o in p2p} == {4096 * 4096 * 2}
+    assert {o.count for o in p2p} == {1} and {o.shape.bytes for o in p2p} == {4096 * 4096 * 2}
 
 
 def test_zero3_gathers_twice_the_parameter_bytes():
     w = tw(Parallelism(dp=8, zero=3))
     ops = colls(w)
-    ag = sum(o.shape[0] * o.count for o in ops if "param_ag" in o.name)
+    ag = sum(o.shape.bytes * o.count for o in ops if "param_ag" in o.name)
     assert ag == pytest.approx(2 * w.model.param_count() * 2, rel=1e-6)
 
 
@@ -89,7 +90,7 @@ def test_zero0_buckets_the_fp32_gradients():
     ops = [o for o in colls(w) if o.name == "comm/dp/grad_ar"]
     grad = 4 * w.model.param_count()
     assert ops[0].count == math.ceil(grad / (25 * 2**20))
-    assert ops[0].shape[0] * ops[0].count == pytest.approx(grad, rel=1e-6)
+    assert ops[0].shape.bytes * ops[0].count == pytest.approx(grad, rel=1e-6)
 
 
 def test_dp_grad_buckets_follow_the_layer_backward():
@@ -123,15 +124,15 @@ def test_cp_attention_flops_split_exactly():
 def test_ep_all_to_all_and_local_experts():
     w = tw(Parallelism(ep=4, dp=4), model="mixtral-8x7b")
     a2a = [o for o in colls(w) if o.name.startswith("comm/ep/")]
-    assert len(a2a) == 4 and {o.shape[0] for o in a2a} == {4096 * 2 * 4096 * 2}
+    assert len(a2a) == 4 and {o.shape.bytes for o in a2a} == {4096 * 2 * 4096 * 2}
     exp = next(o for o in build_ops(w, F) if o.name == "layer/moe/experts/gate_up")
-    assert exp.shape[3] == 2                                              # 8 experts / ep 4
+    assert exp.shape.batch == 2                                              # 8 experts / ep 4
 
 
 def test_inference_tp_all_reduces():
     w = InferenceWorkload(model="llama3-70b", batch=8, parallel=Parallelism(tp=8))
     ar = [o for o in build_ops(w) if o.name in ("comm/tp/attn_out_ar", "comm/tp/mlp_out_ar")]
-    assert [o.count for o in ar] == [80, 80] and ar[0].shape[0] == 8 * 8192 * 2
+    assert [o.count for o in ar] == [80, 80] and ar[0].shape.bytes == 8 * 8192 * 2
 
 
 @pytest.mark.parametrize("kw, words", [

@@ -6,7 +6,7 @@ predicted 4.8-6.7 % fast."""
 
 import pytest
 
-from mechsim.model.ops import Op
+from mechsim.model.ops import GemmShape, Op
 from mechsim.sim.estimate import estimate_op
 
 AZURE_A100_FP16 = [((8192, 8192, 8192), 253.7e12), ((16384, 16384, 16384), 256.5e12),
@@ -16,6 +16,6 @@ AZURE_A100_FP16 = [((8192, 8192, 8192), 253.7e12), ((16384, 16384, 16384), 256.5
 @pytest.mark.parametrize("mnk,published", AZURE_A100_FP16)
 def test_large_gemm_at_the_sustained_rate(mnk, published):
     m, n, k = mnk
-    op = Op("gemm", "matmul", "fwd", 2.0 * m * n * k, 2.0 * (m * k + k * n), 2.0 * m * n, "fp16", (m, n, k, 1))
+    op = Op("gemm", "matmul", "fwd", 2.0 * m * n * k, 2.0 * (m * k + k * n), 2.0 * m * n, "fp16", GemmShape(m, n, k, 1))
     rate = op.flops / estimate_op(op, "a100_sxm_80gb").time_s
     assert rate == pytest.approx(published, rel=0.02)

@@ -4,16 +4,21 @@ import numpy as np
 import pytest
 
 from mechsim.model.microops import gemm, memory_kernel
+from mechsim.model.ops import AttentionShape
 from mechsim.sim.calibration import efficiency_for
 from mechsim.sim.kernels import gemm_efficiency
-from mechsim.sim.optable import DTYPES, build_table
+from mechsim.sim.optable import DTYPES, AttnColumns, GemmColumns, build_table
 
 EFF = efficiency_for("h100_sxm", "hopper")
 BF16 = DTYPES.index("bf16")
 
 
 def _eff(m, n, k, b=1, sms=132):
-    return float(gemm_efficiency(np.array([[m, n, k, b]], float), np.array([BF16]), sms, EFF)[0])
+    return float(gemm_efficiency(_gemms(np.array([[m, n, k, b]], float)), np.array([BF16]), sms, EFF)[0])
+
+
+def _gemms(mnkb):
+    return GemmColumns(*(mnkb[:, i] for i in range(4)))
 
 
 def test_large_gemm_reaches_peak_fraction_times_k_depth():
@@ -34,7 +39,7 @@ def test_efficiency_never_exceeds_peak_fraction():
     rng = np.random.default_rng(0)
     shapes = rng.integers(1, 20000, size=(200, 3))
     mnkb = np.hstack([shapes, np.ones((200, 1))]).astype(float)
-    e = gemm_efficiency(mnkb, np.full(200, BF16), 132, EFF)
+    e = gemm_efficiency(_gemms(mnkb), np.full(200, BF16), 132, EFF)
     assert (e <= EFF.get("gemm.peak_fraction_bf16") + 1e-12).all() and (e > 0).all()
 
 
@@ -58,7 +63,7 @@ def test_memory_kernel_rejects_zero_bytes():
 
 
 def _decode(b, skv, hq=32, hkv=8, d=128):
-    return np.array([[b, hq, hkv, 1, skv, d, d, 0]], float)
+    return AttnColumns.of([AttentionShape(b, hq, hkv, 1, skv, d, d, False)])
 
 
 def test_fa2_num_splits_follows_flash_api_heuristic():

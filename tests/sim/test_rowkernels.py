@@ -3,6 +3,7 @@
 from mechsim.hwdb import get_gpu
 from mechsim.model import TrainingWorkload
 from mechsim.model.microops import cross_entropy_chain
+from mechsim.model.ops import RowShape
 from mechsim.sim.estimate import efficiency as efficiency_for
 from mechsim.sim.estimate import estimate
 from mechsim.sim.rowkernels import softmax_fwd_s, softmax_kernel
@@ -28,7 +29,7 @@ def test_three_pass_kernel_rereads_from_hbm_when_rows_outgrow_l2():
 def test_eager_loss_times_its_log_softmax_with_the_row_kernel():
     ops = cross_entropy_chain(4096, 32000)
     lsm = [o for o in ops if o.name == "loss/log_softmax"]
-    assert len(lsm) == 1 and lsm[0].shape == (4096, 32000) and lsm[0].kernels == 1
+    assert len(lsm) == 1 and lsm[0].shape == RowShape(4096, 32000) and lsm[0].kernels == 1
     w = TrainingWorkload(model="llama3.2-1b", mbs=1, seq=2048, stack="eager")
     e = estimate(w, "h200")
     op = next(o for o in e.ops if o.name == "loss/log_softmax")

@@ -22,7 +22,6 @@ from typing import Any
 
 import numpy as np
 
-from ...model.parallel import COLLECTIVE_OPS
 
 from .timeline import PHASES, Timeline
 
@@ -114,12 +113,12 @@ def dims_gemm_key(op_name: str, dims: tuple) -> tuple | None:
 
 def op_key(op: Any, phase_override: str | None = None) -> tuple:
     """(phase, group, shape) of a model Op."""
-    if op.kind == "collective":   # shape (bytes, group size, op code, group code): model/comm.py
-        name = COLLECTIVE_OPS[op.shape[2]] if len(op.shape) > 2 else "all_reduce"
+    if op.kind == "collective":   # CollectiveShape(bytes, group size, op, group): model/comm.py
+        name = op.shape.op if op.shape is not None else "all_reduce"
         return (ANY_PHASE, f"collective:{COLLECTIVE_GROUP.get(name, name)}", None)
     group = KIND_GROUP.get(op.kind, "memory")
     s = op.shape
-    shape = gemm_key(s[0], s[1], s[2], s[3] if len(s) > 3 else 1) if group == "gemm" else None
+    shape = gemm_key(s.M, s.N, s.K, s.batch) if group == "gemm" else None
     return (phase_override or op.phase, group, shape)
 
 
