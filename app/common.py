@@ -19,6 +19,7 @@ from typing import Any, Callable, Sequence
 import functools
 
 import streamlit as st
+from pydantic import ValidationError
 
 from . import assumptions, tables
 
@@ -29,7 +30,7 @@ USER_ERRORS = (ValueError, TypeError, KeyError, ArithmeticError)
 
 def error_text(e: BaseException) -> str:
     """One line naming the field (pydantic errors list each field and message)."""
-    if type(e).__name__ == "ValidationError" and hasattr(e, "errors"):
+    if isinstance(e, ValidationError):
         errs = e.errors()
         return "; ".join((f"{'.'.join(map(str, x['loc']))}: " if x['loc'] else "")
                          + x['msg'].removeprefix("Value error, ") for x in errs)

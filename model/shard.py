@@ -97,7 +97,7 @@ def timed_stage(cfg: TransformerConfig, p: Parallelism) -> int:
     host-bound stages, and counting them picks the MTP stage where the model times the others
     slower (Megatron-Bridge DeepSeek-V3 on B200, pp 16: 4-layer stages 23.1 s against 18.5 s for
     the last stage's 1 layer + MTP + 2 heads); the slowest stage needs each candidate timed, which
-    sim/distributed.estimate_parallel does (``Parallelism.timed_stage`` overrides this rule)."""
+    sim/estimate.estimate_parallel does (``Parallelism.timed_stage`` overrides this rule)."""
     if p.timed_stage is not None:
         return p.timed_stage
     if not p.uneven_split:

@@ -18,12 +18,13 @@ from __future__ import annotations
 import numpy as np
 
 from .clock import RunPattern, burst_boosted_share, demand, has_window_model
-from .kernels import ATTENTION, MATMUL, KernelTimes
+from .kernels import ATTENTION, MATMUL, KernelTimes, _peak_fraction
+from .power import clock_params, power_state
+from .prepare import at_compute_speed, compute_bound_gemms, gemm_power_weight
 
 
 def gemm_activity(t, k: KernelTimes, eff) -> np.ndarray:
     """Tensor activity at boost of each row (0 for non-GEMM rows; module docstring)."""
-    from .kernels import _peak_fraction
     mm = t.kind == MATMUL
     c = k.compute_s / eff.get("gemm.boost_speedup")
     share = c / np.maximum(np.maximum(c, k.memory_s) + k.fixed_s, 1e-30)
@@ -41,14 +42,11 @@ def work_demand(t, k: KernelTimes, eff, w_mem: float) -> float:
 
 def at_boost(t, k: KernelTimes, eff) -> KernelTimes:
     """Kernel times with the GEMMs' compute at the boost rate (gemm.boost_speedup over sustained)."""
-    from .estimate import at_compute_speed
     return at_compute_speed(t, k, eff.get("gemm.boost_speedup"), 1.0)
 
 
 def at_sustained(t, k: KernelTimes, gpu, eff, duty: float = 1.0) -> KernelTimes:
     """Kernel times at the sustained power state of the rows run back to back, idle (1 - duty)."""
-    from .estimate import at_compute_speed, compute_bound_gemms, gemm_power_weight
-    from .power import power_state
     g = k.gpu_s * t.count
     busy = float(g.sum())
     gemm, att = float(g[compute_bound_gemms(t, k)].sum()), float(g[t.kind == ATTENTION].sum())
@@ -70,7 +68,6 @@ def at_pattern(t, k: KernelTimes, gpu, eff, pattern: RunPattern) -> KernelTimes:
     GPU's efficiency data has no power-window model."""
     if not has_window_model(eff):
         return k
-    from .power import clock_params
     sust = at_sustained(t, k, gpu, eff, pattern.duty)
     if pattern.sustained:
         return sust
@@ -84,7 +81,6 @@ def burst_step(t, k_cal: KernelTimes, k_sust: KernelTimes, gpu, eff, pattern: Ru
     ``k_cal``) and the sustained ``k_sust`` by the burst's boosted share."""
     if not has_window_model(eff):
         return k_sust
-    from .power import clock_params
     params = clock_params(gpu.key)
     p = work_demand(t, k_cal, eff, params[1] if params else 0.0)
     return mix(at_boost(t, k_cal, eff), k_sust, burst_boosted_share(pattern, p, eff))

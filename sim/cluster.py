@@ -30,9 +30,8 @@ from __future__ import annotations
 import functools
 from collections import defaultdict
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
-import networkx as nx
 from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, PositiveInt, model_validator
 
 from ..hwdb import get_nic, get_system
@@ -40,6 +39,10 @@ from ..hwdb.schema import NIC, System
 from ..model.parallel import Parallelism
 from ._toml import load_toml
 from .calibration import DATA
+from .overrides import apply_overrides
+
+if TYPE_CHECKING:
+    import networkx as nx
 
 GROUP_KINDS = ("tp", "cp", "ep", "dp", "dp_cp", "pp", "edp", "embed")
 # edp: expert data parallel (the tp*cp*dp/(etp*ep) GPUs holding the same experts: stride etp*ep);
@@ -59,7 +62,6 @@ def _system(key: str, whatif: tuple[tuple[str, str], ...]) -> System:
     system = get_system(key)
     if not whatif:
         return system
-    from .whatif import apply_overrides
     gpu, _ = apply_overrides(system.gpu, dict(whatif))
     return system.model_copy(update={"gpu": gpu})
 
@@ -210,6 +212,7 @@ def _link(g: nx.DiGraph, a, b, bw: float, kind: str) -> None:
 
 @functools.lru_cache(maxsize=32)
 def _graph(c: Cluster) -> nx.DiGraph:
+    import networkx as nx   # ~0.15 s to import: only when a graph is drawn (the timing uses netfast)
     g = nx.DiGraph(name=f"{c.nodes}x {c.system} ({c.topology}, {c.oversubscription}:1)")
     nv, nic_bw = c.sys.gpu.nvlink_bw_per_dir, c.nic.bandwidth_per_dir
     for gpu in range(c.gpus):

@@ -14,25 +14,27 @@ collectives as ``collective`` Ops. Then
                  the backward plus the contention slowdown of the overlapped compute
     step       = pipeline + dp + optimizer (+ after it, zero>=1's parameter all-gather)
                  + host launch idle
-Every collective call is timed by the network model (network.op_time) on the cluster.
+Every collective call is timed by the network model (network.op_time) on the cluster. The
+step pipeline (sim/step.py) runs these pieces; this module holds the composition laws.
 """
 
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass, replace
 
 import numpy as np
 
+from .. import hwdb
 from ..model.ops import CollectiveShape
 from ..model.parallel import GROUPS
-from . import netfast, overlap, pipeline
+from . import netfast, overlap, pipeline, zero3_2021
 from .cluster import Cluster
-from .collectives import in_cuda_graph
 from .kernels import KernelTimes, kernel_times
 from .moe import dropless_sync_per_mb_s, flex_node_scales
 from .network import op_time
+from .offload import step_offload
 from .optable import KINDS, PHASES, OpTable
+from .prepare import at_compute_speed
 
 COLLECTIVE = KINDS.index("collective")
 FWD, BWD, OPT = (PHASES.index(p) for p in PHASES)
@@ -285,7 +287,6 @@ def chunked_tp_gemms(t: OpTable, gpu_s: np.ndarray, tp: int, rates, eff, impl: s
     chunk = replace(t, gemm=replace(t.gemm, M=M), flops=t.flops * scale, bytes=t.bytes * scale,
                     bytes_written=t.bytes_written * scale)
     out = gpu_s.copy()
-    from .estimate import at_compute_speed
     out[idx] = tp * at_compute_speed(chunk, kernel_times(chunk, rates, eff, impl), speed).gpu_s[idx]
     return out
 
@@ -417,7 +418,6 @@ def dp_host_times(t: OpTable, host: np.ndarray, graphs: bool, stack_key: str = "
 def resolve_cluster(hw, gpus: int) -> Cluster:
     """A Cluster from a Cluster, a system key (nodes filled in from the plan's GPU
     count), or a GPU key (the first hwdb node system built from that GPU)."""
-    from .. import hwdb
     if isinstance(hw, Cluster):
         return hw
     key = hw if isinstance(hw, str) else getattr(hw, "key", str(hw))
@@ -440,108 +440,9 @@ def resolve_cluster(hw, gpus: int) -> Cluster:
 
 
 def is_multi_gpu(workload, hw) -> bool:
+    """A step that takes the cluster composition: a plan of several GPUs, or a Cluster given."""
     par = getattr(workload, "parallel", None)
     return isinstance(hw, Cluster) or (par is not None and par.gpus > 1)
-
-
-def _single(workload):
-    from ..model.parallel import Parallelism
-    return workload.model_copy(update={"parallel": Parallelism()})
-
-
-def estimate_parallel(workload, hw, stack=None, overrides=None):
-    """estimate() for a workload split over GPUs (module docstring). The step is paced by the
-    slowest pipeline stage: shard.timed_stage picks it by forward FLOPs, except that a stage
-    holding MTP modules (DeepSeek-V3) can be slower or faster than its FLOPs say (host-bound
-    stages), so with MTP both it and the FLOP-rule stage are timed and the slower is kept."""
-    par, cfg = workload.parallel, workload.model
-    if par.pp > 1 and par.timed_stage is None and getattr(cfg, "mtp_layers", 0):
-        from ..model.shard import mtp_stage, timed_stage
-        stages = sorted({timed_stage(cfg, par), mtp_stage(cfg, par)})
-        runs = [_estimate_stage(workload, s, hw, stack, overrides) for s in stages]
-        return max(runs, key=lambda e: e.step_time_s)
-    return _estimate_parallel(workload, hw, stack, overrides)
-
-
-def _estimate_stage(workload, stage: int, hw, stack, overrides):
-    """estimate_parallel with the timed pipeline stage fixed."""
-    par = workload.parallel.model_copy(update={"timed_stage": stage})
-    return _estimate_parallel(workload.model_copy(update={"parallel": par}), hw, stack, overrides)
-
-
-def _estimate_parallel(workload, hw, stack=None, overrides=None):
-    from .. import hwdb
-    from ..model import hardware_flops_per_step, model_flops_per_step
-    from . import errorband
-    from .estimate import (_sums, at_compute_speed, boost_speedup, calibrated_stack, efficiency, gemm_power_weight,
-                           hw_rates, op_estimates, prepare, step_peak)
-    from .power import power_state
-    from .kernels import check_rates, check_recipe
-    from .launch import LaunchTimes, host_times, tandem_step_time
-    from .memory import fit_memory
-    from .results import Estimate
-    from .stacks import get_stack
-    from .whatif import apply_overrides
-    from ..model.ops_dp import MCORE_DDP_BUCKETS
-    from ..model.shard import timed_stage
-    par = workload.parallel
-    cluster = resolve_cluster(hw, par.gpus)
-    spec_overrides = tuple(sorted((k, str(v)) for k, v in (overrides or {}).items() if k != "sustained_clock"))
-    if spec_overrides:   # the network sees the what-if GPU too (NVLink bandwidth)
-        cluster = cluster.model_copy(update={"whatif": cluster.whatif + spec_overrides})
-    gpu, clock = apply_overrides(hwdb.get_system(cluster.system).gpu, overrides or {})
-    st = calibrated_stack(gpu, get_stack(stack or workload.stack))
-    p = prepare(workload, st.fused)
-    t, rates, eff = p.table, hw_rates(gpu, clock), efficiency(gpu)
-    check_recipe(workload, gpu)
-    check_rates(t, rates)
-    compute = t.kind != COLLECTIVE
-    host = dp_host_times(t, np.where(compute, host_times(t, st), 0.0), st.graphs, st.key)
-    c = comm_times(t, par, cluster, in_cuda_graph(eff) if st.graphs else eff, moe=getattr(workload.model, "moe", None))
-    if overlap.pp_stack_trait("scatter_gather", st.key):
-        c = scatter_gather_p2p(t, c, par, cluster, eff)
-    z3 = zero3_2021_comm_s(workload, par, cluster, st.key)
-    off = _offload_fn(workload, t, gpu, cluster, eff, st.fused)
-
-    lays = cluster_layouts(par, cluster)
-    stretch = GroupStretch.of(lays)
-    stage = timed_stage(workload.model, par) if MCORE_DDP_BUCKETS in st.fused else 0
-
-    def timeline(k, speed=1.0):
-        gpu_s = np.where(compute, k.gpu_s, 0.0)
-        if par.tp_comm_overlap:
-            gpu_s = chunked_tp_gemms(t, gpu_s, par.tp, rates, eff, st.attention, speed)
-        busy = float(np.dot(gpu_s, t.count))
-        idle = max(0.0, tandem_step_time(host, gpu_s, t.count, t.block_starts) - busy)
-        parts = step_parts(t, k, gpu_s, c, par, workload.grad_accum if hasattr(workload, "grad_accum") else 1,
-                           st.key, idle, getattr(workload.model, "moe", None), z3, off, stretch,
-                           host_phase_s=phase_compute(t, host * t.count), stage=stage)
-        by_cat, by_phase = _sums(t, k, gpu_s * t.count, idle + parts.moe_sync_s)
-        by_cat["communication"] = float(sum(parts.exposed_s.values()))
-        by_cat["pipeline_bubble"] = parts.bubble_s
-        return busy, idle, parts, by_cat, by_phase
-
-    k = kernel_times(t, rates, eff, st.attention)
-    r, ps = boost_speedup(eff), None
-    if r != 1.0:   # the clock the step sustains under the power cap (shares at the calibrated rates)
-        _, _, parts_sus, by_cat_sus, _ = timeline(k)
-        by_cat_sus["matmul_power"] = by_cat_sus["matmul_compute"] * gemm_power_weight(t, k, gpu)
-        ps = power_state(*power_window(by_cat_sus, parts_sus), gpu.key, gpu.boost_clock_hz, r, st.attention)
-    if ps is not None:
-        k = at_compute_speed(t, k, ps.speed, ps.attention_speed)
-    busy, idle, parts, by_cat, by_phase = timeline(k, ps.speed if ps is not None else 1.0)
-    single = _single(workload)
-    replicas = par.dp
-    lt = LaunchTimes(host, np.where(compute, k.gpu_s, c.per_call_s), parts.step_s, busy, idle)
-    return Estimate(
-        p.summary + f" {_plan_text(par)}", p.mode, gpu.key, st.key, parts.step_s, busy, idle,
-        p.tokens * replicas, float(model_flops_per_step(single)) * replicas,
-        float(hardware_flops_per_step(single, fused=st.fused)) * replicas,
-        step_peak(t, gpu)[1] * par.gpus, by_cat, by_phase,
-        fit_memory(p.memory, gpu), errorband.band_for(p.mode, gpu.key, st.key),
-        functools.partial(op_estimates, t, k, lt), gpus=par.gpus, exposed_comm=dict(parts.exposed_s),
-        cluster=f"{cluster.nodes} x {cluster.system}", sm_clock_hz=ps.clock_hz if ps else 0.0,
-        peak_dtype=step_peak(t, gpu)[0])
 
 
 def power_window(by_cat: dict, parts: StepParts) -> tuple[dict, float]:
@@ -558,12 +459,10 @@ def power_window(by_cat: dict, parts: StepParts) -> tuple[dict, float]:
     return cats, max(parts.step_s - parts.bubble_s - dp, 0.0)
 
 
-def _offload_fn(workload, t: OpTable, gpu, cluster: Cluster, eff, fused):
+def offload_fn(workload, t: OpTable, gpu, cluster: Cluster, eff, fused):
     """k_total -> OffloadTimes for a workload with CPU offloading (sim/offload.py), else None."""
     if getattr(workload, "offload", "none") == "none":
         return None
-    from .. import hwdb
-    from .offload import step_offload
     system = hwdb.get_system(cluster.system)
     return lambda k_total: step_offload(workload, t, k_total, gpu, system, eff, fused)
 
@@ -571,14 +470,13 @@ def _offload_fn(workload, t: OpTable, gpu, cluster: Cluster, eff, fused):
 def zero3_2021_comm_s(workload, par, cluster: Cluster, stack_key: str) -> float | None:
     """Serial per-tensor ZeRO-3 communication of a step for a stack with that trait (sim/zero3_2021.py;
     fp16/bf16 parameters and gradients, as DeepSpeed's fp16 engine), else None."""
-    from . import zero3_2021
     if par.zero != 3 or not zero3_2021.has_trait(stack_key):
         return None
     lay = cluster_layouts(par, cluster)["dp"]
     return zero3_2021.step_comm_s(workload.model, workload.recompute, workload.grad_accum, lay, cluster, 2, 2)
 
 
-def _plan_text(par) -> str:
+def plan_text(par) -> str:
     parts = [f"{k}={getattr(par, k)}" for k in ("tp", "pp", "vp", "dp", "cp", "ep") if getattr(par, k) > 1]
     if par.sp:
         parts.append("sp")

@@ -1,190 +1,49 @@
-"""estimate(): a workload on a GPU with a software stack -> a frozen Estimate.
+"""estimate(): a workload on a GPU (or a cluster) with a software stack -> a frozen Estimate.
 
     step_time = tandem_queue(host launch times, GPU kernel times)      (launch.py)
     kernel    = max(flops / achieved FLOP/s, bytes / achieved B/s) + fixed   (kernels.py)
 
-Everything is SI inside. The op list of a (workload, stack) pair is built once
-and cached; the per-GPU timing is a handful of numpy expressions.
+Everything is SI inside. This module resolves what the caller named (GPU, system or cluster,
+stack, what-if overrides) into a step Target and runs the step pipeline (sim/step.py); a
+workload split over GPUs is timed on its busiest pipeline stage (estimate_parallel). The op list
+of a (workload, stack) pair is built once and cached (sim/prepare.py).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import functools
-import math
-from dataclasses import dataclass
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
 
 from .. import hwdb
-from ..model import build_ops
 from ..model.ops import Op
-from .calibration import Efficiency, efficiency_for
+from ..model.shard import mtp_stage, timed_stage
 from .clock import RunPattern
-from .kernels import (ATTENTION, MATMUL, HwRates, KernelTimes, check_recipe, check_rates, gemm_efficiency,
-                      kernel_times)
-from .launch import LaunchTimes, host_times, launch_times
-from .memory import fit_memory, memory_components
-from .optable import DTYPES, KINDS, PHASES, GemmColumns, OpTable, build_table
-from .power import power_state
-from .clock_state import at_pattern, burst_step
-from .results import CATEGORIES, Estimate, OpEstimate
+from .clock_state import at_pattern
+from .distributed import is_multi_gpu, resolve_cluster
+from .kernels import check_rates, kernel_times
+from .launch import LaunchTimes
+from .offload import host_system
+from .optable import build_table
+from .overrides import apply_overrides
+from .prepare import (at_compute_speed, boost_speedup, calibrated_stack, compute_bound_gemms, describe_workload,
+                      efficiency, gemm_power_weight, hw_rates, library_stack, op_estimates, op_table, prepare,
+                      reference_gemm_efficiency, resolve_gpu, resolve_stack, step_peak)
+from .results import Estimate, OpEstimate
 from .stacks import Stack, get_stack
-from .whatif import apply_overrides
-from . import errorband
+from .step import Target, run_step
 
-
-def resolve_gpu(hw: Any) -> "hwdb.GPU":
-    """A GPU object from a name/alias, a GPU, or a system (its GPU)."""
-    if isinstance(hw, str):
-        try:
-            return hwdb.get_gpu(hw)
-        except hwdb.UnknownHardwareError:
-            try:
-                return hwdb.get_system(hw).gpu
-            except hwdb.UnknownHardwareError:
-                raise hwdb.get_gpu(hw) from None  # re-raise the GPU error (lists close GPU names)
-    if hasattr(hw, "peak_flops"):
-        return hw
-    if hasattr(hw, "gpu"):
-        return hw.gpu
-    raise TypeError(f"hw must be a GPU name, GPU or System, not {type(hw).__name__}")
-
-
-def _peak_or_nan(gpu, dtype: str) -> float:
-    try:
-        return float(gpu.peak_flops("fp64_tc" if dtype == "fp64" else dtype))
-    except (ValueError, KeyError):
-        return math.nan
-
-
-@functools.lru_cache(maxsize=256)
-def hw_rates(gpu, clock_fraction: float = 1.0) -> HwRates:
-    """Peak rates of ``gpu`` per op dtype (nan where the GPU has no such unit)."""
-    peaks = np.array([_peak_or_nan(gpu, d) for d in DTYPES])
-    return HwRates(gpu.key, peaks, float(gpu.peak_flops("fp32")), float(gpu.hbm_bandwidth),
-                   int(gpu.sm_count), clock_fraction, _exp_rate(gpu))
-
-
-def _exp_rate(gpu) -> float:
-    try:
-        return float(gpu.mufu_ex2_rate)
-    except (ValueError, KeyError):
-        return math.inf
-
-
-@functools.lru_cache(maxsize=256)
-def op_table(workload, fused: frozenset[str]) -> OpTable:
-    return build_table(tuple(build_ops(workload, fused=fused)))
-
-
-@dataclass(frozen=True)
-class Prepared:
-    """Everything about a (workload, stack fusion) pair that no GPU changes."""
-
-    table: OpTable
-    summary: str
-    mode: str
-    tokens: int
-    model_flops: float
-    hardware_flops: float
-    memory: dict[str, float]
-
-
-@functools.lru_cache(maxsize=256)
-def prepare(workload, fused: frozenset[str]) -> Prepared:
-    from ..model import hardware_flops_per_step, model_flops_per_step
-    summary, mode, tokens = describe_workload(workload)
-    return Prepared(op_table(workload, fused), summary, mode, tokens,
-                    float(model_flops_per_step(workload)), float(hardware_flops_per_step(workload, fused=fused)),
-                    memory_components(workload, fused))
-
-
-def efficiency(gpu) -> Efficiency:
-    return efficiency_for(gpu.key, gpu.arch)
-
-
-@functools.lru_cache(maxsize=256)
-def calibrated_stack(gpu, st: Stack) -> Stack:
-    """``st`` with the launch costs calibrated for this GPU's machine, if any
-    (efficiency entries ``stack.<key>.<field>``; host speed belongs to the machine), on the
-    fields that still hold the library stack's value: a Stack object keeps the calibration,
-    and a field its caller set differently wins."""
-    prefix = f"stack.{st.key}."
-    eff = efficiency(gpu)
-    vals = {n[len(prefix):]: float(eff.get(n)) for n in eff.params if n.startswith(prefix)}
-    base = library_stack(st.key)
-    vals = {f: v for f, v in vals.items() if base is None or getattr(st, f) == getattr(base, f)}
-    return dataclasses.replace(st, **vals) if vals else st
-
-
-def library_stack(key: str) -> Stack | None:
-    """The library's stack of that key (sim/data/stacks.toml), None for a caller's own key."""
-    try:
-        return get_stack(key)
-    except ValueError:
-        return None
-
-
-def categories(t: OpTable, k: KernelTimes) -> np.ndarray:
-    """Index into CATEGORIES for each op: matmuls split by their binding side."""
-    cat = np.full(len(t.ops), CATEGORIES.index("memory_bound"))
-    mm = t.kind == MATMUL
-    cat[mm & (k.compute_s >= k.memory_s)] = CATEGORIES.index("matmul_compute")
-    cat[mm & (k.compute_s < k.memory_s)] = CATEGORIES.index("matmul_memory")
-    cat[t.kind == ATTENTION] = CATEGORIES.index("attention")
-    cat[t.kind == KINDS.index("collective")] = CATEGORIES.index("communication")
-    return cat
-
-
-def _bound(compute: float, memory: float, fixed: float) -> str:
-    if fixed > max(compute, memory):
-        return "latency"
-    return "compute" if compute >= memory else "memory"
-
-
-def op_estimates(t: OpTable, k: KernelTimes, lt: LaunchTimes) -> tuple[OpEstimate, ...]:
-    """Per-op records (totals over each op's count)."""
-    cats = categories(t, k)
-    out = []
-    for i, op in enumerate(t.ops):
-        c, m, n = float(k.compute_s[i]), float(k.memory_s[i]), float(t.count[i])
-        f = float(lt.gpu_s[i]) - max(c, m)
-        out.append(OpEstimate(
-            op.name, op.kind, op.phase, op.count, op.kernels, op.flops * n, float(t.bytes[i]) * n,
-            float(lt.gpu_s[i]) * n, c * n, m * n, f * n, _bound(c, m, f), float(k.efficiency[i]),
-            op.arithmetic_intensity, CATEGORIES[cats[i]]))
-    return tuple(out)
-
-
-def _sums(t: OpTable, k: KernelTimes, per_op_total: np.ndarray, idle: float):
-    by_cat = np.bincount(categories(t, k), weights=per_op_total, minlength=len(CATEGORIES))
-    by_cat[CATEGORIES.index("launch_overhead")] = idle
-    by_phase = np.bincount(t.phase, weights=per_op_total, minlength=len(PHASES))
-    return dict(zip(CATEGORIES, by_cat.tolist())), dict(zip(PHASES, by_phase.tolist()))
-
-
-def describe_workload(w) -> tuple[str, str, int]:
-    """(summary, mode, tokens per step) of a workload."""
-    name = getattr(w.model, "name", str(w.model))
-    if hasattr(w, "mbs"):
-        return f"train {name} mbs={w.mbs} seq={w.seq} ga={w.grad_accum} {w.precision}", "train", \
-            w.mbs * w.seq * w.grad_accum
-    tokens = w.batch * (w.prompt_len if w.phase == "prefill" else 1)
-    ctx = w.prompt_len if w.phase == "prefill" else w.context_len
-    return f"{w.phase} {name} batch={w.batch} len={ctx}", w.phase, tokens
-
-
-def _multi_gpu(workload, hw) -> bool:
-    par = getattr(workload, "parallel", None)
-    return (par is not None and par.gpus > 1) or type(hw).__name__ == "Cluster"
+__all__ = ["at_compute_speed", "boost_speedup", "calibrated_stack", "compute_bound_gemms", "describe_workload",
+           "efficiency", "estimate", "estimate_op", "estimate_parallel", "estimate_stage", "gemm_power_weight",
+           "hw_rates", "library_stack", "op_table", "prepare", "reference_gemm_efficiency", "resolve_gpu", "step_peak"]
 
 
 def estimate(workload, hw: Any = "h100_sxm", stack: str | Stack | None = None,
              overrides: Mapping[str, Any] | None = None, run: RunPattern | None = None) -> Estimate:
     """Estimate one step of ``workload`` on one GPU, or on a cluster when the
-    workload's ``parallel`` plan uses several GPUs (sim/distributed.py).
+    workload's ``parallel`` plan uses several GPUs or ``hw`` is a Cluster (estimate_parallel).
 
     hw: GPU/system name or object, or a sim.cluster.Cluster. stack: software stack key (default: the
     workload's). overrides: what-if changes to the hardware, e.g.
@@ -192,107 +51,43 @@ def estimate(workload, hw: Any = "h100_sxm", stack: str | Stack | None = None,
     run: how the steps run (sim/clock.py: sustained() - the default -, burst(ms, after_idle_s),
     duty_cycle(fraction)); the power model sets the clock from it (single GPU).
     """
-    if _multi_gpu(workload, hw):
-        from .distributed import estimate_parallel  # networkx etc. load only when needed
+    if is_multi_gpu(workload, hw):
         return estimate_parallel(workload, hw, stack, overrides)
     gpu, clock = apply_overrides(resolve_gpu(hw), overrides or {})
-    st = calibrated_stack(gpu, get_stack(stack or workload.stack))
-    p = prepare(workload, st.fused)
-    t, rates = p.table, hw_rates(gpu, clock)
-    check_recipe(workload, gpu)
-    check_rates(t, rates)
-    eff = efficiency(gpu)
-    k = kernel_times(t, rates, eff, st.attention)
-    r, k_cal = boost_speedup(eff), k
-    ps = sustained_power_state(t, k, st, gpu, r, run.duty if run else 1.0) if r != 1.0 else None
-    if ps is not None:
-        k = at_compute_speed(t, k, ps.speed, ps.attention_speed)
-    if run is not None and not run.sustained:
-        k = burst_step(t, k_cal, k, gpu, eff, run)
-    lt = launch_times(t, k.gpu_s, st)
-    by_cat, by_phase = _sums(t, k, lt.gpu_s * t.count, lt.idle_s)
-    step, exposed = lt.step_s, {}
-    if getattr(workload, "offload", "none") != "none":   # CPU offloading (sim/offload.py)
-        from .offload import host_system, step_offload
-        off = step_offload(workload, t, k.gpu_s * t.count, gpu, host_system(hw, gpu), eff, st.fused).total
-        step, exposed = step + off, {"offload": off}
-        by_cat["communication"] += off
-    return Estimate(
-        p.summary, p.mode, gpu.key, st.key, step, lt.gpu_busy_s, lt.idle_s, p.tokens,
-        p.model_flops, p.hardware_flops, step_peak(t, gpu)[1], by_cat, by_phase,
-        fit_memory(p.memory, gpu), errorband.band_for(p.mode, gpu.key, st.key),
-        functools.partial(op_estimates, t, k, lt), sm_clock_hz=ps.clock_hz if ps else 0.0,
-        exposed_comm=exposed, peak_dtype=step_peak(t, gpu)[0])
+    st = resolve_stack(stack, gpu, workload)
+    host = host_system(hw, gpu) if getattr(workload, "offload", "none") != "none" else None
+    return run_step(workload, Target(gpu, clock, None, host, run), st)
 
 
-def step_peak(t: OpTable, gpu) -> tuple[str, float]:
-    """(dtype, dense datasheet FLOP/s per GPU) MFU is measured against: the fastest tensor dtype
-    the step's compute is timed at (an fp8 step against the fp8 peak, so MFU <= 1), at the boost
-    clock (a sustained-clock what-if slows the step, not the peak). Matmuls count in their own
-    dtype, attention as bf16: sim/kernels.py times every attention kernel at the bf16 peak."""
-    mm = (t.kind == MATMUL) & (t.flops > 0)
-    names = {DTYPES[i] for i in np.unique(t.dtype[mm])} | ({"bf16"} if ((t.kind == ATTENTION) & (t.flops > 0)).any()
-                                                            else set()) or {"bf16"}
-    peaks = {d: _peak_or_nan(gpu, d) for d in names}
-    best = max(peaks, key=lambda d: -1.0 if math.isnan(peaks[d]) else peaks[d])
-    return best, peaks[best]
+def estimate_parallel(workload, hw, stack: str | Stack | None = None,
+                      overrides: Mapping[str, Any] | None = None) -> Estimate:
+    """estimate() for a workload split over GPUs (sim/distributed.py). The step is paced by the
+    slowest pipeline stage: shard.timed_stage picks it by forward FLOPs, except that a stage
+    holding MTP modules (DeepSeek-V3) can be slower or faster than its FLOPs say (host-bound
+    stages), so with MTP both it and the FLOP-rule stage are timed and the slower is kept."""
+    par, cfg = workload.parallel, workload.model
+    if par.pp > 1 and par.timed_stage is None and getattr(cfg, "mtp_layers", 0):
+        stages = sorted({timed_stage(cfg, par), mtp_stage(cfg, par)})
+        runs = [estimate_stage(workload, s, hw, stack, overrides) for s in stages]
+        return max(runs, key=lambda e: e.step_time_s)
+    return _on_cluster(workload, hw, stack, overrides)
 
 
-def sustained_power_state(t, k: KernelTimes, st: Stack, gpu, r: float, duty: float = 1.0):
-    """The step's power state (sim/power.py) from its time shares at the calibrated rates:
-    compute-bound GEMMs, attention (kernel st.attention), the rest of the GPU time memory-bound,
-    over a step of max(GPU busy, host issue time) / duty (the tandem bound's two ends; the power
-    model needs shares, not the exact step; idle between steps draws idle power)."""
-    g = k.gpu_s * t.count
-    busy = float(g.sum())
-    gemm, att = float(g[compute_bound_gemms(t, k)].sum()), float(g[t.kind == ATTENTION].sum())
-    host = 0.0 if st.graphs else float(np.dot(host_times(t, st), t.count))
-    return power_state({"matmul_compute": gemm, "attention": att, "memory_bound": busy - gemm - att,
-                        "matmul_power": gemm * gemm_power_weight(t, k, gpu)},
-                       max(busy, host) / duty, gpu.key, gpu.boost_clock_hz, r, st.attention)
+def estimate_stage(workload, stage: int, hw, stack: str | Stack | None = None,
+                   overrides: Mapping[str, Any] | None = None) -> Estimate:
+    """estimate_parallel with the timed pipeline stage fixed."""
+    par = workload.parallel.model_copy(update={"timed_stage": stage})
+    return _on_cluster(workload.model_copy(update={"parallel": par}), hw, stack, overrides)
 
 
-def gemm_power_weight(t, k: KernelTimes, gpu) -> float:
-    """Dynamic power per second of the step's compute-bound GEMMs over that of the 8192^3 GEMM
-    the cap clock was measured with: the time-weighted mean of each GEMM's efficiency (tensor-core
-    utilisation) over the reference's, each at most 1 (measured: shapes at 0.68-0.86 of the
-    per-clock peak hold the cap at 1,650-1,470 MHz, record 20261130T2320Z_gemm_shape_clocks_h200)."""
-    rows = compute_bound_gemms(t, k)
-    g = (k.gpu_s * t.count)[rows]
-    if g.sum() <= 0:
-        return 1.0
-    return float(np.dot(g, np.minimum(k.efficiency[rows] / reference_gemm_efficiency(gpu)[t.dtype[rows]], 1.0))
-                 / g.sum())
-
-
-def compute_bound_gemms(t, k: KernelTimes) -> np.ndarray:
-    """Mask of the GEMM rows whose compute time is at least their memory time."""
-    return (t.kind == MATMUL) & (k.compute_s >= k.memory_s)
-
-
-def reference_gemm_efficiency(gpu) -> np.ndarray:
-    """Efficiency of an aligned 8192^3 GEMM per dtype index (optable.DTYPES) on ``gpu``."""
-    eff, n = efficiency(gpu), len(DTYPES)
-    ref = GemmColumns(np.full(n, 8192.0), np.full(n, 8192.0), np.full(n, 8192.0), np.ones(n))
-    return eff.cached("gemm.reference_8192", lambda: gemm_efficiency(ref, np.arange(n), gpu.sm_count, eff,
-                                                                    np.full(n, 16)))
-
-
-def boost_speedup(eff) -> float:
-    """gemm.boost_speedup of the efficiency data: compute speed at boost over the sustained rate
-    (1 where the data has none: no clock model for that GPU)."""
-    return float(eff.get("gemm.boost_speedup")) if "gemm.boost_speedup" in eff.params else 1.0
-
-
-def at_compute_speed(t, k: KernelTimes, speed: float, attention_speed: float = 1.0) -> KernelTimes:
-    """Kernel times at the compute speeds of a power state (sim/power.py): gpu_s = max(compute /
-    speed, memory) + fixed for GEMMs (speed over their calibrated sustained rate); every other op
-    (attention, and the element-rate and vector work of the rest, all calibrated on
-    microbenchmarks at the boost clock) runs its compute at attention_speed = f / f_boost."""
-    mm = t.kind == MATMUL
-    compute = np.where(mm, k.compute_s / speed, k.compute_s / attention_speed)
-    gpu = np.maximum(compute, k.memory_s) + k.fixed_s
-    return KernelTimes(compute, k.memory_s, k.fixed_s, gpu, k.efficiency)   # hot path: no dataclasses.replace
+def _on_cluster(workload, hw, stack, overrides) -> Estimate:
+    """The step on the cluster ``hw`` names; GPU spec overrides reach the network too (NVLink)."""
+    cluster = resolve_cluster(hw, workload.parallel.gpus)
+    spec_overrides = tuple(sorted((k, str(v)) for k, v in (overrides or {}).items() if k != "sustained_clock"))
+    if spec_overrides:
+        cluster = cluster.model_copy(update={"whatif": cluster.whatif + spec_overrides})
+    gpu, clock = apply_overrides(hwdb.get_system(cluster.system).gpu, overrides or {})
+    return run_step(workload, Target(gpu, clock, cluster), resolve_stack(stack, gpu, workload))
 
 
 def estimate_op(op: Op, hw: Any = "h100_sxm", stack: str | Stack = "eager",
@@ -306,7 +101,7 @@ def estimate_op(op: Op, hw: Any = "h100_sxm", stack: str | Stack = "eager",
     """
     gpu, clock = apply_overrides(resolve_gpu(hw), overrides or {})
     st = get_stack(stack)
-    t = build_table((op if op.count == 1 else _one(op),))
+    t = build_table((op if op.count == 1 else dataclasses.replace(op, count=1),))
     rates = hw_rates(gpu, clock)
     check_rates(t, rates)
     k = kernel_times(t, rates, efficiency(gpu), st.attention)
@@ -314,8 +109,3 @@ def estimate_op(op: Op, hw: Any = "h100_sxm", stack: str | Stack = "eager",
         k = at_pattern(t, k, gpu, efficiency(gpu), run)
     lt = LaunchTimes(np.zeros(1), k.gpu_s, float(k.gpu_s[0]), float(k.gpu_s[0]), 0.0)
     return op_estimates(t, k, lt)[0]
-
-
-def _one(op: Op) -> Op:
-    import dataclasses
-    return dataclasses.replace(op, count=1)

@@ -33,6 +33,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .. import hwdb
+from ..model.memory_parallel import stage_layers_activation_bytes
+from ..model.shard import timed_stage
 from .calibration import DATA, Param, _flatten
 from ._toml import load_toml
 from . import overlap
@@ -141,7 +144,6 @@ def activation_offload_times(layer_bytes: float, n_layers: int, k: int, fwd_laye
 def host_system(hw, gpu):
     """The node whose host memory the GPU uses: a System given directly or by name, else the
     first hwdb system built from ``gpu`` (vendor HGX node first, as distributed.resolve_cluster)."""
-    from .. import hwdb
     if hasattr(hw, "gpus_per_node"):
         return hw
     key = getattr(hw, "system", None) or (hw if isinstance(hw, str) else None)
@@ -171,8 +173,6 @@ def step_offload(w, t, k_total: np.ndarray, gpu, system, eff, fused: frozenset) 
     if w.offload == "optimizer":
         shard = sum(op.shape.numel for op in t.ops if op.name == "optimizer/offload_cast")
         return optimizer_offload_times(shard, h2d, d2h, host_memory_rate_per_gpu(system, gpu), w.optimizer == "adamw")
-    from ..model.memory_parallel import stage_layers_activation_bytes
-    from ..model.shard import timed_stage
     p = w.parallel
     stage = p.timed_stage if p.timed_stage is not None else timed_stage(w.model, p)
     total, n = stage_layers_activation_bytes(w, fused, stage)

@@ -52,6 +52,8 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from .calibration import calibration_source
+
 MEMORY = ("matmul_memory", "memory_bound", "communication")
 
 
@@ -187,7 +189,6 @@ def power_state(by_category: Mapping[str, float], step_s: float, gpu_key: str, f
 def calibration_clock(gpu_key: str) -> float:
     """Sustained GEMM clock (Hz) of the GPU whose calibrated efficiencies ``gpu_key`` uses (itself,
     or the same-die GPU of sim/data/efficiency/transfer.toml): the clock its "speed 1" means."""
-    from .calibration import calibration_source
     src = calibration_source(gpu_key) or gpu_key
     params = clock_params(src) or clock_params(gpu_key)
     return params[0]

@@ -28,7 +28,7 @@ import io
 import json
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from .. import hwdb
@@ -36,16 +36,18 @@ from ..hwdb.prices import PriceBook, all_records, load_prices
 from ..model import TrainingWorkload
 from ..model.config import TransformerConfig
 from .cluster import Cluster
-from .cost import GpuHourCost, RunCost, cloud_gpu_hour, owned_gpu_hour, training_run
-from .energy import EnergyEstimate, PowerModel, power_model, step_energy
+from .cost import RunCost, training_run
+from .energy import power_model, step_energy
+from .estimate import estimate
+from .procure_rows import ComparisonRow, OptionModel, hour_cost, infeasible
 from .procure_serving import ServingSpec, evaluate_serving
 from .procure_sizing import ModelRef, fit_gbs, node_choices, resolve_system, size
 from .reliability import ReliabilityParams, RunReliability, checkpoint_bytes, reliability_params, run_reliability
+from .search import search_plans
 
 DEFAULT_OPTIONS = ("h100", "h200", "b200", "gb200-nvl72")
 RANK_KEYS = ("cost_usd", "time_to_train_s", "energy_kwh")                   # training comparisons
 SERVING_RANK_KEYS = ("usd_per_million_tokens", "kwh_per_million_tokens")     # serving comparisons
-DAY = 86400.0
 
 
 @dataclass(frozen=True)
@@ -64,58 +66,6 @@ class TrainingSpec(ModelRef):
             raise ValueError(f"tokens: the token budget must be > 0, got {self.tokens}")
         if self.seq < 1 or self.gbs < 1:
             raise ValueError(f"seq and gbs must be >= 1, got seq={self.seq}, gbs={self.gbs}")
-
-
-@dataclass(frozen=True)
-class ComparisonRow:
-    """One hardware option (SI seconds; USD; kWh). Unavailable numbers are nan."""
-
-    option: str
-    system: str
-    gpu: str
-    feasible: bool
-    reason: str = ""
-    rank: int | None = None
-    gpus: int = 0
-    nodes: int = 0
-    spare_gpus: int = 0
-    plan: str = ""
-    gbs: int = 0
-    step_time_s: float = math.nan
-    tokens_per_s: float = math.nan
-    tokens_per_s_per_gpu: float = math.nan
-    mfu: float = math.nan                          # of the nominal (unthrottled) dense bf16 peak
-    sustained_clock: float = 1.0
-    goodput: float = math.nan
-    job_mtbf_h: float = math.nan
-    interruptions_per_day: float = math.nan
-    checkpoint_interval_s: float = math.nan
-    checkpoint_write_s: float = math.nan
-    burn_in_failures: float = math.nan             # expected GPUs failing acceptance on a new cluster
-    time_to_train_s: float = math.nan
-    gpu_hours: float = math.nan
-    usd_per_gpu_hour: float = math.nan
-    price_source: str = ""
-    capex_usd: float = math.nan
-    cost_usd: float = math.nan
-    cost_capex_usd: float = math.nan               # parts of cost_usd (owned: capex + hosting + energy;
-    cost_hosting_usd: float = math.nan             # cloud: the cloud price, energy included)
-    cost_energy_usd: float = math.nan
-    cost_cloud_usd: float = math.nan
-    energy_kwh: float = math.nan
-    co2_kg: float = math.nan
-    avg_power_kw: float = math.nan
-    tokens_per_usd: float = math.nan
-    tokens_per_kwh: float = math.nan
-    requests_per_s: float = math.nan             # serving capacity
-    usd_per_hour: float = math.nan               # serving: all GPUs
-    usd_per_million_tokens: float = math.nan     # serving: output tokens
-    kwh_per_million_tokens: float = math.nan
-    co2_kg_per_million_tokens: float = math.nan
-
-    @property
-    def time_to_train_days(self) -> float:
-        return self.time_to_train_s / DAY
 
 
 @dataclass(frozen=True)
@@ -193,21 +143,7 @@ def _finite(x: Any) -> Any:
 
 
 # ------------------------------------------------------------------------------- one option
-@dataclass(frozen=True)
-class _Model:
-    """What the sensitivity tables re-cost without a new search."""
-
-    row: ComparisonRow
-    tokens_per_s: float
-    gpus_per_node: int
-    ckpt_bytes: float
-    hour: GpuHourCost
-    energy: EnergyEstimate
-    pm: PowerModel
-    params: ReliabilityParams = field(repr=False, default=None)
-    idle_nodes: int = 0          # bought but left out of the job: they serve as warm spares
-
-
+_Model, _infeasible, _hour_cost = OptionModel, infeasible, hour_cost   # shared with procure_serving.py
 @dataclass(frozen=True)
 class _Settings:
     spec: TrainingSpec
@@ -224,11 +160,6 @@ class _Settings:
     space: Any = None
 
 
-def _infeasible(option: str, sysobj, reason: str, **kw) -> ComparisonRow:
-    gpu = sysobj.gpu.key if sysobj is not None else ""
-    return ComparisonRow(option, sysobj.key if sysobj is not None else "", gpu, False, reason, **kw)
-
-
 def _no_plan_reason(res) -> str:
     c = res.counts
     top = next(iter(c.invalid.items()), None)
@@ -241,15 +172,8 @@ def _plan_workload(spec: TrainingSpec, row) -> TrainingWorkload:
                             parallel=row.parallel, mbs=row.mbs, grad_accum=row.grad_accum, recompute=row.recompute)
 
 
-def _hour_cost(sysobj, pm: PowerModel, act: float, s: _Settings) -> GpuHourCost:
-    if s.pricing == "owned":
-        return owned_gpu_hour(sysobj.key, pm, act, s.book)
-    return cloud_gpu_hour(sysobj.gpu.key, pm, act, s.book, s.provider, s.plan)
-
-
 def _evaluate(option: str, s: _Settings) -> _Model | ComparisonRow:
     """The option's model, or an infeasible row with the reason."""
-    from .estimate import estimate
     sysobj = resolve_system(option)
     bought, capex, why = size(sysobj, s.book, s.gpus, s.budget)
     if why:
@@ -282,7 +206,6 @@ def _evaluate(option: str, s: _Settings) -> _Model | ComparisonRow:
 
 def _search(sysobj, nodes: int, s: _Settings):
     """(cluster, gbs, SearchResult) of the fastest plan on ``nodes`` nodes."""
-    from .search import search_plans
     cluster = Cluster(system=sysobj.key, nodes=nodes)
     gbs = fit_gbs(s.spec.gbs, cluster.gpus)
     return cluster, gbs, search_plans(s.spec.config, cluster, gbs, s.spec.seq, s.spec.precision, s.spec.stack,

@@ -18,8 +18,11 @@ from dataclasses import dataclass
 
 from ..model.config import TransformerConfig
 from .cost import serving_cost
-from .energy import power_model
+from .energy import decode_activity, power_model
+from .estimate import estimate
+from .procure_rows import ComparisonRow, OptionModel as _Model, hour_cost as _hour_cost, infeasible as _infeasible
 from .procure_sizing import ModelRef, resolve_system, size
+from .serving import best_serving_plan
 
 
 @dataclass(frozen=True)
@@ -81,8 +84,6 @@ def _capex_per_gpu(sysobj, s) -> float:
 def _decode_activity(spec: ServingSpec, plan, gpu: str, overrides, weights) -> float:
     from ..model import InferenceWorkload
     from ..model.parallel import Parallelism
-    from .energy import decode_activity
-    from .estimate import estimate
     w = InferenceWorkload(model=spec.config, batch=max(1, round(plan.batch)), phase="decode",
                           prompt_len=spec.input_len, context_len=spec.input_len + spec.output_len // 2,
                           weight_dtype=spec.weight_dtype, kv_dtype=spec.kv_dtype, stack=spec.stack,
@@ -93,8 +94,6 @@ def _decode_activity(spec: ServingSpec, plan, gpu: str, overrides, weights) -> f
 
 def evaluate_serving(option: str, s):
     """Serving capacity and $/1M output tokens of one option (module docstring)."""
-    from .procure import ComparisonRow, _hour_cost, _infeasible, _Model
-    from .serving import best_serving_plan
     sp, sysobj = s.spec, resolve_system(option)
     clock = float(s.clocks.get(option, s.clocks.get("*", 1.0)))
     ov = {"sustained_clock": clock} if clock != 1.0 else None

@@ -37,6 +37,7 @@ from ..model import TrainingWorkload, hardware_flops_per_step
 from ..model.memory_parallel import (gpu_memory, inflight_microbatches, stage_activation_bytes,
                                      stage_allocator_reserve_bytes)
 from ..model.parallel import Parallelism
+from .prepare import efficiency
 
 RECOMPUTE = ("none", "selective", "full")
 
@@ -140,7 +141,6 @@ def reason(e: Exception) -> str:
 def gemm_ceiling(gpu, precision: str) -> float:
     """Most FLOP/s any GEMM of this precision reaches in sim/kernels.py: the dense peak times
     gemm.peak_fraction_<dtype> (wave, K-depth and alignment factors only lower it)."""
-    from .estimate import efficiency
     eff = efficiency(gpu)
     dts = ("bf16", "fp8") if precision == "fp8" else (("fp32",) if precision == "fp32" else ("bf16",))
     return max(float(gpu.peak_flops(d)) * float(eff.get(f"gemm.peak_fraction_{d}")) for d in dts)

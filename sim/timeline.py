@@ -33,7 +33,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
+
+from . import distributed as d
+from .kernels import check_rates, check_recipe, kernel_times
 from .pipeline import check_schedule
+from .prepare import efficiency, hw_rates, prepare, resolve_stack
 
 DRAWN = ("gpipe", "1f1b", "interleaved")
 
@@ -176,15 +181,10 @@ def stage_times(workload, hw, stack=None) -> StageTimes:
     forward communication) / m, t_b likewise for the backward, t_p = pipeline send/recv per
     micro-batch; m = grad_accum.
     """
-    import numpy as np
-    from . import distributed as d
-    from .estimate import calibrated_stack, efficiency, hw_rates, prepare
-    from .kernels import check_rates, check_recipe, kernel_times
-    from .stacks import Stack, get_stack
     par = workload.parallel
     cluster = d.resolve_cluster(hw, par.gpus)
     gpu = cluster.sys.gpu
-    st = stack if isinstance(stack, Stack) else calibrated_stack(gpu, get_stack(stack or workload.stack))
+    st = resolve_stack(stack, gpu, workload)
     t, rates, eff = prepare(workload, st.fused).table, hw_rates(gpu), efficiency(gpu)
     check_recipe(workload, gpu)
     check_rates(t, rates)

@@ -37,7 +37,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from . import overlap
+from .collectives import bus_factor
 from .network import inter_options
+from .prepare import efficiency
 
 TRAIT = "zero3.sync_per_tensor"
 
@@ -117,7 +119,6 @@ def reduce_call_s(nbytes: float, n: int, gpus_per_node: int, bw_s: float, stream
 def stream_bandwidth(gpu) -> float:
     """B_stream: HBM bytes/s of a vectorised copy or fill (HBM x memory.stream_fraction, the
     streaming kernels' calibration, sim/kernels.streaming_memory_s)."""
-    from .estimate import efficiency
     return gpu.hbm_bandwidth * efficiency(gpu).get("memory.stream_fraction")
 
 
@@ -126,7 +127,6 @@ def bandwidth_s(nbytes: float, lay, cluster) -> float:
     with its per-step latency removed
     (gather_call_s and reduce_call_s count the flat ring's latency)."""
     if lay.domains <= 1:
-        from .collectives import bus_factor
         return bus_factor("all_gather", lay.size) * nbytes / cluster.sys.gpu.nvlink_bw_per_dir
     return inter_options("all_gather", nbytes, lay, cluster)["ring"] - inter_options("all_gather", 0.0, lay, cluster)["ring"]
 

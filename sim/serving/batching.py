@@ -41,6 +41,7 @@ from .kvcache import KVCapacity, kv_capacity
 from .latency import (UNSTABLE, LatencyModel, Percentiles, percentile_key, percentiles, tpot_quantile, ttft_mean,
                       ttft_quantile)
 from .params import param
+from .specdecode import spec_iteration
 from .steps import Deployment, decode_s, prefill_s
 
 MAX_SAMPLES = 16
@@ -196,7 +197,6 @@ class Server:
     def iteration(self, batch: float) -> tuple[float, float]:
         """(seconds, tokens per sequence) of one decode iteration at ``batch`` sequences."""
         if self.spec is not None:
-            from .whatif import spec_iteration
             return spec_iteration(self.dep, self.spec, batch, self.len.mean_context)
         return decode_s(self.dep, batch, self.len.mean_context), 1.0
 

@@ -172,7 +172,7 @@ def test_gemms_that_use_the_tensor_cores_less_hold_the_cap_at_a_higher_clock():
 
 def test_a_small_gemm_step_runs_at_a_higher_clock_than_its_unweighted_gemm_time_says():
     from mechsim.model import InferenceWorkload
-    from mechsim.sim import estimate as est
+    from mechsim.sim import step as est
     w = InferenceWorkload(model="llama3.2-1b", batch=8, prompt_len=1024, context_len=1024, phase="prefill")
     base = estimate(w, "h200")
     orig = est.gemm_power_weight

@@ -6,7 +6,7 @@ from mechsim.model import TrainingWorkload, preset
 from mechsim.model.parallel import Parallelism
 from mechsim.model.shard import timed_stage
 from mechsim.sim.cluster import Cluster
-from mechsim.sim.distributed import _estimate_stage
+from mechsim.sim.estimate import estimate_stage
 from mechsim.sim.estimate import estimate
 
 
@@ -27,7 +27,7 @@ def test_mtp_step_is_the_slowest_of_the_flop_stage_and_the_mtp_stage():
     e = estimate(w, cl)
     flop_stage, last = timed_stage(w.model, w.parallel), w.parallel.pp - 1
     assert flop_stage != last          # the FLOP rule alone would not time the MTP stage
-    steps = {s: _estimate_stage(w, s, cl, None, None).step_time_s for s in (flop_stage, last)}
+    steps = {s: estimate_stage(w, s, cl).step_time_s for s in (flop_stage, last)}
     assert steps[flop_stage] != steps[last]
     assert e.step_time_s == pytest.approx(max(steps.values()))
     # without MTP the FLOP rule alone picks the stage (one estimate)

@@ -1,0 +1,232 @@
+"""What a step estimate needs before any timing: the GPU, its peak rates and efficiency data,
+the calibrated stack, and the workload's op table (cached per workload and stack fusion), plus
+the per-op records and category sums every estimate reports.
+
+    resolve_gpu / hw_rates / efficiency      the GPU side (hwdb + sim/calibration.py)
+    calibrated_stack / resolve_stack         the software stack (sim/stacks.py), launch costs
+                                             calibrated for the GPU's machine
+    prepare                                  the workload side: op table (sim/optable.py), the
+                                             summary, tokens, model / hardware FLOPs, memory parts
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from .. import hwdb
+from ..model import build_ops, hardware_flops_per_step, model_flops_per_step
+from .calibration import Efficiency, efficiency_for
+from .kernels import ATTENTION, MATMUL, HwRates, KernelTimes, gemm_efficiency
+from .launch import LaunchTimes
+from .memory import memory_components
+from .optable import DTYPES, KINDS, PHASES, GemmColumns, OpTable, build_table
+from .results import CATEGORIES, OpEstimate
+from .stacks import Stack, get_stack
+
+
+def resolve_gpu(hw: Any) -> hwdb.GPU:
+    """A GPU object from a name/alias, a GPU, or a system (its GPU)."""
+    if isinstance(hw, str):
+        try:
+            return hwdb.get_gpu(hw)
+        except hwdb.UnknownHardwareError:
+            try:
+                return hwdb.get_system(hw).gpu
+            except hwdb.UnknownHardwareError:
+                raise hwdb.get_gpu(hw) from None  # re-raise the GPU error (lists close GPU names)
+    if hasattr(hw, "peak_flops"):
+        return hw
+    if hasattr(hw, "gpu"):
+        return hw.gpu
+    raise TypeError(f"hw must be a GPU name, GPU or System, not {type(hw).__name__}")
+
+
+def _peak_or_nan(gpu, dtype: str) -> float:
+    try:
+        return float(gpu.peak_flops("fp64_tc" if dtype == "fp64" else dtype))
+    except (ValueError, KeyError):
+        return math.nan
+
+
+@functools.lru_cache(maxsize=256)
+def hw_rates(gpu, clock_fraction: float = 1.0) -> HwRates:
+    """Peak rates of ``gpu`` per op dtype (nan where the GPU has no such unit)."""
+    peaks = np.array([_peak_or_nan(gpu, d) for d in DTYPES])
+    return HwRates(gpu.key, peaks, float(gpu.peak_flops("fp32")), float(gpu.hbm_bandwidth),
+                   int(gpu.sm_count), clock_fraction, _exp_rate(gpu))
+
+
+def _exp_rate(gpu) -> float:
+    try:
+        return float(gpu.mufu_ex2_rate)
+    except (ValueError, KeyError):
+        return math.inf
+
+
+def efficiency(gpu) -> Efficiency:
+    return efficiency_for(gpu.key, gpu.arch)
+
+
+@functools.lru_cache(maxsize=256)
+def calibrated_stack(gpu, st: Stack) -> Stack:
+    """``st`` with the launch costs calibrated for this GPU's machine, if any
+    (efficiency entries ``stack.<key>.<field>``; host speed belongs to the machine), on the
+    fields that still hold the library stack's value: a Stack object keeps the calibration,
+    and a field its caller set differently wins."""
+    prefix = f"stack.{st.key}."
+    eff = efficiency(gpu)
+    vals = {n[len(prefix):]: float(eff.get(n)) for n in eff.params if n.startswith(prefix)}
+    base = library_stack(st.key)
+    vals = {f: v for f, v in vals.items() if base is None or getattr(st, f) == getattr(base, f)}
+    return dataclasses.replace(st, **vals) if vals else st
+
+
+def library_stack(key: str) -> Stack | None:
+    """The library's stack of that key (sim/data/stacks.toml), None for a caller's own key."""
+    try:
+        return get_stack(key)
+    except ValueError:
+        return None
+
+
+def resolve_stack(stack: str | Stack | None, gpu, workload) -> Stack:
+    """The named (default: the workload's) stack, or a Stack object, calibrated for ``gpu``."""
+    return calibrated_stack(gpu, get_stack(stack or workload.stack))
+
+
+def step_peak(t: OpTable, gpu) -> tuple[str, float]:
+    """(dtype, dense datasheet FLOP/s per GPU) MFU is measured against: the fastest tensor dtype
+    the step's compute is timed at (an fp8 step against the fp8 peak, so MFU <= 1), at the boost
+    clock (a sustained-clock what-if slows the step, not the peak). Matmuls count in their own
+    dtype, attention as bf16: sim/kernels.py times every attention kernel at the bf16 peak."""
+    mm = (t.kind == MATMUL) & (t.flops > 0)
+    names = {DTYPES[i] for i in np.unique(t.dtype[mm])} | ({"bf16"} if ((t.kind == ATTENTION) & (t.flops > 0)).any()
+                                                            else set()) or {"bf16"}
+    peaks = {d: _peak_or_nan(gpu, d) for d in names}
+    best = max(peaks, key=lambda d: -1.0 if math.isnan(peaks[d]) else peaks[d])
+    return best, peaks[best]
+
+
+@functools.lru_cache(maxsize=256)
+def op_table(workload, fused: frozenset[str]) -> OpTable:
+    return build_table(tuple(build_ops(workload, fused=fused)))
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """Everything about a (workload, stack fusion) pair that no GPU changes."""
+
+    table: OpTable
+    summary: str
+    mode: str
+    tokens: int
+    model_flops: float
+    hardware_flops: float
+    memory: dict[str, float]
+
+
+@functools.lru_cache(maxsize=256)
+def prepare(workload, fused: frozenset[str]) -> Prepared:
+    summary, mode, tokens = describe_workload(workload)
+    return Prepared(op_table(workload, fused), summary, mode, tokens,
+                    float(model_flops_per_step(workload)), float(hardware_flops_per_step(workload, fused=fused)),
+                    memory_components(workload, fused))
+
+
+def describe_workload(w) -> tuple[str, str, int]:
+    """(summary, mode, tokens per step) of a workload."""
+    name = getattr(w.model, "name", str(w.model))
+    if hasattr(w, "mbs"):
+        return f"train {name} mbs={w.mbs} seq={w.seq} ga={w.grad_accum} {w.precision}", "train", \
+            w.mbs * w.seq * w.grad_accum
+    tokens = w.batch * (w.prompt_len if w.phase == "prefill" else 1)
+    ctx = w.prompt_len if w.phase == "prefill" else w.context_len
+    return f"{w.phase} {name} batch={w.batch} len={ctx}", w.phase, tokens
+
+
+def at_compute_speed(t: OpTable, k: KernelTimes, speed: float, attention_speed: float = 1.0) -> KernelTimes:
+    """Kernel times at the compute speeds of a power state (sim/power.py): gpu_s = max(compute /
+    speed, memory) + fixed for GEMMs (speed over their calibrated sustained rate); every other op
+    (attention, and the element-rate and vector work of the rest, all calibrated on
+    microbenchmarks at the boost clock) runs its compute at attention_speed = f / f_boost."""
+    mm = t.kind == MATMUL
+    compute = np.where(mm, k.compute_s / speed, k.compute_s / attention_speed)
+    gpu = np.maximum(compute, k.memory_s) + k.fixed_s
+    return KernelTimes(compute, k.memory_s, k.fixed_s, gpu, k.efficiency)   # hot path: no dataclasses.replace
+
+
+def categories(t: OpTable, k: KernelTimes) -> np.ndarray:
+    """Index into CATEGORIES for each op: matmuls split by their binding side."""
+    cat = np.full(len(t.ops), CATEGORIES.index("memory_bound"))
+    mm = t.kind == MATMUL
+    cat[mm & (k.compute_s >= k.memory_s)] = CATEGORIES.index("matmul_compute")
+    cat[mm & (k.compute_s < k.memory_s)] = CATEGORIES.index("matmul_memory")
+    cat[t.kind == ATTENTION] = CATEGORIES.index("attention")
+    cat[t.kind == KINDS.index("collective")] = CATEGORIES.index("communication")
+    return cat
+
+
+def _bound(compute: float, memory: float, fixed: float) -> str:
+    if fixed > max(compute, memory):
+        return "latency"
+    return "compute" if compute >= memory else "memory"
+
+
+def op_estimates(t: OpTable, k: KernelTimes, lt: LaunchTimes) -> tuple[OpEstimate, ...]:
+    """Per-op records (totals over each op's count)."""
+    cats = categories(t, k)
+    out = []
+    for i, op in enumerate(t.ops):
+        c, m, n = float(k.compute_s[i]), float(k.memory_s[i]), float(t.count[i])
+        f = float(lt.gpu_s[i]) - max(c, m)
+        out.append(OpEstimate(
+            op.name, op.kind, op.phase, op.count, op.kernels, op.flops * n, float(t.bytes[i]) * n,
+            float(lt.gpu_s[i]) * n, c * n, m * n, f * n, _bound(c, m, f), float(k.efficiency[i]),
+            op.arithmetic_intensity, CATEGORIES[cats[i]]))
+    return tuple(out)
+
+
+def step_sums(t: OpTable, k: KernelTimes, per_op_total: np.ndarray, idle: float) -> tuple[dict, dict]:
+    """(seconds by category, seconds by phase) of per-op totals; ``idle`` is the launch overhead."""
+    by_cat = np.bincount(categories(t, k), weights=per_op_total, minlength=len(CATEGORIES))
+    by_cat[CATEGORIES.index("launch_overhead")] = idle
+    by_phase = np.bincount(t.phase, weights=per_op_total, minlength=len(PHASES))
+    return dict(zip(CATEGORIES, by_cat.tolist())), dict(zip(PHASES, by_phase.tolist()))
+
+
+def gemm_power_weight(t: OpTable, k: KernelTimes, gpu) -> float:
+    """Dynamic power per second of the step's compute-bound GEMMs over that of the 8192^3 GEMM
+    the cap clock was measured with: the time-weighted mean of each GEMM's efficiency (tensor-core
+    utilisation) over the reference's, each at most 1 (measured: shapes at 0.68-0.86 of the
+    per-clock peak hold the cap at 1,650-1,470 MHz, record 20261130T2320Z_gemm_shape_clocks_h200)."""
+    rows = compute_bound_gemms(t, k)
+    g = (k.gpu_s * t.count)[rows]
+    if g.sum() <= 0:
+        return 1.0
+    return float(np.dot(g, np.minimum(k.efficiency[rows] / reference_gemm_efficiency(gpu)[t.dtype[rows]], 1.0))
+                 / g.sum())
+
+
+def compute_bound_gemms(t: OpTable, k: KernelTimes) -> np.ndarray:
+    """Mask of the GEMM rows whose compute time is at least their memory time."""
+    return (t.kind == MATMUL) & (k.compute_s >= k.memory_s)
+
+
+def reference_gemm_efficiency(gpu) -> np.ndarray:
+    """Efficiency of an aligned 8192^3 GEMM per dtype index (optable.DTYPES) on ``gpu``."""
+    eff, n = efficiency(gpu), len(DTYPES)
+    ref = GemmColumns(np.full(n, 8192.0), np.full(n, 8192.0), np.full(n, 8192.0), np.ones(n))
+    return eff.cached("gemm.reference_8192", lambda: gemm_efficiency(ref, np.arange(n), gpu.sm_count, eff,
+                                                                    np.full(n, 16)))
+
+
+def boost_speedup(eff) -> float:
+    """gemm.boost_speedup of the efficiency data: compute speed at boost over the sustained rate
+    (1 where the data has none: no clock model for that GPU)."""
+    return float(eff.get("gemm.boost_speedup")) if "gemm.boost_speedup" in eff.params else 1.0

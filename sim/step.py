@@ -1,0 +1,218 @@
+"""The step pipeline: typed ops on a target (one GPU, or a cluster) -> a frozen Estimate.
+
+    prepare   the workload's op table and facts (sim/prepare.py), checks of recipe and rates
+    kernels   GPU time of every op instance at the calibrated rates (sim/kernels.py)
+    power     the SM clock the step sustains under the power cap (sim/power.py) from the step's
+              time shares at those rates; kernel times at its compute speeds
+    compose   the step from its kernel times:
+                one GPU   tandem queue of host launches and GPU kernels (sim/launch.py), + CPU
+                          offload copies (sim/offload.py)
+                cluster   communication on the network, overlap and the pipeline schedule
+                          (sim/distributed.py)
+    Estimate  built here, by keyword, in one place.
+
+One GPU on its own is the target without a cluster: it has no network, so no collective ops
+(a one-GPU Cluster passed explicitly takes the cluster composition, as before).
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import numpy as np
+
+from ..model import hardware_flops_per_step, model_flops_per_step
+from ..model.ops_dp import MCORE_DDP_BUCKETS
+from ..model.parallel import Parallelism
+from ..model.shard import timed_stage
+from . import errorband, overlap
+from .cluster import Cluster
+from .collectives import in_cuda_graph
+from .distributed import (COLLECTIVE, GroupStretch, StepParts, chunked_tp_gemms, cluster_layouts, comm_times,
+                          dp_host_times, offload_fn, phase_compute, plan_text, power_window, scatter_gather_p2p,
+                          step_parts, zero3_2021_comm_s)
+from .clock import RunPattern
+from .clock_state import burst_step
+from .kernels import ATTENTION, KernelTimes, check_rates, check_recipe, kernel_times
+from .launch import LaunchTimes, host_times, launch_times, tandem_step_time
+from .memory import fit_memory
+from .offload import step_offload
+from .optable import OpTable
+from .power import power_state
+from .prepare import (Prepared, at_compute_speed, boost_speedup, compute_bound_gemms, efficiency, gemm_power_weight,
+                      hw_rates, op_estimates, prepare, step_peak, step_sums)
+from .results import Estimate
+from .stacks import Stack
+
+
+@dataclass(frozen=True)
+class Target:
+    """Where a step runs: ``gpu`` (what-if overrides applied) at ``clock`` (a fraction of boost),
+    on ``cluster`` for a multi-GPU job (None: one GPU on its own). ``host``: the hwdb system whose
+    host memory CPU offloading uses (one GPU only; a cluster's is its system). ``run``: how the
+    steps run (sim/clock.py RunPattern; None: sustained), one GPU only."""
+
+    gpu: Any
+    clock: float = 1.0
+    cluster: Cluster | None = None
+    host: Any = None
+    run: RunPattern | None = None
+
+
+@dataclass(frozen=True)
+class Composed:
+    """A step composed from kernel times: wall time, GPU busy and idle time, the sums the
+    Estimate reports, and the per-op launch view its op records are built from."""
+
+    step_s: float
+    busy_s: float
+    idle_s: float
+    by_category: dict[str, float]
+    by_phase: dict[str, float]
+    exposed: dict[str, float]
+    launch: LaunchTimes
+
+
+@dataclass(frozen=True)
+class Job:
+    """What the Estimate says about the job beyond one step's time."""
+
+    summary: str
+    tokens: int
+    model_flops: float
+    hardware_flops: float
+    gpus: int = 1
+    cluster: str = ""
+
+
+class Composer(Protocol):
+    def power_inputs(self, k: KernelTimes) -> tuple[dict[str, float], float]: ...
+    def compose(self, k: KernelTimes, speed: float) -> Composed: ...
+    def job(self, p: Prepared) -> Job: ...
+
+
+def run_step(workload, target: Target, st: Stack) -> Estimate:
+    """Estimate one step of ``workload`` on ``target`` with stack ``st`` (module docstring)."""
+    p = prepare(workload, st.fused)
+    gpu, t = target.gpu, p.table
+    rates, eff = hw_rates(gpu, target.clock), efficiency(gpu)
+    check_recipe(workload, gpu)
+    check_rates(t, rates)
+    run = target.run
+    composer = (OneGpu(workload, t, st, gpu, eff, target.host, run.duty if run else 1.0) if target.cluster is None
+                else OnCluster(workload, t, st, gpu, eff, rates, target.cluster))
+    k = kernel_times(t, rates, eff, st.attention)
+    r, k_cal = boost_speedup(eff), k
+    ps = None
+    if r != 1.0:   # the clock the step sustains under the power cap (shares at the calibrated rates)
+        ps = power_state(*composer.power_inputs(k), gpu.key, gpu.boost_clock_hz, r, st.attention)
+    if ps is not None:
+        k = at_compute_speed(t, k, ps.speed, ps.attention_speed)
+    if run is not None and not run.sustained:   # a burst: part of it at the boost rate (sim/clock_state.py)
+        k = burst_step(t, k_cal, k, gpu, eff, run)
+    out = composer.compose(k, ps.speed if ps is not None else 1.0)
+    return _estimate(p, composer.job(p), target, st, out, functools.partial(op_estimates, t, k, out.launch),
+                     ps.clock_hz if ps else 0.0)
+
+
+def _estimate(p: Prepared, job: Job, target: Target, st: Stack, out: Composed, ops, clock_hz: float) -> Estimate:
+    gpu = target.gpu
+    peak_dtype, peak = step_peak(p.table, gpu)
+    return Estimate(
+        workload=job.summary, mode=p.mode, gpu=gpu.key, stack=st.key, step_time_s=out.step_s,
+        gpu_busy_s=out.busy_s, launch_overhead_s=out.idle_s, tokens=job.tokens, model_flops=job.model_flops,
+        hardware_flops=job.hardware_flops, peak_flops=peak * job.gpus,
+        by_category=out.by_category, by_phase=out.by_phase, memory=fit_memory(p.memory, gpu),
+        error_band=errorband.band_for(p.mode, gpu.key, st.key), op_builder=ops, gpus=job.gpus,
+        exposed_comm=out.exposed, cluster=job.cluster, sm_clock_hz=clock_hz, peak_dtype=peak_dtype)
+
+
+class OneGpu:
+    """One GPU on its own: host launches and GPU kernels in a tandem queue (sim/launch.py),
+    plus CPU offload copies (sim/offload.py) after it."""
+
+    def __init__(self, workload, t: OpTable, st: Stack, gpu, eff, host, duty: float = 1.0) -> None:
+        self.w, self.t, self.st, self.gpu, self.eff, self.host, self.duty = workload, t, st, gpu, eff, host, duty
+
+    def power_inputs(self, k: KernelTimes) -> tuple[dict[str, float], float]:
+        """Time shares at the calibrated rates: compute-bound GEMMs, attention (kernel
+        st.attention), the rest of the GPU time memory-bound, over a step of max(GPU busy, host
+        issue time) / duty (the tandem bound's two ends; the power model needs shares, not the
+        exact step; idle between steps draws idle power)."""
+        t, st = self.t, self.st
+        g = k.gpu_s * t.count
+        busy = float(g.sum())
+        gemm, att = float(g[compute_bound_gemms(t, k)].sum()), float(g[t.kind == ATTENTION].sum())
+        host = 0.0 if st.graphs else float(np.dot(host_times(t, st), t.count))
+        return ({"matmul_compute": gemm, "attention": att, "memory_bound": busy - gemm - att,
+                 "matmul_power": gemm * gemm_power_weight(t, k, self.gpu)}, max(busy, host) / self.duty)
+
+    def compose(self, k: KernelTimes, speed: float) -> Composed:
+        t = self.t
+        lt = launch_times(t, k.gpu_s, self.st)
+        by_cat, by_phase = step_sums(t, k, lt.gpu_s * t.count, lt.idle_s)
+        step, exposed = lt.step_s, {}
+        if getattr(self.w, "offload", "none") != "none":   # CPU offloading (sim/offload.py)
+            off = step_offload(self.w, t, k.gpu_s * t.count, self.gpu, self.host, self.eff, self.st.fused).total
+            step, exposed = step + off, {"offload": off}
+            by_cat["communication"] += off
+        return Composed(step, lt.gpu_busy_s, lt.idle_s, by_cat, by_phase, exposed, lt)
+
+    def job(self, p: Prepared) -> Job:
+        return Job(p.summary, p.tokens, p.model_flops, p.hardware_flops)
+
+
+class OnCluster:
+    """A GPU of a multi-GPU job on ``cluster``: its kernels, its collectives on the network,
+    overlap and the pipeline schedule (sim/distributed.py step_parts)."""
+
+    def __init__(self, workload, t: OpTable, st: Stack, gpu, eff, rates, cluster: Cluster) -> None:
+        par = workload.parallel
+        self.w, self.t, self.st, self.gpu, self.eff, self.rates, self.cluster = workload, t, st, gpu, eff, rates, cluster
+        self.compute = t.kind != COLLECTIVE
+        self.host = dp_host_times(t, np.where(self.compute, host_times(t, st), 0.0), st.graphs, st.key)
+        c = comm_times(t, par, cluster, in_cuda_graph(eff) if st.graphs else eff, moe=getattr(workload.model, "moe", None))
+        self.comm = scatter_gather_p2p(t, c, par, cluster, eff) if overlap.pp_stack_trait("scatter_gather", st.key) else c
+        self.z3 = zero3_2021_comm_s(workload, par, cluster, st.key)
+        self.off = offload_fn(workload, t, gpu, cluster, eff, st.fused)
+        self.stretch = GroupStretch.of(cluster_layouts(par, cluster))
+        self.stage = timed_stage(workload.model, par) if MCORE_DDP_BUCKETS in st.fused else 0   # drain_slack_s
+
+    def _timeline(self, k: KernelTimes, speed: float = 1.0) -> tuple[float, float, StepParts, dict, dict]:
+        t, par, st, w = self.t, self.w.parallel, self.st, self.w
+        gpu_s = np.where(self.compute, k.gpu_s, 0.0)
+        if par.tp_comm_overlap:
+            gpu_s = chunked_tp_gemms(t, gpu_s, par.tp, self.rates, self.eff, st.attention, speed)
+        busy = float(np.dot(gpu_s, t.count))
+        idle = max(0.0, tandem_step_time(self.host, gpu_s, t.count, t.block_starts) - busy)
+        parts = step_parts(t, k, gpu_s, self.comm, par, w.grad_accum if hasattr(w, "grad_accum") else 1,
+                           st.key, idle, getattr(w.model, "moe", None), self.z3, self.off, self.stretch,
+                           host_phase_s=phase_compute(t, self.host * t.count), stage=self.stage)
+        by_cat, by_phase = step_sums(t, k, gpu_s * t.count, idle + parts.moe_sync_s)
+        by_cat["communication"] = float(sum(parts.exposed_s.values()))
+        by_cat["pipeline_bubble"] = parts.bubble_s
+        return busy, idle, parts, by_cat, by_phase
+
+    def power_inputs(self, k: KernelTimes) -> tuple[dict[str, float], float]:
+        """The step's categories at the calibrated rates over the window the power cap averages
+        (distributed.power_window: without the pipeline bubble and the exposed DP tail)."""
+        _, _, parts, by_cat, _ = self._timeline(k)
+        by_cat["matmul_power"] = by_cat["matmul_compute"] * gemm_power_weight(self.t, k, self.gpu)
+        return power_window(by_cat, parts)
+
+    def compose(self, k: KernelTimes, speed: float) -> Composed:
+        busy, idle, parts, by_cat, by_phase = self._timeline(k, speed)
+        lt = LaunchTimes(self.host, np.where(self.compute, k.gpu_s, self.comm.per_call_s), parts.step_s, busy, idle)
+        return Composed(parts.step_s, busy, idle, by_cat, by_phase, dict(parts.exposed_s), lt)
+
+    def job(self, p: Prepared) -> Job:
+        par = self.w.parallel
+        single = self.w.model_copy(update={"parallel": Parallelism()})
+        return Job(p.summary + f" {plan_text(par)}", p.tokens * par.dp, float(model_flops_per_step(single)) * par.dp,
+                   float(hardware_flops_per_step(single, fused=self.st.fused)) * par.dp, par.gpus,
+                   f"{self.cluster.nodes} x {self.cluster.system}")
+
+
+__all__ = ["Composed", "Job", "OnCluster", "OneGpu", "Target", "run_step"]
