@@ -148,9 +148,18 @@ def calibrated_keys() -> list[str]:
     return sorted({p.stem for p in found if p.stem not in archs})
 
 
+_CLEARERS: list[Callable[[], None]] = []   # caches of modules that read these files (sim/errorband.py)
+
+
+def on_clear_caches(fn: Callable[[], None]) -> Callable[[], None]:
+    """Register ``fn`` to run in clear_caches (a module caching what it read from the data files)."""
+    _CLEARERS.append(fn)
+    return fn
+
+
 def clear_caches() -> None:
     """Forget loaded data files (after a calibration wrote new ones in this process)."""
-    from . import errorband
     load_efficiency_file.cache_clear()
     efficiency_for.cache_clear()
-    errorband.clear_caches()
+    for fn in _CLEARERS:
+        fn()

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from . import userdata
 from ._toml import DataFileError, load_toml
-from .calibration import DATA, efficiency_files, transfer_source
+from .calibration import DATA, efficiency_files, on_clear_caches, transfer_source
 from .results import ErrorBand
 
 ACCURACY_FILE = DATA / "accuracy.toml"
@@ -68,6 +68,7 @@ def band_for(mode: str, gpu_key: str, stack_key: str) -> ErrorBand:
                      data_files=files)
 
 
+@on_clear_caches
 def clear_caches() -> None:
     """Forget which files are in use (after a command in this process wrote new ones)."""
     for f in (accuracy_file, _accuracy, data_files):

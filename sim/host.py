@@ -30,10 +30,13 @@ from typing import Any
 import numpy as np
 
 from .calibration import DATA
-from .launch import on_host
 from .results import ErrorBand
-from .stacks import Stack
 from ._toml import load_toml
+from .. import hwdb
+from ..model import InferenceWorkload, TransformerConfig
+from .estimate import calibrated_stack, estimate as estimate_at, prepare, resolve_gpu
+from .launch import host_times, on_host
+from .stacks import get_stack, Stack
 
 PROFILE_FORMAT = "mechsim.host_profile/1"   # as mechsim/probe_runner.FORMAT (a test keeps them equal)
 SPREAD_FILE = DATA / "host_spread.toml"
@@ -157,7 +160,6 @@ def cpu_host(cpu: Any) -> Host:
 
 
 def default_host() -> Host:
-    from .. import hwdb
     cpu = hwdb.get_cpu(host_spread()["default_cpu"])
     c = float(host_spread()["center"]["value"])
     return Host(f"default host: {cpu.name} at its committed probes' median x{c:.2f} (hwdb cpu {cpu.key})",
@@ -206,10 +208,6 @@ def probe_host(prof: HostProfile, gpu: Any) -> Host:
 def reference_tiny_host_s(gpu: Any, tiny: tuple[tuple[str, int], ...]) -> float:
     """Predicted host seconds to issue the probe's tiny eager decode step on ``gpu``'s calibrated
     eager stack (the launch costs a scale of 1 means)."""
-    from ..model import InferenceWorkload, TransformerConfig
-    from .estimate import calibrated_stack, prepare
-    from .launch import host_times
-    from .stacks import get_stack
     d = dict(tiny)
     cfg = TransformerConfig(name="probe_tiny", n_layers=d["n_layers"], d_model=d["d_model"], n_heads=d["n_heads"],
                             n_kv_heads=d["n_kv_heads"], ffn=d["ffn"], vocab=d["vocab"], tie_embeddings=False,
@@ -263,8 +261,6 @@ def estimate(workload: Any, hw: Any = "h100_sxm", stack: str | Stack | None = No
     HostProfile) sets the host speed; without one the system's CPU record or the default host
     does, and a host-bound step's band widens by the host spread (``error_band.host_bound``).
     The band names the host it assumed (``error_band.host``)."""
-    from .estimate import calibrated_stack, estimate as estimate_at
-    from .stacks import get_stack
     gpu = _gpu_of(hw)
     explicit = isinstance(stack, Stack)
     host = host_for(hw, gpu, profile, explicit)
@@ -289,6 +285,5 @@ def host_issue_s(est: Any, stack: Stack) -> float:
 
 
 def _gpu_of(hw: Any) -> Any:
-    from .estimate import resolve_gpu
     system = None if isinstance(hw, str) or hasattr(hw, "peak_flops") else system_of(hw)
     return system.gpu if system is not None else resolve_gpu(hw)

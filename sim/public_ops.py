@@ -14,11 +14,20 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..model.microops import memory_kernel
+from .clock import has_window_model, relax
+from .clock_state import work_demand
+from .collectives import collective_time_s, tree_all_reduce_time_s
+from .estimate import calibrated_stack, efficiency, estimate_op, hw_rates, resolve_gpu
+from .kernels import kernel_times
+from .optable import build_table
+from .power import clock_params
+from .stacks import get_stack
+
 COLLECTIVE_ALGOS = (None, "ring", "tree")
 
 
 def _gpu_eff(hw: Any):
-    from .estimate import efficiency, resolve_gpu
     gpu = resolve_gpu(hw)
     return gpu, efficiency(gpu)
 
@@ -37,8 +46,6 @@ def device_copy_time(nbytes: float, hw: Any, aliased: bool = False) -> float:
     aliased: source and destination a multiple of 512 MiB apart (two buffers allocated back to
     back, each a multiple of 512 MiB): DRAM channel aliasing slows the transfer to
     memory.copy_aliased_fraction of the copy rate (validation LOG 2026-11-30)."""
-    from ..model.microops import memory_kernel
-    from .estimate import estimate_op
     e = estimate_op(memory_kernel(nbytes, nbytes, kind="copy_engine"), hw)
     if not aliased:
         return e.time_s
@@ -53,7 +60,6 @@ def collective_time(op: str, nbytes: float, world: int, hw: Any, algo: str | Non
         raise ValueError(f"algo must be one of {COLLECTIVE_ALGOS}, got {algo!r}")
     if world < 2:
         raise ValueError(f"world must be >= 2 GPUs, got {world!r}")
-    from .collectives import collective_time_s, tree_all_reduce_time_s
     gpu, eff = _gpu_eff(hw)
     if algo == "tree":
         if op != "all_reduce":
@@ -65,8 +71,6 @@ def collective_time(op: str, nbytes: float, world: int, hw: Any, algo: str | Non
 def stack_for(stack: Any, hw: Any):
     """The software stack (key or Stack) with the launch costs calibrated for ``hw``'s machine,
     where its fields still hold the library defaults (estimate.calibrated_stack)."""
-    from .estimate import calibrated_stack, resolve_gpu
-    from .stacks import get_stack
     return calibrated_stack(resolve_gpu(hw), get_stack(stack))
 
 
@@ -74,12 +78,6 @@ def power_demand(op, hw: Any) -> float:
     """Board power of ``op`` run back to back at the boost clock, in units of the cap's headroom
     over idle (sim/clock.py; > 1: the cap will pull the clock down); 0 where the GPU's data has
     no power-window model."""
-    from .clock import has_window_model
-    from .clock_state import work_demand
-    from .estimate import hw_rates
-    from .kernels import kernel_times
-    from .optable import build_table
-    from .power import clock_params
     gpu, eff = _gpu_eff(hw)
     if not has_window_model(eff):
         return 0.0
@@ -92,7 +90,6 @@ def power_demand(op, hw: Any) -> float:
 def power_average(x0: float, demand: float, seconds: float, hw: Any) -> float:
     """The power controller's average (cap headroom units) after ``seconds`` at ``demand`` from
     ``x0`` (sim/clock.relax with the GPU's gemm.power_tau_s; demand 0 = idle)."""
-    from .clock import has_window_model, relax
     _, eff = _gpu_eff(hw)
     if not has_window_model(eff):
         return 0.0

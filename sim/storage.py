@@ -36,6 +36,10 @@ from typing import Any, Literal
 from ..hwdb.storage import get_storage
 from ._toml import load_toml
 from .calibration import DATA
+from .. import hwdb
+from ..model import preset, TrainingWorkload
+from .estimate import estimate, resolve_gpu
+from .reliability import checkpoint_bytes, reliability_params, run_reliability
 
 FORMATS = ("pretokenized", "text", "image")
 MODES = ("sync", "async", "in_memory")
@@ -304,8 +308,6 @@ class StorageReport:
 
 def _node_facts(hw: Any, gpus: int) -> tuple[Any, int, float | None]:
     """(GPU, nodes, scale-out B/s per GPU or None) of ``hw``: a Cluster, a system name or a GPU name."""
-    from .. import hwdb
-    from .estimate import resolve_gpu
     sysname, nodes = (hw.system, hw.nodes) if hasattr(hw, "nodes") and hasattr(hw, "system") else (hw, None)
     try:
         sysobj = hwdb.get_system(sysname) if isinstance(sysname, str) else None
@@ -324,8 +326,6 @@ def estimate_storage(workload: Any, hw: Any = "h100_sxm", tier: str | Storage | 
     """estimate() of a training workload (or the given ``est`` of it) plus its data loading and
     checkpoint I/O on ``tier`` (a key of hwdb/data/storage, or measured bandwidths in GB/s per node),
     and the run's goodput at the Daly interval. ``reliability``: SI overrides of ReliabilityParams."""
-    from .estimate import estimate
-    from .reliability import checkpoint_bytes, reliability_params, run_reliability
     if not hasattr(workload, "mbs"):
         raise ValueError("estimate_storage: a training workload is needed (inference has no data loader "
                          "or checkpoints)")
@@ -343,9 +343,6 @@ def checkpoint_cost_line(model: str, precision: str, hw: str, gpus: int, nodes: 
                          tier: str = "superpod_parallel_fs", mode: str = "sync", interval_s: float = 1800.0) -> str:
     """One sentence for the app: what checkpointing ``model``'s training state (sharded over all
     ``gpus``, as torch DCP / Megatron's distributed checkpoint write it) costs on ``tier``."""
-    from ..model import TrainingWorkload, preset
-    from .estimate import resolve_gpu
-    from .reliability import checkpoint_bytes, run_reliability
     nbytes = checkpoint_bytes(TrainingWorkload(model=preset(model), mbs=1, seq=1024, precision=precision))
     io = checkpoint_io(nbytes, gpus, nodes, storage(tier), resolve_gpu(hw).host_link_bw_per_dir, mode)
     rel = run_reliability(gpus, nodes, nbytes, None, None, io)
