@@ -19,7 +19,6 @@ from typing import Any, Callable, Sequence
 import functools
 
 import streamlit as st
-from pydantic import ValidationError
 
 from . import assumptions, tables
 
@@ -30,7 +29,7 @@ USER_ERRORS = (ValueError, TypeError, KeyError, ArithmeticError)
 
 def error_text(e: BaseException) -> str:
     """One line naming the field (pydantic errors list each field and message)."""
-    if isinstance(e, ValidationError):
+    if type(e).__name__ == "ValidationError" and hasattr(e, "errors"):
         errs = e.errors()
         return "; ".join((f"{'.'.join(map(str, x['loc']))}: " if x['loc'] else "")
                          + x['msg'].removeprefix("Value error, ") for x in errs)
