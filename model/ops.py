@@ -18,7 +18,7 @@ them for efficiency; sim/optable.py turns them into columns in one place):
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, TypeVar
 
 OpKind = Literal[
     "matmul",       # dense GEMM on tensor cores (or fp32 SIMT when dtype is fp32)
@@ -123,6 +123,7 @@ class RowShape:
 
 
 Shape = GemmShape | AttentionShape | CollectiveShape | StreamShape | StridedShape | RowShape
+S = TypeVar("S", GemmShape, AttentionShape, CollectiveShape, StreamShape, StridedShape, RowShape)
 
 
 @dataclass(frozen=True, slots=True)
@@ -146,6 +147,13 @@ class Op:
     shape: Shape | None = None
     count: int = 1
     kernels: int = 1
+
+    def shape_as(self, kind: type[S]) -> S:
+        """The shape record, which must be a ``kind`` (a ValueError naming the op otherwise)."""
+        if not isinstance(self.shape, kind):
+            raise ValueError(f"op {self.name!r} ({self.kind}): needs a {kind.__name__} shape, "
+                             f"got {type(self.shape).__name__}")
+        return self.shape
 
     @property
     def bytes_total(self) -> float:

@@ -20,13 +20,13 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, PositiveInt, model_validator
 
+from .ops import COLLECTIVE_OPS, GROUPS
+
+__all__ = ["COLLECTIVE_OPS", "GROUPS", "MAX_DEGREE", "Parallelism", "PipelineSchedule"]
+
 # Largest degree accepted (2^20 GPUs; the largest clusters built hold ~2^17-2^18): the plan checks
 # walk divisors, so unbounded degrees would make a refusal itself slow.
 MAX_DEGREE = 2**20
-
-from .ops import COLLECTIVE_OPS, GROUPS
-
-__all__ = ["COLLECTIVE_OPS", "GROUPS", "Parallelism", "PipelineSchedule"]
 
 PipelineSchedule = Literal["gpipe", "1f1b", "interleaved", "zero_bubble", "dualpipe"]
 

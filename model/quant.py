@@ -45,7 +45,7 @@ def recipe_of(precision: str, fp8_recipe: str) -> str | None:
     return "nvfp4" if precision == "nvfp4" else (fp8_recipe if precision == "fp8" else None)
 
 
-def cast_kernels(elems: float, recipe: str, colwise: bool, n_tensors: int) -> list[tuple]:
+def cast_kernels(elems: float, recipe: str, colwise: bool, n_tensors: int) -> list[Kern]:
     """Kerns quantizing ``elems`` bf16 elements spread over ``n_tensors`` tensors (see module
     docstring): amax passes, the row-wise cast, and the column-wise copy when ``colwise``."""
     w, amax = _WRITE[recipe], _AMAX_PASSES[recipe]

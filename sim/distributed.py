@@ -73,9 +73,10 @@ def comm_times(t: OpTable, par, cluster: Cluster, eff, pipelined: bool = True, m
     group = np.full(len(t.ops), -1)
     for i in np.flatnonzero(t.kind == COLLECTIVE):
         op = t.ops[i]
-        kw = {"a2a_scales": a2a} if op.shape.group == "ep" else {}
+        g = op.shape_as(CollectiveShape).group
+        kw = {"a2a_scales": a2a} if g == "ep" else {}
         per_call[i] = op_time(op, lays, cluster, eff, pipelined=pipelined, **kw).time_s
-        group[i] = GROUPS.index(op.shape.group)
+        group[i] = GROUPS.index(g)
     return CommTimes(per_call, per_call * t.count, group)
 
 
@@ -135,7 +136,7 @@ def scatter_gather_p2p(t: OpTable, c: CommTimes, par, cluster: Cluster, eff) -> 
     lays, per = cluster_layouts(par, cluster), c.per_call_s.copy()
     for i in np.flatnonzero((c.group == GROUPS.index("pp")) & (t.kind == COLLECTIVE)):
         op = t.ops[i]
-        s = op.shape
+        s = op.shape_as(CollectiveShape)
         if s.op != "sendrecv":
             continue
         piece = replace(op, shape=replace(s, bytes=-(-s.bytes // par.tp)))

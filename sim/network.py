@@ -38,6 +38,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from ..model.ops import CollectiveShape
 from ..model.parallel import COLLECTIVE_OPS
 from .calibration import DATA, Efficiency, load_efficiency_file
 from .cluster import Cluster, GroupLayout
@@ -202,7 +203,7 @@ def op_time(op, layouts: dict[str, GroupLayout], cluster: Cluster, efficiency: E
     op, group; model/parallel.py). A dp op of the routed experts (``comm/dp/expert_*``) uses
     the expert-dp layout, another whose group_size is dp*cp the dp_cp layout; a pp op of 2 GPUs
     the first/last-stage pair."""
-    s = op.shape
+    s = op.shape_as(CollectiveShape)
     nbytes, size, kind = s.bytes, s.group_size, s.group
     if kind == "dp" and op.name.startswith("comm/dp/expert_"):
         kind = "edp"        # routed experts' gradients / params: the expert-dp groups (model/ops_dp.py)

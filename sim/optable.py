@@ -158,8 +158,8 @@ def build_table(ops: tuple[Op, ...]) -> OpTable:
     count = np.array([o.count for o in ops], dtype=float)
     dtype = np.array([DTYPES.index(o.dtype) for o in ops], dtype=np.int64)
     phase = np.array([PHASES.index(o.phase) for o in ops], dtype=np.int64)
-    gemm = GemmColumns.of([o.shape if o.kind == "matmul" else None for o in ops])
-    row = [o.shape if _is_row_softmax(o) else None for o in ops]
+    gemm = GemmColumns.of([o.shape_as(GemmShape) if o.kind == "matmul" else None for o in ops])
+    row = [o.shape_as(RowShape) if _is_row_softmax(o) else None for o in ops]
     return OpTable(
         ops=ops,
         kind=np.array([KINDS.index(o.kind) for o in ops], dtype=np.int64),
@@ -171,7 +171,7 @@ def build_table(ops: tuple[Op, ...]) -> OpTable:
         count=count,
         kernels=np.array([o.kernels for o in ops], dtype=float),
         gemm=gemm,
-        attn=AttnColumns.of([o.shape if o.kind == "attention" else None for o in ops]),
+        attn=AttnColumns.of([o.shape_as(AttentionShape) if o.kind == "attention" else None for o in ops]),
         block_starts=block_starts(count, phase),
         align_bytes=leading_dim_alignment(gemm, dtype),
         rows=np.array([r.rows if r else 0 for r in row], dtype=float),

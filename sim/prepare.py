@@ -39,7 +39,8 @@ def resolve_gpu(hw: Any) -> hwdb.GPU:
             try:
                 return hwdb.get_system(hw).gpu
             except hwdb.UnknownHardwareError:
-                raise hwdb.get_gpu(hw) from None  # re-raise the GPU error (lists close GPU names)
+                pass
+        return hwdb.get_gpu(hw)   # raises the GPU error (it lists the close GPU names)
     if hasattr(hw, "peak_flops"):
         return hw
     if hasattr(hw, "gpu"):
@@ -81,7 +82,7 @@ def calibrated_stack(gpu, st: Stack) -> Stack:
     and a field its caller set differently wins."""
     prefix = f"stack.{st.key}."
     eff = efficiency(gpu)
-    vals = {n[len(prefix):]: float(eff.get(n)) for n in eff.params if n.startswith(prefix)}
+    vals: dict[str, Any] = {n[len(prefix):]: float(eff.get(n)) for n in eff.params if n.startswith(prefix)}
     base = library_stack(st.key)
     vals = {f: v for f, v in vals.items() if base is None or getattr(st, f) == getattr(base, f)}
     return dataclasses.replace(st, **vals) if vals else st

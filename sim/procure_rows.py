@@ -77,7 +77,7 @@ class OptionModel:
     hour: GpuHourCost
     energy: EnergyEstimate
     pm: PowerModel
-    params: ReliabilityParams = field(repr=False, default=None)
+    params: ReliabilityParams | None = field(repr=False, default=None)
     idle_nodes: int = 0          # bought but left out of the job: they serve as warm spares
 
 
