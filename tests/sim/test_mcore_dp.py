@@ -27,7 +27,7 @@ def _w(model="gpt3-175b", stack="megatron_te", mbs=1, seq=2048, ga=16, grad="bf1
 
 def _dp_ops(w: TrainingWorkload) -> dict[str, tuple[int, float]]:
     """comm/dp ops: name -> (calls per step, bytes per call)."""
-    return {o.name: (o.count, o.shape[0]) for o in build_ops(w, get_stack(w.stack).fused) if o.name.startswith("comm/dp")}
+    return {o.name: (o.count, o.shape.bytes) for o in build_ops(w, get_stack(w.stack).fused) if o.name.startswith("comm/dp")}
 
 
 GPT3_11616 = dict(tp=4, sp=True, pp=6, dp=484)   # 4 x 6 x 484 = 11,616 GPUs
