@@ -15,6 +15,7 @@ import subprocess
 import sys
 import time
 import urllib.request
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -25,7 +26,7 @@ from mechsim.app import cached, fmt
 CHROMIUM = "/usr/bin/chromium"
 ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
         "--disable-component-update", "--disable-sync"]
-TIMEOUT_MS = 90_000
+TIMEOUT_MS = 240_000      # a new plan search or comparison on a shared, busy 2-core box
 
 try:
     from playwright.sync_api import expect, sync_playwright
@@ -105,9 +106,8 @@ def metric(pg, label: str):
 def drawn(pg) -> None:
     """Wait until the script run is over and every Plotly chart on the page has drawn its plot."""
     expect(pg.locator('[data-testid="stStatusWidget"]')).to_have_count(0)
-    charts = pg.locator('[data-testid="stPlotlyChart"]')
-    for i in range(charts.count()):
-        expect(charts.nth(i).locator(".main-svg").first).to_be_attached()
+    pg.wait_for_function("() => [...document.querySelectorAll('[data-testid=\"stPlotlyChart\"]')]"
+                         ".every(c => c.querySelector('.main-svg'))")
 
 
 def truncated_metrics(pg) -> list[str]:
@@ -239,7 +239,8 @@ def test_concurrent_sessions_over_the_websocket(server):
     from mechsim.app import loadtest as L
     port = int(server.rsplit(":", 1)[1])
     cases = tuple(L.PageCase(p, q, m, L.Change(lab, vals)) for p, q, m, lab, vals in SMALL_CASES)
-    res = L.run_load(port, 8, changes=2, think_s=0.5, cases=cases)
+    with ThreadPoolExecutor(1) as pool:          # its own thread: Playwright's sync API holds this one's loop
+        res = pool.submit(L.run_load, port, 8, changes=2, think_s=0.5, cases=cases).result(600)
     s = L.summary(res)
     assert s["errors"] == [] and s["first_view"]["n"] == 8 and s["input_change"]["n"] == 8
     assert s["first_view"]["p95"] < 30 and s["input_change"]["p95"] < 5, s
