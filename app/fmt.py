@@ -62,3 +62,11 @@ def energy_kwh(x: float) -> str:
     if abs(x) >= 1e3:
         return f"{x / 1e3:,.1f} MWh"
     return f"{x:,.0f} kWh"
+
+
+def count_short(x: float) -> str:
+    """A large count in 3-4 significant digits: '21.47 M', '4,352', '1.2 G' (a metric's width)."""
+    for div, unit in ((1e9, "G"), (1e6, "M")):
+        if abs(x) >= div:
+            return f"{x / div:,.2f} {unit}"
+    return f"{x:,.0f}"

@@ -51,7 +51,7 @@ def metrics(cmp) -> None:
     c[1].metric("Time to train", f"{b.time_to_train_days:.1f} days")
     c[2].metric("Run cost", fmt.usd(b.cost_usd))
     c[3].metric("Energy", fmt.energy_kwh(b.energy_kwh), help=f"{b.energy_kwh:,.0f} kWh at the facility")
-    c[4].metric("Tokens per USD", fmt.rate(b.tokens_per_usd))
+    c[4].metric("Tokens per USD", fmt.count_short(b.tokens_per_usd), help=f"{fmt.rate(b.tokens_per_usd)} tokens per USD")
     st.caption(f"{cmp.workload}: {cmp.tokens:.3g} tokens, {cmp.pricing} pricing, ranked by {cmp.rank_by}; "
                f"best plan on {b.option}: {b.plan} on {b.gpus} GPUs.")
 

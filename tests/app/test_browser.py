@@ -113,7 +113,8 @@ def drawn(pg) -> None:
 def truncated_metrics(pg) -> list[str]:
     """Metric values wider than their box (shown with an ellipsis)."""
     return pg.eval_on_selector_all('[data-testid="stMetricValue"]',
-                                   "els => els.filter(e => e.scrollWidth > e.clientWidth + 1).map(e => e.innerText)")
+                                   "els => els.filter(e => [e, ...e.querySelectorAll('*')]"
+                                   ".some(x => x.scrollWidth > x.clientWidth + 1)).map(e => e.innerText)")
 
 
 def snap(pg, shots: Path, name: str) -> None:
