@@ -272,7 +272,7 @@ def attention(c: Ctx, name: str, Hq: int, Hkv: int, dqk: int, dv: int, n: int, c
         return math_attention(c, name, Hq, Hkv, dqk, dv, n, causal, dropout=c.f("math_attention"))
     if c.cp > 1 and causal and not c.cfg.sliding_window and c.train:
         return cp_ring_attention(c, name, Hq, Hkv, dqk, dv, n, kv_read)
-    B, Sq, Skv = c.B, c.S, c.Skv
+    Sq, Skv = c.S, c.Skv
     pairs = causal_pairs(Sq, Skv) if causal else float(Sq * Skv)
     wf = window_fraction(c.cfg, Skv if c.cp > 1 else Sq, Skv, causal) if c.cfg.sliding_window else 1.0
     if c.cp > 1:   # load-balanced causal ring attention: every rank does 1/cp of the pairs

@@ -167,7 +167,8 @@ def dp_exposure(t: OpTable, c: CommTimes, t_b_last: float, phase: int = BWD,
 
 def _dp_calls(t: OpTable, c: CommTimes, phase: int) -> np.ndarray:
     mask = (c.group == GROUPS.index("dp")) & (t.phase == phase)
-    return np.concatenate([np.full(int(t.count[i]), c.per_call_s[i]) for i in np.flatnonzero(mask)] or [[]])
+    parts = [np.full(int(t.count[i]), c.per_call_s[i]) for i in np.flatnonzero(mask)]
+    return np.concatenate(parts) if parts else np.zeros(0)
 
 
 def param_gather_exposure(t: OpTable, c: CommTimes, fwd_window_s: float,

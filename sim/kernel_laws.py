@@ -86,6 +86,7 @@ def apply_row_laws(t, compute: np.ndarray, memory: np.ndarray, fixed: np.ndarray
     cand = np.flatnonzero(((t.rows > 0) | (t.kind == NORM)) & (t.phase == 0))
     for i in cand:
         op = t.ops[i]
+        fam: str | None
         if t.rows[i] > 0:
             rows, cols = t.rows[i], t.cols[i]
             fam = softmax_family(cols, DTYPE_BYTES[op.dtype])
@@ -95,7 +96,7 @@ def apply_row_laws(t, compute: np.ndarray, memory: np.ndarray, fixed: np.ndarray
                 continue
             rows, cols = op.shape.rows, op.shape.cols
             memory[i] = op.bytes_total / (hw.hbm_bandwidth * eff.get("memory.fused_norm_fraction"))
-        if not has_row_law(eff, fam):
+        if fam is None or not has_row_law(eff, fam):
             continue
         lat = row_latency_s(rows, cols, DTYPE_BYTES[op.dtype], hw.sm_count, eff, fam) / hw.clock_fraction
         compute[i] = max(compute[i], lat)

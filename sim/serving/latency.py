@@ -129,7 +129,7 @@ def _negative_binomial(m: LatencyModel, j: np.ndarray) -> np.ndarray:
     r = mu * mu / (var - mu)
     logp = (special.gammaln(j + r) - special.gammaln(r) - special.gammaln(j + 1.0)
             + r * math.log(r / (r + mu)) + j * math.log(mu / (r + mu)))
-    return np.exp(logp)
+    return np.exp(logp - logp.max())     # relative weights: the truncated tail may hold the mass
 
 
 def _stationary(T: np.ndarray, start: np.ndarray, steps: int = 400) -> np.ndarray:
@@ -137,7 +137,8 @@ def _stationary(T: np.ndarray, start: np.ndarray, steps: int = 400) -> np.ndarra
     multi-threaded BLAS, which stalls on a loaded small machine). The moment-matched start is close;
     the chain forgets its start at rate rho per step, so near saturation the last iterate (within
     ``steps``) stands for the law."""
-    pi = start / start.sum()
+    total = start.sum()
+    pi = start / total if total > 0 and math.isfinite(total) else np.full(len(start), 1.0 / len(start))
     for _ in range(steps):
         pi, last = pi @ T, pi
         if np.abs(pi - last).sum() < 1e-11:
