@@ -46,11 +46,11 @@ def test_a_job_runs_once_for_many_askers():
 
     def slow():
         calls.append(1)
-        time.sleep(0.3)
+        time.sleep(1.0)
         return 42
 
     key = ("test", time.monotonic())
-    ready, job = jobs.peek(key, slow, "a test")
+    ready, job = jobs.peek(key, slow, "a test", wait_s=0.05)   # a page's wait, well inside the job
     assert not ready and not job.done()
     got = []
     ts = [threading.Thread(target=lambda: got.append(jobs.get(key, slow, "a test", timeout=10))) for _ in range(8)]
