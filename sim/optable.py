@@ -37,7 +37,7 @@ class GemmColumns:
         return len(self.M)
 
     def take(self, idx: np.ndarray) -> "GemmColumns":
-        return GemmColumns(self.M[idx], self.N[idx], self.K[idx], self.batch[idx])
+        return GemmColumns(*(getattr(self, f)[idx] for f in self.__slots__))
 
     @classmethod
     def of(cls, shapes: list[GemmShape | None]) -> "GemmColumns":

@@ -47,9 +47,10 @@ def assert_all_under(files: dict[str, str], root: Path) -> None:
     assert not outside, outside
 
 
-def test_checkout_root_is_found_for_this_tree():
+def test_checkout_root_is_found_for_this_tree_and_not_for_an_installed_package(tmp_path):
     assert checkout_root(ROOT / "mechsim") == ROOT
-    assert checkout_root(ROOT / "tests") is None or checkout_root(ROOT / "tests") == ROOT
+    (tmp_path / "mechsim").mkdir()          # site-packages/mechsim: no pyproject.toml beside it
+    assert checkout_root(tmp_path / "mechsim") is None
 
 
 def test_a_module_from_another_tree_is_refused(tmp_path, monkeypatch):
