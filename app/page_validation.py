@@ -1,5 +1,5 @@
 """Validation page: predicted vs measured on the committed GPU records, error by kind, and
-the CI thresholds (`mechsim validate compare`'s own functions, validation/compare.py)."""
+the CI thresholds (`mechsim validate compare`'s own functions, validation/analysis/compare.py)."""
 
 from __future__ import annotations
 

@@ -18,7 +18,7 @@ from mechsim.model.parallel import Parallelism
 from mechsim.sim.cluster import Cluster
 from mechsim.sim.estimate import estimate
 from mechsim.sim.offload import host_bytes_per_gpu
-from mechsim.validation.published_compare import pipeline_split
+from mechsim.validation.analysis.published_compare import pipeline_split
 
 SYSTEMS = (("gb200_nvl72", 16), ("hgx_b200", 8), ("hgx_h100", 8))   # 64 GPUs each
 

@@ -20,7 +20,7 @@ from mechsim.model.parallel import Parallelism
 from mechsim.sim.cluster import Cluster
 from mechsim.sim.estimate import estimate
 from mechsim.sim.search import search_plans
-from mechsim.validation.published_compare import pipeline_split
+from mechsim.validation.analysis.published_compare import pipeline_split
 
 GROUPS = ("tp", "cp", "ep", "pp", "dp")
 

@@ -117,9 +117,9 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def cmd_calibrate(a: argparse.Namespace) -> int:
-    from .validation.calibrate import calibrate, write_calibration
+    from .validation.analysis.calibrate import calibrate, write_calibration
     from .validation.records import iter_records, run_paths
-    from .validation.compare import DATA_DIR
+    from .validation.analysis.compare import DATA_DIR
     fitted, report = calibrate(a.gpu, a.paths or None)
     for g, (before, after, n) in report.items():
         print(f"{g:<18} n={n:<4} calibration MAPE {before:6.1%} -> {after:6.1%}")
@@ -138,7 +138,7 @@ def _fit_data_parallel(a: argparse.Namespace) -> None:
 
     from .sim import calibration, userdata
     from .sim import estimate as est_mod
-    from .validation.calibrate import fit_data_parallel, write_overlap_fit
+    from .validation.analysis.calibrate import fit_data_parallel, write_overlap_fit
     if a.out is not None:   # the second stage reads the first stage's file from where it went
         os.environ[userdata.ENV_VAR] = str(a.out)
     calibration.clear_caches()
@@ -175,11 +175,11 @@ def _print_published_memory(rows, verbose: bool) -> None:
 def cmd_published(a: argparse.Namespace) -> int:
     from collections import Counter
     if a.inference:
-        from .validation.published_serving import format_inference_report
+        from .validation.analysis.published_serving import format_inference_report
         text, _ = format_inference_report(a.verbose)
         print(text)
         return 0
-    from .validation.published_compare import by_system, compare_published
+    from .validation.analysis.published_compare import by_system, compare_published
     rows, unused = compare_published(a.source)
     if a.verbose and a.header:
         print(f"{'row':<70} {'published':>10} {'predicted':>10} {'error':>7}  stack")
@@ -207,15 +207,15 @@ def cmd_validate(a: argparse.Namespace) -> int:
     if a.vcmd == "published":
         return cmd_published(a)
     if a.vcmd == "clocks":
-        from .validation.clocks import clock_rows, report
+        from .validation.analysis.clocks import clock_rows, report
         print(report(clock_rows(a.paths or None), a.verbose))
         return 0
-    from .validation.compare import compare, failures, summarize, thresholds
-    from .validation.report import text_report, write_html
+    from .validation.analysis.compare import compare, failures, summarize, thresholds
+    from .validation.analysis.report import text_report, write_html
     rows, unused = compare(a.paths or None)
     summary, limits = summarize(rows), thresholds()
     if a.markdown:
-        from .validation.report import markdown_table
+        from .validation.analysis.report import markdown_table
         print(markdown_table(summary, limits))
         return 0
     print(text_report(rows, unused, summary, limits, a.verbose))
@@ -223,7 +223,7 @@ def cmd_validate(a: argparse.Namespace) -> int:
         write_html(a.html, rows, summary)
         print(f"wrote {a.html}")
     if a.write_accuracy:
-        from .validation.compare import write_accuracy
+        from .validation.analysis.compare import write_accuracy
         print(f"wrote {write_accuracy(rows, 'h200_sxm', a.out)}")
     bad = failures(summary, limits)
     for b in bad:

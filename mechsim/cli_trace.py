@@ -40,7 +40,7 @@ def trace_gpu(trace: Any, hw: str | None) -> str:
     """--hw, else the GPU the trace names (Chrome trace deviceProperties)."""
     if hw:
         return hw
-    from .validation.predict import GPU_BY_NAME
+    from .validation.analysis.predict import GPU_BY_NAME
     props = trace.meta.get("deviceProperties") or []
     name = next((d.get("name", "") for d in props if isinstance(d, dict) and d.get("id", 0) == trace.device), "")
     if not name:

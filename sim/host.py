@@ -12,7 +12,7 @@ per GPU machine in sim/data/efficiency) times ``Host.scale``:
 
 Without a probe the host's speed is not known: the committed runs' probes (quiet reads, before
 and after each case) ranged from ``center x low`` to ``center x high`` (their minimum and 98th
-percentile, validation/host_spread.py: a VM host sits in a fast state with slow spells, so the
+percentile, validation/analysis/host_spread.py: a VM host sits in a fast state with slow spells, so the
 range is lopsided), and a host-bound step's band widens by how far each end moves its step time
 (the tandem bound re-run at both ends, sim/launch.py) plus the kind's validated MAPE.
 """
@@ -145,7 +145,7 @@ def host_spread() -> dict:
         v = data.get(key, {}).get("value") if isinstance(data.get(key), dict) else None
         if not isinstance(v, (int, float)) or not 0 < v < 10:
             raise ValueError(f"{SPREAD_FILE}: field {key!r} needs {{ value = <number>, ... }}; "
-                             "write it with `python3 -m mechsim.validation.host_spread --out sim/data/host_spread.toml`")
+                             "write it with `python3 -m mechsim.validation.analysis.host_spread --out sim/data/host_spread.toml`")
     return data
 
 

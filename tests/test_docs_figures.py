@@ -1,5 +1,5 @@
 """Prose never drifts from its sources: README.md and docs/*.md quote validation figures only through
-markers that validation/figures.py recomputes, the README stays short, and no file of the repository
+markers that validation/analysis/figures.py recomputes, the README stays short, and no file of the repository
 cites a work session or a project issue number (cite a paper, a URL or a LOG entry's title)."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from mechsim.hwdb import spec_table_markdown
-from mechsim.validation.figures import (
+from mechsim.validation.analysis.figures import (
     MARKER, fill, figures_for, hw_block, marked_keys, prose_pages, stale, unmarked_percentages,
 )
 

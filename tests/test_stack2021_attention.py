@@ -4,8 +4,8 @@ import pytest
 
 from mechsim.model import TrainingWorkload, build_ops
 from mechsim.sim.stacks import get_stack
-from mechsim.validation.published import load_published
-from mechsim.validation.published_compare import RUN_CONFIGS, stack_for, workload_for
+from mechsim.validation.analysis.published import load_published
+from mechsim.validation.analysis.published_compare import RUN_CONFIGS, stack_for, workload_for
 
 GPT = dict(name="gpt-small", n_layers=2, d_model=1024, n_heads=16, n_kv_heads=16, ffn=4096, vocab=51200,
            max_seq=2048, mlp="gelu", norm="layernorm", linear_bias=True, pos_embedding="learned",

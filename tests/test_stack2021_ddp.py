@@ -7,8 +7,8 @@ from mechsim.model.parallel import Parallelism
 from mechsim.sim import overlap
 from mechsim.sim.cluster import Cluster
 from mechsim.sim.estimate import estimate
-from mechsim.validation.published import load_published
-from mechsim.validation.published_compare import stack_for
+from mechsim.validation.analysis.published import load_published
+from mechsim.validation.analysis.published_compare import stack_for
 
 GPT = dict(name="gpt-1b", n_layers=8, d_model=2048, n_heads=16, n_kv_heads=16, ffn=8192, vocab=51200,
            max_seq=2048, mlp="gelu", norm="layernorm", linear_bias=True, pos_embedding="learned",

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .compare import Row, Unused
-from .published_compare import PublishedRow
+from .analysis.compare import Row, Unused
+from .analysis.published_compare import PublishedRow
 
 __all__ = ["MeasuredComparison", "PublishedComparison", "Row", "Unused", "PublishedRow",
            "measured_comparison", "published_comparison", "published_by_system"]
@@ -41,7 +41,7 @@ class PublishedComparison:
 
 def measured_comparison() -> MeasuredComparison:
     """Predicted vs measured for every committed record, summarised per kind and split."""
-    from .compare import compare, failures, summarize, thresholds
+    from .analysis.compare import compare, failures, summarize, thresholds
     rows, unused = compare()
     summary, limits = summarize(rows), thresholds()
     return MeasuredComparison(tuple(rows), tuple(unused), summary, limits, tuple(failures(summary, limits)))
@@ -49,13 +49,13 @@ def measured_comparison() -> MeasuredComparison:
 
 def published_comparison() -> PublishedComparison:
     """Every published at-scale training row predicted with the stack and plan it ran."""
-    from .published import published_sources
-    from .published_compare import compare_published
+    from .analysis.published import published_sources
+    from .analysis.published_compare import compare_published
     rows, unused = compare_published()
     return PublishedComparison(tuple(rows), tuple(unused), {s.id: s for s in published_sources()})
 
 
 def published_by_system(rows, unflagged: bool = False) -> dict[str, tuple[int, float, float]]:
     """{system: (rows, MAPE, max |error|)}; ``unflagged``: without rows their source flags as a regression."""
-    from .published_compare import by_system
+    from .analysis.published_compare import by_system
     return by_system(list(rows), unflagged)

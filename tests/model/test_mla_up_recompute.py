@@ -29,8 +29,8 @@ def test_recompute_reruns_the_up_projections_in_the_backward():
 
 
 def test_rows_of_the_bridge_recipes_recompute_and_run_slower():
-    from mechsim.validation.published import load_published
-    from mechsim.validation.published_compare import cluster_for, workload_for
+    from mechsim.validation.analysis.published import load_published
+    from mechsim.validation.analysis.published_compare import cluster_for, workload_for
     from mechsim.sim.estimate import estimate
     row = next(r for r in load_published() if r.id == "mbridge-26.02-pretrain-gb200-deepseekv3-256g-fp8-mxfp8")
     w = workload_for(row)

@@ -97,8 +97,8 @@ def test_memory_holds_the_mtp_modules_on_their_stage():
 
 
 def test_published_rows_train_mtp_as_they_say():
-    from mechsim.validation.published import load_published
-    from mechsim.validation.published_compare import workload_for
+    from mechsim.validation.analysis.published import load_published
+    from mechsim.validation.analysis.published_compare import workload_for
     rows = {r.id: r for r in load_published()}
     on = workload_for(rows["mbridge-26.02-pretrain-gb200-deepseekv3-256g-fp8-mxfp8"])
     off = workload_for(rows["mbridge-25.11-pretrain-gb200-deepseekv3-w-o-mtp-256g-bf16"])

@@ -2,8 +2,8 @@
 one or the new one byte for byte, and every estimate equals the estimate of that combination of
 files (or is refused with a clear error; with atomic writes none is).
 
-The writer is a forked child running the real writers (validation.calibrate.write_calibration,
-write_overlap_fit, validation.compare.write_accuracy) in a loop, old and new content in turn,
+The writer is a forked child running the real writers (validation.analysis.calibrate.write_calibration,
+write_overlap_fit, validation.analysis.compare.write_accuracy) in a loop, old and new content in turn,
 so the kill lands anywhere inside a write: temp file half written, before fsync, before the rename.
 """
 
@@ -20,8 +20,8 @@ from mechsim.model.parallel import Parallelism
 from mechsim.sim import calibration, overlap, userdata
 from mechsim.sim._toml import DataFileError
 from mechsim.sim.estimate import estimate
-from mechsim.validation.calibrate import write_calibration, write_overlap_fit
-from mechsim.validation.compare import Row, write_accuracy
+from mechsim.validation.analysis.calibrate import write_calibration, write_overlap_fit
+from mechsim.validation.analysis.compare import Row, write_accuracy
 
 GPU = "h200_sxm"
 FILES = ("efficiency/h200_sxm.toml", "overlap.toml", "accuracy.toml")

@@ -59,7 +59,7 @@ def test_dedup_shortens_cross_node_all_to_all_only():
 
 def _dsv3_b200(**moe):
     from mechsim.model import TrainingWorkload, preset
-    from mechsim.validation.published_compare import pipeline_split
+    from mechsim.validation.analysis.published_compare import pipeline_split
     cfg = preset("deepseek-v3")
     cfg = cfg.model_copy(update={"moe": cfg.moe.model_copy(update={"dispatcher": "flex", **moe})})
     par = Parallelism(pp=8, vp=2, ep=32, dp=32, zero=1, schedule="interleaved", **pipeline_split(cfg, 8, 2))

@@ -149,7 +149,7 @@ def test_overlap_data_has_units_sources_and_kinds():
     assert "contention.compute_slowdown" in params
     for name, p in params.items():
         assert p.unit and p.kind in PARAM_KINDS, name
-        if p.kind == "calibrated":   # fitted by validation/calibrate.py fit_data_parallel on committed runs
+        if p.kind == "calibrated":   # fitted by validation/analysis/calibrate.py fit_data_parallel on committed runs
             runs = p.source.removeprefix("calibration:").split("+")
             assert p.source.startswith("calibration:") and all((DATA.parent.parent / "validation" / "data" / "h200"
                                                                 / f"{r}.json").exists() for r in runs), name

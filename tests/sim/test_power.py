@@ -67,7 +67,7 @@ def test_the_recorded_beta_is_the_fit_of_the_committed_gemm_power_curve():
     beats the cube law, and the curve is steeper at boost than at the sustained GEMM clock."""
     import numpy as np
 
-    from mechsim.validation.power_curve import capped_points, fit_beta, load_record
+    from mechsim.validation.analysis.power_curve import capped_points, fit_beta, load_record
     beta, rms = fit_beta(load_record())
     assert beta == pytest.approx(BETA, abs=0.005) and rms < 0.05
     x, g = np.array(capped_points(load_record())).T

@@ -5,7 +5,7 @@ from mechsim.model.parallel import Parallelism
 from mechsim.model.shard import local_config
 from mechsim.sim.cluster import Cluster
 from mechsim.sim.estimate import estimate
-from mechsim.validation.published_compare import pipeline_split
+from mechsim.validation.analysis.published_compare import pipeline_split
 
 
 def _dsv3(schedule: str) -> TrainingWorkload:

@@ -12,7 +12,7 @@ from mechsim.model import TrainingWorkload, preset
 from mechsim.model.parallel import Parallelism
 from mechsim.sim import storage as S
 from mechsim.sim.reliability import ReliabilityParams, run_reliability
-from mechsim.validation.storage_compare import rows_of
+from mechsim.validation.analysis.storage_compare import rows_of
 
 R = S.io_rates()
 

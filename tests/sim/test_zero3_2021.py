@@ -55,8 +55,8 @@ def test_trait_only_on_the_2021_stack():
 
 def test_serial_zero3_slows_the_2021_rows_and_grows_with_gpus():
     from mechsim.sim.estimate import estimate
-    from mechsim.validation.published import load_published
-    from mechsim.validation.published_compare import cluster_for, workload_for
+    from mechsim.validation.analysis.published import load_published
+    from mechsim.validation.analysis.published_compare import cluster_for, workload_for
     rows = {r.id: r for r in load_published() if r.id.startswith("megatron2021-t2-zero-3-174.6b")}
     comm = {}
     for g in (384, 1536):

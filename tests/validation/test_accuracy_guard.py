@@ -1,7 +1,7 @@
 """CI's accuracy guard: the committed H200 records, compared with the current
 predictions, must stay within validation/thresholds.toml on the held-out split."""
 
-from mechsim.validation.compare import compare, failures, summarize, thresholds
+from mechsim.validation.analysis.compare import compare, failures, summarize, thresholds
 
 
 def test_held_out_error_within_thresholds():

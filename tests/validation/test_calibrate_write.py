@@ -8,8 +8,8 @@ from mechsim.model import TrainingWorkload, preset
 from mechsim.sim import calibration, errorband, overlap, userdata
 from mechsim.sim._toml import load_toml
 from mechsim.sim.estimate import estimate
-from mechsim.validation.calibrate import write_calibration, write_overlap_fit
-from mechsim.validation.compare import Row, write_accuracy
+from mechsim.validation.analysis.calibrate import write_calibration, write_overlap_fit
+from mechsim.validation.analysis.compare import Row, write_accuracy
 
 W = TrainingWorkload(model=preset("llama3-8b"), mbs=1, seq=1024)
 

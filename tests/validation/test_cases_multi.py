@@ -173,7 +173,7 @@ def test_smoke_records_carry_what_compare_needs(smoke_run):
 @pytest.mark.slow
 def test_smoke_records_are_predicted(smoke_run):
     """Every smoke record gets a positive mechsim prediction (as an H200 run of the same cases)."""
-    from mechsim.validation.predict import predict
+    from mechsim.validation.analysis.predict import predict
     run, _ = smoke_run
     env = {**run["env"], "gpu_name": "NVIDIA H200"}
     for r in run["records"]:

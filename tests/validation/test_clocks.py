@@ -1,6 +1,6 @@
-"""The power model against the measured SM clocks of the timed steps (validation/clocks.py)."""
+"""The power model against the measured SM clocks of the timed steps (validation/analysis/clocks.py)."""
 
-from mechsim.validation.clocks import ClockRow, clock_rows, measured_clock_hz, summarize
+from mechsim.validation.analysis.clocks import ClockRow, clock_rows, measured_clock_hz, summarize
 
 
 def test_measured_clock_is_read_from_the_runner_sample():

@@ -6,8 +6,8 @@ import pytest
 
 from mechsim.model.microops import gemm
 from mechsim.sim.estimate import estimate_op
-from mechsim.validation.compare import compare, failures, split_of, summarize
-from mechsim.validation.predict import NotPredicted, gpu_key, predict_gemm
+from mechsim.validation.analysis.compare import compare, failures, split_of, summarize
+from mechsim.validation.analysis.predict import NotPredicted, gpu_key, predict_gemm
 
 
 def _run(records, gpu="NVIDIA H200"):
@@ -37,7 +37,7 @@ def pred_guess() -> float:
 
 def test_short_timed_windows_run_at_boost():
     """A GEMM timed over a short window (power cap not yet engaged) is predicted faster than
-    the same GEMM over a long one (validation.predict.boosted_compute_scale)."""
+    the same GEMM over a long one (validation.analysis.predict.boosted_compute_scale)."""
     p = {"dtype": "bf16", "m": 8192, "n": 8192, "k": 8192}
     short, long_ = predict_gemm(p, "h200_sxm", 0.005), predict_gemm(p, "h200_sxm", 1.0)
     assert 1.05 < long_ / short < 1.25
@@ -76,7 +76,7 @@ def test_threshold_failure_reported_for_held_out_only(tmp_path):
 
 
 def test_html_report_has_both_figures(tmp_path):
-    from mechsim.validation.report import write_html
+    from mechsim.validation.analysis.report import write_html
     pred = estimate_op(gemm(4096, 4096, 4096), "h200_sxm").time_s
     f = tmp_path / "run.json"
     f.write_text(json.dumps(_run([_gemm_record(4096, 4096, 4096, pred), _gemm_record(2048, 2048, 2048, pred / 4)])))

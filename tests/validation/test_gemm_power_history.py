@@ -1,4 +1,4 @@
-"""The power history of back-to-back GEMM microbenchmarks: validation/gemm_power.py carries the
+"""The power history of back-to-back GEMM microbenchmarks: validation/analysis/gemm_power.py carries the
 board's power average through a run with the simulator's controller model (sim/clock.py)."""
 
 import math
@@ -6,8 +6,8 @@ import math
 import pytest
 
 from mechsim.sim.clock import boost_left_s, boosted_share, relax
-from mechsim.validation import gemm_power as G
-from mechsim.validation.predict import predict
+from mechsim.validation.analysis import gemm_power as G
+from mechsim.validation.analysis.predict import predict
 
 H200 = "h200_sxm"
 

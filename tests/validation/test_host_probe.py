@@ -1,6 +1,6 @@
-"""Host-speed probes scale the eager stack's launch costs in predictions (validation/predict.py)."""
+"""Host-speed probes scale the eager stack's launch costs in predictions (validation/analysis/predict.py)."""
 
-from mechsim.validation.predict import HOST_PROBE_REF_S, host_probe_s, host_scale, predict_decode
+from mechsim.validation.analysis.predict import HOST_PROBE_REF_S, host_probe_s, host_scale, predict_decode
 
 P = {"model": "1b", "vocab": 128256, "d_model": 2048, "n_layers": 16, "n_heads": 32, "n_kv_heads": 8,
      "ffn": 8192, "tie_embeddings": True, "batch": 1, "ctx": 512, "mode": "eager"}
@@ -38,7 +38,7 @@ def test_model_probe_scale_is_measured_over_predicted_tiny_step():
 
 
 def test_rows_carry_their_host_probe_kind():
-    from mechsim.validation.compare import host_probe_kind
+    from mechsim.validation.analysis.compare import host_probe_kind
     rec = {"kind": "decode", "params": {"mode": "eager"}, "extra": {"host_probe_s": {}}}
     assert host_probe_kind(rec) == "launch"
     assert host_probe_kind({**rec, "extra": {"host_model_probe_s": {}, "host_probe_s": {}}}) == "model"
@@ -47,7 +47,7 @@ def test_rows_carry_their_host_probe_kind():
 
 
 def test_paired_probe_follows_the_median_sample():
-    from mechsim.validation.predict import paired_probe_s
+    from mechsim.validation.analysis.predict import paired_probe_s
     mp = {"mean": 2.0, "samples": [1.0, 3.0, 1.2, 2.9, 1.1]}
     timing = {"samples_s": [0.020, 0.040, 0.022, 0.041, 0.021]}   # fast host -> fast samples
     assert paired_probe_s(mp, timing) == 1.2                       # median sample 0.022 ran after 1.2

@@ -4,8 +4,8 @@ import pytest
 
 from mechsim.model.microops import rmsnorm_chain
 from mechsim.sim.estimate import estimate_op
-from mechsim.validation.compare import compare
-from mechsim.validation.predict import CHAIN_NOT_COMPARED, predict
+from mechsim.validation.analysis.compare import compare
+from mechsim.validation.analysis.predict import CHAIN_NOT_COMPARED, predict
 
 ENV = {"gpu_name": "NVIDIA H200"}
 

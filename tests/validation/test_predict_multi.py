@@ -1,4 +1,4 @@
-"""Predictions for the n-GPU records (validation/predict_multi.py) and the Tree term of sim.collectives."""
+"""Predictions for the n-GPU records (validation/analysis/predict_multi.py) and the Tree term of sim.collectives."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ import pytest
 
 from mechsim.sim.collectives import collective_time_s, tree_all_reduce_time_s, tree_bus_factor
 from mechsim.sim.estimate import efficiency, resolve_gpu
-from mechsim.validation.compare import compare, split_of
-from mechsim.validation.predict import NotPredicted, predict
-from mechsim.validation.predict_multi import (is_multi, pp_bubble_fraction, predict_collective_algo, predict_multi,
+from mechsim.validation.analysis.compare import compare, split_of
+from mechsim.validation.analysis.predict import NotPredicted, predict
+from mechsim.validation.analysis.predict_multi import (is_multi, pp_bubble_fraction, predict_collective_algo, predict_multi,
                                               predict_pp, predict_tp, world_of)
 
 GPU = "h200_sxm"
@@ -150,7 +150,7 @@ def test_tp_predictions_positive_and_monotone_in_tokens(n):
 def _tp_estimate(overrides=None):
     from mechsim.sim.distributed import resolve_cluster
     from mechsim.sim.estimate import estimate
-    from mechsim.validation.predict_multi import tp_workload
+    from mechsim.validation.analysis.predict_multi import tp_workload
     w = tp_workload(tp("prefill", "8b", 4, 2048, 8)["params"], 8)
     return estimate(w, resolve_cluster(GPU, 8), overrides=overrides)
 

@@ -1,4 +1,4 @@
-"""validation/published.py and the TOML files of validation/published/.
+"""validation/analysis/published.py and the TOML files of validation/published/.
 
 The transcription checks read the reference markdown (validation/published/reference.md,
 the files' citation) with a parser written here, independent of
@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from mechsim.validation.published import (
+from mechsim.validation.analysis.published import (
     INFERENCE_DIR, MODELS_FILE, PUBLISHED_DIR, PublishedDataError, _models, load_published,
     load_published_inference, published_sources,
 )

@@ -1,7 +1,7 @@
 """Published rows become workloads on clusters; unpredictable rows are listed, not dropped."""
 
-from mechsim.validation.published import load_published
-from mechsim.validation.published_compare import RUN_CONFIGS, compare_published, workload_for
+from mechsim.validation.analysis.published import load_published
+from mechsim.validation.analysis.published_compare import RUN_CONFIGS, compare_published, workload_for
 
 
 def test_every_row_is_predicted_or_listed():
@@ -28,8 +28,8 @@ def test_unstated_choices_are_the_documented_assumptions():
 
 
 def test_readme_published_table_is_the_comparison():
-    from mechsim.validation.published_compare import by_system
-    from mechsim.validation.update_readme import published_table
+    from mechsim.validation.analysis.published_compare import by_system
+    from mechsim.validation.analysis.update_readme import published_table
     rows, _ = compare_published()
     text = published_table()
     for system, (n, m, mx) in by_system(rows).items():

@@ -1,7 +1,7 @@
 """How published MoE rows are run (validation/published_compare.moe_software)."""
 
-from mechsim.validation.published import load_published
-from mechsim.validation.published_compare import moe_software, workload_for
+from mechsim.validation.analysis.published import load_published
+from mechsim.validation.analysis.published_compare import moe_software, workload_for
 
 
 def _rows(pred):

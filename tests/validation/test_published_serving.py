@@ -1,9 +1,9 @@
-"""Published serving results predicted (validation/published_serving.py): coverage, guards, closed loop."""
+"""Published serving results predicted (validation/analysis/published_serving.py): coverage, guards, closed loop."""
 
 import pytest
 
-from mechsim.validation.published import load_published_inference
-from mechsim.validation.published_serving import (ASSUMPTIONS, closed_loop, compare_inference, format_inference_report,
+from mechsim.validation.analysis.published import load_published_inference
+from mechsim.validation.analysis.published_serving import (ASSUMPTIONS, closed_loop, compare_inference, format_inference_report,
                                                   mape, _server)
 
 
@@ -70,7 +70,7 @@ def test_report_returns_the_overall_mape(compared):
 
 
 def test_flagged_groups_are_real_and_the_rest_within_15_percent(compared):
-    from mechsim.validation.published_serving import FLAGGED, MODE_SHORT
+    from mechsim.validation.analysis.published_serving import FLAGGED, MODE_SHORT
     rows, _ = compared
     groups = {(r.source, r.gpu, MODE_SHORT[r.mode]) for r in rows}
     assert set(FLAGGED) <= groups

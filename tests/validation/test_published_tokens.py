@@ -2,8 +2,8 @@
 
 import pytest
 
-from mechsim.validation.published import load_published
-from mechsim.validation.published_compare import (
+from mechsim.validation.analysis.published import load_published
+from mechsim.validation.analysis.published_compare import (
     cluster_for, gpus_for, nemo_flops_per_token, nemo_tokens_per_s, predict_row, published_tokens_per_s,
     workload_for)
 

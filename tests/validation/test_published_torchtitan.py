@@ -6,8 +6,8 @@ from mechsim.hwdb import get_gpu, get_system
 from mechsim.model import TrainingWorkload, build_ops, preset
 from mechsim.model.memory import activation_bytes_per_layer
 from mechsim.model.ops_train import op_sac_replay
-from mechsim.validation.published import load_published
-from mechsim.validation.published_compare import cluster_for, stack_for, workload_for
+from mechsim.validation.analysis.published import load_published
+from mechsim.validation.analysis.published_compare import cluster_for, stack_for, workload_for
 
 
 def _rows(source="torchtitan_h100_a10"):

@@ -1,8 +1,8 @@
 """gpt-oss rows before 26.06 ran TransformerEngine's unfused attention (learnable sinks)."""
 
 from mechsim.model import TrainingWorkload, build_ops
-from mechsim.validation.published import load_published
-from mechsim.validation.published_compare import UNFUSED_STACK, stack_for
+from mechsim.validation.analysis.published import load_published
+from mechsim.validation.analysis.published_compare import UNFUSED_STACK, stack_for
 
 
 def _rows(model: str):

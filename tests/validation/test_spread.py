@@ -1,4 +1,4 @@
-"""validation/spread.py: run-to-run spread of measured medians (synthetic run files)."""
+"""validation/analysis/spread.py: run-to-run spread of measured medians (synthetic run files)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from mechsim.validation import records, spread
+from mechsim.validation import records
+from mechsim.validation.analysis import spread
 
 
 def timing(median: float) -> dict:

@@ -15,7 +15,7 @@ Workloads (bf16): gemm = 4 x (8192 x 8192 x 8192) torch.mm; fa2 / cudnn = causal
 backward, (1, 32, 8192, 128), with the flash / cuDNN backend (forward and backward timed apart);
 mem = 4 copies of 1 GiB. Writes one JSON (torch + stdlib):
 
-    python validation/experiments/attention_power.py --out $OUT/attention_power.json
+    cd validation && python -m experiments.attention_power --out $OUT/attention_power.json
 
 --shapes M,N,K[;M,N,K...] instead runs, per GEMM shape (repeated to ~6.7 ms per unit), the shape
 alone and alternating with FA2 1:1 and 1:3 (how that shape's speed follows the clock); with
@@ -26,16 +26,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
-import sys
 import time
 
 import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "runners"))
-import timing  # noqa: E402
+from runners import timing  # run as a module from validation/ (see the usage line above)
 
 WARM_S, WINDOW_S = 2.0, 5.0
 RUNS = [  # (name, [(workload, units per period), ...])

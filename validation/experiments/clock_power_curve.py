@@ -24,25 +24,22 @@ does), so the per-SM power includes the data movement a real GEMM pays (L2, cros
 scales with the work rate (~f) rather than with f V^2. Its exponent a is the one a power cap
 applies to GEMM-bound steps. Writes one JSON (torch, triton, stdlib):
 
-    python validation/experiments/clock_power_curve.py --out $OUT/clock_power_curve.json
-    python validation/experiments/clock_power_curve.py --loads gemm --out $OUT/gemm_power_curve.json
+    cd validation && python -m experiments.clock_power_curve --out $OUT/clock_power_curve.json
+    cd validation && python -m experiments.clock_power_curve --loads gemm --out $OUT/gemm_power_curve.json
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
-import sys
 import time
 
 import torch
 import triton
 import triton.language as tl
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "runners"))
-import timing  # noqa: E402
+from runners import timing  # run as a module from validation/ (see the usage line above)
 
 WARM_S, WINDOW_S = 1.5, 3.0
 BM, BN, BK = 128, 256, 64

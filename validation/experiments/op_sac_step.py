@@ -8,23 +8,20 @@ backend (the torchtitan stacks' FA2), under autocast bf16, and times forward + l
 optimizer) and the peak memory for each mode, with the same policy torchtitan uses
 (torch.utils.checkpoint.create_selective_checkpoint_contexts). Writes one JSON (torch + stdlib):
 
-    python validation/experiments/op_sac_step.py --out $OUT/op_sac_step.json
+    cd validation && python -m experiments.op_sac_step --out $OUT/op_sac_step.json
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
-import sys
 
 import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.utils.checkpoint import CheckpointPolicy, checkpoint, create_selective_checkpoint_contexts
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "runners"))
-import llama_ref  # noqa: E402
+from runners import llama_ref  # run as a module from validation/ (see the usage line above)
 
 # Llama 3 8B shapes with 4 layers (vocab kept: the head and loss are part of the step)
 CFG = dict(vocab=128256, d_model=4096, n_layers=4, n_heads=32, n_kv_heads=8, ffn=14336, max_seq=8192)

@@ -5,7 +5,7 @@ import sys
 import collections
 import re
 import mechsim
-from mechsim.validation.predict import train_workload
+from mechsim.validation.analysis.predict import train_workload
 from mechsim.sim.estimate import estimate
 
 DATA = '/work/main/validation/data/h200/'

@@ -15,23 +15,21 @@ Cases: the 2-GPU DDP records' 1B shape (mbs 2, seq 2048: many small kernels) and
 Llama 3 8B shape (mbs 1, seq 4096: larger kernels), each beside all_reduce of 25 MiB (DDP's
 bucket) and 256 MiB. Writes one JSON (torch + stdlib):
 
-    python validation/experiments/step_contention.py --out $OUT/step_contention.json
+    cd validation && python -m experiments.step_contention --out $OUT/step_contention.json
 """
 
 from __future__ import annotations
 
 import os
 import statistics
-import sys
 
 import torch
 import torch.distributed as dist
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-import two_gpu   # this folder's 2-GPU plumbing (the script's own directory is on sys.path)
+from experiments import two_gpu   # this folder's 2-GPU plumbing
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "runners"))
-import llama_ref  # noqa: E402
+from runners import llama_ref  # run as a module from validation/ (see the usage line above)
 
 MODELS = {   # name: (RefConfig fields, mbs, seq)
     "1b_l8": (dict(vocab=128256, d_model=2048, n_layers=8, n_heads=32, n_kv_heads=8, ffn=8192, max_seq=2048), 2, 2048),

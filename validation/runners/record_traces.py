@@ -30,9 +30,8 @@ from typing import Callable
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from llama_ref import loss_fn  # noqa: E402
-from models import batch, build_model, make_optimizer, model_params, ref_config  # noqa: E402
+from llama_ref import loss_fn  # this folder is on sys.path: the script is run by its path
+from models import batch, build_model, make_optimizer, model_params, ref_config
 
 ACTIVE_STEPS = 3
 

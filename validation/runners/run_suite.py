@@ -18,9 +18,7 @@ import sys
 for _k, _v in (("NCCL_NVLS_ENABLE", "0"), ("TORCH_SYMM_MEM_DISABLE_MULTICAST", "1"), ("NVSHMEM_DISABLE_NVLS", "1")):
     if os.environ.get(_k) != _v:  # NVLink multicast must stay off on the lent machines (KINDS.md)
         os.environ[_k] = _v
-HERE = os.path.dirname(os.path.abspath(__file__))
-if HERE not in sys.path:
-    sys.path.insert(0, HERE)
+HERE = os.path.dirname(os.path.abspath(__file__))   # run by its path: this folder is sys.path[0]
 
 import argparse  # noqa: E402
 import dataclasses  # noqa: E402

@@ -17,15 +17,13 @@ import os
 import sys
 from pathlib import Path
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-if HERE not in sys.path:
-    sys.path.insert(0, HERE)
+import cases_sweep  # this folder is sys.path[0]: the script is run by its path
+import run_suite
+import torch
+from common import Ctx, execute
+from env import gpu_slug, l2_bytes
 
-import cases_sweep  # noqa: E402
-import run_suite  # noqa: E402
-import torch  # noqa: E402
-from common import Ctx, execute  # noqa: E402
-from env import gpu_slug, l2_bytes  # noqa: E402
+HERE = os.path.dirname(os.path.abspath(__file__))
 
 
 def boot_id() -> str | None:

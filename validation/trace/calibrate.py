@@ -1,6 +1,6 @@
 """Opt-in calibration from a trace: fit the GEMM efficiency parameters on the trace's own GEMMs.
 
-The law and the fit are `mechsim validate calibrate`'s (validation/calibrate.py: the GEMM
+The law and the fit are `mechsim validate calibrate`'s (validation/analysis/calibrate.py: the GEMM
 group, scipy least_squares on log(predicted / measured) over the active parameters). Measured
 time of one GEMM call = its kernels (main kernel plus any split-K reduce launched by the same
 aten op), median over the calls of one (M, N, K, batch, dtype). The distinct shapes are split
@@ -21,7 +21,7 @@ import numpy as np
 from ...model.microops import gemm
 from ...sim._toml import update_records
 from ...sim.estimate import efficiency, hw_rates, resolve_gpu
-from ..calibrate import GEMM_PARAMS, Group, fit_group, predict_group
+from ..analysis.calibrate import GEMM_PARAMS, Group, fit_group, predict_group
 from .match import dims_mnk
 from .timeline import Timeline
 

@@ -17,10 +17,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..model import TrainingWorkload
-from ..sim import overlap
-from ..sim.cluster import Cluster
-from ..sim.estimate import estimate
+from ...model import TrainingWorkload
+from ...sim import overlap
+from ...sim.cluster import Cluster
+from ...sim.estimate import estimate
 from .published import load_published
 
 ASSUMED = {"sp": "tp > 1", "zero": 1}

@@ -28,7 +28,7 @@ from mechsim.model.parallel import Parallelism
 from mechsim.sim._toml import load_toml
 
 
-PUBLISHED_DIR = Path(__file__).resolve().parent / "published"
+PUBLISHED_DIR = Path(__file__).resolve().parents[1] / "published"
 INFERENCE_DIR = PUBLISHED_DIR / "inference"
 MODELS_FILE = PUBLISHED_DIR / "models.toml"
 

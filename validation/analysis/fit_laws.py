@@ -21,11 +21,11 @@ from dataclasses import dataclass
 import numpy as np
 from scipy.optimize import least_squares
 
-from ..sim import estimate as est
-from ..sim.calibration import EFFICIENCY_DIR
+from ...sim import estimate as est
+from ...sim.calibration import EFFICIENCY_DIR
 from .compare import DATA_DIR, row_kind, split_of
 from .predict import NotPredicted, gpu_key, predict
-from .records import iter_records, run_paths
+from ..records import iter_records, run_paths
 
 
 @dataclass(frozen=True)
@@ -92,7 +92,7 @@ def fit(group: str, gpu: str = "h200_sxm") -> tuple[dict[str, float], float, flo
 
 
 def write(values: dict[str, float], group: str, runs: str, n: int, gpu: str = "h200_sxm") -> None:
-    from ..sim._toml import update_records
+    from ...sim._toml import update_records
     units = GROUPS[group].start
     recs = {k: {"value": float(f"{v:.6g}"), "unit": units[k][1], "source": f"calibration:{runs}",
                 "kind": "calibrated", "note": f"fitted by validation/fit_laws.py --group {group} on {n} "

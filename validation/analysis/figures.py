@@ -108,14 +108,14 @@ def prose_pages(root) -> list:
 
 def hw_block(text: str) -> str:
     """``text`` with its <!-- hwtable:begin/end --> block rewritten from hwdb/."""
-    from ..hwdb import spec_table_markdown
+    from ...hwdb import spec_table_markdown
     pattern = re.compile(r"(<!-- hwtable:begin -->\n).*?(<!-- hwtable:end -->)", re.S)
     return pattern.sub(lambda m: m.group(1) + spec_table_markdown().rstrip("\n") + "\n" + m.group(2), text)
 
 
 def update_docs(root) -> list:
     """Rewrite the marked figures and the spec table of every prose page; the pages changed."""
-    from ..sim.atomic import write_text_atomic
+    from ...sim.atomic import write_text_atomic
     pages = {p: p.read_text(encoding="utf-8") for p in prose_pages(root)}
     figs = figures_for(set().union(*(marked_keys(t) for t in pages.values())))
     changed = []

@@ -39,7 +39,7 @@ def measured_clock_hz(rec: dict) -> float | None:
 
 def predicted_clock_hz(rec: dict, run: dict) -> float:
     """The clock sim/power.py gives the record's workload (as validation/predict.py builds it)."""
-    from ..sim.estimate import estimate
+    from ...sim.estimate import estimate
     from .predict import gpu_key, host_scale, host_scaled_stack, inference_workload, train_workload
     gpu, p = gpu_key(run["env"]), rec["params"]
     w = inference_workload(p, "prefill") if rec["kind"] == "prefill" else train_workload(p)
@@ -48,7 +48,7 @@ def predicted_clock_hz(rec: dict, run: dict) -> float:
 
 def clock_rows(paths=None) -> list[ClockRow]:
     from .compare import DATA_DIR, split_of
-    from .records import iter_records, run_paths
+    from ..records import iter_records, run_paths
     rows = []
     for run, rec in iter_records(run_paths(paths or [DATA_DIR])):
         if rec["kind"] not in KINDS or rec.get("error") or not rec.get("timing"):

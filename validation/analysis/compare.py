@@ -15,11 +15,11 @@ import hashlib
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..sim._toml import load_toml
+from ...sim._toml import load_toml
 from .predict import NotPredicted, predict, predict_train_memory
-from .records import iter_records, run_paths
+from ..records import iter_records, run_paths
 
-HERE = Path(__file__).parent
+HERE = Path(__file__).resolve().parents[1]   # validation/: its data, splits and thresholds
 DATA_DIR = HERE / "data"
 SPLITS = load_toml(HERE / "splits.toml")
 THRESHOLDS_FILE = HERE / "thresholds.toml"
@@ -229,8 +229,8 @@ def accuracy_records(rows: list[Row], gpu: str) -> dict[str, dict]:
 
 def write_accuracy(rows: list[Row], gpu: str, out_dir: str | Path | None = None) -> Path:
     """<out_dir or the user data directory>/accuracy.toml (sim/errorband.py reads it), atomically."""
-    from ..sim import userdata
-    from ..sim._toml import write_toml
+    from ...sim import userdata
+    from ...sim._toml import write_toml
     runs = sorted({r.run_id for r in rows})
     comments = ["Held-out accuracy of end-to-end estimates, written by `mechsim validate compare --write-accuracy`.",
                 f"Runs: {', '.join(runs)}. Estimates carry these as their error band."]

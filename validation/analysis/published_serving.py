@@ -23,8 +23,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..sim.serving import Deployment, Engine, Lengths, Server, decode_s, kv_capacity, prefill_s
-from ..sim.serving.trtllm_bench import bench_settings, unchunked_tokens
+from ...sim.serving import Deployment, Engine, Lengths, Server, decode_s, kv_capacity, prefill_s
+from ...sim.serving.trtllm_bench import bench_settings, unchunked_tokens
 from .published import load_published_inference
 
 FP = {"fp8": "fp8", "fp4": "fp4", "nvfp4": "fp4", "bf16": "bf16", "fp16": "fp16", None: "bf16"}

@@ -17,12 +17,12 @@ import argparse
 import sys
 from pathlib import Path
 
-from ..sim.atomic import write_text_atomic
-from ..sim.host import TINY_FIELDS, reference_tiny_host_s
+from ...sim.atomic import write_text_atomic
+from ...sim.host import TINY_FIELDS, reference_tiny_host_s
 from .compare import DATA_DIR
-from ..sim.estimate import resolve_gpu
+from ...sim.estimate import resolve_gpu
 from .predict import gpu_key
-from .records import iter_records, run_paths
+from ..records import iter_records, run_paths
 
 QUANTILES = (0.0, 0.98)
 

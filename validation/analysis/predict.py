@@ -7,10 +7,10 @@ reason (the compare report lists those; nothing is skipped silently).
 
 from __future__ import annotations
 
-from .. import (Parallelism, RunPattern, collective_time, device_copy_time, estimate, estimate_op, get_stack,
+from ... import (Parallelism, RunPattern, collective_time, device_copy_time, estimate, estimate_op, get_stack,
                 host_copy_time, power_demand, stack_for)
-from ..model import InferenceWorkload, TrainingWorkload, TransformerConfig
-from ..model.microops import (attention, cast, cross_entropy_chain, gemm, memory_kernel, reduction, rmsnorm_chain,
+from ...model import InferenceWorkload, TrainingWorkload, TransformerConfig
+from ...model.microops import (attention, cast, cross_entropy_chain, gemm, memory_kernel, reduction, rmsnorm_chain,
                               rope_chain, row_norm, softmax, swiglu_chain, unary)
 from . import gemm_power
 

@@ -12,13 +12,13 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from ..sim.atomic import write_text_atomic
+from ...sim.atomic import write_text_atomic
 from .compare import compare, summarize, thresholds
 from .report import markdown_table
 from .spread import spread_table
 
-README = Path(__file__).parent / "README.md"
-TOP_README = Path(__file__).parent.parent / "README.md"
+README = Path(__file__).resolve().parents[1] / "README.md"
+TOP_README = Path(__file__).resolve().parents[2] / "README.md"
 
 
 def replace_between(text: str, tag: str, body: str) -> str:

@@ -19,10 +19,10 @@ from pathlib import Path
 import numpy as np
 from scipy.optimize import least_squares
 
-from ..hwdb.loader import get_gpu
-from ..sim.power import power_curve
+from ...hwdb.loader import get_gpu
+from ...sim.power import power_curve
 
-RECORD = Path(__file__).resolve().parent / "experiments/records/20261201T0000Z_gemm_power_curve_h200.json"
+RECORD = Path(__file__).resolve().parents[1] / "experiments/records/20261201T0000Z_gemm_power_curve_h200.json"
 
 
 def capped_points(record: dict, gpu: str = "h200_sxm") -> list[tuple[float, float]]:

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from .compare import DATA_DIR
 from .predict import gpu_key, inference_workload, train_workload
-from .records import iter_records, run_paths
+from ..records import iter_records, run_paths
 
 
 @dataclass(frozen=True)
@@ -52,7 +52,7 @@ def workload_of(rec: dict):
 
 
 def host_row(run: dict, rec: dict) -> HostRow:
-    from .. import estimate
+    from ... import estimate
     prof, w, gpu = rec["extra"]["host_profile"], workload_of(rec), gpu_key(run["env"])
     probed, default = estimate(w, gpu, profile=prof), estimate(w, gpu)
     return HostRow(prof["host"].get("boot_id") or "?", rec["case_id"], rec["kind"], rec["timing"]["median_s"],

@@ -20,12 +20,12 @@ from pathlib import Path
 import numpy as np
 from scipy.optimize import least_squares
 
-from ..model.microops import attention, gemm, memory_kernel, reduction
-from ..sim._toml import update_records, write_toml
-from ..sim.calibration import Efficiency, efficiency_for
-from ..sim.estimate import hw_rates, resolve_gpu
-from ..sim.kernels import kernel_times
-from ..sim.optable import build_table
+from ...model.microops import attention, gemm, memory_kernel, reduction
+from ...sim._toml import update_records, write_toml
+from ...sim.calibration import Efficiency, efficiency_for
+from ...sim.estimate import hw_rates, resolve_gpu
+from ...sim.kernels import kernel_times
+from ...sim.optable import build_table
 from . import gemm_power
 from .compare import DATA_DIR, fit_split
 from .predict import (
@@ -36,7 +36,7 @@ from .predict import (
     gpu_key,
     timed_window_s,
 )
-from .records import iter_records, run_paths
+from ..records import iter_records, run_paths
 
 GEMM_PARAMS = ("gemm.peak_fraction_bf16", "gemm.peak_fraction_fp16", "gemm.peak_fraction_fp8",
                "gemm.peak_fraction_tf32", "gemm.peak_fraction_fp32", "gemm.k_overhead", "gemm.fixed_s",
@@ -122,8 +122,8 @@ def boosted_compute_scale(timed_s: np.ndarray, eff, boost_left_s: np.ndarray | N
     """Compute-time factor of GEMM windows of ``timed_s`` whose boost lasts ``boost_left_s`` from
     the window's start (sim/clock.py; a cool start where None): the median (middle) replay is
     boosted by b = min(1, exp(-(timed / 2 - t_boost) / decay)), scale = 1 - b (1 - 1 / boost_speedup)."""
-    from ..sim.clock import boost_left_s as left_s
-    from ..sim.clock import boosted_share
+    from ...sim.clock import boost_left_s as left_s
+    from ...sim.clock import boosted_share
     if boost_left_s is None:
         boost_left_s = left_s(0.0, eff.get("gemm.boost_power"), eff.get("gemm.power_tau_s"))
     boosted = boosted_share(timed_s, boost_left_s, eff.get("gemm.boost_decay_s"))
@@ -133,7 +133,7 @@ def boosted_compute_scale(timed_s: np.ndarray, eff, boost_left_s: np.ndarray | N
 def _demands(h, gpu: str) -> list[float]:
     """Power demand at boost of each GEMM case of a run history (at the starting efficiency:
     fixed during the fit, ~w_mem or ~boost_power for nearly every case)."""
-    from .. import power_demand
+    from ... import power_demand
     from .predict import gemm_op
     return [power_demand(gemm_op(r), gpu) for r in h.params]
 
@@ -179,7 +179,7 @@ def _boost_left(g: Group, eff: Efficiency) -> np.ndarray | None:
     """Seconds of boost left at each record's window, from its run's power history."""
     if not g.history:
         return None
-    from ..sim.clock import boost_left_s
+    from ...sim.clock import boost_left_s
     tau, out, cache = eff.get("gemm.power_tau_s"), [], {}
     for h, cid in g.history:
         if id(h) not in cache:
@@ -244,7 +244,7 @@ def fit_optimizer_fraction(paths, gpu, eff: Efficiency) -> tuple[dict[str, float
     """memory.optimizer_fraction from the optimizer kernels of profiled calibration-split train
     steps: each step's multi_tensor_apply AdamW kernel time against the model's optimizer op
     (its bytes and fixed cost); log least squares over the steps = the geometric mean."""
-    from ..sim.estimate import estimate
+    from ...sim.estimate import estimate
     from .predict import train_workload
     g = resolve_gpu(gpu)
     pairs = []
@@ -272,7 +272,7 @@ def fit_optimizer_fraction(paths, gpu, eff: Efficiency) -> tuple[dict[str, float
 def fit_warp_softmax(paths, gpu, eff: Efficiency) -> tuple[dict[str, float], tuple[float, float, int]]:
     """softmax_warp_forward's element rate and bandwidth fraction (sim/rowkernels.py), fitted on
     the calibration-split softmax forwards that torch dispatches to the warp kernel."""
-    from ..sim.rowkernels import softmax_fwd_s, softmax_kernel
+    from ...sim.rowkernels import softmax_fwd_s, softmax_kernel
     g = resolve_gpu(gpu)
     cases = []
     for run, rec in iter_records(run_paths(paths or [DATA_DIR])):
@@ -309,8 +309,8 @@ def fit_launch(paths, gpu) -> tuple[dict[str, float], tuple[float, float, int]]:
     Python-side work a kernel count misses (views, autocast dispatch, autograd)."""
     import dataclasses
 
-    from ..sim.estimate import estimate
-    from ..sim.stacks import get_stack
+    from ...sim.estimate import estimate
+    from ...sim.stacks import get_stack
     from .predict import host_scale, inference_workload, train_workload
     cases = []
     for run, rec in iter_records(run_paths(paths or [DATA_DIR])):
@@ -337,8 +337,8 @@ def fit_launch(paths, gpu) -> tuple[dict[str, float], tuple[float, float, int]]:
 def fit_collectives(paths, gpu) -> tuple[dict[str, float], dict[str, tuple[float, float, int]]]:
     """latency_s and bw_fraction of each NCCL operation, on the calibration split
     of the multi-GPU collective records (sim/collectives.py has the formula)."""
-    from ..sim.collectives import bus_factor, tree_bus_factor
-    from ..sim.estimate import resolve_gpu as _gpu
+    from ...sim.collectives import bus_factor, tree_bus_factor
+    from ...sim.estimate import resolve_gpu as _gpu
     from .predict_multi import world_of
     link = _gpu(gpu).nvlink_bw_per_dir
     by_op: dict[str, list[tuple[float, float]]] = {}
@@ -419,7 +419,7 @@ def _nest(data: dict, dotted: str, record: dict) -> None:
 
 
 def _data_dir(out_dir: Path | None) -> Path:
-    from ..sim import userdata
+    from ...sim import userdata
     return Path(out_dir) if out_dir is not None else userdata.user_data_dir()
 
 
@@ -438,7 +438,7 @@ def fit_data_parallel(paths=None, gpu: str = "h200_sxm") -> tuple[dict[str, floa
     """Contention slowdown and FSDP2's host time per unit (sim/data/overlap.toml), fitted
     on the calibration split of the two-GPU DDP/FSDP step records (log error); returns
     (values, (MAPE before, MAPE after, records), run ids)."""
-    from ..sim import overlap
+    from ...sim import overlap
     from .predict import predict_data_parallel
     cases, runs = [], set()
     for run, rec in iter_records(run_paths(paths or [DATA_DIR])):
@@ -462,7 +462,7 @@ def write_overlap_fit(vals: dict[str, float], n: int, runs: list[str], out_dir: 
     """Set the fitted entries (value, kind, source; unit and note kept) in <out_dir or the user
     data directory>/overlap.toml, which overlays the package's sim/data/overlap.toml (tomlkit,
     written atomically; out_dir = the package's sim/data updates the shipped table in place)."""
-    from ..sim.overlap import overlap_params
+    from ...sim.overlap import overlap_params
     base = overlap_params()
     records = {name: {"value": float(f"{v:.4g}"), "unit": base[name].unit, "source": f"calibration:{'+'.join(runs)}",
                       "kind": "calibrated", "note": base[name].note or f"fitted on {n} calibration records"}

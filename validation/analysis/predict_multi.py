@@ -23,7 +23,7 @@ Host speed: the records' host probes scale the stack's launch costs as in predic
 
 from __future__ import annotations
 
-from .. import Parallelism, collective_time, estimate
+from ... import Parallelism, collective_time, estimate
 from .predict import (NotPredicted, gpu_key, host_scale, host_scaled_stack, inference_workload,
                       train_workload)
 

@@ -16,9 +16,9 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..sim.storage import checkpoint_io, storage
+from ...sim.storage import checkpoint_io, storage
 
-RECORDS = Path(__file__).parent / "experiments" / "records"
+RECORDS = Path(__file__).resolve().parents[1] / "experiments" / "records"
 CALIBRATION_MODELS = {"llama3.2-3b"}      # torch_save_rate / load_extra_rate were fitted on these
 PCIE_GEN5_X16_BPS = 64e9                  # the H200's host link per direction (hwdb h200_sxm pcie_bandwidth_per_dir)
 

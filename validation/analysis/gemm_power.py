@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .. import power_average
+from ... import power_average
 
 WARMUP_CALLS = 3          # timing.measure's warm-up calls
 ESTIMATE_BURST_S = 2e-3   # timing.estimate_call_s: a burst of >= 2 x TARGET_S (or one call if longer)

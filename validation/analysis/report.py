@@ -67,7 +67,7 @@ def error_figure(summary):
 def write_html(path, rows, summary) -> None:
     html = [f.to_html(full_html=False, include_plotlyjs=("cdn" if i else True))
             for i, f in enumerate((scatter_figure(rows), error_figure(summary)))]
-    from ..sim.atomic import write_text_atomic
+    from ...sim.atomic import write_text_atomic
     write_text_atomic(path, "<html><head><meta charset='utf-8'><title>mechsim validation</title></head><body>"
                       + "".join(html) + "</body></html>")
 

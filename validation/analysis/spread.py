@@ -25,9 +25,9 @@ import sys
 from pathlib import Path
 from typing import Iterable
 
-from . import records
+from .. import records
 
-DATA_DIR = Path(__file__).resolve().parent / "data"
+DATA_DIR = Path(__file__).resolve().parents[1] / "data"
 
 # README order; kinds not listed sort after these, alphabetically.
 KIND_ORDER = ("memory", "launch", "gemm", "attention", "elementwise", "norm", "softmax",
