@@ -1,0 +1,248 @@
+"""Hardware counters per op: the achieved fraction of each unit's peak and the unit that binds,
+as Nsight Compute shows them for one launch of the op's kernels (docs/counters.md).
+
+The model's roofline already knows the sides of an op's time (compute, memory, fixed); this turns
+them into a profiler's view. For one instance of time t (estimate_op, run as a burst from idle: a
+profiled kernel runs alone, at the boost clock):
+
+    tensor = flops / (t x tensor FLOP per SM per clock[dtype] x SMs x boost clock)   matmul, attention
+    sm     = SM-pipe seconds / t x row fill     other ops: the compute side (element rates, row
+             latency) and a one-pass softmax's element rate; row fill = rows / (rows per SM x SMs)
+             of a row kernel, at most 1 (few rows leave SMs idle: latency)
+           = exponentials / (t x MUFU rate)    attention
+    hbm    = dram_bytes / (t x HBM peak)
+    l2     = l2_bytes / (t x L2 peak)         L2 peak: bytes per L2 clock x L2 clock (sim/data/counters.toml)
+
+dram_bytes is what a profiler counts with its caches flushed before the kernel: every byte read
+comes from DRAM once; written bytes stay in L2 (write-back) until the kernel's footprint
+(read + written) passes the L2's write-back capacity, and the evicted share of them reaches DRAM:
+    dram_bytes = read + written x max(0, footprint - C) / footprint,  C = l2_writeback_fraction x L2
+l2_bytes: a GEMM re-reads A once per column of tiles and B once per row of tiles (the CTA tile
+the model's GEMM efficiency picks); a flash-attention kernel reads K and V once per query block
+(not when FA2 packs a GQA group into one block); other kernels move their bytes through L2 once.
+
+The binding unit follows Nsight Compute's speed-of-light reading (binding_unit): latency when
+neither the compute side max(tensor, sm) nor the memory side max(hbm, l2) reaches 60 % of peak.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ..model.ops import DTYPE_BYTES, AttentionShape, GemmShape, Op, RowShape
+from ._toml import load_toml
+from .calibration import DATA
+from .clock import burst
+from .estimate import efficiency, estimate_op, resolve_gpu
+from .kernel_laws import has_row_law, norm_family, softmax_family
+from .results import OpEstimate
+from .rowkernels import elem_rate, softmax_kernel
+from .stacks import get_stack
+
+UNITS = ("tensor", "sm", "hbm", "l2")
+BINDINGS = UNITS + ("l1", "latency")
+LATENCY_BELOW = 0.60      # Nsight Compute SpeedOfLight.py: latency_bound_threshold = 60 (% of peak)
+TENSOR_KINDS = ("matmul", "attention")
+_PROFILED = burst(1.0)    # one launch after idle: the profiler replays each kernel on its own
+
+
+@dataclass(frozen=True, slots=True)
+class OpCounters:
+    """One op instance as a profiler would show it. Fractions of each unit's peak (0..1+)."""
+
+    name: str
+    kind: str
+    phase: str
+    time_s: float          # GPU time of one instance
+    tensor: float          # tensor-pipe cycles active / elapsed
+    sm: float              # the SM's FP32 / integer / SFU / load-store pipes
+    hbm: float             # DRAM bytes / (time x HBM peak)
+    l2: float              # L2 bytes / (time x L2 peak); nan without L2 data for the GPU
+    dram_bytes: float
+    l2_bytes: float
+    binding: str           # one of BINDINGS
+    l2_regime: str         # "resident": the written bytes stay in L2 at the kernel's end; "streaming"
+    model_bound: str       # the roofline side the time came from (compute, memory, latency)
+
+    @property
+    def compute_sol(self) -> float:
+        return max(self.tensor, self.sm)
+
+    @property
+    def memory_sol(self) -> float:
+        return max(self.hbm, 0.0 if math.isnan(self.l2) else self.l2)
+
+
+def binding_unit(tensor: float, sm: float, hbm: float, l2: float, l1: float = 0.0,
+                 compute: float | None = None, memory: float | None = None) -> str:
+    """The unit that binds, from fractions of peak (docs/counters.md, one rule for the model and
+    for Nsight Compute): 'latency' when max(compute, memory) < 0.6; else the compute side
+    ('tensor' if the tensor pipe is at least the SM pipes, else 'sm') when compute >= memory; else
+    'hbm' / 'l2' / 'l1', the busiest memory unit. compute / memory default to max of their units
+    (a profiler's sm__throughput / gpu__compute_memory_throughput when given)."""
+    l2 = 0.0 if math.isnan(l2) else l2
+    c = max(tensor, sm) if compute is None else compute
+    m = max(hbm, l2, l1) if memory is None else memory
+    if max(c, m) < LATENCY_BELOW:
+        return "latency"
+    if c >= m:
+        return "tensor" if tensor >= sm else "sm"
+    if hbm >= max(l2, l1):
+        return "hbm"
+    return "l2" if l2 >= l1 else "l1"
+
+
+@functools.lru_cache(maxsize=8)
+def l2_params(arch: str) -> tuple[float, float, float] | None:
+    """(L2 bytes per clock, L2 clock Hz, write-back fraction of the L2) of ``arch``, None without data."""
+    raw = load_toml(DATA / "counters.toml").get(arch)
+    if raw is None:
+        return None
+    return (float(raw["l2_bytes_per_clock"]["value"]), float(raw["l2_clock"]["value"]) * 1e9,
+            float(raw["l2_writeback_fraction"]["value"]))
+
+
+def tensor_peak_at_boost(gpu, dtype: str) -> float:
+    """Dense tensor FLOP/s of ``dtype`` at the boost clock: the datasheet peak (quoted at the
+    tensor clock) x boost / tensor clock; nan where the GPU has no such rate."""
+    try:
+        peak = float(gpu.peak_flops(dtype))
+        return peak * float(gpu.boost_clock_hz) / float(gpu.tensor_clock_hz)
+    except (KeyError, ValueError):
+        return math.nan
+
+
+def _mufu_at_boost(gpu) -> float:
+    """Exponentials per second of the SFU (MUFU.EX2) at the boost clock; inf without data."""
+    try:
+        return float(gpu.mufu_ex2_rate) * float(gpu.boost_clock_hz) / float(gpu.tensor_clock_hz)
+    except (KeyError, ValueError):
+        return math.inf
+
+
+def dram_bytes(op: Op, l2_capacity: float) -> float:
+    """Bytes a profiler counts at DRAM for one instance with caches flushed before it (module
+    docstring): reads, plus the written bytes' evicted share."""
+    foot = op.bytes_read + op.bytes_written
+    evicted = max(0.0, foot - l2_capacity) / foot if foot > 0 else 0.0
+    return op.bytes_read + op.bytes_written * evicted
+
+
+def gemm_tile(g: GemmShape, sm_count: int, eff) -> tuple[float, float]:
+    """The CTA tile (tm, tn) sim/kernels.gemm_efficiency picks: the best wave x K efficiency of
+    the candidate tiles (ties: the first, the largest tile in the data's order)."""
+    tiles = np.asarray(eff.get("gemm.tiles"), dtype=float)
+    tm, tn = tiles[:, 0], tiles[:, 1]
+    n_tiles = np.ceil(g.M / tm) * np.ceil(g.N / tn) * g.batch
+    split = np.maximum(1.0, np.minimum(np.floor(sm_count / n_tiles), np.floor(g.K / eff.get("gemm.splitk_min_k"))))
+    waves = np.ceil(n_tiles * split / sm_count)
+    wave_eff = np.minimum((g.M * g.N * g.batch) / (waves * sm_count * tm * tn / split), 1.0)
+    k_eff = (g.K / split) / (g.K / split + eff.get("gemm.k_overhead"))
+    i = int(np.argmax(wave_eff * k_eff))
+    return float(tm[i]), float(tn[i])
+
+
+def l2_bytes(op: Op, sm_count: int, eff, attention_impl: str) -> float:
+    """Bytes through L2 of one instance (module docstring)."""
+    s = op.shape
+    if op.kind == "matmul" and isinstance(s, GemmShape):
+        tm, tn = gemm_tile(s, sm_count, eff)
+        e_in = op.bytes_read / max((s.M * s.K + s.K * s.N) * s.batch, 1)
+        reads = e_in * s.batch * s.K * (s.M * math.ceil(s.N / tn) + s.N * math.ceil(s.M / tm))
+        return reads + op.bytes_written
+    if op.kind == "attention" and isinstance(s, AttentionShape) and op.phase == "fwd":
+        e = DTYPE_BYTES[op.dtype]
+        packed = attention_impl == "fa2" and s.Sq == 1 and s.Hq > s.Hkv
+        heads, rows = (s.Hkv, s.Hq // s.Hkv) if packed else (s.Hq, s.Sq)
+        blocks = math.ceil(rows / eff.get(f"attention.{attention_impl}.block_m"))
+        causal = 0.5 if s.causal and s.Sq == s.Skv else 1.0
+        kv = s.B * heads * blocks * s.Skv * (s.Dqk + s.Dv) * e * causal
+        q_o = s.B * s.Hq * s.Sq * (s.Dqk + s.Dv) * e
+        return kv + q_o
+    return op.bytes_read + op.bytes_written
+
+
+def _sm_time(op: Op, compute_s: float, eff) -> float:
+    """Seconds of SM-pipe work of one instance: the roofline's compute side, and for a one-pass
+    forward softmax its element rate where that, not HBM, sets the time (sim/rowkernels.py)."""
+    s = op.shape
+    if op.kind != "softmax" or op.phase != "fwd" or not isinstance(s, RowShape):
+        return compute_s
+    fam = softmax_kernel(int(s.cols), int(DTYPE_BYTES[op.dtype]))
+    return compute_s if fam == "block" else max(compute_s, s.rows * s.cols / elem_rate(fam, int(s.cols), eff))
+
+
+def _row_fill(op: Op, sm_count: int, eff) -> float:
+    """Share of the GPU a row kernel's rows keep busy: rows / (rows_per_sm x SMs), at most 1
+    (sim/kernel_laws.py's row law: fewer rows than that run one wave of row latency on idle
+    SMs, which a profiler reads as latency, not as busy pipes); 1 for other kernels."""
+    s = op.shape
+    if not isinstance(s, RowShape) or op.phase != "fwd":
+        return 1.0
+    fam = softmax_family(s.cols, DTYPE_BYTES[op.dtype]) if op.kind == "softmax" else norm_family(op)
+    if fam is None or not has_row_law(eff, fam):
+        return 1.0
+    return min(1.0, s.rows / (eff.get(f"rowkernel.{fam}.rows_per_sm") * sm_count))
+
+
+def _exps(op: Op) -> float:
+    s = op.shape
+    if not isinstance(s, AttentionShape):
+        return 0.0
+    frac = 1.0 - (s.Sq - 1) / (2.0 * s.Skv) if s.causal and s.Sq == s.Skv else 1.0
+    return s.B * s.Hq * s.Sq * s.Skv * frac * (2.0 if op.phase == "bwd" else 1.0)
+
+
+def counters_of(op: Op, e: OpEstimate, hw: Any, attention_impl: str = "fa2") -> OpCounters:
+    """The profiler's view of ``op`` timed as ``e`` (an OpEstimate of that op) on ``hw``."""
+    gpu = resolve_gpu(hw)
+    eff = efficiency(gpu)
+    n = max(e.count, 1)
+    t = e.time_s / n
+    if not t > 0:
+        raise ValueError(f"time_s: op {op.name!r} has no GPU time ({e.time_s!r} s); counters need a timed op")
+    lp = l2_params(gpu.arch)
+    cap = (lp[2] if lp else 1.0) * float(gpu.l2_bytes)
+    dram = dram_bytes(op, cap)
+    l2b = l2_bytes(op, int(gpu.sm_count), eff, attention_impl)
+    l2 = l2b / (t * lp[0] * lp[1]) if lp else math.nan
+    hbm = dram / (t * float(gpu.hbm_bandwidth))
+    if op.kind in TENSOR_KINDS:
+        dtype = "bf16" if op.kind == "attention" else op.dtype
+        tensor = op.flops / (t * tensor_peak_at_boost(gpu, dtype))
+        sm = _exps(op) / (t * _mufu_at_boost(gpu)) if op.kind == "attention" else 0.0
+    else:
+        tensor, sm = 0.0, _sm_time(op, e.compute_s / n, eff) / t * _row_fill(op, int(gpu.sm_count), eff)
+    regime = "resident" if op.bytes_read + op.bytes_written <= cap else "streaming"
+    return OpCounters(op.name, op.kind, op.phase, t, tensor, sm, hbm, l2, dram, l2b,
+                      binding_unit(tensor, sm, hbm, l2), regime, e.bound)
+
+
+def op_counters(op: Op, hw: Any = "h100_sxm", stack: str = "eager") -> OpCounters:
+    """Counters of one instance of ``op`` as one profiled launch (a burst from idle) on ``hw``."""
+    st = get_stack(stack)
+    return counters_of(op, estimate_op(op, hw, stack, run=_PROFILED), hw, st.attention)
+
+
+def ops_counters(ops: list[Op] | tuple[Op, ...], hw: Any = "h100_sxm", stack: str = "eager") -> OpCounters:
+    """Counters of a chain of ops run back to back (one eager op of several kernels, e.g.
+    cross-entropy's log_softmax + nll): each unit's fraction is the time-weighted mean, the
+    binding unit decided on those means (the same rule a profiler's per-kernel figures get)."""
+    if not ops:
+        raise ValueError("ops: need at least one op")
+    cs = [op_counters(o, hw, stack) for o in ops]
+    w = np.array([c.time_s * o.count for c, o in zip(cs, ops)])
+    total = float(w.sum())
+    mean = {u: float(np.dot(w, [getattr(c, u) for c in cs]) / total) for u in UNITS}
+    regime = "streaming" if any(c.l2_regime == "streaming" for c in cs) else "resident"
+    bound = cs[int(np.argmax(w))].model_bound
+    return OpCounters(ops[0].name if len(ops) == 1 else "+".join(o.name for o in ops), ops[0].kind, ops[0].phase,
+                      total, mean["tensor"], mean["sm"], mean["hbm"], mean["l2"],
+                      float(sum(c.dram_bytes * o.count for c, o in zip(cs, ops))),
+                      float(sum(c.l2_bytes * o.count for c, o in zip(cs, ops))),
+                      binding_unit(mean["tensor"], mean["sm"], mean["hbm"], mean["l2"]), regime, bound)
