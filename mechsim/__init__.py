@@ -39,6 +39,10 @@ _LAZY = {
     "estimate_storage": ("mechsim.sim.storage", "estimate_storage"),
     "LoaderSpec": ("mechsim.sim.storage", "LoaderSpec"),
     "list_storage": ("mechsim.hwdb.storage", "list_storage"),
+    # hardware counters per op: which unit binds (sim/counters.py, docs/counters.md)
+    "op_counters": ("mechsim.sim.counters", "op_counters"),
+    "ops_counters": ("mechsim.sim.counters", "ops_counters"),
+    "binding_unit": ("mechsim.sim.counters", "binding_unit"),
     # how the work runs (the clock state) and one-op times beyond the op list
     "RunPattern": ("mechsim.sim.clock", "RunPattern"),
     "sustained": ("mechsim.sim.clock", "sustained"),
