@@ -37,7 +37,8 @@ def group_array(par: Parallelism, kind: str) -> np.ndarray:
         return r.transpose(0, 2, 3, 1).reshape(-1, par.dp)
     if kind in ("pp", "embed"):
         pp = r.transpose(1, 2, 3, 0).reshape(-1, par.pp)
-        return pp if kind == "pp" else np.unique(pp[:, [0, -1]], axis=1)   # first and last stage
+        # first and last stage (rows ascend, so the two columns are in order; one when pp = 1)
+        return pp if kind == "pp" else (pp[:, [0, -1]] if par.pp > 1 else pp[:, :1])
     if kind in ("ep", "edp") and par.expert_tp != par.tp:
         return _expert_groups(r, par, kind)
     dpcp = r.transpose(0, 3, 1, 2).reshape(-1, par.dp * par.cp)       # dp major, cp minor
@@ -190,6 +191,8 @@ def _max_load(keys: list[np.ndarray], w: float) -> float:
     k = np.concatenate(keys)
     if not len(k):
         return 0.0
+    if k.dtype.kind in "iu" and k.min() >= 0:   # link ids: counting by bincount is np.unique's count, faster
+        return float(np.bincount(k).max()) * w
     return float(np.unique(k, return_counts=True)[1].max()) * w
 
 

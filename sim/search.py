@@ -21,8 +21,11 @@ plan's estimate is kept across calls: every call times each surviving plan afres
 
 from __future__ import annotations
 
+import bisect
+import heapq
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from ..model import TrainingWorkload, preset
@@ -30,6 +33,7 @@ from ..model.parallel import Parallelism
 from . import overlap
 from .cluster import Cluster
 from .estimate import calibrated_stack, estimate
+from .search_bounds import LayerBound
 from .search_space import RECOMPUTE, Bounds, Candidate, SearchSpace, degrees, reason
 from .stacks import get_stack
 
@@ -170,40 +174,62 @@ def _row(c: Candidate, e) -> PlanRow:
                    e.by_category.get("pipeline_bubble", 0.0))
 
 
-def estimate_best(cands: list[Candidate], cluster: Cluster, top: int,
-                  failed: Counter) -> tuple[list[PlanRow], int]:
+def estimate_best(cands: list[Candidate], cluster: Cluster, top: int, failed: Counter,
+                  refine: Callable[[Candidate], float | None] | None = None) -> tuple[list[PlanRow], int]:
     """Estimate candidates in lower-bound order until no later one can enter the top rows.
-    Returns (rows sorted by step time, plans pruned by the bound); plans the estimator
-    rejects are counted in ``failed`` by reason."""
-    cands = sorted(cands, key=lambda c: c.step_lb_s)
-    rows: list[PlanRow] = []
-    for i, c in enumerate(cands):
-        if len(rows) >= top and c.step_lb_s >= rows[top - 1].step_time_s:
-            return rows, len(cands) - i
+    ``refine``: a tighter lower bound (sim/search_bounds.py), or None where it has none; each
+    candidate is taken from the heap on its cheap bound first, then put back on the larger of
+    the two and estimated only when it comes up again, so plans the tight bound puts out of
+    reach are never estimated (and most never refined). Ties in step time go to the plan
+    enumerated first. Returns (rows sorted by step time, plans pruned by a bound); plans the
+    estimator rejects are counted in ``failed`` by reason."""
+    heap = [(c.step_lb_s, i, refine is None) for i, c in enumerate(cands)]
+    heapq.heapify(heap)
+    rows: list[tuple[float, int, PlanRow]] = []
+    while heap:
+        lb, i, refined = heapq.heappop(heap)
+        if len(rows) >= top and lb >= rows[top - 1][0]:
+            return [r for _, _, r in rows], len(heap) + 1
+        c = cands[i]
+        if not refined:
+            tight = refine(c) if refine is not None else None
+            heapq.heappush(heap, (lb if tight is None else max(lb, tight), i, True))
+            continue
         try:
-            rows.append(_row(c, estimate(c.workload, cluster)))
+            row = _row(c, estimate(c.workload, cluster))
         except ValueError as e:
             failed["invalid: estimate: " + reason(e)] += 1
             continue
-        rows.sort(key=lambda r: r.step_time_s)
-    return rows, 0
+        bisect.insort(rows, (row.step_time_s, i, row), key=lambda r: (r[0], r[1]))
+    return [r for _, _, r in rows], 0
+
+
+BOUNDS = ("layer", "flops", "none")
 
 
 def search_plans(model, cluster: Cluster, gbs: int, seq: int, precision: str = "bf16",
-                 stack: str = "megatron_te", top: int = 10, constraints: SearchSpace | None = None) -> SearchResult:
+                 stack: str = "megatron_te", top: int = 10, constraints: SearchSpace | None = None,
+                 bound: str = "layer") -> SearchResult:
     """The ``top`` fastest plans of ``model`` (preset name or TransformerConfig) that fit on
-    ``cluster`` for a global batch of ``gbs`` sequences of ``seq`` tokens (module docstring)."""
+    ``cluster`` for a global batch of ``gbs`` sequences of ``seq`` tokens (module docstring).
+    bound: "layer" (default) prunes on the layer-kernel bound of sim/search_bounds.py and the
+    FLOP bound; "flops" on the FLOP bound alone; "none" estimates every plan that fits. All
+    three give the same rows (the bounds are true lower bounds); they differ in speed only."""
     t0 = time.perf_counter()
     cluster, space = _cluster(cluster), constraints or SearchSpace()
     if gbs < 1 or top < 1:
         raise ValueError(f"gbs and top must be positive (gbs={gbs}, top={top})")
+    if bound not in BOUNDS:
+        raise ValueError(f"bound: expected one of {', '.join(BOUNDS)}, got {bound!r}")
     cfg = preset(model) if isinstance(model, str) else model
     gpu = cluster.sys.gpu
     base = TrainingWorkload(model=cfg, seq=seq, precision=precision, stack=stack)
-    fused = calibrated_stack(gpu, get_stack(stack)).fused
-    bounds = Bounds(base, fused, gpu)
+    st = calibrated_stack(gpu, get_stack(stack))
+    bounds = Bounds(base, st.fused, gpu)
     cands, n = enumerate_plans(base, cluster, gbs, space, bounds)
-    rows, pruned = estimate_best(cands, cluster, top, n)
+    layer = LayerBound(base, st, gpu, cluster) if bound == "layer" else None
+    refine = (lambda c: layer.step_lb(c.workload)) if layer is not None else None
+    rows, pruned = estimate_best(cands, cluster, top if bound != "none" else max(top, len(cands)), n, refine)
     shown = rows[:top]
     shown = [_with_why(r, shown[i + 1] if i + 1 < len(shown) else None, cluster) for i, r in enumerate(shown)]
     invalid = {k.removeprefix("invalid: "): v for k, v in n.most_common() if k.startswith("invalid: ")}

@@ -176,9 +176,12 @@ class Bounds:
         """Per-GPU bytes, equal to model.memory_parallel.gpu_memory(w).total (stage 0) plus the
         caching allocator's reserve of a loss on stage 0 (sim/memory.parallel_components)."""
         p = w.parallel
-        states = self._states(p)
-        shared = p.model_copy(update={"dp": 1, "zero": 0}) if p.ep == 1 else p   # activations ignore dp, zero
-        acts = self._acts(shared, w.mbs, w.recompute)
+        # per micro-batch, the states and one micro-batch's activations of stage 0 ignore vp (a
+        # rank's layer count sums its chunks: model/shard.stage_layer_counts); vp enters through
+        # the micro-batches in flight only. Activations ignore dp and zero too (dense models).
+        flat = p.model_copy(update={"vp": 1, "schedule": "1f1b"}) if p.schedule == "interleaved" else p
+        states = self._states(flat)
+        acts = self._acts(flat.model_copy(update={"dp": 1, "zero": 0}) if p.ep == 1 else flat, w.mbs, w.recompute)
         return (states + acts * inflight_microbatches(p, 0, w.grad_accum)
                 + stage_allocator_reserve_bytes(w, self.fused, 0))
 

@@ -1,0 +1,148 @@
+"""A tight lower bound on a plan's step time, from the kernels of one transformer layer.
+
+The plan search (sim/search.py) estimates plans in order of a lower bound on their step time and
+stops once no later plan can enter the table, so the tighter the bound the fewer full estimates.
+The FLOP bound of sim/search_space.py (ideal tensor-core time) is a median ~2x below the step;
+this one times the layer's own kernels, and stays a true bound of what sim/step.py composes:
+
+    step >= (1 + (pp - 1) / (vp m)) x m x L_s x (T_kernels + T_tp)          (1f1b, interleaved)
+
+  m         micro-batches per step (grad_accum); L_s the transformer layers of the timed stage
+            (model/shard.timed_stage, stage_layers)
+  T_kernels one layer's forward + backward kernels of one micro-batch (ops "layer/...", the
+            recompute included), each at least max(compute / s_max, memory) + fixed of
+            sim/kernels.py at the calibrated rates: s_max = max(1, gemm.boost_speedup) for GEMMs
+            (the fastest a power state lets them run, sim/power.gemm_speed at the boost clock),
+            1 for the rest (their speed is f / f_boost <= 1)
+  T_tp      the layer's TP collectives ("comm/tp/attn_*", "comm/tp/mlp_*") on the network
+            (sim/distributed.comm_times; the tp groups depend on tp only), times the exposed
+            share (1 - f) of overlap.tp_overlap_fraction: critical_comm puts them on the path
+
+Why it is below the estimate (sim/distributed.step_parts): step = pipe.step_s + DP tail +
+optimizer + launch idle, pipe.step_s = (m + (pp-1)/vp)(t_f + t_b) + p2p, and m (t_f + t_b) holds
+the stage's compute plus its critical TP/CP/EP comm; every term left out is >= 0. The layer
+kernels do not depend on pp, vp, dp or ZeRO (one layer's local shapes: tp, cp, ep, mbs, seq,
+recompute), so one layer is timed per local shape, from the op table of the same model with
+pp = 1 and one micro-batch, and shared by every plan of that shape.
+
+Where the layers of a model are not all alike (MoE with dense layers, a sliding window on some
+layers only, MTP modules on the last stage) or a plan chunks its TP GEMMs (tp_comm_overlap), no
+layer bound is given (None) and the search keeps the FLOP bound.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..model import TrainingWorkload
+from ..model.ops import CollectiveShape
+from ..model.parallel import Parallelism
+from ..model.shard import stage_layers, timed_stage
+from . import overlap
+from .cluster import Cluster
+from .collectives import in_cuda_graph
+from . import netfast
+from .kernels import kernel_times
+from .network import op_time
+from .optable import KINDS, PHASES
+from .prepare import boost_speedup, efficiency, hw_rates, op_table
+from .stacks import Stack
+
+MATMUL, COLLECTIVE = KINDS.index("matmul"), KINDS.index("collective")
+FWD_BWD = (PHASES.index("fwd"), PHASES.index("bwd"))
+PIPELINED = ("1f1b", "gpipe", "interleaved")
+
+# Parallelism fields that change no layer kernel: reset in the one-layer workload
+_STAGE_FIELDS = {"pp": 1, "vp": 1, "zero": 0, "schedule": "1f1b", "pp_split_embedding": False,
+                 "pp_split_loss": False, "fsdp_keep_unsharded": False, "timed_stage": None,
+                 "first_stage_layers": None, "last_stage_layers": None, "layout": None,
+                 "fsdp_param_dtype": None}
+
+
+def uniform_layers(cfg) -> bool:
+    """Every transformer layer the same ops (what the per-layer bound assumes)."""
+    moe = getattr(cfg, "moe", None)
+    mixed_moe = moe is not None and 0 < cfg.n_moe_layers < cfg.n_layers
+    return not mixed_moe and cfg.window_share in (0.0, 1.0) and not getattr(cfg, "mtp_layers", 0)
+
+
+class LayerBound:
+    """Lower bounds on step time from one layer's kernels (module docstring), for one
+    (model, seq, precision, stack) on one cluster; layer times cached per local shape."""
+
+    def __init__(self, base: TrainingWorkload, st: Stack, gpu, cluster: Cluster):
+        self.base, self.st, self.gpu, self.cluster = base, st, gpu, cluster
+        self.ok = uniform_layers(base.model)
+        self.eff = efficiency(gpu)
+        self.comm_eff = in_cuda_graph(self.eff) if st.graphs else self.eff
+        self.rates = hw_rates(gpu, 1.0)
+        self.s_mm = max(1.0, boost_speedup(self.eff))
+        self._parts: dict = {}
+        self._stage: dict = {}
+
+    def parts(self, w: TrainingWorkload) -> tuple[float, float, float]:
+        """Seconds per micro-batch at least: (one transformer layer, the first stage's embedding,
+        the last stage's head and loss), kernels plus exposed TP comm."""
+        p = w.parallel
+        key = (p.model_copy(update={**_STAGE_FIELDS, "dp": p.dp * p.pp}), w.mbs, w.recompute)
+        hit = self._parts.get(key)
+        if hit is None:
+            hit = self._parts[key] = self._parts_uncached(*key)
+        return hit
+
+    def _parts_uncached(self, p: Parallelism, mbs: int, recompute: str) -> tuple[float, float, float]:
+        w = self.base.model_copy(update={"parallel": p, "mbs": mbs, "grad_accum": 1, "recompute": recompute})
+        t = op_table(w, self.st.fused)
+        k = kernel_times(t, self.rates, self.eff, self.st.attention)
+        lb = np.maximum(np.where(t.kind == MATMUL, k.compute_s / self.s_mm, k.compute_s), k.memory_s) + k.fixed_s
+        lb = np.where(np.isin(t.phase, FWD_BWD) & (t.kind != COLLECTIVE), lb * t.count, 0.0)
+        lb += self._tp_s(t, p)
+        part = np.array([_part(op.name) for op in t.ops])
+        layer, first, last = (float(lb[part == i].sum()) for i in range(3))
+        return layer / self.base.model.n_layers, first, last
+
+    def _tp_s(self, t, p: Parallelism) -> np.ndarray:
+        """Exposed seconds of each TP collective of ``t`` (all calls; 0 for the other ops)."""
+        out = np.zeros(len(t.ops))
+        if p.tp <= 1:
+            return out
+        lays = {"tp": netfast.layout(p, self.cluster, "tp")}
+        f = overlap.tp_overlap_fraction(self.st.key, p.tp, p.tp_comm_overlap)
+        for i, op in enumerate(t.ops):
+            if op.kind == "collective" and op.shape_as(CollectiveShape).group == "tp":
+                out[i] = (1.0 - f) * op_time(op, lays, self.cluster, self.comm_eff).time_s * t.count[i]
+        return out
+
+    def stage(self, w: TrainingWorkload) -> tuple[int, int, int]:
+        """(transformer layers, holds the embedding, holds the head) of the timed stage."""
+        p = w.parallel
+        key = (p.pp, p.vp, p.pp_split_embedding, p.pp_split_loss, p.first_stage_layers, p.last_stage_layers,
+               p.layout, p.timed_stage)
+        hit = self._stage.get(key)
+        if hit is None:
+            s = timed_stage(w.model, p)
+            hit = self._stage[key] = (len(stage_layers(w.model, p, s)), int(s == 0), int(s == p.pp - 1))
+        return hit
+
+    def step_lb(self, w: TrainingWorkload) -> float | None:
+        """Lower bound on the step time of ``w`` on the cluster, or None (module docstring)."""
+        p = w.parallel
+        if not self.ok or p.tp_comm_overlap or p.fsdp_param_dtype is not None or p.gpus != self.cluster.gpus:
+            return None
+        n, first, last = self.stage(w)
+        layer, embed, head = self.parts(w)
+        m = w.grad_accum
+        fill = (1 + (p.pp - 1) / (p.vp * m)) if p.schedule in PIPELINED else 1.0
+        return fill * m * (n * layer + first * embed + last * head)
+
+
+def _part(name: str) -> int:
+    """0: a transformer layer's op, 1: the embedding's (first stage), 2: the head's or the
+    loss's (last stage), 3: other."""
+    if name.startswith(("layer/", "comm/tp/attn_", "comm/tp/mlp_")):
+        return 0
+    if name.startswith(("embed/", "comm/tp/embed_")):
+        return 1
+    if name.startswith(("head/", "loss/", "comm/tp/head_", "comm/tp/ce_")):
+        return 2
+    return 3
