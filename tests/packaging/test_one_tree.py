@@ -76,9 +76,10 @@ def test_top_level_import_of_a_folder_says_what_to_import():
 def test_a_second_copy_installed_editable_loads_only_itself(tmp_path):
     copy = copy_tree(tmp_path / "copy")
     venv = tmp_path / "venv"
-    subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", str(venv)], check=True)
+    # no pip of its own (ensurepip takes seconds): this Python's pip installs into it (--python)
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", "--system-site-packages", str(venv)], check=True)
     python = str(venv / "bin" / "python")
-    subprocess.run([python, "-m", "pip", "install", "-q", "--no-deps", "-e", str(copy)],
+    subprocess.run([sys.executable, "-m", "pip", "--python", python, "install", "-q", "--no-deps", "-e", str(copy)],
                    check=True, capture_output=True)
     assert_all_under(loaded_files(python, tmp_path), copy)
     # and run from inside the first checkout, the first checkout's mechsim/ wins, whole
