@@ -89,6 +89,9 @@ def _parser() -> argparse.ArgumentParser:
     cmp_.add_argument("--html", help="write a Plotly report here")
     cmp_.add_argument("-v", "--verbose", action="store_true", help="print every case")
     cmp_.add_argument("--markdown", action="store_true", help="print the held-out table as markdown only")
+    cmp_.add_argument("--categories", action="store_true",
+                      help="also print the per-category error (GEMM, attention, memory-bound, host) of every "
+                           "step record that carries a kernel profile")
     cmp_.add_argument("--write-accuracy", action="store_true",
                       help="write the held-out end-to-end errors to accuracy.toml (error bands) in the user "
                            "data directory, or in --out")
@@ -219,6 +222,9 @@ def cmd_validate(a: argparse.Namespace) -> int:
         print(markdown_table(summary, limits))
         return 0
     print(text_report(rows, unused, summary, limits, a.verbose))
+    if a.categories:
+        from .validation.analysis.categories import profiled_steps, text_table
+        print("\n" + text_table(profiled_steps(a.paths or None)))
     if a.html:
         write_html(a.html, rows, summary)
         print(f"wrote {a.html}")

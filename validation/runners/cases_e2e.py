@@ -9,7 +9,7 @@ profiled step: extra.kernels (top 40 by device time) and extra.kernel_launches.
 Estimated durations on an H200 (model build ~1-3 s, step time x 8-9, profiling ~3 s,
 compile ~40-80 s cold for 1B, ~25-40 s for 125M):
   quick: 125m eager (profiled) + 1b eager = 2 cases, ~15 s
-  full: 10 eager (3 profiled) + 2 compiled (1 profiled) = 12 cases,
+  full: 10 eager (3 profiled) + 2 compiled (both profiled) = 12 cases,
         eager ~70 s + compiled ~150 s worst case = ~220 s
 """
 
@@ -99,7 +99,8 @@ def _full() -> list[Case]:
              train_case("1b", 1, 2048), train_case("1b", 2, 2048, profile=True), train_case("1b", 4, 4096),
              train_case("3b", 1, 4096), train_case("3b", 2, 2048),
              train_case("8b_l4", 2, 4096, profile=True), train_case("8b_l8", 1, 4096), train_case("8b_l8", 4, 2048)]
-    compiled = [train_case("125m", 8, 1024, compile_=True), train_case("1b", 2, 2048, compile_=True, profile=True)]
+    compiled = [train_case("125m", 8, 1024, compile_=True, profile=True),
+                train_case("1b", 2, 2048, compile_=True, profile=True)]
     return eager + compiled
 
 

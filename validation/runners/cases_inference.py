@@ -227,7 +227,7 @@ def _cases(suite: str) -> list[list[Case]]:
                 prefill_cases("8b", [(1, 2048)]), decode_cases("8b", [1], [2048])]
     return [prefill_cases("1b", [(1, 512), (1, 2048), (4, 2048), (1, 8192), (8, 1024)], profile_first=True,
                           profile=((4, 2048), (1, 8192))),
-            decode_cases("1b", [1], [512, 8192]), decode_cases("1b", [64], [512, 8192]),
+            decode_cases("1b", [1], [512, 8192]), decode_cases("1b", [64], [512, 8192], profile=(64, 512, "graph")),
             prefill_cases("8b", [(1, 512), (1, 2048), (4, 2048), (1, 8192), (8, 2048)], profile=((8, 2048), (1, 8192))),
             decode_cases("8b", [1], [512, 2048, 8192], profile=(1, 2048, "eager")),
             decode_cases("8b", [16], [2048, 8192]), decode_cases("8b", [64], [512, 8192])]
