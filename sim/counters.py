@@ -5,24 +5,27 @@ The model's roofline already knows the sides of an op's time (compute, memory, f
 them into a profiler's view. For one instance of time t (estimate_op, run as a burst from idle: a
 profiled kernel runs alone, at the boost clock):
 
-    tensor = flops / (t x tensor FLOP per SM per clock[dtype] x SMs x boost clock)   matmul, attention
+    tensor = flops / (t_cal x tensor FLOP per SM per clock[dtype] x SMs x f_cal)     matmul, attention
+             (t_cal: the time at the calibrated rate, f_cal the clock it was measured at: a
+             compute-bound kernel's pipe cycles do not change with the clock; pipe_clock_hz)
     sm     = SM-pipe seconds / t x row fill     other ops: the compute side (element rates, row
              latency) and a one-pass softmax's element rate; row fill = rows / (rows per SM x SMs)
              of a row kernel, at most 1 (few rows leave SMs idle: latency)
            = exponentials / (t x MUFU rate)    attention
     hbm    = dram_bytes / (t x HBM peak)
-    l2     = l2_bytes / (t x L2 peak)         L2 peak: bytes per L2 clock x L2 clock (sim/data/counters.toml)
+    l2     = (l2 request bytes + DRAM read bytes) / (t x L2 throughput)   (sim/data/counters.toml:
+             every byte read from DRAM passes the L2 twice, as a fill and as the request it serves)
 
 dram_bytes is what a profiler counts with its caches flushed before the kernel: every byte read
 comes from DRAM once; written bytes stay in L2 (write-back) until the kernel's footprint
 (read + written) passes the L2's write-back capacity, and the evicted share of them reaches DRAM:
     dram_bytes = read + written x max(0, footprint - C) / footprint,  C = l2_writeback_fraction x L2
-l2_bytes: a GEMM re-reads A once per column of tiles and B once per row of tiles (the CTA tile
-the model's GEMM efficiency picks); a flash-attention kernel reads K and V once per query block
+l2 request bytes: a GEMM re-reads A once per column of tiles and B once per row of tiles (the CTA
+tile the model's GEMM efficiency picks), times gemm_l2_reuse; a flash-attention kernel reads K and V once per query block
 (not when FA2 packs a GQA group into one block); other kernels move their bytes through L2 once.
 
 The binding unit follows Nsight Compute's speed-of-light reading (binding_unit): latency when
-neither the compute side max(tensor, sm) nor the memory side max(hbm, l2) reaches 60 % of peak.
+neither the compute side max(tensor, sm) nor the memory side (hbm) reaches 60 % of peak.
 """
 
 from __future__ import annotations
@@ -40,12 +43,13 @@ from .calibration import DATA
 from .clock import burst
 from .estimate import efficiency, estimate_op, resolve_gpu
 from .kernel_laws import has_row_law, norm_family, softmax_family
+from .power import calibration_clock, clock_params
 from .results import OpEstimate
 from .rowkernels import elem_rate, softmax_kernel
-from .stacks import get_stack
+from .stacks import Stack, get_stack
 
 UNITS = ("tensor", "sm", "hbm", "l2")
-BINDINGS = UNITS + ("l1", "latency")
+BINDINGS = ("tensor", "sm", "hbm", "l1", "latency")
 LATENCY_BELOW = 0.60      # Nsight Compute SpeedOfLight.py: latency_bound_threshold = 60 (% of peak)
 TENSOR_KINDS = ("matmul", "attention")
 _PROFILED = burst(1.0)    # one launch after idle: the profiler replays each kernel on its own
@@ -75,36 +79,47 @@ class OpCounters:
 
     @property
     def memory_sol(self) -> float:
-        return max(self.hbm, 0.0 if math.isnan(self.l2) else self.l2)
+        return self.hbm
 
 
-def binding_unit(tensor: float, sm: float, hbm: float, l2: float, l1: float = 0.0,
+def binding_unit(tensor: float, sm: float, hbm: float, l1: float = 0.0,
                  compute: float | None = None, memory: float | None = None) -> str:
-    """The unit that binds, from fractions of peak (docs/counters.md, one rule for the model and
-    for Nsight Compute): 'latency' when max(compute, memory) < 0.6; else the compute side
-    ('tensor' if the tensor pipe is at least the SM pipes, else 'sm') when compute >= memory; else
-    'hbm' / 'l2' / 'l1', the busiest memory unit. compute / memory default to max of their units
-    (a profiler's sm__throughput / gpu__compute_memory_throughput when given)."""
-    l2 = 0.0 if math.isnan(l2) else l2
+    """The unit that binds, from fractions of peak (docs/counters.md: one rule for the model and
+    for Nsight Compute, its speed-of-light reading): 'latency' when max(compute, memory) < 0.6;
+    else, when compute >= memory, 'tensor' if the tensor pipe is at least the SM pipes, else 'sm';
+    else 'hbm' if DRAM is at least L1, else 'l1'. compute / memory default to max(tensor, sm) and
+    max(hbm, l1); from a profiler they are sm__throughput and gpu__compute_memory_throughput (on
+    Hopper the max of DRAM and L1 throughput: the L2's own lts__throughput is not part of it, so
+    the L2 is reported as a fraction, not as a binding unit)."""
     c = max(tensor, sm) if compute is None else compute
-    m = max(hbm, l2, l1) if memory is None else memory
+    m = max(hbm, l1) if memory is None else memory
     if max(c, m) < LATENCY_BELOW:
         return "latency"
     if c >= m:
         return "tensor" if tensor >= sm else "sm"
-    if hbm >= max(l2, l1):
-        return "hbm"
-    return "l2" if l2 >= l1 else "l1"
+    return "hbm" if hbm >= l1 else "l1"
+
+
+@dataclass(frozen=True, slots=True)
+class L2Params:
+    """The L2 as a profiler sees it (sim/data/counters.toml): throughput_Bps is the rate of request
+    plus fill bytes at which lts__throughput reads 100 %; writeback_fraction the share of the L2
+    holding a kernel's written bytes at its end; gemm_reuse scales the tile re-read traffic of a
+    GEMM to what cuBLAS's clustered (TMA-multicast) kernels request."""
+
+    throughput_Bps: float
+    writeback_fraction: float
+    gemm_reuse: float
 
 
 @functools.lru_cache(maxsize=8)
-def l2_params(arch: str) -> tuple[float, float, float] | None:
-    """(L2 bytes per clock, L2 clock Hz, write-back fraction of the L2) of ``arch``, None without data."""
+def l2_params(arch: str) -> L2Params | None:
+    """The L2 data of ``arch``, None without data (then the L2 fraction is nan)."""
     raw = load_toml(DATA / "counters.toml").get(arch)
     if raw is None:
         return None
-    return (float(raw["l2_bytes_per_clock"]["value"]), float(raw["l2_clock"]["value"]) * 1e9,
-            float(raw["l2_writeback_fraction"]["value"]))
+    return L2Params(float(raw["l2_throughput"]["value"]) * 1e12, float(raw["l2_writeback_fraction"]["value"]),
+                    float(raw["gemm_l2_reuse"]["value"]))
 
 
 def tensor_peak_at_boost(gpu, dtype: str) -> float:
@@ -125,12 +140,26 @@ def _mufu_at_boost(gpu) -> float:
         return math.inf
 
 
-def dram_bytes(op: Op, l2_capacity: float) -> float:
+def dram_read_bytes(op: Op, sm_count: int, eff) -> float:
+    """Bytes read from DRAM with caches flushed: the op's reads, and the three-pass softmax's two
+    re-reads where its rows in flight overflow the L2 share left to them (sim/rowkernels.py)."""
+    s = op.shape
+    if op.kind == "softmax" and op.phase == "fwd" and isinstance(s, RowShape):
+        e = DTYPE_BYTES[op.dtype]
+        if softmax_kernel(int(s.cols), int(e)) == "block":
+            in_flight = min(s.rows, 2 * sm_count) * s.cols * e
+            miss = max(0.0, 1.0 - eff.get("rowsoftmax.l2_resident_bytes") / in_flight)
+            return op.bytes_read * (1.0 + 2.0 * miss)
+    return op.bytes_read
+
+
+def dram_bytes(op: Op, l2_capacity: float, read: float | None = None) -> float:
     """Bytes a profiler counts at DRAM for one instance with caches flushed before it (module
     docstring): reads, plus the written bytes' evicted share."""
+    read = op.bytes_read if read is None else read
     foot = op.bytes_read + op.bytes_written
     evicted = max(0.0, foot - l2_capacity) / foot if foot > 0 else 0.0
-    return op.bytes_read + op.bytes_written * evicted
+    return read + op.bytes_written * evicted
 
 
 def gemm_tile(g: GemmShape, sm_count: int, eff) -> tuple[float, float]:
@@ -147,14 +176,14 @@ def gemm_tile(g: GemmShape, sm_count: int, eff) -> tuple[float, float]:
     return float(tm[i]), float(tn[i])
 
 
-def l2_bytes(op: Op, sm_count: int, eff, attention_impl: str) -> float:
-    """Bytes through L2 of one instance (module docstring)."""
+def l2_bytes(op: Op, sm_count: int, eff, attention_impl: str, gemm_reuse: float = 1.0) -> float:
+    """Bytes the SMs request from L2 in one instance (module docstring)."""
     s = op.shape
     if op.kind == "matmul" and isinstance(s, GemmShape):
         tm, tn = gemm_tile(s, sm_count, eff)
         e_in = op.bytes_read / max((s.M * s.K + s.K * s.N) * s.batch, 1)
         reads = e_in * s.batch * s.K * (s.M * math.ceil(s.N / tn) + s.N * math.ceil(s.M / tm))
-        return reads + op.bytes_written
+        return max(reads * gemm_reuse, op.bytes_read) + op.bytes_written
     if op.kind == "attention" and isinstance(s, AttentionShape) and op.phase == "fwd":
         e = DTYPE_BYTES[op.dtype]
         packed = attention_impl == "fa2" and s.Sq == 1 and s.Hq > s.Hkv
@@ -198,8 +227,20 @@ def _exps(op: Op) -> float:
     return s.B * s.Hq * s.Sq * s.Skv * frac * (2.0 if op.phase == "bwd" else 1.0)
 
 
-def counters_of(op: Op, e: OpEstimate, hw: Any, attention_impl: str = "fa2") -> OpCounters:
-    """The profiler's view of ``op`` timed as ``e`` (an OpEstimate of that op) on ``hw``."""
+def pipe_clock_hz(gpu, kind: str) -> float:
+    """The clock whose cycles the calibrated rate of ``kind`` was measured in: GEMMs at the
+    calibration GPU's sustained GEMM clock (sim/power.py: speed 1 means that clock), attention
+    and the other kernels at the boost clock (their microbenchmarks ran there)."""
+    if kind == "matmul" and clock_params(gpu.key) is not None:
+        return float(calibration_clock(gpu.key))
+    return float(gpu.boost_clock_hz)
+
+
+def counters_of(op: Op, e: OpEstimate, hw: Any, attention_impl: str = "fa2",
+                calibrated_s: float | None = None) -> OpCounters:
+    """The profiler's view of ``op`` timed as ``e`` (an OpEstimate of that op) on ``hw``.
+    calibrated_s: the op's time at its calibrated rate (estimate_op without a run pattern), whose
+    pipe cycles at pipe_clock_hz a compute-bound kernel keeps at any clock (default: e's time)."""
     gpu = resolve_gpu(hw)
     eff = efficiency(gpu)
     n = max(e.count, 1)
@@ -207,29 +248,35 @@ def counters_of(op: Op, e: OpEstimate, hw: Any, attention_impl: str = "fa2") -> 
     if not t > 0:
         raise ValueError(f"time_s: op {op.name!r} has no GPU time ({e.time_s!r} s); counters need a timed op")
     lp = l2_params(gpu.arch)
-    cap = (lp[2] if lp else 1.0) * float(gpu.l2_bytes)
-    dram = dram_bytes(op, cap)
-    l2b = l2_bytes(op, int(gpu.sm_count), eff, attention_impl)
-    l2 = l2b / (t * lp[0] * lp[1]) if lp else math.nan
+    cap = (lp.writeback_fraction if lp else 1.0) * float(gpu.l2_bytes)
+    read = dram_read_bytes(op, int(gpu.sm_count), eff)
+    dram = dram_bytes(op, cap, read)
+    l2b = l2_bytes(op, int(gpu.sm_count), eff, attention_impl, lp.gemm_reuse if lp else 1.0)
+    l2 = (l2b + read) / (t * lp.throughput_Bps) if lp else math.nan
     hbm = dram / (t * float(gpu.hbm_bandwidth))
     if op.kind in TENSOR_KINDS:
         dtype = "bf16" if op.kind == "attention" else op.dtype
-        tensor = op.flops / (t * tensor_peak_at_boost(gpu, dtype))
+        t_pipe = (calibrated_s if calibrated_s is not None else e.time_s) / n
+        peak = tensor_peak_at_boost(gpu, dtype) * pipe_clock_hz(gpu, op.kind) / float(gpu.boost_clock_hz)
+        tensor = op.flops / (t_pipe * peak)
         sm = _exps(op) / (t * _mufu_at_boost(gpu)) if op.kind == "attention" else 0.0
     else:
         tensor, sm = 0.0, _sm_time(op, e.compute_s / n, eff) / t * _row_fill(op, int(gpu.sm_count), eff)
     regime = "resident" if op.bytes_read + op.bytes_written <= cap else "streaming"
     return OpCounters(op.name, op.kind, op.phase, t, tensor, sm, hbm, l2, dram, l2b,
-                      binding_unit(tensor, sm, hbm, l2), regime, e.bound)
+                      binding_unit(tensor, sm, hbm), regime, e.bound)
 
 
-def op_counters(op: Op, hw: Any = "h100_sxm", stack: str = "eager") -> OpCounters:
-    """Counters of one instance of ``op`` as one profiled launch (a burst from idle) on ``hw``."""
+def op_counters(op: Op, hw: Any = "h100_sxm", stack: str | Stack = "eager") -> OpCounters:
+    """Counters of one instance of ``op`` as one profiled launch (a burst from idle) on ``hw``;
+    the stack names the attention kernel (e.g. a stack with attention "fa2" for torch SDPA's
+    flash backend)."""
     st = get_stack(stack)
-    return counters_of(op, estimate_op(op, hw, stack, run=_PROFILED), hw, st.attention)
+    cal = estimate_op(op, hw, st).time_s if op.kind in TENSOR_KINDS else None
+    return counters_of(op, estimate_op(op, hw, st, run=_PROFILED), hw, st.attention, cal)
 
 
-def ops_counters(ops: list[Op] | tuple[Op, ...], hw: Any = "h100_sxm", stack: str = "eager") -> OpCounters:
+def ops_counters(ops: list[Op] | tuple[Op, ...], hw: Any = "h100_sxm", stack: str | Stack = "eager") -> OpCounters:
     """Counters of a chain of ops run back to back (one eager op of several kernels, e.g.
     cross-entropy's log_softmax + nll): each unit's fraction is the time-weighted mean, the
     binding unit decided on those means (the same rule a profiler's per-kernel figures get)."""
@@ -245,4 +292,4 @@ def ops_counters(ops: list[Op] | tuple[Op, ...], hw: Any = "h100_sxm", stack: st
                       total, mean["tensor"], mean["sm"], mean["hbm"], mean["l2"],
                       float(sum(c.dram_bytes * o.count for c, o in zip(cs, ops))),
                       float(sum(c.l2_bytes * o.count for c, o in zip(cs, ops))),
-                      binding_unit(mean["tensor"], mean["sm"], mean["hbm"], mean["l2"]), regime, bound)
+                      binding_unit(mean["tensor"], mean["sm"], mean["hbm"]), regime, bound)

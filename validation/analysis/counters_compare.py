@@ -23,7 +23,9 @@ import math
 import sys
 from pathlib import Path
 
-from ... import binding_unit, op_counters, ops_counters
+import dataclasses
+
+from ... import binding_unit, get_stack, op_counters, ops_counters
 from ...model.microops import attention, cross_entropy_chain, gemm, memory_kernel, row_norm, softmax, unary
 from ...model.microops import cast as cast_ops
 
@@ -81,7 +83,7 @@ def measured(kernels: list[dict]) -> dict:
          "dram_bytes": sum(k["metrics"].get("dram__bytes_read.sum", 0.0) + k["metrics"].get("dram__bytes_write.sum", 0.0)
                            for k in kernels),
          "l2_bytes": sum(k["metrics"].get("lts__t_bytes.sum", 0.0) for k in kernels), "kernels": len(kernels)}
-    f["binding"] = binding_unit(f["tensor"], f["sm"], f["hbm"], f["l2"], f["l1"], f["compute"], f["memory"])
+    f["binding"] = binding_unit(f["tensor"], f["sm"], f["hbm"], f["l1"], f["compute"], f["memory"])
     return f
 
 
@@ -111,8 +113,11 @@ def case_ops(c: dict) -> list:
 
 
 def predicted(c: dict, hw: str = "h200"):
+    """The case's counters; attention with FlashAttention-2's kernel (the runner pins torch SDPA's
+    flash backend), everything else as eager PyTorch runs it."""
     ops = case_ops(c)
-    return op_counters(ops[0], hw) if len(ops) == 1 else ops_counters(ops, hw)
+    st = dataclasses.replace(get_stack("eager"), attention="fa2")
+    return op_counters(ops[0], hw, st) if len(ops) == 1 else ops_counters(ops, hw, st)
 
 
 # ------------------------------------------------------------------ compare
