@@ -20,7 +20,7 @@ import numpy as np
 from .clock import RunPattern, burst_boosted_share, demand, has_window_model
 from .kernels import ATTENTION, MATMUL, KernelTimes, _peak_fraction
 from .power import clock_params, power_state
-from .prepare import at_compute_speed, compute_bound_gemms, gemm_power_weight
+from .prepare import at_compute_speed, compute_bound_gemms, gemm_power_weight, with_tensor_power
 
 
 def gemm_activity(t, k: KernelTimes, eff) -> np.ndarray:
@@ -50,8 +50,9 @@ def at_sustained(t, k: KernelTimes, gpu, eff, duty: float = 1.0) -> KernelTimes:
     g = k.gpu_s * t.count
     busy = float(g.sum())
     gemm, att = float(g[compute_bound_gemms(t, k)].sum()), float(g[t.kind == ATTENTION].sum())
-    ps = power_state({"matmul_compute": gemm, "attention": att, "memory_bound": busy - gemm - att,
-                      "matmul_power": gemm * gemm_power_weight(t, k, gpu)}, busy / duty, gpu.key,
+    ps = power_state(with_tensor_power({"matmul_compute": gemm, "attention": att, "memory_bound": busy - gemm - att,
+                                        "matmul_power": gemm * gemm_power_weight(t, k, gpu)}, t, k, gpu,
+                                       "memory_bound"), busy / duty, gpu.key,
                      gpu.boost_clock_hz, eff.get("gemm.boost_speedup"))
     return k if ps is None else at_compute_speed(t, k, ps.speed, ps.attention_speed)
 

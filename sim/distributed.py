@@ -324,7 +324,7 @@ def moe_layers_per_microbatch(t: OpTable, m: int) -> int:
 def step_parts(t: OpTable, k: KernelTimes, gpu_s: np.ndarray, c: CommTimes, par, m: int,
                stack_key: str, launch_idle_s: float, moe=None, zero3_serial_s: float | None = None,
                offload=None, stretch: GroupStretch | None = None,
-               host_phase_s: tuple[float, float, float] | None = None, stage: int = 0) -> StepParts:
+               phase_end_s: tuple[float, float, float] | None = None, stage: int = 0) -> StepParts:
     """Compose a multi-GPU step (module docstring). ``moe``: the model's MoE config, for the
     dropless host syncs added to each micro-batch's forward (sim/moe.py). ``zero3_serial_s``:
     a stack whose ZeRO-3 collectives run one synchronous call per tensor (sim/zero3_2021.py)
@@ -333,13 +333,14 @@ def step_parts(t: OpTable, k: KernelTimes, gpu_s: np.ndarray, c: CommTimes, par,
     micro-batch like critical communication, its after-step part follows the optimizer.
     ``stretch``: per group kind, how much slower hidden collectives run beside compute
     (GroupStretch.of the plan's layouts; default: contention.comm_stretch everywhere).
-    ``host_phase_s``: host issue seconds of the (forward, backward, optimizer) ops, which place
-    the launch idle in the phases (host_bound_windows). ``stage``: the pipeline stage whose drain
+    ``phase_end_s``: when the GPU finishes the forward, the backward and the optimizer in the
+    host/GPU tandem queue (launch.phase_end_times), which place the launch idle in the phases
+    (phase_windows, optimizer_idle_s). ``stage``: the pipeline stage whose drain
     the gradient sync may run into (drain_slack_s): the timed stage for a stack whose later stages
     make one bucket (model/ops_dp.MCORE_DDP_BUCKETS), else 0 (none)."""
     k_total = np.where(t.kind == COLLECTIVE, 0.0, gpu_s * t.count)
     fwd, bwd, opt = phase_compute(t, k_total)
-    hide_f, hide_b = host_bound_windows((fwd, bwd, opt), launch_idle_s, host_phase_s)
+    hide_f, hide_b = phase_windows((fwd, bwd), phase_end_s)
     ks = stretch or GroupStretch(*(overlap.comm_stretch(),) * 3)
     crit = critical_comm(t, c, k_total, stack_key, par, ks.cp)
     off = offload(k_total) if offload is not None else None
@@ -373,31 +374,42 @@ def step_parts(t: OpTable, k: KernelTimes, gpu_s: np.ndarray, c: CommTimes, par,
         after_opt = param_gather_exposure(t, c, grad_ready_window_s(hide_f / m, par, m), ks.dp).total
     exposed = {g: v[0] + v[1] for g, v in crit.items()}
     exposed.update(pp=pipe.p2p_exposed_s, dp=dp.total + after_opt)
-    step = pipe.step_s + dp.total + after_opt + opt + launch_idle_s
+    idle = launch_idle_s
+    if phase_end_s is not None and zero3_serial_s is None:
+        idle = optimizer_idle_s(launch_idle_s, (fwd, bwd, opt), phase_end_s, dp.total)
+    step = pipe.step_s + dp.total + after_opt + opt + idle
     if off is not None:
         exposed["offload"] += off.after_step_s
         step += off.after_step_s
-    return StepParts(fwd + bwd + opt, exposed, pipe.bubble_s, launch_idle_s, step, sync * m)
+    return StepParts(fwd + bwd + opt, exposed, pipe.bubble_s, idle, step, sync * m)
 
 
-def host_bound_windows(gpu_phase_s: tuple[float, float, float], launch_idle_s: float,
-                       host_phase_s: tuple[float, float, float] | None = None) -> tuple[float, float]:
+def phase_windows(gpu_fb_s: tuple[float, float],
+                  phase_end_s: tuple[float, float, float] | None = None) -> tuple[float, float]:
     """Forward and backward seconds the DP / FSDP collectives can hide behind: each phase's wall
-    time in the host/GPU tandem, not only its kernels. In a host-bound phase the GPU's compute
-    stream waits for the host while NCCL's stream keeps running, so a faster GPU turns compute
-    into idle without exposing more comm. The step's launch idle goes to the phases whose host
-    time exceeds their GPU time, in proportion to the excess:
-        window_p = gpu_p + idle * max(0, host_p - gpu_p) / sum_q max(0, host_q - gpu_q)
-    (= host_p when the whole step is host-bound; = gpu_p for a phase the host keeps ahead of).
-    Without host times, or with no excess: the GPU times."""
-    g = np.asarray(gpu_phase_s, dtype=float)
-    if launch_idle_s <= 0 or host_phase_s is None:
-        return float(g[0]), float(g[1])
-    excess = np.maximum(0.0, np.asarray(host_phase_s, dtype=float) - g)
-    if excess.sum() <= 0:
-        return float(g[0]), float(g[1])
-    w = g + launch_idle_s * excess / excess.sum()
-    return float(w[0]), float(w[1])
+    time in the host/GPU tandem queue (the GPU's end of the phase minus its end of the one
+    before), not only its kernels. In a host-bound stretch the GPU's compute stream waits for the
+    host while NCCL's stream keeps running, so a faster GPU turns compute into idle without
+    exposing more comm. Without the tandem's phase ends: the kernel times."""
+    if phase_end_s is None:
+        return float(gpu_fb_s[0]), float(gpu_fb_s[1])
+    f_end, b_end = phase_end_s[0], phase_end_s[1]
+    return max(float(f_end), float(gpu_fb_s[0])), max(float(b_end - f_end), float(gpu_fb_s[1]))
+
+
+def optimizer_idle_s(launch_idle_s: float, gpu_phase_s: tuple[float, float, float],
+                     phase_end_s: tuple[float, float, float], dp_exposed_s: float) -> float:
+    """The step's launch idle once the exposed DP / FSDP communication has run: the host goes on
+    issuing the optimizer's kernels while the GPU waits for the last reductions (a stream wait,
+    not a host block), so the optimizer's host-bound idle overlaps that wait:
+
+        idle = idle_fwd_bwd + max(0, idle_opt - dp_exposed)
+
+    idle_fwd_bwd = b_end - (gpu_f + gpu_b), idle_opt = the rest of the tandem's idle. (The
+    optimizer then starts at max(backward end + exposed comm, its host issue), as a timeline has
+    it, so a slower backward that hides more comm never shortens the step.)"""
+    fb_idle = min(max(0.0, phase_end_s[1] - gpu_phase_s[0] - gpu_phase_s[1]), launch_idle_s)
+    return fb_idle + max(0.0, launch_idle_s - fb_idle - dp_exposed_s)
 
 
 def dp_host_times(t: OpTable, host: np.ndarray, graphs: bool, stack_key: str = "eager") -> np.ndarray:

@@ -81,6 +81,34 @@ def tandem_step_time(host: np.ndarray, gpu: np.ndarray, count: np.ndarray,
     return float(max(np.max(h_before + host[starts] + g_after), H.sum() + gpu[-1]))
 
 
+def phase_end_times(host: np.ndarray, gpu: np.ndarray, count: np.ndarray, phase: np.ndarray,
+                    n_phases: int, starts: np.ndarray | None = None) -> np.ndarray:
+    """When the GPU finishes each phase's last kernel in the tandem queue (phase indices 0..n-1,
+    ops in execution order, blocks phase-pure: optable.block_starts): at the end of block j,
+
+        C_j = max( max_{i<=j} (H_<i + first launch of i + G_i..j),  H_<=j + last kernel of j )
+
+    (the first term as tandem_step_time's, the second the host-bound end of a block), running
+    max over j, capped at the step; a phase with no ops ends where the one before it does. The
+    last phase ends at tandem_step_time."""
+    ends = np.zeros(n_phases)
+    if len(host) == 0:
+        return ends
+    starts = block_starts(count) if starts is None else starts
+    H = np.add.reduceat(host * count, starts)
+    G = np.add.reduceat(gpu * count, starts)
+    h_cum, g_cum = np.cumsum(H), np.cumsum(G)
+    lead = np.maximum.accumulate(h_cum - H + host[starts] - (g_cum - G)) + g_cum
+    last = np.append(starts[1:], len(host)) - 1
+    c = np.maximum.accumulate(np.maximum(lead, h_cum + gpu[last]))
+    c = np.minimum(c, tandem_step_time(host, gpu, count, starts))
+    block_phase = phase[starts]
+    for p in range(n_phases):
+        mine = np.flatnonzero(block_phase <= p)
+        ends[p] = c[mine[-1]] if len(mine) else 0.0
+    return np.maximum.accumulate(ends)
+
+
 def launch_times(t: OpTable, gpu_s: np.ndarray, stack: Stack) -> LaunchTimes:
     host = host_times(t, stack)
     gpu = gpu_s + (t.kernels * stack.launch_graph_s if stack.graphs else 0.0)

@@ -214,6 +214,26 @@ def gemm_power_weight(t: OpTable, k: KernelTimes, gpu) -> float:
                  / g.sum())
 
 
+def with_tensor_power(cats: dict[str, float], t: OpTable, k: KernelTimes, gpu, memory_key: str) -> dict[str, float]:
+    """Power shares (sim/power.py power_state) with the tensor-core work of the memory-bound GEMMs:
+    such a GEMM keeps its tensor cores busy for its compute time c of its HBM-bound time m, so
+    it draws GEMM power over c (weighted as gemm_power_weight weights a compute-bound GEMM) and
+    memory-bound power over the stall m - c, not memory-bound power over all of m. At the ridge
+    (c = m) this is the compute-bound GEMM's draw, so a GEMM crossing it moves the clock
+    continuously (counting it as memory-bound below the ridge made a few % more HBM bandwidth
+    flip GEMMs to full power at once and slow a throttled step). ``memory_key``: the category
+    the caller counts memory-bound GEMM time in."""
+    rows = (t.kind == MATMUL) & (k.compute_s < k.memory_s)
+    c = (k.compute_s * t.count)[rows]
+    if c.sum() <= 0:
+        return cats
+    w = np.minimum(k.efficiency[rows] / reference_gemm_efficiency(gpu)[t.dtype[rows]], 1.0)
+    out = dict(cats)
+    out["matmul_power"] = out.get("matmul_power", out.get("matmul_compute", 0.0)) + float(np.dot(c, w))
+    out[memory_key] = max(0.0, out.get(memory_key, 0.0) - float(c.sum()))
+    return out
+
+
 def compute_bound_gemms(t: OpTable, k: KernelTimes) -> np.ndarray:
     """Mask of the GEMM rows whose compute time is at least their memory time."""
     return (t.kind == MATMUL) & (k.compute_s >= k.memory_s)
