@@ -1,9 +1,11 @@
 """Do two code paths give the same estimates? (a refactoring check, not a timed test)
 
 Draws ``--n`` workload points from a seeded generator (models, precisions, recompute, stacks,
-GPUs, batch and sequence, inference phases, multi-GPU plans on clusters), estimates each one and
-writes every figure a planner reads (step time, memory, busy/idle, categories, phases, exposed
-communication, sustained clock, per-op times) or the error message as JSON. Run it before and
+GPUs, batch and sequence, inference phases, multi-GPU plans on clusters; then a tenth as many
+single-GPU points with what-if overrides, run patterns or CPU offload), estimates each one through
+the public facade and writes every figure a planner reads (step time, memory, busy/idle,
+categories, phases, exposed communication, sustained clock, per-op times, the error band with its
+host terms) or the error message as JSON. Run it before and
 after a change and compare:
 
     python bench/equivalence.py --out before.json
@@ -22,7 +24,14 @@ import os
 import random
 import sys
 import tempfile
+from pathlib import Path
 from typing import Any
+
+# The checkout this script sits in, not whichever one `pip install -e` points at: run from a
+# second checkout (a copy of the old code), `python bench/equivalence.py` would otherwise put
+# bench/ first on sys.path and import mechsim from the installed checkout, comparing a tree
+# with itself.
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 MODELS = ("llama3.2-1b", "llama3.2-3b", "llama3-8b", "llama3-70b", "mixtral-8x7b", "qwen3-30b-a3b", "gpt3-175b")
 GPUS = ("h100_sxm", "h200_sxm", "a100_sxm_80gb", "b200", "h800_sxm", "gb200")
@@ -62,10 +71,25 @@ def _parallel(r: random.Random) -> dict:
             "system": r.choice(SYSTEMS), "plan": plan}
 
 
+def _whatif(r: random.Random) -> dict:
+    """A single-GPU point with what-if overrides, a run pattern (burst, duty cycle) or CPU offload."""
+    p = r.choice((_train, _infer))(r)
+    how = r.choice(("overrides", "run", "offload"))
+    if how == "overrides":
+        p["overrides"] = r.choice(({"hbm_bandwidth": "+20%"}, {"sustained_clock": 0.9}, {"flops_bf16": "-10%"}))
+    elif how == "run":
+        p["run"] = r.choice((("burst", 5.0), ("burst", 50.0), ("duty", 0.5)))
+    elif p["kind"] == "train":
+        p.update(offload="optimizer", precision=r.choice(("bf16", "fp8")), recompute="none")
+    return p
+
+
 def points(n: int, seed: int = 20261202) -> list[dict]:
-    """``n`` workload points drawn deterministically from ``seed``."""
+    """``n`` workload points drawn deterministically from ``seed``, then n // 10 single-GPU points
+    with what-if overrides, run patterns or CPU offload (drawn after, so the first n stay as they were)."""
     r = random.Random(seed)
-    return [r.choice((_train, _train, _infer, _parallel, _parallel))(r) for _ in range(n)]
+    base = [r.choice((_train, _train, _infer, _parallel, _parallel))(r) for _ in range(n)]
+    return base + [_whatif(r) for _ in range(n // 10)]
 
 
 def _workload(p: dict):
@@ -77,7 +101,16 @@ def _workload(p: dict):
                                  parallel=Parallelism(tp=p["tp"]))
     par = Parallelism(**p["plan"]) if "plan" in p else Parallelism()
     return TrainingWorkload(model=p["model"], mbs=p["mbs"], seq=p["seq"], precision=p["precision"],
-                            recompute=p["recompute"], grad_accum=p["grad_accum"], stack=p["stack"], parallel=par)
+                            recompute=p["recompute"], grad_accum=p["grad_accum"], stack=p["stack"], parallel=par,
+                            offload=p.get("offload", "none"))
+
+
+def _run(p: dict):
+    from mechsim.sim import clock
+    if "run" not in p:
+        return None
+    how, x = p["run"]
+    return clock.burst(x) if how == "burst" else clock.duty_cycle(x)
 
 
 def _hw(p: dict):
@@ -98,7 +131,7 @@ def figures(p: dict) -> dict[str, Any]:
     """Every number an estimate of point ``p`` gives, or its error."""
     import mechsim
     try:
-        e = mechsim.estimate(_workload(p), _hw(p))
+        e = mechsim.estimate(_workload(p), _hw(p), overrides=p.get("overrides"), run=_run(p))
     except Exception as err:   # noqa: BLE001 -- the error itself is a figure to compare
         return {"error": f"{type(err).__name__}: {str(err).splitlines()[0][:200]}"}
     return {"step_time_s": e.step_time_s, "gpu_busy_s": e.gpu_busy_s, "launch_overhead_s": e.launch_overhead_s,
@@ -106,7 +139,9 @@ def figures(p: dict) -> dict[str, Any]:
             "model_flops": e.model_flops, "hardware_flops": e.hardware_flops, "peak_flops": e.peak_flops,
             "by_category": e.by_category, "by_phase": e.by_phase, "exposed_comm": e.exposed_comm,
             "sm_clock_hz": e.sm_clock_hz, "workload": e.workload, "cluster": e.cluster,
-            "op_time_s": [o.time_s for o in e.ops], "op_names": [o.name for o in e.ops], **_stage(p)}
+            "op_time_s": [o.time_s for o in e.ops], "op_names": [o.name for o in e.ops], **_stage(p),
+            "band": [e.error_band.status, e.error_band.mape, e.error_band.kind, e.error_band.host,
+                     e.error_band.host_bound, e.error_band.host_bound_fast]}
 
 
 def _stage(p: dict) -> dict[str, Any]:
@@ -178,13 +213,22 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", required=True)
     ap.add_argument("--against")
     ap.add_argument("--rel", type=float, default=1e-3)
+    ap.add_argument("--warm", action="store_true", help="estimate every point once first and dump the second "
+                    "estimates (what the in-process caches give a repeated call)")
     a = ap.parse_args(argv)
-    rows = [{"point": p, "figures": figures(p)} for p in points(a.n, a.seed)]
+    pts = points(a.n, a.seed)
+    if a.warm:
+        for p in pts:
+            figures(p)
+    rows = [{"point": p, "figures": figures(p)} for p in pts]
     write_json(a.out, rows)
     if a.against:
+        import mechsim
+        print(f"mechsim from {Path(mechsim.__file__).parent.parent}")
         with open(a.against) as f:
             return compare(rows, json.load(f), a.rel)
-    print(f"{len(rows)} points written to {a.out}")
+    import mechsim
+    print(f"{len(rows)} points written to {a.out} (mechsim from {Path(mechsim.__file__).parent.parent})")
     return 0
 
 

@@ -27,6 +27,41 @@ SCHEMAS: dict[str, type] = {
 USER_ERRORS = (ValueError, TypeError, KeyError, ArithmeticError)
 
 
+_CHECKED: dict[tuple, dict[str, Any]] = {}
+CHECKED_CACHE_SIZE = 1024
+
+
+def _key(schema: type, given: dict[str, Any]) -> tuple | None:
+    """A hashable key of the arguments (each with its type, so 1 and 1.0 differ), None when one
+    is not hashable (it is then checked every time)."""
+    items = []
+    for k, v in sorted(given.items()):
+        if isinstance(v, dict):
+            v = tuple(sorted((str(a), type(b).__name__, b) for a, b in v.items()))
+        items.append((k, type(v).__name__, v))
+    key = (schema, tuple(items))
+    try:
+        hash(key)
+    except TypeError:
+        return None
+    return key
+
+
+def _validated(schema: type, given: dict[str, Any]) -> dict[str, Any]:
+    """I.validated(schema, **given), memoised for hashable arguments: the checks are pure
+    functions of the values (only arguments that passed are remembered), and a repeated call
+    (an app re-rendering, a sweep re-asking a point) need not run pydantic again."""
+    key = _key(schema, given)
+    hit = _CHECKED.get(key) if key is not None else None
+    if hit is None:
+        hit = I.validated(schema, **given)
+        if key is not None:
+            if len(_CHECKED) >= CHECKED_CACHE_SIZE:
+                _CHECKED.pop(next(iter(_CHECKED)))
+            _CHECKED[key] = hit
+    return {k: dict(v) if isinstance(v, dict) else v for k, v in hit.items()}
+
+
 def _check(schema: type, bound: inspect.BoundArguments) -> None:
     """Replace the bound arguments the schema names by their checked values (in place)."""
     fields = schema.model_fields  # type: ignore[attr-defined]
@@ -34,7 +69,7 @@ def _check(schema: type, bound: inspect.BoundArguments) -> None:
     kw = bound.arguments.get("kw") or bound.arguments.get("kwargs")
     if isinstance(kw, dict):
         given.update({k: v for k, v in kw.items() if k in fields})
-    checked = I.validated(schema, **given)
+    checked = _validated(schema, given)
     for k in given:
         if k in bound.arguments:
             bound.arguments[k] = checked[k]
@@ -42,9 +77,9 @@ def _check(schema: type, bound: inspect.BoundArguments) -> None:
             kw[k] = checked[k]   # type: ignore[index]
 
 
-def _bind(fn: Callable, args: tuple, kwargs: dict) -> inspect.BoundArguments:
+def _bind(fn: Callable, args: tuple, kwargs: dict, sig: inspect.Signature | None = None) -> inspect.BoundArguments:
     try:
-        return inspect.signature(fn).bind(*args, **kwargs)
+        return (sig or inspect.signature(fn)).bind(*args, **kwargs)
     except TypeError as e:
         raise I.InputError(f"{fn.__name__}: {e}") from None
 
@@ -53,10 +88,11 @@ def guard(name: str, fn: Callable) -> Callable:
     """``fn`` with its inputs checked by SCHEMAS[name] and user errors as one-line InputError."""
     schema = SCHEMAS[name]
     pre = _PRE.get(name)
+    sig = inspect.signature(fn)
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
-        bound = _bind(fn, args, kwargs)
+        bound = _bind(fn, args, kwargs, sig)
         if pre is not None:
             pre(bound)
         _check(schema, bound)

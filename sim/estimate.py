@@ -33,11 +33,11 @@ from .prepare import (at_compute_speed, boost_speedup, calibrated_stack, compute
                       reference_gemm_efficiency, resolve_gpu, resolve_stack, step_peak)
 from .results import Estimate, OpEstimate
 from .stacks import Stack, get_stack
-from .step import Target, run_step
+from .step import Target, run_step, step_seconds
 
 __all__ = ["at_compute_speed", "boost_speedup", "calibrated_stack", "compute_bound_gemms", "describe_workload",
            "efficiency", "estimate", "estimate_op", "estimate_parallel", "estimate_stage", "gemm_power_weight",
-           "hw_rates", "library_stack", "op_table", "prepare", "reference_gemm_efficiency", "resolve_gpu", "step_peak"]
+           "step_time", "steps", "hw_rates", "library_stack", "op_table", "prepare", "reference_gemm_efficiency", "resolve_gpu", "step_peak"]
 
 
 def estimate(workload, hw: Any = "h100_sxm", stack: str | Stack | None = None,
@@ -51,12 +51,30 @@ def estimate(workload, hw: Any = "h100_sxm", stack: str | Stack | None = None,
     run: how the steps run (sim/clock.py: sustained() - the default -, burst(ms, after_idle_s),
     duty_cycle(fraction)); the power model sets the clock from it (single GPU).
     """
+    runs = [run_step(*job) for job in steps(workload, hw, stack, overrides, run)]
+    return runs[0] if len(runs) == 1 else max(runs, key=lambda e: e.step_time_s)
+
+
+def step_time(workload, hw: Any = "h100_sxm", stack: str | Stack | None = None,
+              overrides: Mapping[str, Any] | None = None, run: RunPattern | None = None) -> float:
+    """estimate(...).step_time_s, without building the Estimate (sim/step.step_seconds)."""
+    return max(step_seconds(*job) for job in steps(workload, hw, stack, overrides, run))
+
+
+def steps(workload, hw: Any, stack: str | Stack | None, overrides: Mapping[str, Any] | None,
+          run: RunPattern | None) -> list[tuple[Any, Target, Stack]]:
+    """The (workload, Target, stack) runs of the step pipeline an estimate takes the slowest of:
+    one, or for a pipeline holding MTP modules two stages (estimate_parallel)."""
     if is_multi_gpu(workload, hw):
-        return estimate_parallel(workload, hw, stack, overrides)
+        par, cfg = workload.parallel, workload.model
+        if par.pp > 1 and par.timed_stage is None and getattr(cfg, "mtp_layers", 0):
+            return [_stage_job(workload, s, hw, stack, overrides)
+                    for s in sorted({timed_stage(cfg, par), mtp_stage(cfg, par)})]
+        return [_cluster_job(workload, hw, stack, overrides)]
     gpu, clock = apply_overrides(resolve_gpu(hw), overrides or {})
     st = resolve_stack(stack, gpu, workload)
     host = host_system(hw, gpu) if getattr(workload, "offload", "none") != "none" else None
-    return run_step(workload, Target(gpu, clock, None, host, run), st)
+    return [(workload, Target(gpu, clock, None, host, run), st)]
 
 
 def estimate_parallel(workload, hw, stack: str | Stack | None = None,
@@ -70,24 +88,28 @@ def estimate_parallel(workload, hw, stack: str | Stack | None = None,
         stages = sorted({timed_stage(cfg, par), mtp_stage(cfg, par)})
         runs = [estimate_stage(workload, s, hw, stack, overrides) for s in stages]
         return max(runs, key=lambda e: e.step_time_s)
-    return _on_cluster(workload, hw, stack, overrides)
+    return run_step(*_cluster_job(workload, hw, stack, overrides))
 
 
 def estimate_stage(workload, stage: int, hw, stack: str | Stack | None = None,
                    overrides: Mapping[str, Any] | None = None) -> Estimate:
     """estimate_parallel with the timed pipeline stage fixed."""
+    return run_step(*_stage_job(workload, stage, hw, stack, overrides))
+
+
+def _stage_job(workload, stage: int, hw, stack, overrides) -> tuple[Any, Target, Stack]:
     par = workload.parallel.model_copy(update={"timed_stage": stage})
-    return _on_cluster(workload.model_copy(update={"parallel": par}), hw, stack, overrides)
+    return _cluster_job(workload.model_copy(update={"parallel": par}), hw, stack, overrides)
 
 
-def _on_cluster(workload, hw, stack, overrides) -> Estimate:
+def _cluster_job(workload, hw, stack, overrides) -> tuple[Any, Target, Stack]:
     """The step on the cluster ``hw`` names; GPU spec overrides reach the network too (NVLink)."""
     cluster = resolve_cluster(hw, workload.parallel.gpus)
     spec_overrides = tuple(sorted((k, str(v)) for k, v in (overrides or {}).items() if k != "sustained_clock"))
     if spec_overrides:
         cluster = cluster.model_copy(update={"whatif": cluster.whatif + spec_overrides})
     gpu, clock = apply_overrides(hwdb.get_system(cluster.system).gpu, overrides or {})
-    return run_step(workload, Target(gpu, clock, cluster), resolve_stack(stack, gpu, workload))
+    return workload, Target(gpu, clock, cluster), resolve_stack(stack, gpu, workload)
 
 
 def estimate_op(op: Op, hw: Any = "h100_sxm", stack: str | Stack = "eager",

@@ -34,8 +34,9 @@ from .results import ErrorBand
 from ._toml import load_toml
 from .. import hwdb
 from ..model import InferenceWorkload, TransformerConfig
-from .estimate import calibrated_stack, estimate as estimate_at, prepare, resolve_gpu
+from .estimate import calibrated_stack, estimate as estimate_at, prepare, resolve_gpu, step_time
 from .launch import host_times, on_host
+from .optable import PHASES
 from .stacks import get_stack, Stack
 
 PROFILE_FORMAT = "mechsim.host_profile/1"   # as mechsim/probe_runner.FORMAT (a test keeps them equal)
@@ -265,23 +266,43 @@ def estimate(workload: Any, hw: Any = "h100_sxm", stack: str | Stack | None = No
     explicit = isinstance(stack, Stack)
     host = host_for(hw, gpu, profile, explicit)
     st = stack if explicit else calibrated_stack(gpu, get_stack(stack or workload.stack))
-    on = host.apply(st)
+    on = _on_host(st, host.scale)
     est = estimate_at(workload, hw, on, overrides, **kw)
-    hidden = host_issue_s(est, on) * max(host.spread) < HOST_BOUND_MIN * est.step_time_s
+    hidden = host_issue_s(est, on, _one_table(workload, on)) * max(host.spread) < HOST_BOUND_MIN * est.step_time_s
     swing = (0.0, 0.0) if st.graphs or hidden else host_swing(
         lambda f: est.step_time_s if f == 1.0 else
-        estimate_at(workload, hw, on_host(st, host.scale * f), overrides, **kw).step_time_s, host.spread)
-    return dataclasses.replace(est, error_band=with_host(est.error_band, host, swing))
+        step_time(workload, hw, _on_host(st, host.scale * f), overrides, **kw), host.spread)
+    return est.with_band(with_host(est.error_band, host, swing))
 
 
-def host_issue_s(est: Any, stack: Stack) -> float:
+def host_issue_s(est: Any, stack: Stack, table: Any = None) -> float:
     """Host seconds to issue every kernel of the step on ``stack`` (kernels x count x the phase's
     launch cost): when even the slow end of the host spread leaves this under HOST_BOUND_MIN of
-    the step, the step cannot be host-bound and its band needs no second estimate."""
+    the step, the step cannot be host-bound and its band needs no second estimate. ``table``: the
+    step's op table (optable.OpTable), read instead of building ``est.ops`` (the same ops, summed
+    in the same order)."""
     if stack.graphs:
         return 0.0
+    if table is not None:
+        cost = np.where(table.phase == PHASES.index("bwd"), stack.launch_host_bwd_s, stack.launch_host_s)
+        return float(np.cumsum(table.kernels * table.count * cost)[-1]) if len(table.count) else 0.0
     return float(sum(o.kernels * o.count * (stack.launch_host_bwd_s if o.phase == "bwd" else stack.launch_host_s)
                      for o in est.ops))
+
+
+@functools.lru_cache(maxsize=256)
+def _on_host(st: Stack, scale: float) -> Stack:
+    """launch.on_host, memoised (Stack records are frozen): Host.apply on a repeated estimate."""
+    return on_host(st, scale)
+
+
+def _one_table(workload: Any, st: Stack) -> Any:
+    """The op table the estimate timed, None when it may be another pipeline stage's (MTP:
+    sim/estimate.steps times two stages and keeps the slower)."""
+    par = getattr(workload, "parallel", None)
+    if par is not None and par.pp > 1 and par.timed_stage is None and getattr(workload.model, "mtp_layers", 0):
+        return None
+    return prepare(workload, st.fused).table
 
 
 def _gpu_of(hw: Any) -> Any:

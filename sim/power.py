@@ -164,15 +164,23 @@ def power_state(by_category: Mapping[str, float], step_s: float, gpu_key: str, f
 
     Fixed point: at clock f the GEMM time is g / gemm_speed(f), the attention time a f_boost / f,
     the step changes by the difference; five iterations settle it to well under 0.1 %."""
+    g, a = by_category.get("matmul_compute", 0.0), by_category.get("attention", 0.0)
+    gp = by_category.get("matmul_power", g)
+    mem = sum(by_category.get(c, 0.0) for c in MEMORY)
+    return _power_state(g, a, gp, mem, step_s, gpu_key, f_boost, boost_speedup, attention)
+
+
+@functools.lru_cache(maxsize=4096)
+def _power_state(g: float, a: float, gp: float, mem: float, step_s: float, gpu_key: str, f_boost: float,
+                 boost_speedup: float, attention: str | None) -> PowerState | None:
+    """power_state on its scalars (a pure function of them and the GPU's power data, so memoised:
+    a host band's second pass or a repeated estimate finds the clock it already solved)."""
     params = clock_params(gpu_key)
     if params is None or boost_speedup <= 1.0:
         return None
     f_gemm, w_mem = params
     beta, f_cal = curve_beta(gpu_key), calibration_clock(gpu_key)
     f_att = same_power_clock(attention_clock_ratio(attention) * f_cal, f_cal, f_gemm, f_boost, beta)
-    g, a = by_category.get("matmul_compute", 0.0), by_category.get("attention", 0.0)
-    gp = by_category.get("matmul_power", g)
-    mem = sum(by_category.get(c, 0.0) for c in MEMORY)
     f = f_gemm
     for _ in range(5):
         speed = gemm_speed(f, f_cal, f_boost, boost_speedup)

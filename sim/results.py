@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import functools
 from dataclasses import dataclass, field
@@ -110,6 +111,13 @@ class Estimate:
     cluster: str = ""
     sm_clock_hz: float = 0.0      # SM clock sustained under the power cap (sim/power.py); 0 = not modelled
     peak_dtype: str = "bf16"      # the dtype whose dense datasheet peak peak_flops is (estimate.step_peak)
+
+    def with_band(self, band: ErrorBand) -> "Estimate":
+        """This estimate with ``error_band`` = band (dataclasses.replace without re-running
+        __init__ over every field: the facade sets the band on every estimate)."""
+        new = copy.copy(self)
+        object.__setattr__(new, "error_band", band)
+        return new
 
     @functools.cached_property
     def ops(self) -> tuple[OpEstimate, ...]:

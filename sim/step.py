@@ -18,7 +18,7 @@ One GPU on its own is the target without a cluster: it has no network, so no col
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import numpy as np
@@ -28,21 +28,22 @@ from ..model.ops_dp import MCORE_DDP_BUCKETS
 from ..model.parallel import Parallelism
 from ..model.shard import timed_stage
 from . import errorband, overlap
+from .calibration import on_clear_caches
 from .cluster import Cluster
 from .collectives import in_cuda_graph
 from .distributed import (COLLECTIVE, GroupStretch, StepParts, chunked_tp_gemms, cluster_layouts, comm_times,
-                          dp_host_times, offload_fn, plan_text, power_window, scatter_gather_p2p,
+                          dp_host_times, offload_fn, phase_compute, plan_text, power_window, scatter_gather_p2p,
                           step_parts, zero3_2021_comm_s)
 from .clock import RunPattern
 from .clock_state import burst_step
 from .kernels import ATTENTION, KernelTimes, check_rates, check_recipe, kernel_times
-from .launch import LaunchTimes, host_times, launch_times, phase_end_times, tandem_step_time
+from .launch import LaunchTimes, host_times, launch_times, tandem_step_time
 from .memory import fit_memory
 from .offload import step_offload
 from .optable import OpTable
-from .power import power_state
+from .power import PowerState, power_state
 from .prepare import (Prepared, at_compute_speed, boost_speedup, compute_bound_gemms, efficiency, gemm_power_weight,
-                      hw_rates, op_estimates, prepare, step_peak, step_sums, with_tensor_power)
+                      hw_rates, op_estimates, prepare, step_peak, step_sums)
 from .results import Estimate
 from .stacks import Stack
 
@@ -90,21 +91,78 @@ class Job:
 class Composer(Protocol):
     def power_inputs(self, k: KernelTimes) -> tuple[dict[str, float], float]: ...
     def compose(self, k: KernelTimes, speed: float) -> Composed: ...
+    def step_s(self, k: KernelTimes, speed: float) -> float: ...
     def job(self, p: Prepared) -> Job: ...
 
 
-def run_step(workload, target: Target, st: Stack) -> Estimate:
-    """Estimate one step of ``workload`` on ``target`` with stack ``st`` (module docstring)."""
+@dataclass(frozen=True)
+class Calibrated:
+    """The kernel stage of one (op table, GPU rates, efficiency data, attention kernel): kernel
+    times at the calibrated rates and what follows from them alone. No host, launch cost, clock
+    pattern or cluster changes it, so it is computed once per such quadruple (kernel_stage) and
+    shared: a host band's second pass, a what-if on the host, the same workload asked again."""
+
+    k: KernelTimes
+    peak: tuple[str, float]            # step_peak: the dtype MFU is measured against, its FLOP/s
+    busy_s: float                      # sum of GPU time at the calibrated rates
+    gemm_s: float                      # ... of its compute-bound GEMMs
+    attention_s: float                 # ... of its attention kernels
+    gemm_power_s: float                # gemm_s x gemm_power_weight
+
+
+_STAGES: dict[tuple, tuple[Any, Any, Any, Calibrated]] = {}
+STAGE_CACHE_SIZE = 1024
+
+
+def kernel_stage(t: OpTable, gpu, rates, eff, attention: str) -> Calibrated:
+    """The Calibrated stage of ``t`` on ``gpu`` (rates = hw_rates(gpu, clock), eff = its efficiency
+    data), after check_rates. Memoised by the identity of the table, rates and efficiency objects
+    (all immutable, and themselves cached by value), each entry holding them so no id is reused
+    while it lives; the arrays are read-only so no caller can change a shared stage."""
+    key = (id(t), id(rates), id(eff), attention)
+    hit = _STAGES.get(key)
+    if hit is not None and hit[0] is t and hit[1] is rates and hit[2] is eff:
+        return hit[3]
+    check_rates(t, rates)
+    k = kernel_times(t, rates, eff, attention)
+    for a in (k.compute_s, k.memory_s, k.fixed_s, k.gpu_s, k.efficiency):
+        a.flags.writeable = False
+    cal = kernel_stage_of(t, k, gpu)
+    if len(_STAGES) >= STAGE_CACHE_SIZE:
+        _STAGES.pop(next(iter(_STAGES)))
+    _STAGES[key] = (t, rates, eff, cal)
+    return cal
+
+
+@on_clear_caches
+def clear_stages() -> None:
+    _STAGES.clear()
+    _NETWORKS.clear()
+
+
+@dataclass(frozen=True)
+class Stepped:
+    """One run of the pipeline: what the Estimate is built from."""
+
+    p: Prepared
+    composer: "Composer"
+    cal: Calibrated
+    k: KernelTimes
+    out: Any            # Composed; the step's seconds alone when run with full=False
+    ps: PowerState | None
+
+
+def _run(workload, target: Target, st: Stack, full: bool = True) -> Stepped:
     p = prepare(workload, st.fused)
     gpu, t = target.gpu, p.table
     rates, eff = hw_rates(gpu, target.clock), efficiency(gpu)
     check_recipe(workload, gpu)
-    check_rates(t, rates)
+    cal = kernel_stage(t, gpu, rates, eff, st.attention)
     run = target.run
-    composer = (OneGpu(workload, t, st, gpu, eff, target.host, run.duty if run else 1.0) if target.cluster is None
-                else OnCluster(workload, t, st, gpu, eff, rates, target.cluster))
-    k = kernel_times(t, rates, eff, st.attention)
-    r, k_cal = boost_speedup(eff), k
+    composer = (OneGpu(workload, t, st, gpu, eff, target.host, run.duty if run else 1.0, cal)
+                if target.cluster is None else OnCluster(workload, t, st, gpu, eff, rates, target.cluster))
+    k = k_cal = cal.k
+    r = boost_speedup(eff)
     ps = None
     if r != 1.0:   # the clock the step sustains under the power cap (shares at the calibrated rates)
         ps = power_state(*composer.power_inputs(k), gpu.key, gpu.boost_clock_hz, r, st.attention)
@@ -112,18 +170,40 @@ def run_step(workload, target: Target, st: Stack) -> Estimate:
         k = at_compute_speed(t, k, ps.speed, ps.attention_speed)
     if run is not None and not run.sustained:   # a burst: part of it at the boost rate (sim/clock_state.py)
         k = burst_step(t, k_cal, k, gpu, eff, run)
-    out = composer.compose(k, ps.speed if ps is not None else 1.0)
-    return _estimate(p, composer.job(p), target, st, out, functools.partial(op_estimates, t, k, out.launch),
-                     ps.clock_hz if ps else 0.0)
+    speed = ps.speed if ps is not None else 1.0
+    out = composer.compose(k, speed) if full else composer.step_s(k, speed)
+    return Stepped(p, composer, cal, k, out, ps)
 
 
-def _estimate(p: Prepared, job: Job, target: Target, st: Stack, out: Composed, ops, clock_hz: float) -> Estimate:
+def run_step(workload, target: Target, st: Stack) -> Estimate:
+    """Estimate one step of ``workload`` on ``target`` with stack ``st`` (module docstring)."""
+    r = _run(workload, target, st)
+    return _estimate(r.p, r.composer.job(r.p), target, st, r.out,
+                     functools.partial(op_estimates, r.p.table, r.k, r.out.launch), r.ps.clock_hz if r.ps else 0.0,
+                     r.cal.peak)
+
+
+def step_seconds(workload, target: Target, st: Stack) -> float:
+    """run_step(...).step_time_s without building the Estimate (the host band's other hosts)."""
+    return _run(workload, target, st, full=False).out
+
+
+def kernel_stage_of(t: OpTable, k: KernelTimes, gpu) -> Calibrated:
+    """The Calibrated sums of given kernel times (not memoised)."""
+    g = k.gpu_s * t.count
+    gemm = float(g[compute_bound_gemms(t, k)].sum())
+    return Calibrated(k, step_peak(t, gpu), float(g.sum()), gemm, float(g[t.kind == ATTENTION].sum()),
+                      gemm * gemm_power_weight(t, k, gpu))
+
+
+def _estimate(p: Prepared, job: Job, target: Target, st: Stack, out: Composed, ops, clock_hz: float,
+              peak: tuple[str, float]) -> Estimate:
     gpu = target.gpu
-    peak_dtype, peak = step_peak(p.table, gpu)
+    peak_dtype, peak_flops = peak
     return Estimate(
         workload=job.summary, mode=p.mode, gpu=gpu.key, stack=st.key, step_time_s=out.step_s,
         gpu_busy_s=out.busy_s, launch_overhead_s=out.idle_s, tokens=job.tokens, model_flops=job.model_flops,
-        hardware_flops=job.hardware_flops, peak_flops=peak * job.gpus,
+        hardware_flops=job.hardware_flops, peak_flops=peak_flops * job.gpus,
         by_category=out.by_category, by_phase=out.by_phase, memory=fit_memory(p.memory, gpu),
         error_band=errorband.band_for(p.mode, gpu.key, st.key), op_builder=ops, gpus=job.gpus,
         exposed_comm=out.exposed, cluster=job.cluster, sm_clock_hz=clock_hz, peak_dtype=peak_dtype)
@@ -133,22 +213,23 @@ class OneGpu:
     """One GPU on its own: host launches and GPU kernels in a tandem queue (sim/launch.py),
     plus CPU offload copies (sim/offload.py) after it."""
 
-    def __init__(self, workload, t: OpTable, st: Stack, gpu, eff, host, duty: float = 1.0) -> None:
+    def __init__(self, workload, t: OpTable, st: Stack, gpu, eff, host, duty: float = 1.0,
+                 cal: Calibrated | None = None) -> None:
         self.w, self.t, self.st, self.gpu, self.eff, self.host, self.duty = workload, t, st, gpu, eff, host, duty
+        self.cal = cal
 
     def power_inputs(self, k: KernelTimes) -> tuple[dict[str, float], float]:
         """Time shares at the calibrated rates: compute-bound GEMMs, attention (kernel
         st.attention), the rest of the GPU time memory-bound, over a step of max(GPU busy, host
         issue time) / duty (the tandem bound's two ends; the power model needs shares, not the
         exact step; idle between steps draws idle power)."""
-        t, st = self.t, self.st
-        g = k.gpu_s * t.count
-        busy = float(g.sum())
-        gemm, att = float(g[compute_bound_gemms(t, k)].sum()), float(g[t.kind == ATTENTION].sum())
+        t, st, c = self.t, self.st, self.cal
+        if c is None or k is not c.k:
+            c = kernel_stage_of(t, k, self.gpu)
         host = 0.0 if st.graphs else float(np.dot(host_times(t, st), t.count))
-        return (with_tensor_power({"matmul_compute": gemm, "attention": att, "memory_bound": busy - gemm - att,
-                                   "matmul_power": gemm * gemm_power_weight(t, k, self.gpu)}, t, k, self.gpu,
-                                  "memory_bound"), max(busy, host) / self.duty)
+        busy, gemm, att = c.busy_s, c.gemm_s, c.attention_s
+        return ({"matmul_compute": gemm, "attention": att, "memory_bound": busy - gemm - att,
+                 "matmul_power": c.gemm_power_s}, max(busy, host) / self.duty)
 
     def compose(self, k: KernelTimes, speed: float) -> Composed:
         t = self.t
@@ -161,6 +242,14 @@ class OneGpu:
             by_cat["communication"] += off
         return Composed(step, lt.gpu_busy_s, lt.idle_s, by_cat, by_phase, exposed, lt)
 
+    def step_s(self, k: KernelTimes, speed: float) -> float:
+        """compose(k, speed).step_s without the category sums."""
+        t = self.t
+        step = launch_times(t, k.gpu_s, self.st).step_s
+        if getattr(self.w, "offload", "none") != "none":
+            step += step_offload(self.w, t, k.gpu_s * t.count, self.gpu, self.host, self.eff, self.st.fused).total
+        return step
+
     def job(self, p: Prepared) -> Job:
         return Job(p.summary, p.tokens, p.model_flops, p.hardware_flops)
 
@@ -170,16 +259,13 @@ class OnCluster:
     overlap and the pipeline schedule (sim/distributed.py step_parts)."""
 
     def __init__(self, workload, t: OpTable, st: Stack, gpu, eff, rates, cluster: Cluster) -> None:
-        par = workload.parallel
         self.w, self.t, self.st, self.gpu, self.eff, self.rates, self.cluster = workload, t, st, gpu, eff, rates, cluster
         self.compute = t.kind != COLLECTIVE
         self.host = dp_host_times(t, np.where(self.compute, host_times(t, st), 0.0), st.graphs, st.key)
-        c = comm_times(t, par, cluster, in_cuda_graph(eff) if st.graphs else eff, moe=getattr(workload.model, "moe", None))
-        self.comm = scatter_gather_p2p(t, c, par, cluster, eff) if overlap.pp_stack_trait("scatter_gather", st.key) else c
-        self.z3 = zero3_2021_comm_s(workload, par, cluster, st.key)
-        self.off = offload_fn(workload, t, gpu, cluster, eff, st.fused)
-        self.stretch = GroupStretch.of(cluster_layouts(par, cluster))
-        self.stage = timed_stage(workload.model, par) if MCORE_DDP_BUCKETS in st.fused else 0   # drain_slack_s
+        n = network_stage(workload, t, st, gpu, eff, rates, cluster)
+        self.comm, self.z3, self.off, self.stretch, self.stage, self._flops = n.comm, n.z3, n.off, n.stretch, \
+            n.stage, n.flops
+        self._net = n
 
     def _timeline(self, k: KernelTimes, speed: float = 1.0) -> tuple[float, float, StepParts, dict, dict]:
         t, par, st, w = self.t, self.w.parallel, self.st, self.w
@@ -190,9 +276,7 @@ class OnCluster:
         idle = max(0.0, tandem_step_time(self.host, gpu_s, t.count, t.block_starts) - busy)
         parts = step_parts(t, k, gpu_s, self.comm, par, w.grad_accum if hasattr(w, "grad_accum") else 1,
                            st.key, idle, getattr(w.model, "moe", None), self.z3, self.off, self.stretch,
-                           phase_end_s=tuple(phase_end_times(self.host, gpu_s, t.count, t.phase, 3,
-                                                             t.block_starts)), stage=self.stage)
-        idle = parts.launch_idle_s   # what is left of it once the optimizer overlaps the exposed DP comm
+                           host_phase_s=phase_compute(t, self.host * t.count), stage=self.stage)
         by_cat, by_phase = step_sums(t, k, gpu_s * t.count, idle + parts.moe_sync_s)
         by_cat["communication"] = float(sum(parts.exposed_s.values()))
         by_cat["pipeline_bubble"] = parts.bubble_s
@@ -201,22 +285,76 @@ class OnCluster:
     def power_inputs(self, k: KernelTimes) -> tuple[dict[str, float], float]:
         """The step's categories at the calibrated rates over the window the power cap averages
         (distributed.power_window: without the pipeline bubble and the exposed DP tail)."""
+        memo, key = self._net.power_inputs, (id(k), self.st.launch_host_s, self.st.launch_host_bwd_s)
+        hit = memo.get(key)
+        if hit is not None and hit[0] is k:
+            return dict(hit[1]), hit[2]
         _, _, parts, by_cat, _ = self._timeline(k)
         by_cat["matmul_power"] = by_cat["matmul_compute"] * gemm_power_weight(self.t, k, self.gpu)
-        by_cat = with_tensor_power(by_cat, self.t, k, self.gpu, "matmul_memory")
-        return power_window(by_cat, parts)
+        shares, window = power_window(by_cat, parts)
+        if len(memo) < 16:
+            memo[key] = (k, dict(shares), window)
+        return shares, window
 
     def compose(self, k: KernelTimes, speed: float) -> Composed:
         busy, idle, parts, by_cat, by_phase = self._timeline(k, speed)
         lt = LaunchTimes(self.host, np.where(self.compute, k.gpu_s, self.comm.per_call_s), parts.step_s, busy, idle)
         return Composed(parts.step_s, busy, idle, by_cat, by_phase, dict(parts.exposed_s), lt)
 
+    def step_s(self, k: KernelTimes, speed: float) -> float:
+        return self._timeline(k, speed)[2].step_s
+
     def job(self, p: Prepared) -> Job:
         par = self.w.parallel
-        single = self.w.model_copy(update={"parallel": Parallelism()})
-        return Job(p.summary + f" {plan_text(par)}", p.tokens * par.dp, float(model_flops_per_step(single)) * par.dp,
-                   float(hardware_flops_per_step(single, fused=self.st.fused)) * par.dp, par.gpus,
-                   f"{self.cluster.nodes} x {self.cluster.system}")
+        model_flops, hardware_flops = self._flops
+        return Job(p.summary + f" {plan_text(par)}", p.tokens * par.dp, model_flops * par.dp,
+                   hardware_flops * par.dp, par.gpus, f"{self.cluster.nodes} x {self.cluster.system}")
 
 
-__all__ = ["Composed", "Job", "OnCluster", "OneGpu", "Target", "run_step"]
+@dataclass(frozen=True)
+class Network:
+    """What a cluster step needs beyond the kernel stage that no host or launch cost changes:
+    the collectives' times on the network (after the pipeline's scatter/gather), the serial
+    ZeRO-3 comm, the offload timer, the groups' stretch, the drain stage, and the job's model /
+    hardware FLOPs per replica (model/flops.py on the plan-free workload)."""
+
+    comm: Any
+    z3: float | None
+    off: Any
+    stretch: GroupStretch
+    stage: int
+    flops: tuple[float, float]
+    # power_inputs at the calibrated kernel times, per host launch costs (OnCluster.power_inputs)
+    power_inputs: dict = field(default_factory=dict, compare=False, repr=False)
+
+
+_NETWORKS: dict[tuple, tuple[Any, Any, Any, Network]] = {}
+
+
+def network_stage(workload, t: OpTable, st: Stack, gpu, eff, rates, cluster: Cluster) -> Network:
+    """The Network of a cluster step, memoised like kernel_stage: by the identity of the op table
+    (which the workload and stack fusion determine), rates and efficiency objects, and by the
+    stack's key, graphs and fusion and the cluster's value."""
+    key = (id(t), id(rates), id(eff), st.key, st.graphs, st.fused, cluster)
+    hit = _NETWORKS.get(key)
+    if hit is not None and hit[0] is t and hit[1] is rates and hit[2] is eff:
+        return hit[3]
+    par = workload.parallel
+    c = comm_times(t, par, cluster, in_cuda_graph(eff) if st.graphs else eff, moe=getattr(workload.model, "moe", None))
+    comm = scatter_gather_p2p(t, c, par, cluster, eff) if overlap.pp_stack_trait("scatter_gather", st.key) else c
+    for a in (comm.per_call_s, comm.total_s, comm.group):
+        a.flags.writeable = False
+    single = workload.model_copy(update={"parallel": Parallelism()})
+    n = Network(comm, zero3_2021_comm_s(workload, par, cluster, st.key), offload_fn(workload, t, gpu, cluster, eff, st.fused),
+                GroupStretch.of(cluster_layouts(par, cluster)),
+                timed_stage(workload.model, par) if MCORE_DDP_BUCKETS in st.fused else 0,   # drain_slack_s
+                (float(model_flops_per_step(single)), float(hardware_flops_per_step(single, fused=st.fused))))
+    if len(_NETWORKS) >= STAGE_CACHE_SIZE:
+        _NETWORKS.pop(next(iter(_NETWORKS)))
+    _NETWORKS[key] = (t, rates, eff, n)
+    return n
+
+
+__all__ = ["Calibrated", "Composed", "Job", "OnCluster", "OneGpu", "Network", "Stepped", "Target", "kernel_stage",
+           "network_stage", "run_step",
+           "step_seconds"]

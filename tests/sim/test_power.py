@@ -178,7 +178,9 @@ def test_a_small_gemm_step_runs_at_a_higher_clock_than_its_unweighted_gemm_time_
     orig = est.gemm_power_weight
     try:
         est.gemm_power_weight = lambda *a: 1.0
+        est.clear_stages()   # the kernel stage (sim/step.py) holds the weighted GEMM time
         unweighted = estimate(w, "h200")
     finally:
         est.gemm_power_weight = orig
+        est.clear_stages()
     assert base.sm_clock_hz > unweighted.sm_clock_hz
