@@ -5,54 +5,69 @@ arXiv:2407.21783 table 4, reports for 16K H100s; that table is not in
 validation/published/reference.md, so the figure is quoted, not verified here), bf16,
 megatron_te, on 16,384 H100s = Cluster("hgx_h100", nodes=2048).
 
-1. cold: a fresh Python process, imports excluded, first search (no layout, flow-rate or op
-   list in any cache);
-2. warm: the same search again in that process (layouts, flow rates, op lists cached; every
-   surviving plan is still estimated afresh: no plan's result is cached);
-3. naive: one full estimate() per plan without the search's fast layouts and flow rates,
-   timed on a few plans and multiplied by the plans the search estimated.
+In one process, one after the other (the machine is a shared 2-core box: compare the figures of
+one run only):
+1. cold: the first search of the process, imports excluded (no layout, flow rate or op list
+   cached), with the default layer-kernel bound (sim/search_bounds.py);
+2. warm: the same search again (layouts, flow rates, op lists cached; every plan the bounds
+   leave is still estimated afresh: no plan's result is cached);
+3. flops: the search pruned by the FLOP bound alone (sim/search_space.Bounds.step_lb), the
+   search before the layer bound, warm;
+4. none (--exhaustive): every plan that fits estimated, no pruning; its top rows must equal (2).
 
-Run: python bench/search_speed.py     Figures go into the README.
+Run: python bench/search_speed.py [--exhaustive]     Figures go into docs/speed.md.
 """
 
 from __future__ import annotations
 
+import argparse
 import os
 import statistics
 import time
 
 
+def _rows(res) -> list:
+    return [(r.plan, r.step_time_s, r.memory_bytes, r.why) for r in res.rows]
+
+
 def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--exhaustive", action="store_true", help="also estimate every plan that fits (slow)")
+    a = ap.parse_args()
     t0 = time.perf_counter()
-    from mechsim.model import TrainingWorkload
     from mechsim.sim.cluster import Cluster
-    from mechsim.sim.estimate import estimate
     from mechsim.sim.search import format_table, search_plans
     imports = time.perf_counter() - t0
     cluster = Cluster(system="hgx_h100", nodes=2048)
     args = dict(model="llama3.1-405b", cluster=cluster, gbs=2048, seq=8192, precision="bf16", stack="megatron_te")
+    print(f"machine: {os.cpu_count()} CPU cores, load average {os.getloadavg()[0]:.1f}; imports {imports:.2f} s")
     t = time.perf_counter()
     res = search_plans(**args)
     cold = time.perf_counter() - t
     warm = []
     for _ in range(3):
         t = time.perf_counter()
-        search_plans(**args)
+        again = search_plans(**args)
         warm.append(time.perf_counter() - t)
-    naive = []
-    for row in res.rows[:2]:
-        w = TrainingWorkload(model="llama3.1-405b", seq=8192, precision="bf16", stack="megatron_te", mbs=row.mbs,
-                             grad_accum=row.grad_accum, recompute=row.recompute, parallel=row.parallel)
+    t = time.perf_counter()
+    flops = search_plans(**args, bound="flops")
+    t_flops = time.perf_counter() - t
+    c, cf = res.counts, flops.counts
+    print(f"layer bound: cold {cold:.2f} s, warm median {statistics.median(warm):.2f} s of {len(warm)} "
+          f"({c.estimated} plans estimated, {c.pruned_by_bound} pruned by a bound)")
+    print(f"FLOP bound:  warm {t_flops:.2f} s ({cf.estimated} plans estimated, {cf.pruned_by_bound} pruned)")
+    same = _rows(res) == _rows(again) == _rows(flops)
+    print(f"same rows (plans, step times, memory, why) with both bounds: {same}")
+    if a.exhaustive:
         t = time.perf_counter()
-        estimate(w, cluster)
-        naive.append(time.perf_counter() - t)
-    print(f"machine: {os.cpu_count()} CPU cores; imports {imports:.2f} s")
-    print(f"cold search: {cold:.2f} s   warm search: median {statistics.median(warm):.2f} s of {len(warm)}")
-    per = statistics.mean(naive)
-    print(f"naive estimate(): {per:.2f} s per plan (mean of {len(naive)}) x {res.counts.estimated} plans "
-          f"estimated = ~{per * res.counts.estimated:.0f} s")
+        full = search_plans(**args, bound="none")
+        print(f"no pruning:  {time.perf_counter() - t:.2f} s ({full.counts.estimated} plans estimated); "
+              f"same top {len(res.rows)} rows: {_rows(full) == _rows(res)}")
+        same = same and _rows(full) == _rows(res)
     print()
     print(format_table(res))
+    if not same:
+        raise SystemExit("the bounds changed the result")
 
 
 if __name__ == "__main__":

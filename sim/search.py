@@ -22,6 +22,7 @@ plan's estimate is kept across calls: every call times each surviving plan afres
 from __future__ import annotations
 
 import bisect
+import functools
 import heapq
 import time
 from collections import Counter
@@ -120,11 +121,25 @@ def enumerate_plans(base: TrainingWorkload, cluster: Cluster, gbs: int, space: S
                     bounds: Bounds) -> tuple[list[Candidate], Counter]:
     """Candidates that fit, and counts: "enumerated", "not_fitting", "dominated" and one key per
     invalid reason ("invalid: ...")."""
+    plans, counts = _space_workloads(base, cluster.gpus, cluster.gpus_per_nvlink_domain, gbs, space)
+    n = Counter(dict(counts))
+    out: list[Candidate] = []
+    for w0 in plans:
+        out += _recompute_variants(w0, space, bounds, cluster, gbs, n)
+    return out, n
+
+
+@functools.lru_cache(maxsize=16)
+def _space_workloads(base: TrainingWorkload, gpus: int, domain: int, gbs: int,
+                     space: SearchSpace) -> tuple[tuple[TrainingWorkload, ...], tuple]:
+    """The (parallel, mbs) workloads of the space the model accepts, at recompute "none", and
+    the counts of the rest by reason. Nothing here depends on the GPU, so a comparison of
+    GPUs with the same node shape (sim/procure.py) enumerates once."""
     n: Counter = Counter()
     n_rc = len(space.recompute)
-    out: list[Candidate] = []
+    out = []
     keep = overlap.fsdp_keep_unsharded_under_pp(base.stack)
-    for p in degrees(space, base.model, cluster.gpus, cluster.gpus_per_nvlink_domain):
+    for p in degrees(space, base.model, gpus, domain):
         if keep and p.zero == 3 and p.pp > 1:
             p = p.model_copy(update={"fsdp_keep_unsharded": True})
         for mbs in space.mbs:
@@ -133,12 +148,11 @@ def enumerate_plans(base: TrainingWorkload, cluster: Cluster, gbs: int, space: S
                 n["invalid: gbs is not divisible by dp*mbs"] += n_rc
                 continue
             try:
-                w0 = TrainingWorkload(**{**_fields(base), "parallel": p, "mbs": mbs, "grad_accum": gbs // (p.dp * mbs)})
+                out.append(TrainingWorkload(**{**_fields(base), "parallel": p, "mbs": mbs,
+                                               "grad_accum": gbs // (p.dp * mbs)}))
             except ValueError as e:
                 n["invalid: " + reason(e)] += n_rc
-                continue
-            out += _recompute_variants(w0, space, bounds, cluster, gbs, n)
-    return out, n
+    return tuple(out), tuple(n.items())
 
 
 def _recompute_variants(w0, space, bounds, cluster, gbs, n: Counter) -> list[Candidate]:

@@ -32,6 +32,8 @@ layer bound is given (None) and the search keeps the FLOP bound.
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 from ..model import TrainingWorkload
@@ -91,13 +93,11 @@ class LayerBound:
         return hit
 
     def _parts_uncached(self, p: Parallelism, mbs: int, recompute: str) -> tuple[float, float, float]:
-        w = self.base.model_copy(update={"parallel": p, "mbs": mbs, "grad_accum": 1, "recompute": recompute})
-        t = op_table(w, self.st.fused)
+        t, part = _layer_table(self.base, self.st.fused, p, mbs, recompute)
         k = kernel_times(t, self.rates, self.eff, self.st.attention)
         lb = np.maximum(np.where(t.kind == MATMUL, k.compute_s / self.s_mm, k.compute_s), k.memory_s) + k.fixed_s
         lb = np.where(np.isin(t.phase, FWD_BWD) & (t.kind != COLLECTIVE), lb * t.count, 0.0)
         lb += self._tp_s(t, p)
-        part = np.array([_part(op.name) for op in t.ops])
         layer, first, last = (float(lb[part == i].sum()) for i in range(3))
         return layer / self.base.model.n_layers, first, last
 
@@ -134,6 +134,15 @@ class LayerBound:
         m = w.grad_accum
         fill = (1 + (p.pp - 1) / (p.vp * m)) if p.schedule in PIPELINED else 1.0
         return fill * m * (n * layer + first * embed + last * head)
+
+
+@functools.lru_cache(maxsize=1024)
+def _layer_table(base: TrainingWorkload, fused: frozenset, p: Parallelism, mbs: int, recompute: str):
+    """(op table, part of each op: _part) of the one-micro-batch, pp = 1 workload of a local
+    shape. No GPU in it: the searches of a comparison (sim/procure.py) share it."""
+    w = base.model_copy(update={"parallel": p, "mbs": mbs, "grad_accum": 1, "recompute": recompute})
+    t = op_table(w, fused)
+    return t, np.array([_part(op.name) for op in t.ops])
 
 
 def _part(name: str) -> int:

@@ -146,23 +146,32 @@ def gemm_ceiling(gpu, precision: str) -> float:
     return max(float(gpu.peak_flops(d)) * float(eff.get(f"gemm.peak_fraction_{d}")) for d in dts)
 
 
+@functools.lru_cache(maxsize=8)
+def _memory_parts(base: TrainingWorkload, fused: frozenset):
+    """(states(p), activations(p, mbs, recompute)) of stage 0, cached, for one (model, seq,
+    precision, stack fusion): Bounds.memory's parts."""
+
+    @functools.lru_cache(maxsize=16384)
+    def states(p: Parallelism) -> float:
+        g = gpu_memory(base.model_copy(update={"parallel": p}), fused)
+        return g.weights + g.grads + g.optimizer + g.dp_buffers
+
+    @functools.lru_cache(maxsize=16384)
+    def acts(p: Parallelism, mbs: int, recompute: str) -> float:
+        return stage_activation_bytes(base.model_copy(update={"parallel": p, "mbs": mbs, "recompute": recompute}),
+                                      fused, 0)
+
+    return states, acts
+
+
 class Bounds:
     """Cached memory parts and step-time lower bounds for one (model, seq, precision, stack)."""
 
     def __init__(self, base: TrainingWorkload, fused: frozenset, gpu):
         self.base, self.fused = base, fused
         self.mm_rate, self.attn_rate = gemm_ceiling(gpu, base.precision), float(gpu.peak_flops("bf16"))
-        self._states = functools.lru_cache(maxsize=4096)(self._states_uncached)
-        self._acts = functools.lru_cache(maxsize=4096)(self._acts_uncached)
+        self._states, self._acts = _memory_parts(base, fused)   # no GPU in them: shared by searches
         self._seconds = functools.lru_cache(maxsize=8)(self._seconds_uncached)
-
-    def _states_uncached(self, p: Parallelism) -> float:
-        g = gpu_memory(self.base.model_copy(update={"parallel": p}), self.fused)
-        return g.weights + g.grads + g.optimizer + g.dp_buffers
-
-    def _acts_uncached(self, p: Parallelism, mbs: int, recompute: str) -> float:
-        w = self.base.model_copy(update={"parallel": p, "mbs": mbs, "recompute": recompute})
-        return stage_activation_bytes(w, self.fused, 0)
 
     def _seconds_uncached(self, recompute: str) -> float:
         """Least GPU-seconds of one sequence (mbs=1, one GPU): GEMM FLOPs at the GEMM ceiling
