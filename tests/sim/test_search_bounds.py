@@ -1,0 +1,98 @@
+"""The layer-kernel lower bound of the plan search (sim/search_bounds.py) and the pruned search's
+equivalence with estimating every plan (sim/search.py)."""
+
+import pytest
+
+from mechsim.model import TrainingWorkload, preset
+from mechsim.sim import cluster as C
+from mechsim.sim.estimate import calibrated_stack, estimate
+from mechsim.sim.search import enumerate_plans, search_plans
+from mechsim.sim.search_bounds import LayerBound, uniform_layers
+from mechsim.sim.search_space import Bounds, SearchSpace
+from mechsim.sim.stacks import get_stack
+
+
+def _space_bounds(model, cluster, gbs, seq, space, stack="megatron_te"):
+    """(candidate, layer bound, FLOP bound, estimate or None) of every plan of the space that fits."""
+    gpu = cluster.sys.gpu
+    base = TrainingWorkload(model=preset(model), seq=seq, precision="bf16", stack=stack)
+    st = calibrated_stack(gpu, get_stack(stack))
+    cands, _ = enumerate_plans(base, cluster, gbs, space, Bounds(base, st.fused, gpu))
+    layer = LayerBound(base, st, gpu, cluster)
+    out = []
+    for c in cands:
+        try:
+            e = estimate(c.workload, cluster).step_time_s
+        except ValueError:
+            e = None
+        out.append((c, layer.step_lb(c.workload), c.step_lb_s, e))
+    return out
+
+
+SPACES = [
+    # model, cluster, gbs, seq, space: an 8-GPU node, two nodes (TP and PP over the NIC), NVL72,
+    # a B200 node (no boost-clock GEMM speed-up), an MoE model with every layer MoE
+    ("llama3-8b", C.Cluster(system="hgx_h100", nodes=1), 32, 4096, SearchSpace()),
+    ("llama3-8b", C.Cluster(system="hgx_h100", nodes=2), 64, 4096, SearchSpace(mbs=(1, 2), zero=(0, 1))),
+    ("llama3.2-1b", C.Cluster(system="hgx_b200", nodes=1), 64, 8192, SearchSpace(mbs=(1, 4))),
+    ("llama3-8b", C.Cluster(system="gb200_nvl72", nodes=1), 72, 4096,
+     SearchSpace(mbs=(1,), zero=(1,), recompute=("none", "full"))),
+    ("mixtral-8x7b", C.Cluster(system="hgx_h200", nodes=2), 32, 4096,
+     SearchSpace(mbs=(1,), zero=(0, 1), max_pp=4)),
+]
+
+
+@pytest.fixture(scope="module", params=range(len(SPACES)), ids=[f"{s[0]}-{s[1].system}x{s[1].nodes}" for s in SPACES])
+def space_bounds(request):
+    return _space_bounds(*SPACES[request.param])
+
+
+def test_layer_bound_is_below_every_estimate(space_bounds):
+    """A true lower bound: <= the estimate on every plan of the space (and so it prunes nothing
+    that could enter the table); tighter than the FLOP bound on almost every plan."""
+    timed = [(c, lb, flops, e) for c, lb, flops, e in space_bounds if e is not None]
+    assert len(timed) > 10
+    for c, lb, flops, e in timed:
+        assert lb is not None, c.workload.parallel
+        assert lb <= e * (1 + 1e-12), (c.workload.parallel, c.workload.mbs, c.workload.recompute, lb, e)
+        assert flops <= e * (1 + 1e-12)
+    tighter = sum(lb > flops for _, lb, flops, _ in timed)
+    assert tighter >= 0.9 * len(timed)
+
+
+def test_no_layer_bound_where_layers_differ():
+    """MoE with dense first layers and MTP modules (DeepSeek-V3): no per-layer bound, the FLOP bound stays."""
+    assert not uniform_layers(preset("deepseek-v3"))
+    assert uniform_layers(preset("mixtral-8x7b")) and uniform_layers(preset("llama3-70b"))
+    cl = C.Cluster(system="hgx_h100", nodes=1)
+    base = TrainingWorkload(model=preset("deepseek-v3"), seq=4096, precision="bf16", stack="megatron_te")
+    st = calibrated_stack(cl.sys.gpu, get_stack("megatron_te"))
+    assert LayerBound(base, st, cl.sys.gpu, cl).step_lb(base) is None
+
+
+def _rows(res):
+    return [(r.plan, r.step_time_s, r.memory_bytes, r.why) for r in res.rows]
+
+
+@pytest.mark.parametrize("model,cluster,gbs,seq,top,space", [
+    ("llama3-8b", C.Cluster(system="hgx_h100", nodes=2), 64, 4096, 10, SearchSpace(mbs=(1, 2))),
+    ("llama3-8b", C.Cluster(system="hgx_b200", nodes=2), 128, 8192, 1, SearchSpace(zero=(0, 1))),
+    ("mixtral-8x7b", C.Cluster(system="hgx_h100", nodes=2), 32, 4096, 5, SearchSpace(mbs=(1, 2), max_pp=4)),
+])
+def test_pruned_search_equals_estimating_every_plan(model, cluster, gbs, seq, top, space):
+    """Exhaustive (bound="none": every plan that fits estimated) vs pruned by the FLOP bound vs
+    pruned by the layer bound: the same rows, step times, memory and why-lines; the layer bound
+    estimates fewer plans than the FLOP bound."""
+    full, flops, layer = (search_plans(model, cluster, gbs, seq, top=top, constraints=space, bound=b)
+                          for b in ("none", "flops", "layer"))
+    assert full.counts.pruned_by_bound == 0 and len(full.rows) == top
+    assert _rows(layer) == _rows(flops) == _rows(full)
+    assert layer.counts.estimated < flops.counts.estimated <= full.counts.estimated
+    for r in (flops, layer):
+        c = r.counts
+        assert c.enumerated == c.invalid_total + c.not_fitting + c.dominated + c.pruned_by_bound + c.estimated
+
+
+def test_unknown_bound_is_refused():
+    with pytest.raises(ValueError, match="bound"):
+        search_plans("llama3-8b", C.Cluster(system="hgx_h100", nodes=1), 32, 4096, bound="exact")
