@@ -8,7 +8,7 @@ import typing
 import streamlit as st
 
 from mechsim import hwdb
-from mechsim.app import cached, common, fmt, tables, views
+from mechsim.app import cached, common, counters_view, fmt, tables, views
 from mechsim.model import InferenceWorkload, TrainingWorkload, list_presets
 from mechsim.model.parallel import Parallelism
 from mechsim.sim.stacks import list_stacks
@@ -132,6 +132,7 @@ def render() -> None:
     common.table(ops, height=320)
     common.downloads("estimate", lambda: [tables.estimate_summary(est)], key="est.summary", label="summary")
     common.downloads("estimate_ops", ops, key="est.ops", label="ops")
+    counters_view.render(inp)
     common.hardware_assumptions(est.gpu, cached.system_of(inp.hw, est.gpus), est.stack, est.error_band)
 
 

@@ -43,6 +43,12 @@ _LAZY = {
     "op_counters": ("mechsim.sim.counters", "op_counters"),
     "ops_counters": ("mechsim.sim.counters", "ops_counters"),
     "binding_unit": ("mechsim.sim.counters", "binding_unit"),
+    "estimate_counters": ("mechsim.sim.counters", "estimate_counters"),
+    # mixed-generation clusters (sim/mixed.py, docs/mixed.md)
+    "mixed_data_parallel": ("mechsim.sim.mixed", "mixed_data_parallel"),
+    "mixed_pipeline": ("mechsim.sim.mixed", "mixed_pipeline"),
+    "mixed_disagg": ("mechsim.sim.mixed", "mixed_disagg"),
+    "best_mixed_disagg": ("mechsim.sim.mixed", "best_mixed_disagg"),
     # how the work runs (the clock state) and one-op times beyond the op list
     "RunPattern": ("mechsim.sim.clock", "RunPattern"),
     "sustained": ("mechsim.sim.clock", "sustained"),

@@ -52,6 +52,8 @@ def _parser() -> argparse.ArgumentParser:
     est.add_argument("--json", action="store_true", help="print the result as JSON")
     est.add_argument("--top", type=integer, default=12, help="ops shown in the table (1..10000)")
     est.add_argument("--sensitivity", action="store_true", help="also print step-time elasticities")
+    est.add_argument("--counters", action="store_true", help="also print each op's binding unit and achieved "
+                     "fraction of peak (tensor, SM pipes, HBM, L2; docs/counters.md)")
     est.add_argument("--profile", default=None, metavar="FILE", help="host/GPU profile of `mechsim probe`: "
                      "price host launch cost at what it measured")
     from .cli_storage import add_args as _storage_args
@@ -82,6 +84,8 @@ def _parser() -> argparse.ArgumentParser:
     op.add_argument("--head-dim", type=integer, default=128, help="attention: head dimension")
     op.add_argument("--batch", type=integer, default=1, help="gemm batch count / attention batch")
     op.add_argument("--bwd", action="store_true", help="attention: the backward kernel")
+    op.add_argument("--counters", action="store_true", help="also print the binding unit and the achieved "
+                    "fraction of each unit's peak (docs/counters.md)")
     val = sub.add_parser("validate", help="compare predictions with measured GPU runs")
     vs = val.add_subparsers(dest="vcmd", required=True)
     cmp_ = vs.add_parser("compare", help="predicted vs measured per case and kind; exit 1 over threshold")
@@ -293,6 +297,9 @@ def cmd_estimate(a: argparse.Namespace) -> int:
     from .cli_storage import print_storage, wanted
     if wanted(a):
         print_storage(a, w, build_hw(a), est)
+    if a.counters:
+        from .cli_counters import print_estimate_counters
+        print_estimate_counters(w, build_hw(a), a.stack, overrides, a.top)
     if a.sensitivity:
         print("\nelasticity of step time (d ln T / d ln x):")
         for k, v in sensitivity(w, a.hw, a.stack).items():
@@ -344,6 +351,9 @@ def cmd_op(a: argparse.Namespace) -> int:
     else:
         op = memory_kernel(a.bytes, a.bytes)
     print(op_line(estimate_op(op, a.hw)))
+    if a.counters:
+        from .cli_counters import print_op_counters
+        print_op_counters(op, a.hw)
     return 0
 
 
@@ -396,7 +406,7 @@ COMMANDS = {"validate": cmd_validate, "estimate": cmd_estimate, "hw": cmd_hw, "m
 
 # Commands that live in their own module `mechsim/cli_<name>.py`, each with
 # `add_parser(sub)` (registers its subparser) and `run(args) -> int`.
-PLUGINS = ("serve", "compare", "app", "trace", "probe")
+PLUGINS = ("serve", "compare", "app", "trace", "probe", "mixed")
 
 
 def _plugin(name: str):

@@ -39,6 +39,8 @@ def add_parser(sub) -> None:
     p.add_argument("--prefix-hit", type=real, default=0.0, help="prefix-cache hit rate of the prompt, 0-1")
     p.add_argument("--disagg", action="store_true", help="also size separate prefill / decode pools")
     p.add_argument("--json", action="store_true", help="print JSON (SI units)")
+    from .cli_mixed import add_serve_args
+    add_serve_args(p)   # --prefill-hw / --decode-hw: disaggregated across GPU types (mechsim mixed serve)
 
 
 def _s(v):
@@ -46,6 +48,9 @@ def _s(v):
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.prefill_hw or args.decode_hw:
+        from .cli_mixed import print_mixed_serve
+        return print_mixed_serve(args)
     from mechsim import best_serving_plan, serve   # the checked facade (mechsim/inputs.py)
     ttft, tpot = _s(args.ttft_ms), _s(args.tpot_ms)
     common = dict(weight_dtype=args.weight_dtype, kv_dtype=args.kv_dtype, stack=args.stack,

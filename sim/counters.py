@@ -41,7 +41,8 @@ from ..model.ops import DTYPE_BYTES, AttentionShape, GemmShape, Op, RowShape
 from ._toml import load_toml
 from .calibration import DATA
 from .clock import burst
-from .estimate import efficiency, estimate_op, resolve_gpu
+from .estimate import efficiency, estimate, estimate_op, prepare, resolve_gpu
+from .optable import KINDS
 from .kernel_laws import has_row_law, norm_family, softmax_family
 from .power import calibration_clock, clock_params
 from .results import OpEstimate
@@ -293,3 +294,21 @@ def ops_counters(ops: list[Op] | tuple[Op, ...], hw: Any = "h100_sxm", stack: st
                       float(sum(c.dram_bytes * o.count for c, o in zip(cs, ops))),
                       float(sum(c.l2_bytes * o.count for c, o in zip(cs, ops))),
                       binding_unit(mean["tensor"], mean["sm"], mean["hbm"]), regime, bound)
+
+
+COUNTED_KINDS = tuple(k for k in KINDS if k not in ("collective", "memcpy", "copy_engine"))
+
+
+def estimate_counters(workload, hw: Any = "h100_sxm", stack: str | Stack | None = None,
+                      overrides: dict | None = None) -> tuple[OpCounters, ...]:
+    """Counters of every GPU-kernel op of one step of ``workload`` (the busiest GPU's op list, as
+    estimate() times it; collectives and copies, which run on the network or the copy engines, are
+    left out), each from its step time (the clock the step sustains)."""
+    est = estimate(workload, hw, stack, overrides)
+    st = get_stack(stack or workload.stack)
+    ops = prepare(workload, st.fused).table.ops
+    if len(ops) != len(est.ops) or any(o.name != e.name for o, e in zip(ops, est.ops)):
+        raise ValueError("workload: its op list differs from the estimate's (a pipeline stage with MTP modules); "
+                         "pass the stage's workload (Parallelism(timed_stage=...))")
+    return tuple(counters_of(o, e, est.gpu, st.attention) for o, e in zip(ops, est.ops)
+                 if o.kind in COUNTED_KINDS and e.time_s > 0)
