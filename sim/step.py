@@ -32,18 +32,18 @@ from .calibration import on_clear_caches
 from .cluster import Cluster
 from .collectives import in_cuda_graph
 from .distributed import (COLLECTIVE, GroupStretch, StepParts, chunked_tp_gemms, cluster_layouts, comm_times,
-                          dp_host_times, offload_fn, phase_compute, plan_text, power_window, scatter_gather_p2p,
+                          dp_host_times, offload_fn, plan_text, power_window, scatter_gather_p2p,
                           step_parts, zero3_2021_comm_s)
 from .clock import RunPattern
 from .clock_state import burst_step
 from .kernels import ATTENTION, KernelTimes, check_rates, check_recipe, kernel_times
-from .launch import LaunchTimes, host_times, launch_times, tandem_step_time
+from .launch import LaunchTimes, host_times, launch_times, phase_end_times, tandem_step_time
 from .memory import fit_memory
 from .offload import step_offload
 from .optable import OpTable
 from .power import PowerState, power_state
 from .prepare import (Prepared, at_compute_speed, boost_speedup, compute_bound_gemms, efficiency, gemm_power_weight,
-                      hw_rates, op_estimates, prepare, step_peak, step_sums)
+                      hw_rates, op_estimates, prepare, step_peak, step_sums, with_tensor_power)
 from .results import Estimate
 from .stacks import Stack
 
@@ -228,8 +228,9 @@ class OneGpu:
             c = kernel_stage_of(t, k, self.gpu)
         host = 0.0 if st.graphs else float(np.dot(host_times(t, st), t.count))
         busy, gemm, att = c.busy_s, c.gemm_s, c.attention_s
-        return ({"matmul_compute": gemm, "attention": att, "memory_bound": busy - gemm - att,
-                 "matmul_power": c.gemm_power_s}, max(busy, host) / self.duty)
+        return (with_tensor_power({"matmul_compute": gemm, "attention": att, "memory_bound": busy - gemm - att,
+                                   "matmul_power": c.gemm_power_s}, t, k, self.gpu, "memory_bound"),
+                max(busy, host) / self.duty)
 
     def compose(self, k: KernelTimes, speed: float) -> Composed:
         t = self.t
@@ -276,7 +277,9 @@ class OnCluster:
         idle = max(0.0, tandem_step_time(self.host, gpu_s, t.count, t.block_starts) - busy)
         parts = step_parts(t, k, gpu_s, self.comm, par, w.grad_accum if hasattr(w, "grad_accum") else 1,
                            st.key, idle, getattr(w.model, "moe", None), self.z3, self.off, self.stretch,
-                           host_phase_s=phase_compute(t, self.host * t.count), stage=self.stage)
+                           phase_end_s=tuple(phase_end_times(self.host, gpu_s, t.count, t.phase, 3,
+                                                             t.block_starts)), stage=self.stage)
+        idle = parts.launch_idle_s   # what is left of it once the optimizer overlaps the exposed DP comm
         by_cat, by_phase = step_sums(t, k, gpu_s * t.count, idle + parts.moe_sync_s)
         by_cat["communication"] = float(sum(parts.exposed_s.values()))
         by_cat["pipeline_bubble"] = parts.bubble_s
@@ -291,6 +294,7 @@ class OnCluster:
             return dict(hit[1]), hit[2]
         _, _, parts, by_cat, _ = self._timeline(k)
         by_cat["matmul_power"] = by_cat["matmul_compute"] * gemm_power_weight(self.t, k, self.gpu)
+        by_cat = with_tensor_power(by_cat, self.t, k, self.gpu, "matmul_memory")
         shares, window = power_window(by_cat, parts)
         if len(memo) < 16:
             memo[key] = (k, dict(shares), window)
