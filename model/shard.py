@@ -89,6 +89,7 @@ def _first_last_counts(L: int, p: Parallelism) -> tuple[int, ...]:
     return tuple(counts)
 
 
+@lru_cache(maxsize=4096)   # a plan search asks for it on every plan it estimates (a sum over the layers)
 def timed_stage(cfg: TransformerConfig, p: Parallelism) -> int:
     """The pipeline stage whose work sets the pace: the most forward FLOPs per token, counted as
     2 x active parameters of its layers (+ the lm_head, vocab*d, on the last stage; the

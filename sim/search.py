@@ -7,16 +7,23 @@
    gbs / (dp * mbs). Plans the model rejects (model/plan_check.py) are counted by reason.
 2. Memory: the per-GPU bytes Estimate.memory would report (cached parts, no timing); plans
    over the GPU's HBM are dropped and counted.
-3. The rest are sorted by a lower bound on their step time (ideal tensor-core time plus the
-   pipeline fill/drain) and estimated in that order with the full multi-GPU model
-   (sim.estimate.estimate on the Cluster); once the bound of the next plan is no better than
-   the ``top``-th best estimate, no later plan can enter the table and the search stops.
+3. The rest are estimated in the order of a lower bound on their step time, with the full
+   multi-GPU model (sim.estimate.estimate on the Cluster); once the bound of the next plan is no
+   better than the ``top``-th best estimate, no later plan can enter the table and the search
+   stops. Two bounds, both true lower bounds (tests/sim/test_search_bounds.py): the FLOP bound
+   (ideal tensor-core time plus the pipeline fill/drain, sim/search_space.py) orders the heap,
+   and a plan that comes up is refined to the layer-kernel bound of sim/search_bounds.py (its
+   timed stage's layer, embedding and head kernels at their fastest power-state speed, their
+   exposed TP comm, the fill/drain) before it is estimated. ``bound="none"`` estimates every
+   plan that fits: the same rows.
 4. Rows are ranked by step time; each says why it beats the next row (which fields differ,
    and which parts of the step -- compute, bubble, exposed communication per group -- move).
 
 Speed: group layouts and network flow rates come from sim/netfast.py (numpy, cached per
-group kind and the degrees it depends on), op lists from the estimator's own caches. No
-plan's estimate is kept across calls: every call times each surviving plan afresh.
+group kind and the degrees it depends on), op lists from the estimator's own caches; the
+space's workloads, their memory parts and the layer bound's op tables depend on no GPU and are
+cached across calls (a comparison of GPUs of one node shape enumerates once). No plan's
+estimate is kept across calls: every call times each surviving plan afresh.
 """
 
 from __future__ import annotations
@@ -27,7 +34,7 @@ import heapq
 import time
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from ..model import TrainingWorkload, preset
 from ..model.parallel import Parallelism
@@ -296,7 +303,6 @@ def why(a: PlanRow, b: PlanRow | None, cluster: Cluster) -> str:
 
 
 def _with_why(r: PlanRow, nxt: PlanRow | None, cluster: Cluster) -> PlanRow:
-    from dataclasses import replace
     return replace(r, why=why(r, nxt, cluster))
 
 
