@@ -262,16 +262,16 @@ def estimate(workload: Any, hw: Any = "h100_sxm", stack: str | Stack | None = No
     HostProfile) sets the host speed; without one the system's CPU record or the default host
     does, and a host-bound step's band widens by the host spread (``error_band.host_bound``).
     The band names the host it assumed (``error_band.host``)."""
-    gpu = _gpu_of(hw)
+    gpu = gpu_of(hw)
     explicit = isinstance(stack, Stack)
     host = host_for(hw, gpu, profile, explicit)
     st = stack if explicit else calibrated_stack(gpu, get_stack(stack or workload.stack))
-    on = _on_host(st, host.scale)
+    on = stack_on_host(st, host.scale)
     est = estimate_at(workload, hw, on, overrides, **kw)
     hidden = host_issue_s(est, on, _one_table(workload, on)) * max(host.spread) < HOST_BOUND_MIN * est.step_time_s
     swing = (0.0, 0.0) if st.graphs or hidden else host_swing(
         lambda f: est.step_time_s if f == 1.0 else
-        step_time(workload, hw, _on_host(st, host.scale * f), overrides, **kw), host.spread)
+        step_time(workload, hw, stack_on_host(st, host.scale * f), overrides, **kw), host.spread)
     return est.with_band(with_host(est.error_band, host, swing))
 
 
@@ -291,7 +291,7 @@ def host_issue_s(est: Any, stack: Stack, table: Any = None) -> float:
 
 
 @functools.lru_cache(maxsize=256)
-def _on_host(st: Stack, scale: float) -> Stack:
+def stack_on_host(st: Stack, scale: float) -> Stack:
     """launch.on_host, memoised (Stack records are frozen): Host.apply on a repeated estimate."""
     return on_host(st, scale)
 
@@ -305,6 +305,7 @@ def _one_table(workload: Any, st: Stack) -> Any:
     return prepare(workload, st.fused).table
 
 
-def _gpu_of(hw: Any) -> Any:
+def gpu_of(hw: Any) -> Any:
+    """The GPU of ``hw`` as the facade reads it (a system's or Cluster's GPU, else resolve_gpu)."""
     system = None if isinstance(hw, str) or hasattr(hw, "peak_flops") else system_of(hw)
     return system.gpu if system is not None else resolve_gpu(hw)

@@ -1,0 +1,79 @@
+"""How many points per second does a sweep get? (honest benchmark, not a test)
+
+One run measures, on the same points:
+  - estimate_many (sim/many.py): the batched path, first call (op tables built for the sweep's
+    workloads, as a fresh sweep pays) and again (op tables cached in the process);
+  - a Python loop of mechsim.estimate over the same points (its caches warm as the loop goes:
+    the second point on a workload finds its op table built);
+and checks that the two agree (largest relative difference of step time over all points).
+
+The sweep is a planner's grid: models x (training mbs x seq | inference batch x phase) x GPUs x
+prices x stacks. Prices do not change a timing, so points that differ only in price share one;
+the output says how many distinct timings the points hold and how many took the loop path
+(multi-GPU plans and the like, none in the default grid).
+
+Run: python bench/sweep_speed.py [--quick]
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))   # this checkout's mechsim
+
+MODELS = ("llama3.2-1b", "llama3.2-3b", "llama3-8b", "qwen3-30b-a3b", "llama3-70b")
+GPUS = ("h100_sxm", "h200_sxm", "a100_sxm_80gb", "b200", "h800_sxm", "gb200")
+PRICES = (1.5, 2.0, 2.5, 3.0, 3.5, 4.0, 4.5, 5.0, 5.5, 6.0)
+
+
+def grid(quick: bool) -> tuple[list, list, list, list]:
+    from mechsim.model import InferenceWorkload, TrainingWorkload
+    models = MODELS[:2] if quick else MODELS
+    ws = [TrainingWorkload(model=m, mbs=b, seq=s, stack=st) for m in models for b in (1, 2, 4)
+          for s in (1024, 2048, 4096, 8192) for st in ("eager", "compile")]
+    ws += [InferenceWorkload(model=m, batch=b, phase=ph, prompt_len=1024, context_len=2048)
+           for m in models for b in (1, 4, 16, 64, 256) for ph in ("prefill", "decode")]
+    prices = PRICES[:2] if quick else PRICES
+    pts = list(itertools.product(ws, GPUS, prices))
+    return [p[0] for p in pts], [p[1] for p in pts], [p[2] for p in pts], ws
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="a small grid (CI smoke run)")
+    a = ap.parse_args(argv)
+    import mechsim
+    from mechsim.sim.many import estimate_many
+    W, H, P, ws = grid(a.quick)
+    n = len(W)
+    t = time.perf_counter()
+    first = estimate_many(W, H, usd_per_gpu_hour=P)
+    cold = time.perf_counter() - t
+    t = time.perf_counter()
+    df = estimate_many(W, H, usd_per_gpu_hour=P)
+    warm = time.perf_counter() - t
+    t = time.perf_counter()
+    loop = [mechsim.estimate(w, h).step_time_s for w, h in zip(W, H)]
+    t_loop = time.perf_counter() - t
+    step = df["step_time_s"].to_numpy()
+    worst = max(abs(s - r) / r for s, r in zip(step, loop))
+    distinct = len({(id(w), h) for w, h in zip(W, H)})
+    on_loop = int((df["path"] == "loop").sum())
+    same = bool((first["step_time_s"].to_numpy() == step).all())
+    print(f"sweep: {n:,} points ({len(ws)} workloads x {len(GPUS)} GPUs x {n // (len(ws) * len(GPUS))} prices; "
+          f"{distinct:,} distinct timings; {on_loop} on the loop path)")
+    print(f"estimate_many, op tables built:  {cold:.3f} s = {n / cold:,.0f} points/s")
+    print(f"estimate_many, op tables cached: {warm:.3f} s = {n / warm:,.0f} points/s "
+          f"({distinct / warm:,.0f} distinct timings/s)")
+    print(f"loop of mechsim.estimate:        {t_loop:.3f} s = {n / t_loop:,.0f} points/s")
+    print(f"batched / loop: {t_loop / warm:.0f}x; largest relative step-time difference {worst:.2g}; "
+          f"both batched calls identical: {same}")
+    return 0 if worst < 1e-9 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,484 @@
+"""estimate_many(): the step estimates of many points at once, as one table.
+
+A point is (workload, hw, stack, overrides, price). Its estimate is what `mechsim.estimate` gives
+(the first pass on the host the facade assumes: sim/host.py), less the per-op records and the
+error band. Points are evaluated together:
+
+    dedupe       points that time the same (workload, hw, stack, overrides) share one timing
+                 (a price axis costs nothing)
+    group        timings on one GPU (what-ifs applied), clock and attention kernel form a group;
+                 each timing's op table (sim/prepare.py, built once per workload and fusion)
+                 contributes its rows, and the group's rows are concatenated into one table
+    kernels      kernel_times on the group's table: every law there is row-wise, so the rows of
+                 a point get exactly the times its own table would (sim/kernels.py)
+    power        the power state of every timing at once (the fixed point of sim/power.py on
+                 arrays), then at_compute_speed row-wise
+    compose      the tandem queue of sim/launch.py per point on its blocks (segmented cumsums)
+                 and the category / phase sums (bincounts over point x category)
+
+Only the one-GPU sustained composition is vectorised. A point on several GPUs (a plan or a
+Cluster), with a run pattern, CPU offload or a host profile is estimated by `estimate` one at a
+time (column ``path`` = "loop"), as is a point whose inputs the vector path refuses, so the
+table always holds every point; its error text goes in ``error``.
+
+Figures agree with `estimate` to float64 rounding (tests/sim/test_many.py: 1e-9 relative): sums
+over a point's rows are taken as segment sums instead of numpy's pairwise sums, which moves the
+last bits only.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from .clock import RunPattern
+from .distributed import is_multi_gpu
+from .host import estimate as estimate_facade, gpu_of, host_for, stack_on_host
+from .kernels import ATTENTION, MATMUL, KernelTimes, check_recipe, kernel_times
+from .launch import host_times
+from .optable import KINDS, PHASES, AttnColumns, GemmColumns, OpTable
+from .power import attention_clock_ratio, calibration_clock, clock_params, curve_beta, power_curve, same_power_clock
+from .overrides import apply_overrides
+from .prepare import (Prepared, boost_speedup, calibrated_stack, efficiency, hw_rates, prepare,
+                      reference_gemm_efficiency, resolve_gpu, resolve_stack, step_peak)
+from .results import CATEGORIES
+from .stacks import Stack, get_stack
+
+COLLECTIVE = KINDS.index("collective")
+COLUMNS = tuple(dict.fromkeys(
+    ("workload", "mode", "gpu", "stack", "gpus", "step_time_s", "tokens", "tokens_per_s", "mfu", "hfu",
+     "gpu_busy_s", "launch_overhead_s", "model_flops", "hardware_flops", "peak_flops", "peak_dtype",
+     "memory_total", "memory_capacity", "memory_fits", "sm_clock_hz")
+    + tuple(f"{c}_s" for c in CATEGORIES) + tuple(f"{p}_s" for p in PHASES)
+    + ("usd_per_gpu_hour", "usd_per_step", "tokens_per_usd", "path", "error")))
+
+
+# ---- inputs -----------------------------------------------------------------------------------
+
+def _is_seq(v: Any) -> bool:
+    return isinstance(v, Sequence) and not isinstance(v, (str, Mapping))
+
+
+def _points(workloads, hw, stack, overrides, usd_per_gpu_hour) -> tuple[list, list, list, list, list]:
+    """The inputs as one list per argument, all of the points' length (scalars broadcast)."""
+    given = {"workloads": workloads, "hw": hw, "stack": stack, "overrides": overrides,
+             "usd_per_gpu_hour": usd_per_gpu_hour}
+    lens = {k: len(v) for k, v in given.items() if _is_seq(v)}
+    sizes = set(lens.values()) - {1}
+    if len(sizes) > 1:
+        raise ValueError("estimate_many: the per-point arguments differ in length ("
+                         + ", ".join(f"{k} {v}" for k, v in lens.items()) + "); give one value or one per point")
+    n = sizes.pop() if sizes else 1
+    out = [list(v) * (n if len(v) == 1 else 1) if _is_seq(v) else [v] * n for v in given.values()]
+    return out[0], out[1], out[2], out[3], out[4]
+
+
+def _ov_key(ov: Mapping | None) -> tuple:
+    return () if not ov else tuple(sorted((str(k), type(v).__name__, v) for k, v in ov.items()))
+
+
+# ---- one timing of the vector path ------------------------------------------------------------
+
+@dataclass
+class Timing:
+    """One distinct (workload, hw, stack, overrides) of the vector path and its resolved inputs."""
+
+    workload: Any
+    p: Prepared
+    gpu: Any
+    clock: float
+    st: Stack            # calibrated, on the facade's host
+    group: tuple
+    u: int = 0           # its index among the timings
+
+
+def _hw_side(hw, stack, ov) -> tuple[Any, float, Stack, Any]:
+    """(GPU with the what-ifs, clock, stack, rates) of a one-GPU point, resolved as the facade
+    resolves them (sim/host.py estimate: the stack on the host it assumes, then
+    sim/estimate.steps: overrides, the stack calibrated for the GPU). ``stack``: a name or Stack
+    (the workload's own already filled in)."""
+    gpu0 = gpu_of(hw)
+    explicit = isinstance(stack, Stack)
+    host = host_for(hw, gpu0, None, explicit)
+    on = stack_on_host(stack if explicit else calibrated_stack(gpu0, get_stack(stack)), host.scale)
+    gpu, clock = apply_overrides(resolve_gpu(hw), ov or {})
+    return gpu, clock, resolve_stack(on, gpu, None), hw_rates(gpu, clock)
+
+
+class Resolver:
+    """Timings of points, the hardware side resolved once per (hw, stack, overrides) and the op
+    table once per (workload, fusion), within one estimate_many call."""
+
+    def __init__(self) -> None:
+        self.hw: dict[tuple, tuple] = {}
+        self.tables: dict[tuple, tuple[Any, Prepared]] = {}
+
+    def timing(self, w, hw, stack, ov, ov_key: tuple) -> Timing | None:
+        """The Timing of a point, or None when the vector path does not cover it."""
+        if is_multi_gpu(w, hw) or getattr(w, "offload", "none") != "none":
+            return None   # several GPUs, or CPU offload: sim/estimate.steps takes another target
+        s = stack if stack is not None else w.stack
+        hkey = (hw if isinstance(hw, str) else id(hw), s if isinstance(s, str) else id(s), ov_key)
+        side = self.hw.get(hkey)
+        if side is None:
+            side = self.hw[hkey] = (hw, s) + _hw_side(hw, s, ov)
+        gpu, clock, st, rates = side[2:]
+        check_recipe(w, gpu)
+        tkey = (id(w), st.fused)
+        hit = self.tables.get(tkey)
+        if hit is None:
+            hit = self.tables[tkey] = (w, prepare(w, st.fused))
+        p = hit[1]
+        if ((p.table.kind == MATMUL) & np.isnan(rates.tensor_peak[p.table.dtype])).any():
+            return None   # estimate() raises the error naming the op
+        return Timing(w, p, gpu, clock, st, (id(rates), st.attention))
+
+
+# ---- tables of many points --------------------------------------------------------------------
+
+_NUMERIC = ("kind", "phase", "dtype", "flops", "bytes", "bytes_written", "count", "kernels", "align_bytes", "rows",
+            "cols", "strided_elems", "strided_class")
+_INTS = ("kind", "phase", "dtype")
+_PACKED: dict[int, tuple[OpTable, np.ndarray]] = {}
+
+
+def packed(t: OpTable) -> np.ndarray:
+    """The numeric columns of ``t`` (_NUMERIC, then the GEMM and attention columns) as rows of one
+    float64 matrix, so that a group's tables concatenate in one call (memoised per table)."""
+    hit = _PACKED.get(id(t))
+    if hit is not None and hit[0] is t:
+        return hit[1]
+    cols = [getattr(t, f) for f in _NUMERIC] + [getattr(t.gemm, f) for f in GemmColumns.__slots__] + \
+        [getattr(t.attn, f) for f in AttnColumns.__slots__]
+    m = np.array(cols, dtype=float).reshape(len(cols), len(t.count))
+    if len(_PACKED) > 8192:
+        _PACKED.clear()
+    _PACKED[id(t)] = (t, m)
+    return m
+
+
+def concat_tables(tables: Sequence[OpTable]) -> OpTable:
+    """One OpTable of the rows of ``tables`` in order (block_starts offset to the new rows). The
+    integer columns (kind, phase, dtype) hold small integers, exact in float64 and back."""
+    m = np.concatenate([packed(t) for t in tables], axis=1)
+    lens = np.array([len(t.count) for t in tables])
+    offs = np.concatenate([[0], np.cumsum(lens)[:-1]])
+    col = dict(zip(_NUMERIC, m[:len(_NUMERIC)]))
+    for f in _INTS:
+        col[f] = col[f].astype(np.int64)
+    ng = len(GemmColumns.__slots__)
+    g = GemmColumns(*m[len(_NUMERIC):len(_NUMERIC) + ng])
+    a = AttnColumns(*m[len(_NUMERIC) + ng:])
+    ops = tuple(itertools.chain.from_iterable(t.ops for t in tables))
+    starts = np.concatenate([t.block_starts + o for t, o in zip(tables, offs)])
+    return OpTable(ops, col["kind"], col["phase"], col["dtype"], col["flops"], col["bytes"], col["bytes_written"],
+                   col["count"], col["kernels"], g, a, starts, col["align_bytes"], col["rows"], col["cols"],
+                   col["strided_elems"], col["strided_class"])
+
+
+def segment_sum(x: np.ndarray, point: np.ndarray, n: int) -> np.ndarray:
+    """Sum of x over the rows of each point (rows in order: a sequential sum per point)."""
+    return np.bincount(point, weights=x, minlength=n)
+
+
+# ---- the power state on arrays (sim/power.py power_state) ---------------------------------------
+
+def _gemm_speed(f, f_cal: float, f_boost: float, r: float):
+    if f_boost <= f_cal:
+        return np.where(f <= f_cal, f / f_cal, 1.0)
+    return np.where(f <= f_cal, f / f_cal, 1.0 + (r - 1.0) * (f - f_cal) / (f_boost - f_cal))
+
+
+def _curve_inverse(y: np.ndarray, beta: float) -> np.ndarray:
+    """power.power_curve_inverse on an array."""
+    if beta >= 1.0:
+        out = np.cbrt(y)
+    elif beta <= 0.0:
+        out = y.copy()
+    else:
+        p, q = (1.0 - beta) / beta, -y / beta
+        s = np.sqrt(q * q / 4.0 + p ** 3 / 27.0)
+        out = np.cbrt(-q / 2.0 + s) + np.cbrt(-q / 2.0 - s)
+    return np.where(y <= 0.0, 0.0, out)
+
+
+def power_states(g, a, gp, mem, step_s, gpu_key: str, f_boost: float, r: float, attention: str | None):
+    """(clock Hz, GEMM speed, attention speed) arrays of power.power_state over many steps, None
+    where the GPU has no clock model (the same fixed point, five iterations, on arrays)."""
+    params = clock_params(gpu_key)
+    if params is None or r <= 1.0:
+        return None
+    f_gemm, w_mem = params
+    beta, f_cal = curve_beta(gpu_key), calibration_clock(gpu_key)
+    f_att = same_power_clock(attention_clock_ratio(attention) * f_cal, f_cal, f_gemm, f_boost, beta)
+    pc_gemm, pc_att = power_curve(f_gemm / f_boost, beta), power_curve(f_att / f_boost, beta)
+    g_boost = power_curve(f_boost / f_boost, beta)
+    f = np.full(len(g), f_gemm)
+    live = np.ones(len(g), bool)
+    for _ in range(5):
+        speed = _gemm_speed(f, f_cal, f_boost, r)
+        tg, ta = g / speed, a * f_boost / f
+        step = step_s + (tg - g) + (ta - a)
+        live &= step > 0
+        safe = np.where(live, step, 1.0)
+        u_g, u_a = np.minimum(gp / speed / safe, 1.0), np.minimum(ta / safe, 1.0)
+        u_mem = np.minimum(mem / safe, 1.0)
+        k = 0 + u_g / pc_gemm + u_a / pc_att
+        p_boost = 0 + u_g * g_boost / pc_gemm + u_a * g_boost / pc_att + w_mem * u_mem
+        solved = f_boost * _curve_inverse(np.maximum(1.0 - w_mem * u_mem, 0.0) / np.where(k > 0, k, 1.0), beta)
+        new = np.where((k <= 0) | (p_boost <= 1.0), f_boost, np.minimum(np.maximum(solved, f_gemm), f_boost))
+        f = np.where(live, new, f)
+    return f, _gemm_speed(f, f_cal, f_boost, r), f / f_boost
+
+
+# ---- one group: a GPU, clock and attention kernel ----------------------------------------------
+
+# the category launch_overhead is the Estimate's launch_overhead_s
+FIGURES = ("step_time_s", "gpu_busy_s", "sm_clock_hz") + tuple(f"{c}_s" for c in CATEGORIES) + \
+    tuple(f"{p}_s" for p in PHASES)
+
+
+def _evaluate_group(ts: list[Timing], out: np.ndarray) -> None:
+    """Figures (FIGURES) of the Timings of one group into rows x.u of ``out`` (module docstring)."""
+    t0 = ts[0]
+    gpu, eff, rates, impl = t0.gpu, efficiency(t0.gpu), hw_rates(t0.gpu, t0.clock), t0.st.attention
+    tables = [x.p.table for x in ts]
+    t = concat_tables(tables)
+    n = len(ts)
+    lens = np.array([len(x.count) for x in tables])
+    point = np.repeat(np.arange(n), lens)
+    k = kernel_times(t, rates, eff, impl)
+    mm = t.kind == MATMUL
+    g = k.gpu_s * t.count
+    cb = mm & (k.compute_s >= k.memory_s)
+    busy, gemm = segment_sum(g, point, n), segment_sum(np.where(cb, g, 0.0), point, n)
+    att = segment_sum(np.where(t.kind == ATTENTION, g, 0.0), point, n)
+    w_ref = np.minimum(k.efficiency / reference_gemm_efficiency(gpu)[t.dtype], 1.0)
+    gw = segment_sum(np.where(cb, g * w_ref, 0.0), point, n)
+    gemm_power = gemm * np.where(gemm > 0, gw / np.where(gemm > 0, gemm, 1.0), 1.0)
+    mem = busy - gemm - att
+    # memory-bound GEMMs draw GEMM power over their compute time (prepare.with_tensor_power)
+    mb = mm & (k.compute_s < k.memory_s)
+    c = segment_sum(np.where(mb, k.compute_s * t.count, 0.0), point, n)
+    cw = segment_sum(np.where(mb, k.compute_s * t.count * w_ref, 0.0), point, n)
+    tp = c > 0
+    gemm_power, mem = np.where(tp, gemm_power + cw, gemm_power), np.where(tp, np.maximum(0.0, mem - c), mem)
+    host_row = np.concatenate([host_times(x.p.table, x.st) for x in ts])
+    window = np.maximum(busy, segment_sum(host_row * t.count, point, n))
+    ps = None
+    r = boost_speedup(eff)
+    if r != 1.0:
+        ps = power_states(gemm, att, gemm_power, mem, window, gpu.key, gpu.boost_clock_hz, r, impl)
+    if ps is not None:
+        speed, att_speed = ps[1][point], ps[2][point]
+        compute = np.where(mm, k.compute_s / speed, k.compute_s / att_speed)
+        k = KernelTimes(compute, k.memory_s, k.fixed_s, np.maximum(compute, k.memory_s) + k.fixed_s, k.efficiency)
+    graph = np.concatenate([x.p.table.kernels * x.st.launch_graph_s if x.st.graphs else np.zeros(len(x.p.table.count))
+                            for x in ts])
+    gpu_row = k.gpu_s + graph
+    step, busy_l = _tandem(host_row, gpu_row, t.count, t.block_starts, point, lens, n)
+    step = np.maximum(step, busy_l)
+    idle = step - busy_l
+    per_op = gpu_row * t.count
+    nc, nph = len(CATEGORIES), len(PHASES)
+    by_cat = np.bincount(point * nc + _categories(t, k), weights=per_op, minlength=n * nc).reshape(n, nc)
+    by_cat[:, CATEGORIES.index("launch_overhead")] = idle
+    by_phase = np.bincount(point * nph + t.phase, weights=per_op, minlength=n * nph).reshape(n, nph)
+    clock = ps[0] if ps is not None else np.zeros(n)
+    out[[x.u for x in ts]] = np.column_stack([step, busy_l, clock, by_cat, by_phase])
+
+
+def _tandem(host, gpu, count, starts, point, lens, n) -> tuple[np.ndarray, np.ndarray]:
+    """launch.tandem_step_time and the busy time (sum of gpu x count) of every point: the blocks
+    of all points laid out as rows of a matrix (zero-padded), so each point's cumulative sums
+    run over its own blocks only, in its own order."""
+    H = np.add.reduceat(host * count, starts)
+    G = np.add.reduceat(gpu * count, starts)
+    bp = point[starts]                                  # the point of each block
+    first = np.flatnonzero(np.r_[True, bp[1:] != bp[:-1]])
+    nb = np.diff(np.r_[first, len(bp)])
+    col = np.arange(len(bp)) - np.repeat(first, nb)
+    Hm, Gm, Fm = (np.zeros((n, int(nb.max()))) for _ in range(3))
+    Hm[bp, col], Gm[bp, col], Fm[bp, col] = H, G, host[starts]
+    h_before = np.cumsum(Hm, axis=1) - Hm
+    g_after = np.cumsum(Gm[:, ::-1], axis=1)[:, ::-1]
+    lead = np.where(col_mask(nb, Hm.shape[1]), h_before + Fm + g_after, -np.inf).max(axis=1)
+    last = np.cumsum(lens) - 1
+    return np.maximum(lead, Hm.sum(axis=1) + gpu[last]), segment_sum(gpu * count, point, n)
+
+
+def col_mask(nb: np.ndarray, width: int) -> np.ndarray:
+    """[points, width] mask of the columns that hold a block."""
+    return np.arange(width)[None, :] < nb[:, None]
+
+
+def _categories(t: OpTable, k: KernelTimes) -> np.ndarray:
+    """prepare.categories on many rows."""
+    cat = np.full(len(t.count), CATEGORIES.index("memory_bound"))
+    mm = t.kind == MATMUL
+    cat[mm & (k.compute_s >= k.memory_s)] = CATEGORIES.index("matmul_compute")
+    cat[mm & (k.compute_s < k.memory_s)] = CATEGORIES.index("matmul_memory")
+    cat[t.kind == ATTENTION] = CATEGORIES.index("attention")
+    cat[t.kind == COLLECTIVE] = CATEGORIES.index("communication")
+    return cat
+
+
+# ---- the table ------------------------------------------------------------------------------
+
+_PEAKS: dict[tuple, tuple[str, float]] = {}
+
+
+def _peak(t: OpTable, gpu) -> tuple[str, float]:
+    key = (id(t), id(gpu))
+    hit = _PEAKS.get(key)
+    if hit is None:
+        if len(_PEAKS) > 4096:
+            _PEAKS.clear()
+        hit = _PEAKS[key] = step_peak(t, gpu)
+    return hit
+
+
+def row_of(e) -> dict:
+    """The table row of an Estimate (sim/results.py)."""
+    row = {"workload": e.workload, "mode": e.mode, "gpu": e.gpu, "stack": e.stack, "gpus": e.gpus,
+           "step_time_s": e.step_time_s, "tokens": e.tokens, "model_flops": e.model_flops,
+           "hardware_flops": e.hardware_flops, "peak_flops": e.peak_flops, "peak_dtype": e.peak_dtype,
+           "gpu_busy_s": e.gpu_busy_s, "launch_overhead_s": e.launch_overhead_s, "memory_total": e.memory.total,
+           "memory_capacity": e.memory.capacity, "memory_fits": e.memory.fits, "sm_clock_hz": e.sm_clock_hz}
+    row.update({f"{c}_s": float(e.by_category.get(c, 0.0)) for c in CATEGORIES})
+    row.update({f"{c}_s": float(e.by_phase.get(c, 0.0)) for c in PHASES})
+    return row
+
+
+def estimate_many(workloads, hw: Any = "h100_sxm", stack: Any = None, overrides: Any = None, *,
+                  usd_per_gpu_hour: Any = None, run: RunPattern | None = None, profile: Any = None):
+    """Step estimates of many points as a pandas DataFrame, one row per point, in order.
+
+    workloads: a workload (TrainingWorkload / InferenceWorkload) or a sequence of them; hw, stack,
+    overrides, usd_per_gpu_hour: one value for every point or a sequence with one per point (as
+    `mechsim.estimate` takes them: hw a GPU / system name or object or a Cluster; stack a name, a
+    Stack or None for the workload's own; overrides a what-if mapping). run / profile: as
+    `estimate`'s, for every point (such points are estimated one at a time).
+
+    Columns (COLUMNS): the Estimate's figures (step_time_s, tokens_per_s, mfu, hfu, memory, the
+    categories as <category>_s, the phases as <phase>_s, sm_clock_hz, ...), the price's
+    usd_per_step (step x GPUs x price / 3600) and tokens_per_usd, ``path`` ("vector": the
+    batched path; "loop": estimated one at a time, module docstring) and ``error`` (the one-line
+    message of a point that cannot be estimated, "" otherwise; its numbers are NaN).
+    """
+    import pandas as pd   # pandas loads only when a table is asked for
+    ws, hws, sts, ovs, prices = _points(workloads, hw, stack, overrides, usd_per_gpu_hour)
+    n = len(ws)
+    loop = run is not None or profile is not None
+    res = Resolver()
+    timings: dict[tuple, Timing | None] = {}
+    live: list[Timing] = []
+    idx = np.empty(n, dtype=np.int64)
+    ov_keys: dict[int, tuple] = {}
+    for i, (w, h, s, ov) in enumerate(zip(ws, hws, sts, ovs)):
+        if ov:
+            ok = ov_keys.get(id(ov))
+            if ok is None:
+                ok = ov_keys[id(ov)] = _ov_key(ov)
+        else:
+            ok = ()
+        key = (id(w), h if h.__class__ is str else id(h), s if s is None or s.__class__ is str else id(s), ok)
+        x = timings.get(key, False)
+        if x is False:
+            try:
+                x = None if loop else res.timing(w, h, s, ov, ok)
+            except (ValueError, TypeError, KeyError, ArithmeticError):
+                x = None   # the loop path reports the error
+            if x is not None:
+                x.u = len(live)
+                live.append(x)
+            timings[key] = x
+        idx[i] = -1 if x is None else x.u
+    figs = np.full((len(live), len(FIGURES)), np.nan)
+    groups: dict[tuple, list[Timing]] = {}
+    for x in live:
+        groups.setdefault(x.group, []).append(x)
+    for ts in groups.values():
+        _evaluate_group(ts, figs)
+    static = [_static(x) for x in live]
+    loop_rows: dict[int, dict] = {}
+    errors = [""] * n
+    for i in np.flatnonzero(idx < 0).tolist():
+        try:
+            e = estimate_facade(ws[i], hws[i], sts[i], ovs[i], profile=profile, run=run)
+            loop_rows[i] = row_of(e)
+        except (ValueError, TypeError, KeyError, ArithmeticError) as err:
+            errors[i] = " ".join(str(err.args[0] if isinstance(err, KeyError) and err.args else err).split())
+    return _frame(pd, static, figs, idx, loop_rows, prices, errors)
+
+
+STATIC = ("workload", "mode", "gpu", "stack", "gpus", "tokens", "model_flops", "hardware_flops", "peak_flops",
+          "peak_dtype", "memory_total", "memory_capacity", "memory_fits")
+NUMBERS = ("gpus", "tokens", "model_flops", "hardware_flops", "peak_flops", "memory_total", "memory_capacity")
+_TOTALS: dict[int, tuple[Prepared, float]] = {}
+
+
+def _static(x: Timing) -> tuple:
+    """The STATIC figures of a Timing (those that no kernel time changes)."""
+    p, gpu = x.p, x.gpu
+    hit = _TOTALS.get(id(p))
+    if hit is None or hit[0] is not p:
+        if len(_TOTALS) > 4096:
+            _TOTALS.clear()
+        hit = _TOTALS[id(p)] = (p, sum(p.memory.values()))
+    peak_dtype, peak = _peak(p.table, gpu)
+    cap = float(gpu.hbm_capacity)
+    return (p.summary, p.mode, gpu.key, x.st.key, 1, p.tokens, p.model_flops, p.hardware_flops, peak, peak_dtype,
+            hit[1], cap, hit[1] <= cap)
+
+
+STRINGS = ("workload", "mode", "gpu", "stack", "peak_dtype")
+
+
+def _frame(pd, static: list[tuple], figs: np.ndarray, idx: np.ndarray, loop_rows: dict[int, dict],
+           prices: list, errors: list[str]):
+    """The DataFrame (COLUMNS) of the points: row idx[i] of the timings' figures, or the loop
+    path's row (NaN / None where the point raised)."""
+    n = len(idx)
+    vec = idx >= 0
+    take = np.maximum(idx, 0)
+    rest = np.flatnonzero(~vec).tolist()
+    data: dict[str, Any] = {}
+    for j, c in enumerate(STATIC):
+        vals = [v[j] for v in static]
+        if c in STRINGS and not rest:   # categorical: each distinct string stored once
+            cats, inv = np.unique(np.array(vals, dtype=object), return_inverse=True) if vals else ([], [])
+            data[c] = pd.Categorical.from_codes(np.asarray(inv)[take], categories=list(cats)) if vals else []
+            continue
+        col = np.array(vals)[take] if vals else np.full(n, np.nan)
+        if rest:
+            col = col.astype(object) if c in STRINGS or c == "memory_fits" else col.astype(float)
+            for i in rest:
+                col[i] = loop_rows[i][c] if i in loop_rows else (None if c in STRINGS else math.nan)
+        data[c] = col
+    for j, c in enumerate(FIGURES):
+        col = figs[take, j] if len(static) else np.full(n, np.nan)
+        for i in rest:
+            col[i] = loop_rows[i][c] if i in loop_rows else math.nan
+        data[c] = col
+    step, gpus, tokens = (np.asarray(data[c], dtype=float) for c in ("step_time_s", "gpus", "tokens"))
+    peak = np.asarray(data["peak_flops"], dtype=float)
+    price = np.array([math.nan if p is None else float(p) for p in prices])
+    with np.errstate(divide="ignore", invalid="ignore"):
+        data["tokens_per_s"] = tokens / step
+        data["mfu"] = np.asarray(data["model_flops"], dtype=float) / (step * peak)
+        data["hfu"] = np.asarray(data["hardware_flops"], dtype=float) / (step * peak)
+        data["usd_per_gpu_hour"] = price
+        data["usd_per_step"] = step * gpus * price / 3600.0
+        data["tokens_per_usd"] = tokens / data["usd_per_step"]
+    data["path"] = pd.Categorical.from_codes(np.where(vec, 0, 1), categories=["vector", "loop"])
+    data["error"] = errors
+    return pd.DataFrame({c: data[c] for c in COLUMNS})
+
+
+__all__ = ["COLUMNS", "concat_tables", "estimate_many", "power_states", "row_of"]
