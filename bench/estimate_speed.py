@@ -3,10 +3,14 @@
 1. In-process: one single-GPU training-step estimate of Llama 3 70B on an H100,
    after warm-up (op list and hardware rates cached, as in any interactive use),
    median of many calls. Also the cold first call.
-2. Fresh process: wall time of `mechsim estimate ...` as a new Python process
+2. The same for Llama 3 8B on an H100 and for Llama 3 70B on 64 H100s (8 HGX nodes, tp8 pp4 dp2,
+   Megatron-Core stack): "warm" asks the same workload again (the best of three medians: the
+   machine is shared), "new" asks a workload the process has not seen (a new sequence length
+   each call: its op list is built, model/ops_*.py), median.
+3. Fresh process: wall time of `mechsim estimate ...` as a new Python process
    (interpreter start + imports + estimate + print), median of 5.
 
-Run: python bench/estimate_speed.py     Figures go into the README.
+Run: python bench/estimate_speed.py     Figures go into the README and docs/speed.md.
 """
 
 from __future__ import annotations
@@ -15,6 +19,9 @@ import statistics
 import subprocess
 import sys
 import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))   # this checkout's mechsim
 
 
 def in_process(n: int = 2000) -> tuple[float, float]:
@@ -32,6 +39,50 @@ def in_process(n: int = 2000) -> tuple[float, float]:
     return cold, statistics.median(samples)
 
 
+def warm_s(fn, n: int = 400) -> float:
+    """Best of three medians of n calls of fn (after one call)."""
+    fn()
+    best = []
+    for _ in range(3):
+        s = []
+        for _ in range(n):
+            t = time.perf_counter()
+            fn()
+            s.append(time.perf_counter() - t)
+        best.append(statistics.median(s))
+    return min(best)
+
+
+def new_s(make, n: int) -> float:
+    """Median time of estimates of n workloads not seen before (make(i) -> (workload, hw))."""
+    import mechsim
+    s = []
+    for i in range(n):
+        w, hw = make(i)
+        t = time.perf_counter()
+        mechsim.estimate(w, hw)
+        s.append(time.perf_counter() - t)
+    return statistics.median(s)
+
+
+def cases() -> list[tuple[str, float, float]]:
+    """(case, warm s, new s) of the 8B single-GPU and the 70B 64-GPU training estimates."""
+    import mechsim
+    from mechsim.model import TrainingWorkload
+    from mechsim.model.parallel import Parallelism
+    from mechsim.sim.cluster import Cluster
+    par, c64 = Parallelism(tp=8, pp=4, dp=2), Cluster(system="hgx_h100", nodes=8)
+    w8 = TrainingWorkload(model="llama3-8b", mbs=1, seq=4096)
+    w70 = TrainingWorkload(model="llama3-70b", mbs=1, seq=4096, grad_accum=8, stack="megatron_te", parallel=par)
+    return [
+        ("Llama 3 8B train step on 1 H100", warm_s(lambda: mechsim.estimate(w8, "h100")),
+         new_s(lambda i: (TrainingWorkload(model="llama3-8b", mbs=1, seq=1024 + 8 * i), "h100"), 60)),
+        ("Llama 3 70B train step on 64 H100 (tp8 pp4 dp2, megatron_te)", warm_s(lambda: mechsim.estimate(w70, c64), 150),
+         new_s(lambda i: (TrainingWorkload(model="llama3-70b", mbs=1, seq=1024 + 8 * i, grad_accum=8,
+                                           stack="megatron_te", parallel=par), c64), 30)),
+    ]
+
+
 def fresh_process(n: int = 5) -> float:
     cmd = [sys.executable, "-m", "mechsim.cli", "estimate", "--model", "llama3-70b", "--hw", "h100",
            "--mode", "train", "--mbs", "1", "--seq", "4096"]
@@ -47,4 +98,6 @@ if __name__ == "__main__":
     cold, warm = in_process()
     print(f"in-process estimate, Llama 3 70B train step on H100: warm median {warm * 1e3:.3f} ms "
           f"(first call incl. imports {cold * 1e3:.1f} ms)")
+    for name, warm_case, new_case in cases():
+        print(f"{name}: same workload again {warm_case * 1e6:.0f} us, new workload {new_case * 1e6:.0f} us")
     print(f"fresh process `mechsim estimate`: median {fresh_process():.3f} s")
