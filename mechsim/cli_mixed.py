@@ -64,6 +64,12 @@ def _workload(a: argparse.Namespace, pp: int):
                             stack=a.stack, parallel=Parallelism(tp=a.tp, pp=pp))
 
 
+def _per_usd(tokens_per_s: float, pools) -> str:
+    from .sim.mixed import cloud_price_per_hour
+    usd = cloud_price_per_hour(pools)
+    return "" if usd is None else f"; cloud ${usd:,.0f}/h -> {tokens_per_s * 3600 / usd:,.0f} tokens per USD"
+
+
 def _train(a: argparse.Namespace) -> int:
     from . import mixed_data_parallel
     pools = [p for p in a.pools.split(",") if p]
@@ -72,13 +78,17 @@ def _train(a: argparse.Namespace) -> int:
         r = mixed_data_parallel(w, pools, rebalance=reb)
         print(f"{'rebalanced' if reb else 'equal batches'}: step {r.step_s:.3f} s, {r.tokens_per_s:,.0f} tokens/s over "
               f"{r.gpus} GPUs ({r.tokens_per_s / r.gpus:,.0f} per GPU); slowest pool {r.slowest}; "
-              f"{r.idle_share:.1%} of GPU-time waiting; cross-pool gradient exchange {r.cross_pool_s * 1e3:.1f} ms")
+              f"{r.idle_share:.1%} of GPU-time waiting; cross-pool gradient exchange {r.cross_pool_s * 1e3:.1f} ms"
+              + _per_usd(r.tokens_per_s, pools))
         for p in r.pools:
-            print(f"  {p.system} x {p.nodes} nodes: {p.replicas} replicas x {p.micro_batches} micro-batches, "
+            mb = str(p.micro_batches) if p.at_most in (0, p.replicas) else \
+                f"{p.micro_batches - 1}-{p.micro_batches} ({p.at_most} at {p.micro_batches})"
+            print(f"  {p.system} x {p.nodes} nodes: {p.replicas} replicas x {mb} micro-batches, "
                   f"own step {p.step_s:.3f} s")
     if len(pools) > 1:
         alone = mixed_data_parallel(w, pools[:1])
-        print(f"{pools[0]} alone: {alone.tokens_per_s:,.0f} tokens/s ({alone.tokens_per_s / alone.gpus:,.0f} per GPU)")
+        print(f"{pools[0]} alone: {alone.tokens_per_s:,.0f} tokens/s ({alone.tokens_per_s / alone.gpus:,.0f} per GPU)"
+              + _per_usd(alone.tokens_per_s, pools[:1]))
     return 0
 
 

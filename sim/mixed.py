@@ -3,9 +3,8 @@
 Data parallelism over unequal replicas (synchronous SGD): every replica waits for the slowest, so
 with the same micro-batches per replica
     step = max_i t_i(ga) + cross_pool_s
-and with batches rebalanced by speed (replica i runs n_i micro-batches, sum_i r_i n_i = M, the
-global batch unchanged) the step is the smallest T with sum_i r_i floor((T - a_i) / b_i) >= M for
-t_i(n) = a_i + b_i n (rebalance_micro_batches). Each pool's t_i comes from estimate() of the job's
+and with batches rebalanced by speed (the same M micro-batches in all, the global batch unchanged)
+each micro-batch goes to the replica that finishes it first, for t_i(n) = a_i + b_i n, replicas of one pool differing by at most one micro-batch (rebalance_micro_batches). Each pool's t_i comes from estimate() of the job's
 replica plan on its own cluster (its own DP reduction included); the pools' gradients then meet in
 a ring all-reduce of one rank's gradient shard across the P pools over the slowest scale-out NIC:
     cross_pool_s = 2 (P - 1) / P x grad_bytes / (tp pp) / min_i NIC bandwidth per GPU per direction
@@ -27,11 +26,13 @@ the scale-out network from the tp_p prefill GPUs to the tp_d decode GPUs:
 from __future__ import annotations
 
 import dataclasses
+import heapq
 import math
 from dataclasses import dataclass
 from typing import Any, Sequence
 
 from .. import hwdb
+from ..hwdb.prices import load_prices
 from ..model.parallel import Parallelism
 from .cluster import Cluster
 from .distributed import resolve_cluster
@@ -42,24 +43,30 @@ from .serving.capacity import tp_options
 
 # ------------------------------------------------------------------ pure laws (hand-checkable)
 def rebalance_micro_batches(replicas: Sequence[int], a: Sequence[float], b: Sequence[float],
-                            micro_batches: int) -> tuple[float, tuple[int, ...]]:
-    """(step seconds, micro-batches per replica of each pool) splitting ``micro_batches`` over the
-    pools' replicas so the slowest finishes first: replica of pool i takes n_i >= 1 at
-    t_i(n) = a_i + b_i n; the step is the smallest max_i t_i(n_i) with sum_i replicas_i n_i >= M."""
+                            micro_batches: int) -> tuple[float, tuple[int, ...], tuple[int, ...]]:
+    """Split exactly ``micro_batches`` over the pools' replicas so the slowest finishes first (water
+    filling): a replica of pool i with n micro-batches takes t_i(n) = a_i + b_i n; each one more
+    micro-batch goes where it ends earliest. Returns (step = max over replicas, n_i = the most any
+    replica of pool i runs, k_i = how many of its replicas run n_i; the others run n_i - 1)."""
     if micro_batches < sum(replicas):
         raise ValueError(f"micro_batches: {micro_batches} is fewer than the {sum(replicas)} replicas "
                          f"(each runs at least one micro-batch)")
     if min(b) <= 0:
         raise ValueError("b: seconds per micro-batch must be > 0 for every pool")
+    n, k = [1] * len(replicas), list(replicas)
 
-    def take(T: float) -> list[int]:
-        return [max(1, int(math.floor((T - ai) / bi + 1e-9))) for ai, bi in zip(a, b)]
-    lo, hi = max(ai + bi for ai, bi in zip(a, b)), max(a) + max(b) * micro_batches
-    for _ in range(200):
-        mid = 0.5 * (lo + hi)
-        lo, hi = (lo, mid) if sum(r * n for r, n in zip(replicas, take(mid))) >= micro_batches else (mid, hi)
-    n = take(hi)
-    return max(ai + bi * ni for ai, bi, ni in zip(a, b, n)), tuple(n)
+    def key(i: int) -> float:    # the time of the replica that the next micro-batch of pool i lands on
+        return a[i] + b[i] * (n[i] if k[i] < replicas[i] else n[i] + 1)
+    heap = [(key(i), i) for i in range(len(replicas))]
+    heapq.heapify(heap)
+    for _ in range(micro_batches - sum(replicas)):
+        _, i = heapq.heappop(heap)
+        if k[i] < replicas[i]:
+            k[i] += 1
+        else:
+            n[i], k[i] = n[i] + 1, 1
+        heapq.heappush(heap, (key(i), i))
+    return max(ai + bi * ni for ai, bi, ni in zip(a, b, n)), tuple(n), tuple(k)
 
 
 def balance_layers(layers: int, per_layer_s: Sequence[float], last_extra_s: float = 0.0) -> tuple[int, ...]:
@@ -114,8 +121,9 @@ class PoolStep:
     nodes: int
     gpus: int
     replicas: int
-    micro_batches: int      # per replica per step
+    micro_batches: int      # the most a replica of the pool runs per step
     step_s: float           # the pool's own step (its replicas and its DP reduction)
+    at_most: int = 0        # replicas that run micro_batches (the others one fewer); 0 = all
 
 
 @dataclass(frozen=True)
@@ -223,17 +231,32 @@ def mixed_data_parallel(workload, pools: Sequence[Any], rebalance: bool = False,
         return estimate(_pool_workload(workload, reps[i], n), Cluster(system=system, nodes=nodes), stack).step_time_s
     if rebalance:
         a_b = [(2 * t(i, 1) - t(i, 2), t(i, 2) - t(i, 1)) for i in range(len(specs))]
-        _, ns = rebalance_micro_batches(reps, [x[0] for x in a_b], [max(x[1], 1e-12) for x in a_b], ga * sum(reps))
+        _, ns, ks = rebalance_micro_batches(reps, [x[0] for x in a_b], [max(x[1], 1e-12) for x in a_b], ga * sum(reps))
     else:
-        ns = tuple(ga for _ in specs)
+        ns, ks = tuple(ga for _ in specs), tuple(reps)
     steps = [float(t(i, n)) for i, n in enumerate(ns)]
     shard = workload.model.param_count() * grad_bytes_per_param(workload.precision) / (par.tp * par.pp)
     nic = min(float(hwdb.get_system(s).scaleout_bw_per_gpu_per_dir) for s, _ in specs)
     cross = ring_all_reduce_s(shard, len(specs), nic)
-    out = tuple(PoolStep(s, nd, r * per_rep, r, n, st) for (s, nd), r, n, st in zip(specs, reps, ns, steps))
-    tokens = sum(r * n for r, n in zip(reps, ns)) * workload.mbs * workload.seq
+    out = tuple(PoolStep(s, nd, r * per_rep, r, n, st, kk)
+                for (s, nd), r, n, st, kk in zip(specs, reps, ns, steps, ks))
+    tokens = sum(r * n - (r - kk) for r, n, kk in zip(reps, ns, ks)) * workload.mbs * workload.seq
     slow = max(out, key=lambda p: p.step_s)
     return MixedDP(out, rebalance, max(steps) + cross, cross, int(tokens), slow.system)
+
+
+def cloud_price_per_hour(pools: Sequence[Any]) -> float | None:
+    """USD per hour of ``pools`` at each GPU's cheapest dated cloud offer (hwdb/data/prices.toml);
+    None when a pool's GPU has no offer. Owned hardware: price it with mechsim.compare."""
+    book = load_prices()
+    total = 0.0
+    for system, nodes in (_pool(p) for p in pools):
+        sysrec = hwdb.get_system(system)
+        offers = book.cloud_offers(sysrec.gpu.key)
+        if not offers:
+            return None
+        total += nodes * sysrec.gpus_per_node * min(o.price.value for o in offers)
+    return total
 
 
 # ------------------------------------------------------------------ pipeline

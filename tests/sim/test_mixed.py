@@ -12,8 +12,8 @@ from mechsim.sim import mixed
 def test_mixed_dp_pair_rebalanced_by_hand():
     # pool A: t = 1 + 2n, pool B: t = 1 + n, one replica each, 6 micro-batches.
     # equal split: 3 each -> A 7 s, B 4 s, step 7 s; rebalanced: A 2 (5 s), B 4 (5 s) -> 5 s.
-    step, n = mixed.rebalance_micro_batches([1, 1], [1.0, 1.0], [2.0, 1.0], 6)
-    assert n == (2, 4)
+    step, n, k = mixed.rebalance_micro_batches([1, 1], [1.0, 1.0], [2.0, 1.0], 6)
+    assert n == (2, 4) and k == (1, 1)
     assert step == pytest.approx(5.0)
     assert max(1 + 2 * 3, 1 + 3) == 7          # the equal split it beats
 
@@ -21,8 +21,16 @@ def test_mixed_dp_pair_rebalanced_by_hand():
 def test_rebalance_counts_every_replica_of_a_pool():
     # pool A: 2 replicas at t = 2n, pool B: 1 replica at t = n; 8 micro-batches:
     # T = 4: A 2 each (4 micro-batches), B 4 -> 8 in all, step 4 s.
-    step, n = mixed.rebalance_micro_batches([2, 1], [0.0, 0.0], [2.0, 1.0], 8)
-    assert n == (2, 4) and step == pytest.approx(4.0)
+    step, n, k = mixed.rebalance_micro_batches([2, 1], [0.0, 0.0], [2.0, 1.0], 8)
+    assert n == (2, 4) and k == (2, 1) and step == pytest.approx(4.0)
+
+
+def test_rebalance_keeps_the_global_batch_exactly():
+    # 3 replicas at t = n and 2 at t = 2n, 20 micro-batches: exactly 20 are handed out
+    step, n, k = mixed.rebalance_micro_batches([3, 2], [0.0, 0.0], [1.0, 2.0], 20)
+    total = sum(r * ni - (r - ki) for r, ni, ki in zip([3, 2], n, k))
+    assert total == 20
+    assert step == pytest.approx(max(n[0] * 1.0, n[1] * 2.0))
 
 
 def test_rebalance_refuses_fewer_micro_batches_than_replicas():
