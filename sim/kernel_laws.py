@@ -16,6 +16,60 @@ is bound by the rows' latency, not by HBM:
 
 one parameter set per family: rowkernel.softmax_warp (softmax_warp_forward, cols <= 2048),
 rowkernel.softmax_block (the 1024-thread block kernels), rowkernel.layer_norm, rowkernel.rms_norm.
+
+GEMM tile law (gemm_law; used by sim/kernels.gemm_efficiency where the data has gemm.law.*).
+cuBLAS picks, per shape, a CTA tile (tm, tn) and a split of K (kernel names of the sweep's
+calibration half, validation/data/sweeps/h200/probes: nvjet 8x64 .. 128x304 tiles, cutlass
+align1 64x64 / 128x128 and wmma 32x32 / 16x16 tiles for misaligned operands, gemv / gemmSN for
+one-row products, a splitKreduce_kernel after split-K). Each CTA walks its K slice; per K step it
+does 2 tm tn FLOP on one SM and loads (tm + tn) operand elements into it, so
+
+    t_step   = max(2 tm tn / (peak / SMs x frac), (tm + tn) x elem_bytes / sm_load_bw)
+    t_epi    = tm tn x out_bytes / sm_store_bw        (the CTA's output tile; fp32 partials if split)
+    t_main   = ceil(tiles x split / SMs) x ((ceil(K / split) + k_overhead) x t_step + t_epi)
+    t_reduce = split > 1: splitk_reduce_s + split x M x N x 4 B / HBM   (fp32 partials)
+    t        = min over (tile, split) of t_main + t_reduce
+               + floor_s + (fixed_s - floor_s) x min(1, CTAs / SMs)   (a one-CTA kernel pays the
+               launch floor, gemv / gemmSN ~1.9 us; one that fills the SMs the full ramp and tail)
+
+Tiles: the tensor-core kernels' (gemm.law.tiles, nvjet 8x64 .. 256x128) or, for fp32 without
+TF32, sgemm's (gemm.law.simt_tiles, 32x32 .. 128x128). Split-K only where a splitKreduce_kernel
+was seen: the cutlass (misaligned) and sgemm paths; the aligned nvjet kernels reach more CTAs
+with smaller tiles instead (fp8 m356 n800 k36048: one wave of 48x64 tiles walking all of K).
+
+small tiles lose to their load bound (intensity tm tn / (tm + tn)), large ones to padding and
+waves; K = 2 products are bound by their epilogue (fp32 m50852 n50257 k2: 5.5 ms, 1.9 TB/s of
+output). Misaligned operands (a leading dimension not 16-byte aligned: no TMA, cuBLAS falls back
+to the sm75 / sm80 mma.sync kernels, cutlass_75_tensorop_*_align1, wmma 32x32 / 16x16) run at
+mma_sync_fraction of the dtype's peak fraction and load / store a bytes per access (a = the
+alignment, 2 for bf16 with odd K): bandwidth = min(aligned, sm_*_bw_misaligned x a / 2)
+(fp16 m11637 n3 k39273, wmma 32x32 tiles: 5.2 ns per K step of 128 operand bytes, 25 GB/s per
+SM). fp32 without TF32 (sgemm, CUDA cores) has no misaligned path. The bandwidths, k_overhead,
+splitk_reduce_s, fixed_s and the peak fractions are class-wide, fitted by validation/analysis/fit_laws.py --group gemm_law.
+
+Causal flash attention at tile granularity (causal_factor; used by sim/kernels.attention_efficiency
+where the data has attention.<impl>.causal_mask_cost). A causal square kernel computes, for query
+block i (block_m rows), the key blocks up to the diagonal: n_block_max = ceil(min((i+1) bm, S) / bn)
+(FlashAttention-2 flash_fwd_kernel / flash_bwd_kernel), and masks the ~max(1, bm/bn) blocks that
+cross the diagonal. So against the FLOP convention's half of the square
+    W      = sum_i n_block_max(i) + causal_mask_cost x m_blocks x max(1, bm / bn)     (tiles)
+    units  = max(ctas x W / (m_blocks x n_blocks) / SMs + causal_tail, 1)   (CTAs of unequal
+             length fill the waves, but they start in block order, the longest (last query
+             blocks, a whole row each) last: the kernel ends a fraction causal_tail of a whole-row
+             CTA after the average (Graham's list-scheduling bound: at most one whole-row CTA))
+    factor = 0.5 ceil(ctas / SMs) / units                      (x the kernel's efficiency)
+so a short causal sequence costs far more than half its square (S = 130 at bm 128, bn 64: 5 of 6
+tiles) and a long one a few per cent more (the masked diagonal). Tiles (bm, bn): FA2's standard
+forward kernel: (128, 128) at head dim <= 64, (128, 64) above; its backward: (128, 128) at <= 64,
+(64, 128) at <= 128, (64, 64) above (flash_fwd_launch_template.h / flash_bwd_launch_template.h);
+other kernels: attention.<impl>.block_m square tiles.
+
+Pointwise kernels (apply_elementwise_rate): vectorized_elementwise_kernel issues the op's
+arithmetic on the CUDA cores (exp, tanh, divisions: not FMAs), so its compute side runs at
+memory.elementwise_flop_fraction of the fp32 FMA peak: flops / (vector_peak x that). A bf16
+SiLU / tanh-GELU (8 FLOP per element in the FLOP convention of model/microops.unary) is bound by
+it, ~0.9e12 elements/s on H200 (bf16 gelu_tanh t10778 f25127: 295 us for 271M elements, 3.7 TB/s
+of traffic), while its fp32 twin stays HBM-bound (fp32 gelu_tanh t12805 f1589: 4.0 TB/s).
 """
 
 from __future__ import annotations
@@ -30,12 +84,102 @@ from .optable import KINDS
 from .rowkernels import softmax_kernel
 
 NORM = KINDS.index("norm")
+ELEMENTWISE = KINDS.index("elementwise")
+ELEMENTWISE_FRACTION = "memory.elementwise_flop_fraction"
 
 VECTOR_BYTES = 16
 NORM_VEC = 4
 NORMS = ("layer_norm", "rms_norm")
 ROW_FIELDS = ("row_s", "col_s", "rows_per_sm", "misaligned_col_s", "fixed_s")
+GEMM_LAW = "gemm.law.sm_load_bw"
+SPLITS = np.array([1.0, 2.0, 3.0, 4.0, 6.0, 8.0, 12.0, 16.0, 24.0, 32.0])
+PARTIAL_BYTES = 4.0          # split-K partial sums are fp32
 
+
+def causal_tiles(s: np.ndarray, bm: np.ndarray, bn: np.ndarray) -> np.ndarray:
+    """sum over query blocks i of ceil(min((i+1) bm, S) / bn), exactly, for bm | bn or bn | bm."""
+    m = np.ceil(s / bm)
+    j = m - 1.0                                  # the full blocks before the last one
+    r = bm / bn
+    q = bn / bm
+    t = np.floor(j / np.maximum(q, 1.0))
+    by_q = np.maximum(q, 1.0) * t * (t + 1) / 2 + (j - t * np.maximum(q, 1.0)) * (t + 1)
+    head = np.where(r >= 1, r * j * (j + 1) / 2, by_q)
+    return head + np.ceil(s / bn)
+
+
+def attention_tiles(hd: np.ndarray, bwd: np.ndarray, impl: str, eff: Efficiency) -> tuple[np.ndarray, np.ndarray]:
+    """(bm, bn) of the kernel that runs a full (non-split) causal pass (module docstring)."""
+    if impl != "fa2":
+        b = np.full(len(hd), float(eff.get(f"attention.{impl}.block_m")))
+        return b, b
+    bm = np.where(bwd, np.where(hd <= 64, 128.0, 64.0), 128.0)
+    bn = np.where(bwd, np.where(hd <= 128, 128.0, 64.0), np.where(hd <= 64, 128.0, 64.0))
+    return bm, bn
+
+
+def causal_factor(sq: np.ndarray, skv: np.ndarray, causal: np.ndarray, hd: np.ndarray, bwd: np.ndarray,
+                  ctas: np.ndarray, splits: np.ndarray, sm_count: int, eff: Efficiency, impl: str) -> np.ndarray:
+    """Efficiency multiplier of causal square attention at tile granularity (module docstring);
+    1 for other rows or without attention.<impl>.causal_mask_cost."""
+    name = f"attention.{impl}.causal_mask_cost"
+    on = (causal > 0) & (sq == skv) & (sq > 1) & (splits <= 1)
+    if name not in eff.params or not on.any():
+        return np.ones(len(sq))
+    bm, bn = attention_tiles(hd, bwd, impl, eff)
+    m_blocks, n_blocks = np.ceil(sq / bm), np.ceil(skv / bn)
+    w = causal_tiles(sq, bm, bn) + eff.get(name) * m_blocks * np.maximum(1.0, bm / bn)
+    units = np.maximum(ctas * w / (m_blocks * n_blocks) / sm_count + eff.get(f"attention.{impl}.causal_tail"), 1.0)
+    return np.where(on, 0.5 * np.ceil(np.maximum(ctas, 1.0) / sm_count) / units, 1.0)
+
+
+def has_gemm_law(eff: Efficiency) -> bool:
+    return GEMM_LAW in eff.params
+
+
+def gemm_law(m: np.ndarray, n: np.ndarray, k: np.ndarray, b: np.ndarray, elem_bytes: np.ndarray,
+             out_bytes: np.ndarray, frac: np.ndarray, misaligned: np.ndarray, align_bytes: np.ndarray,
+             simt: np.ndarray, peak: np.ndarray, sm_count: int, hbm_bandwidth: float,
+             eff: Efficiency) -> tuple[np.ndarray, np.ndarray]:
+    """(efficiency = 2 M N K batch / (peak x t_main), fixed seconds = launch cost + t_reduce) of the
+    GEMM tile law (module docstring) for each row; ``frac`` is the dtype's peak fraction, ``peak``
+    the dense FLOP/s of the row's dtype; ``misaligned`` rows (tensor-core dtypes whose leading
+    dimensions are ``align_bytes`` < 16 aligned) run cuBLAS's mma.sync kernels at
+    gemm.law.mma_sync_fraction of that and load / store align_bytes per access; ``simt`` rows
+    (fp32 without TF32) run the sgemm tiles (gemm.law.simt_tiles)."""
+    tc = eff.cached("gemm.law.tiles", lambda: np.asarray(eff.get("gemm.law.tiles"), dtype=float))
+    st = eff.cached("gemm.law.simt_tiles", lambda: np.asarray(eff.get("gemm.law.simt_tiles"), dtype=float))
+    tiles = np.concatenate([tc, st])
+    simt_tile = (np.arange(len(tiles)) >= len(tc))[None, :, None]
+    tm, tn = tiles[:, 0][None, :, None], tiles[:, 1][None, :, None]
+    s = SPLITS[None, None, :]
+    m3, n3, k3, b3 = (x[:, None, None] for x in (m, n, k, b))
+    width = np.where(misaligned, np.maximum(align_bytes, 1.0) / 2.0, np.inf)   # access bytes / 2
+    bw = np.minimum(eff.get(GEMM_LAW), eff.get("gemm.law.sm_load_bw_misaligned") * width)[:, None, None]
+    store = np.minimum(eff.get("gemm.law.sm_store_bw"), eff.get("gemm.law.sm_store_bw_misaligned") * width)
+    frac = frac * np.where(misaligned, eff.get("gemm.law.mma_sync_fraction"), 1.0)
+    sm_peak = (peak * frac / sm_count)[:, None, None]
+    step = np.maximum(2.0 * tm * tn / sm_peak, (tm + tn) * elem_bytes[:, None, None] / bw)
+    ks = np.ceil(k3 / s)
+    ctas = np.ceil(m3 / tm) * np.ceil(n3 / tn) * b3 * s
+    waves = np.ceil(ctas / sm_count)
+    out = np.where(s > 1, PARTIAL_BYTES, out_bytes[:, None, None])
+    epilogue = tm * tn * out / store[:, None, None]
+    main = waves * ((ks + eff.get("gemm.k_overhead")) * step + epilogue)
+    reduce = np.where(s > 1, eff.get("gemm.law.splitk_reduce_s") + s * m3 * n3 * b3 * PARTIAL_BYTES / hbm_bandwidth,
+                      0.0)
+    # sgemm runs only the SIMT tiles, the tensor-core dtypes only theirs; split-K (a splitKreduce_kernel
+    # after the GEMM) only on the cutlass / sgemm paths: the aligned nvjet kernels never split K in the
+    # sweep's kernel names
+    ok = (simt_tile == simt[:, None, None]) & ((s == 1) | ((misaligned | simt)[:, None, None]
+                                                           & (ks >= eff.get("gemm.splitk_min_k"))))
+    total = np.where(ok, main + reduce, np.inf).reshape(len(m), -1)
+    best = np.argmin(total, axis=1)
+    rows = np.arange(len(m))
+    pick = lambda a: np.broadcast_to(a, main.shape).reshape(len(m), -1)[rows, best]  # noqa: E731
+    floor, fixed = eff.get("gemm.law.floor_s"), eff.get("gemm.fixed_s")
+    launch = floor + (fixed - floor) * np.minimum(1.0, pick(ctas) / sm_count)
+    return 2.0 * m * n * k * b / (peak * pick(main)), launch + pick(reduce)
 
 def has_row_law(eff: Efficiency, fam: str) -> bool:
     return f"rowkernel.{fam}.row_s" in eff.params
@@ -101,3 +245,11 @@ def apply_row_laws(t, compute: np.ndarray, memory: np.ndarray, fixed: np.ndarray
         lat = row_latency_s(rows, cols, DTYPE_BYTES[op.dtype], hw.sm_count, eff, fam) / hw.clock_fraction
         compute[i] = max(compute[i], lat)
         fixed[i] = row_fixed_s(eff, fam)
+
+
+def apply_elementwise_rate(t, compute: np.ndarray, eff: Efficiency) -> None:
+    """Elementwise rows' compute side / memory.elementwise_flop_fraction (module docstring), in place."""
+    if ELEMENTWISE_FRACTION not in eff.params:
+        return
+    rows = (t.kind == ELEMENTWISE) & (t.flops > 0)
+    compute[rows] = compute[rows] / eff.get(ELEMENTWISE_FRACTION)

@@ -19,7 +19,7 @@ import numpy as np
 from ..model.ops import DTYPE_BYTES
 from .calibration import Efficiency
 from .optable import DTYPES, KINDS, AttnColumns, GemmColumns, OpTable, leading_dim_alignment
-from .kernel_laws import apply_row_laws
+from .kernel_laws import apply_elementwise_rate, apply_row_laws, causal_factor, gemm_law, has_gemm_law
 from .rowkernels import softmax_fwd_s
 
 MATMUL, ATTENTION, REDUCTION = KINDS.index("matmul"), KINDS.index("attention"), KINDS.index("reduction")
@@ -84,6 +84,17 @@ def gemm_efficiency(g: GemmColumns, dtype_idx: np.ndarray, sm_count: int, eff: E
     return best * _peak_fraction(dtype_idx, eff) * np.where(simt, 1.0, alignment_factor(align_bytes, eff))
 
 
+def gemm_law_rows(t: OpTable, is_mm: np.ndarray, hw: "HwRates", eff: Efficiency) -> tuple[np.ndarray, np.ndarray]:
+    """(efficiency, fixed seconds) of the GEMM rows of ``t`` by sim/kernel_laws.gemm_law, with the
+    dtype's peak fraction of gemm_efficiency (sgemm: no misaligned path)."""
+    g, dt, al = t.gemm.take(is_mm), t.dtype[is_mm], t.align_bytes[is_mm]
+    simt = dt == DTYPES.index("fp32")
+    elem = np.array([DTYPE_BYTES[d] for d in DTYPES])[dt]
+    out = np.where(elem >= 4, 4.0, 2.0)   # fp32 / tf32 write fp32; 16- and 8-bit GEMMs write bf16 / fp16
+    return gemm_law(g.M, g.N, g.K, g.batch, elem, out, _peak_fraction(dt, eff), (al < 16) & ~simt, al, simt,
+                    hw.tensor_peak[dt], hw.sm_count, hw.hbm_bandwidth, eff)
+
+
 def alignment_factor(align_bytes: np.ndarray, eff: Efficiency) -> np.ndarray:
     """Slow-path factor of a GEMM whose leading dimensions (K of A and W, N of C in
     the F.linear layout) are not 16-byte aligned: the library cannot use its TMA /
@@ -135,7 +146,8 @@ def attention_efficiency(attn: AttnColumns, phase: np.ndarray, sm_count: int,
     length = np.where(bwd, attn.Sq, attn.Skv / splits) * np.where(attn.causal > 0, 0.5, 1.0) * attn.window
     overhead = np.where(bwd, _param_or(eff, a + "bwd_len_overhead", a + "len_overhead"), eff.get(a + "len_overhead"))
     amort = length / (length + overhead * row_fill)   # the fixed work is per valid query row
-    return frac * np.minimum(ctas / (waves * sm_count), 1.0) * amort * row_fill
+    causal = causal_factor(attn.Sq, attn.Skv, attn.causal, attn.Dqk, bwd, ctas, splits, sm_count, eff, impl)
+    return frac * np.minimum(ctas / (waves * sm_count), 1.0) * amort * row_fill * causal
 
 
 def _param_or(eff: Efficiency, name: str, fallback: str) -> float:
@@ -296,7 +308,10 @@ def kernel_times(t: OpTable, hw: HwRates, eff: Efficiency, attention_impl: str) 
     is_mm, is_at = t.kind == MATMUL, t.kind == ATTENTION
     has_mm, has_at = bool(is_mm.any()), bool(is_at.any())     # hot path: each test once
     efficiency = np.ones(len(t.ops))
-    if has_mm:
+    mm_fixed = None
+    if has_mm and has_gemm_law(eff):   # tile / split-K law across the shape space (sim/kernel_laws.py)
+        efficiency[is_mm], mm_fixed = gemm_law_rows(t, is_mm, hw, eff)
+    elif has_mm:
         efficiency[is_mm] = gemm_efficiency(t.gemm.take(is_mm), t.dtype[is_mm], hw.sm_count, eff, t.align_bytes[is_mm])
     if has_at:
         attn, ph = t.attn.take(is_at), t.phase[is_at]
@@ -307,10 +322,13 @@ def kernel_times(t: OpTable, hw: HwRates, eff: Efficiency, attention_impl: str) 
     compute = t.flops / (peak * efficiency)
     memory = streaming_memory_s(t, hw, eff)
     fixed = t.kernels * _fixed_s(t, eff, attention_impl)
+    if mm_fixed is not None:
+        fixed[is_mm] = t.kernels[is_mm] * mm_fixed
     if has_at:
         compute[is_at] += attention_exp_s(attn, hw, eff, attention_impl, ph, la)
         memory[is_at] = attention_memory_s(attn, t.bytes[is_at], hw, eff, attention_impl, ph, la)
         fixed[is_at] += split_combine_s(attn, ph, hw.sm_count, eff, attention_impl, la)
+    apply_elementwise_rate(t, compute, eff)      # pointwise arithmetic off the FMA pipe (sim/kernel_laws.py)
     nv = np.flatnonzero(t.strided_elems > 0)     # element-rate (instruction-bound) time: compute side
     compute[nv] = np.maximum(compute[nv], strided_s(t, nv, hw, eff))
     rows = np.flatnonzero((t.rows > 0) & (t.phase == FWD))

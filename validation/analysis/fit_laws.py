@@ -3,7 +3,9 @@ calibration half of the random-shape sweeps, together with the committed calibra
 of the same kinds, and write them to the efficiency data.
 
     python -m mechsim.validation.fit_laws --group rows [--write]     # softmax + fused norms + CE
-    python -m mechsim.validation.fit_laws --group gemm [--write]
+    python -m mechsim.validation.fit_laws --group gemm [--write]        # the grid-era GEMM terms
+    python -m mechsim.validation.fit_laws --group gemm_law [--write]    # sim/kernel_laws.gemm_law
+    python -m mechsim.validation.fit_laws --group attention [--write]   # fractions + causal tiles
 
 Each group names the record kinds whose predictions depend on its parameters; the residual is
 log(predicted / measured) of every calibration record of those kinds (compare.split_of), fitted
@@ -16,7 +18,7 @@ from __future__ import annotations
 
 import argparse
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 from scipy.optimize import least_squares
@@ -32,6 +34,16 @@ from ..records import iter_records, run_paths
 class Group:
     kinds: tuple[str, ...]                     # row kinds (compare.row_kind) the parameters act on
     start: dict[str, tuple[float, str]]        # parameter -> (start value, unit)
+    fixed: dict[str, tuple[object, str, str]] = field(default_factory=dict)   # not fitted: (value, unit, note)
+    balance: bool = False                      # each kind's records weigh as much in all as another's
+
+
+# CTA tiles (M x N) of the GEMM kernels cuBLAS ran for the sweep's calibration half (kernel names in
+# validation/data/sweeps/h200/probes/kernels_20261202_calibration.json: nvjet_sm90 8x64 .. 128x304,
+# cutlass 16x16 .. 256x128, sm80 xmma sgemm 32x32 .. 128x128), rounded to the grid the law searches.
+GEMM_LAW_TILES = [[256, 128], [128, 256], [128, 128], [128, 64], [64, 128], [64, 64], [64, 32], [32, 64],
+                  [32, 32], [16, 64], [64, 16], [16, 16], [8, 64], [64, 8]]
+GEMM_SIMT_TILES = [[128, 128], [128, 64], [64, 128], [64, 64], [128, 32], [32, 128], [64, 32], [32, 64], [32, 32]]
 
 
 GROUPS = {
@@ -46,6 +58,25 @@ GROUPS = {
         "gemm.k_overhead": (160.0, "1"), "gemm.fixed_s": (3e-6, "s"),
         **{f"gemm.peak_fraction_{d}": (0.7, "1") for d in ("bf16", "fp16", "fp8", "tf32", "fp32")},
     }),
+    "elementwise": Group(("activation_sweep", "elementwise"), {
+        "memory.elementwise_flop_fraction": (0.1, "1")}, balance=True),
+    "attention": Group(("attention_sweep", "attention"), {
+        f"attention.{i}.{p}": v for i in ("fa2", "cudnn")
+        for p, v in (("fwd_fraction", (0.5, "1")), ("bwd_fraction", (0.4, "1")), ("len_overhead", (200.0, "1")),
+                     ("bwd_len_overhead", (400.0, "1")), ("exp_exposed", (1.0, "1")),
+                     ("causal_mask_cost", (0.5, "1")), ("causal_tail", (0.5, "1")))}, balance=True),
+    "gemm_law": Group(("gemm_sweep", "gemm"), {
+        "gemm.law.sm_load_bw": (1.0e11, "B/s"), "gemm.law.sm_load_bw_misaligned": (3.0e10, "B/s"),
+        "gemm.law.sm_store_bw": (2.0e10, "B/s"), "gemm.law.sm_store_bw_misaligned": (1.0e10, "B/s"),
+        "gemm.law.splitk_reduce_s": (2.0e-6, "s"), "gemm.law.floor_s": (1.8e-6, "s"), "gemm.fixed_s": (2.0e-6, "s"), "gemm.k_overhead": (160.0, "1"),
+        "gemm.law.mma_sync_fraction": (0.5, "1"),
+        **{f"gemm.peak_fraction_{d}": (0.7, "1") for d in ("bf16", "fp16", "fp8", "tf32", "fp32")},
+    }, fixed={"gemm.law.tiles": (GEMM_LAW_TILES, "1", "CTA tiles (M x N) the GEMM tile law searches "
+                                 "(sim/kernel_laws.gemm_law): those of the kernels cuBLAS ran for the "
+                                 "random-shape sweep's calibration half"),
+                 "gemm.law.simt_tiles": (GEMM_SIMT_TILES, "1", "CTA tiles (M x N) of cuBLAS's sgemm kernels "
+                                         "(cutlass_80_simt_sgemm, sm80_xmma_gemm_f32f32 ffma) the law searches "
+                                         "for fp32 without TF32")}, balance=True),
 }
 
 
@@ -61,8 +92,18 @@ def calibration_records(kinds: tuple[str, ...], gpu: str = "h200_sxm") -> list[t
     return out
 
 
-def residuals(names: list[str], x: np.ndarray, base, recs) -> np.ndarray:
-    eff = base.with_values(dict(zip(names, np.exp(x).tolist())), "fit")
+def weights(recs, balance: bool) -> np.ndarray:
+    """1 per record, or (balance) 1 / (records of its kind) scaled to a mean of 1."""
+    if not balance:
+        return np.ones(len(recs))
+    kinds = [row_kind(rec) for _, rec in recs]
+    w = np.array([1.0 / kinds.count(k) for k in kinds])
+    return w * len(w) / w.sum()
+
+
+def residuals(names: list[str], x: np.ndarray, base, recs, fixed: dict | None = None) -> np.ndarray:
+    eff = base.with_values({**{k: v[0] for k, v in (fixed or {}).items()}, **dict(zip(names, np.exp(x).tolist()))},
+                           "fit")
     orig = est.efficiency
     est.efficiency = lambda gpu: eff if gpu.key == base.key else orig(gpu)
     try:
@@ -77,6 +118,11 @@ def residuals(names: list[str], x: np.ndarray, base, recs) -> np.ndarray:
         est.efficiency = orig
 
 
+def upper_bounds(names: list[str]) -> np.ndarray:
+    """log upper bounds: a fraction of a peak is at most 1; other parameters are unbounded."""
+    return np.array([0.0 if n.rsplit(".", 1)[-1].endswith("fraction") else np.inf for n in names])
+
+
 def fit(group: str, gpu: str = "h200_sxm") -> tuple[dict[str, float], float, float, int]:
     """(fitted values, calibration MAPE before, after, records)."""
     g = GROUPS[group]
@@ -84,11 +130,14 @@ def fit(group: str, gpu: str = "h200_sxm") -> tuple[dict[str, float], float, flo
     names = list(g.start)
     x0 = np.log([float(base.get(n)) if n in base.params else g.start[n][0] for n in names])
     recs = calibration_records(g.kinds, gpu)
-    r0 = residuals(names, x0, base, recs)
-    sol = least_squares(lambda x: residuals(names, x, base, recs), x0, loss="soft_l1", f_scale=0.1,
-                        x_scale=1.0, max_nfev=60 * len(names))
+    sw = np.sqrt(weights(recs, g.balance))
+    r0 = residuals(names, x0, base, recs, g.fixed)
+    hi = upper_bounds(names)
+    sol = least_squares(lambda x: sw * residuals(names, x, base, recs, g.fixed), np.minimum(x0, hi - 1e-6),
+                        bounds=(-np.inf, hi), loss="soft_l1", f_scale=0.05, x_scale=1.0, diff_step=1e-3,
+                        max_nfev=60 * len(names))
     mape = lambda r: float(np.mean(np.abs(np.exp(r) - 1.0)))  # noqa: E731
-    return dict(zip(names, np.exp(sol.x).tolist())), mape(r0), mape(sol.fun), len(recs)
+    return dict(zip(names, np.exp(sol.x).tolist())), mape(r0), mape(sol.fun / sw), len(recs)
 
 
 def write(values: dict[str, float], group: str, runs: str, n: int, gpu: str = "h200_sxm") -> None:
@@ -98,6 +147,8 @@ def write(values: dict[str, float], group: str, runs: str, n: int, gpu: str = "h
                 "kind": "calibrated", "note": f"fitted by validation/fit_laws.py --group {group} on {n} "
                 f"calibration records (random-shape sweep half + committed calibration split)"}
             for k, v in values.items()}
+    recs.update({k: {"value": v, "unit": u, "source": f"calibration:{runs}", "kind": "measured", "note": note}
+                 for k, (v, u, note) in GROUPS[group].fixed.items()})
     update_records(EFFICIENCY_DIR / f"{gpu}.toml", recs)
 
 
