@@ -5,29 +5,33 @@ stops once no later plan can enter the table, so the tighter the bound the fewer
 The FLOP bound of sim/search_space.py (ideal tensor-core time) is a median ~2x below the step;
 this one times the layer's own kernels, and stays a true bound of what sim/step.py composes:
 
-    step >= (1 + (pp - 1) / (vp m)) x m x L_s x (T_kernels + T_tp)          (1f1b, interleaved)
+    step >= (1 + (pp - 1) / (vp m)) x m x (L_s T_layer + e T_embedding + h T_head)   (1f1b, interleaved)
 
   m         micro-batches per step (grad_accum); L_s the transformer layers of the timed stage
-            (model/shard.timed_stage, stage_layers)
-  T_kernels one layer's forward + backward kernels of one micro-batch (ops "layer/...", the
-            recompute included), each at least max(compute / s_max, memory) + fixed of
-            sim/kernels.py at the calibrated rates: s_max = max(1, gemm.boost_speedup) for GEMMs
-            (the fastest a power state lets them run, sim/power.gemm_speed at the boost clock),
-            1 for the rest (their speed is f / f_boost <= 1)
-  T_tp      the layer's TP collectives ("comm/tp/attn_*", "comm/tp/mlp_*") on the network
-            (sim/distributed.comm_times; the tp groups depend on tp only), times the exposed
-            share (1 - f) of overlap.tp_overlap_fraction: critical_comm puts them on the path
+            (model/shard.timed_stage, stage_layers), e / h 1 when it holds the embedding / the
+            head and loss (first / last stage)
+  T_x       forward + backward seconds of one micro-batch of the part: its kernels (ops
+            "layer/...", "embed/...", "head/...", "loss/...", the recompute included), each at
+            least max(compute / s_max, memory) + fixed of sim/kernels.py at the calibrated rates:
+            s_max = max(1, gemm.boost_speedup) for GEMMs (the fastest a power state lets them
+            run, sim/power.gemm_speed at the boost clock), 1 for the rest (their speed is
+            f / f_boost <= 1); plus the part's TP / CP / EP collectives on the network
+            (sim/distributed.comm_times) times the least share critical_comm exposes: TP
+            1 - f (overlap.tp_overlap_fraction), the CP ring s = contention.compute_slowdown
+            (max(0, C - A/k) + s min(C, A/k) >= s C), EP all, or s under MoE all-to-all overlap
 
 Why it is below the estimate (sim/distributed.step_parts): step = pipe.step_s + DP tail +
 optimizer + launch idle, pipe.step_s = (m + (pp-1)/vp)(t_f + t_b) + p2p, and m (t_f + t_b) holds
 the stage's compute plus its critical TP/CP/EP comm; every term left out is >= 0. The layer
-kernels do not depend on pp, vp, dp or ZeRO (one layer's local shapes: tp, cp, ep, mbs, seq,
-recompute), so one layer is timed per local shape, from the op table of the same model with
-pp = 1 and one micro-batch, and shared by every plan of that shape.
+kernels and collectives do not depend on pp, vp, dp or ZeRO (one layer's local shapes: tp, cp,
+ep, mbs, seq, recompute; its tp, cp and ep groups are the same ranks with dp x pp data-parallel
+ranks and pp = 1), so one layer is timed per local shape, from the op table of the same model
+with pp = 1 and one micro-batch, and shared by every plan of that shape.
 
 Where the layers of a model are not all alike (MoE with dense layers, a sliding window on some
-layers only, MTP modules on the last stage) or a plan chunks its TP GEMMs (tp_comm_overlap), no
-layer bound is given (None) and the search keeps the FLOP bound.
+layers only, MTP modules on the last stage), or a plan chunks its TP GEMMs (tp_comm_overlap) or
+runs DualPipe (its bubble and EP overlap differ), no layer bound is given (None) and the search
+keeps the FLOP bound.
 """
 
 from __future__ import annotations
@@ -43,10 +47,9 @@ from ..model.shard import stage_layers, timed_stage
 from . import overlap
 from .cluster import Cluster
 from .collectives import in_cuda_graph
-from . import netfast
+from .distributed import comm_times
 from .kernels import kernel_times
-from .network import op_time
-from .optable import KINDS, PHASES
+from .optable import KINDS, PHASES, build_table
 from .prepare import boost_speedup, efficiency, hw_rates, op_table
 from .stacks import Stack
 
@@ -97,20 +100,29 @@ class LayerBound:
         k = kernel_times(t, self.rates, self.eff, self.st.attention)
         lb = np.maximum(np.where(t.kind == MATMUL, k.compute_s / self.s_mm, k.compute_s), k.memory_s) + k.fixed_s
         lb = np.where(np.isin(t.phase, FWD_BWD) & (t.kind != COLLECTIVE), lb * t.count, 0.0)
-        lb += self._tp_s(t, p)
+        lb += self._comm_s(t, part, p)
         layer, first, last = (float(lb[part == i].sum()) for i in range(3))
         return layer / self.base.model.n_layers, first, last
 
-    def _tp_s(self, t, p: Parallelism) -> np.ndarray:
-        """Exposed seconds of each TP collective of ``t`` (all calls; 0 for the other ops)."""
+    def _comm_s(self, t, part: np.ndarray, p: Parallelism) -> np.ndarray:
+        """Exposed seconds, at least, of each TP / CP / EP collective of the layer, embedding and
+        head (all calls; 0 for the other ops), as sim/distributed.critical_comm exposes them:
+        TP (1 - f) of it; the CP ring at least contention.compute_slowdown of it (max(0, C - A/k)
+        + s min(C, A/k) >= s C); EP all of it, or at least the slowdown s of it when MoE
+        all-to-all overlap hides it (dualpipe_ep_exposed_s, same form)."""
         out = np.zeros(len(t.ops))
-        if p.tp <= 1:
+        idx = [i for i, op in enumerate(t.ops) if op.kind == "collective" and part[i] < 3
+               and op.shape_as(CollectiveShape).group in ("tp", "cp", "ep")]
+        if not idx:
             return out
-        lays = {"tp": netfast.layout(p, self.cluster, "tp")}
-        f = overlap.tp_overlap_fraction(self.st.key, p.tp, p.tp_comm_overlap)
-        for i, op in enumerate(t.ops):
-            if op.kind == "collective" and op.shape_as(CollectiveShape).group == "tp":
-                out[i] = (1.0 - f) * op_time(op, lays, self.cluster, self.comm_eff).time_s * t.count[i]
+        moe = getattr(self.base.model, "moe", None)
+        sub = build_table(tuple(t.ops[i] for i in idx))
+        c = comm_times(sub, p, self.cluster, self.comm_eff, moe=moe)
+        slow = min(1.0, overlap.default_contention())
+        share = {"tp": 1.0 - overlap.tp_overlap_fraction(self.st.key, p.tp, p.tp_comm_overlap), "cp": slow,
+                 "ep": slow if getattr(moe, "a2a_overlap", False) else 1.0}
+        for j, i in enumerate(idx):
+            out[i] = share[t.ops[i].shape_as(CollectiveShape).group] * float(c.total_s[j])
         return out
 
     def stage(self, w: TrainingWorkload) -> tuple[int, int, int]:
@@ -127,7 +139,7 @@ class LayerBound:
     def step_lb(self, w: TrainingWorkload) -> float | None:
         """Lower bound on the step time of ``w`` on the cluster, or None (module docstring)."""
         p = w.parallel
-        if not self.ok or p.tp_comm_overlap or p.fsdp_param_dtype is not None or p.gpus != self.cluster.gpus:
+        if not self.ok or p.tp_comm_overlap or p.schedule == "dualpipe" or p.fsdp_param_dtype is not None or p.gpus != self.cluster.gpus:
             return None
         n, first, last = self.stage(w)
         layer, embed, head = self.parts(w)
@@ -148,7 +160,7 @@ def _layer_table(base: TrainingWorkload, fused: frozenset, p: Parallelism, mbs: 
 def _part(name: str) -> int:
     """0: a transformer layer's op, 1: the embedding's (first stage), 2: the head's or the
     loss's (last stage), 3: other."""
-    if name.startswith(("layer/", "comm/tp/attn_", "comm/tp/mlp_")):
+    if name.startswith(("layer/", "comm/tp/attn_", "comm/tp/mlp_", "comm/tp/moe_", "comm/cp/", "comm/ep/")):
         return 0
     if name.startswith(("embed/", "comm/tp/embed_")):
         return 1
