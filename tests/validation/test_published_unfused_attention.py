@@ -1,21 +1,33 @@
-"""gpt-oss rows before 26.06 ran TransformerEngine's unfused attention (learnable sinks)."""
+"""gpt-oss (learnable softmax sinks): the attention backend follows the container's cuDNN version,
+which no recipe states, so its rows are unpredictable with that fact; TE's unfused path as ops."""
+
+import pytest
 
 from mechsim.model import TrainingWorkload, build_ops
+from mechsim.sim.recipes import UNFUSED_ATTENTION_STACK, UnstatedFact, training_stack
 from mechsim.validation.analysis.published import load_published
-from mechsim.validation.analysis.published_compare import UNFUSED_STACK, stack_for
+from mechsim.validation.analysis.published_compare import MISSING, compare_published, settings_for, stack_for
 
 
 def _rows(model: str):
     return [r for r in load_published() if getattr(r, "model_ref", None) == model and r.system]
 
 
-def test_gpt_oss_stack_follows_the_release():
+def test_gpt_oss_rows_need_the_cudnn_version_of_their_container():
     rows = _rows("gpt-oss-120b")
     assert rows
     for r in rows:
-        old = tuple(int(x) for x in r.release.split("."))[:2] < (26, 6)
-        assert (stack_for(r) == UNFUSED_STACK) == old, r.id
-    assert all(stack_for(r) != UNFUSED_STACK for r in _rows("llama3-70b"))
+        with pytest.raises(UnstatedFact, match="cuDNN version"):
+            stack_for(r)
+    unused = dict(compare_published()[1])
+    assert all(unused[r.id].startswith(MISSING) for r in rows if r.metrics.tokens_per_s_per_gpu)
+    assert all(stack_for(r) == "megatron_te" for r in _rows("llama3-70b") if r.software.endswith("(Megatron-Bridge)"))
+
+
+def test_sink_attention_backend_follows_the_cudnn_version():
+    s = dict(settings_for(_rows("gpt-oss-120b")[0]))
+    assert training_stack({**s, "cudnn": "9.10.2"}) == UNFUSED_ATTENTION_STACK
+    assert training_stack({**s, "cudnn": "9.13.1"}) == "megatron_te"
 
 
 def test_te_unfused_attention_has_no_dropout_kernels_and_full_score_gemms():

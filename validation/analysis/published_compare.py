@@ -2,15 +2,14 @@
 
     mechsim validate published [--source ID] [-v]
 
-For every row whose model, system and parallel degrees are published, the row
-becomes a TrainingWorkload on a Cluster with the stack it ran (Megatron-Core +
-TransformerEngine) and the assumptions below, each stated because the tables do
-not: sequence parallelism on whenever tp > 1, the distributed optimizer (ZeRO-1)
-as Megatron-Bridge recipes use, no activation recompute unless the row says so.
-Layer counts not divisible by pp*vp get the split Megatron-Bridge's recipe for that model
-uses (``pipeline_split``).
-Compared: tokens/s/GPU (the metric every source gives or implies). Rows that
-cannot be predicted are listed with the reason, never dropped.
+A row states only what its source publishes: system, model, GPUs, the plan as published, and the
+framework release it ran (``software``). Everything the source leaves out comes from that
+release's recipe (sim/data/recipes/*.toml, loaded by sim/recipes.py: sequence parallelism, the
+distributed optimizer, TP overlap, fp8 recipe, micro batch, virtual stages, recompute, pipeline
+layouts, MoE dispatcher, the software stack), never from a table keyed by row or model here.
+A row whose prediction needs a fact neither the source nor its recipe states is listed as
+unpredictable with that fact (``missing fact: ...``), never dropped silently.
+Compared: tokens/s/GPU (the metric every source gives or implies).
 """
 
 from __future__ import annotations
@@ -21,69 +20,8 @@ from ...model import TrainingWorkload
 from ...sim import overlap
 from ...sim.cluster import Cluster
 from ...sim.estimate import estimate
-from .published import load_published
-
-ASSUMED = {"sp": "tp > 1", "zero": 1}
-
-# The software stack a source's rows ran (sim/data/stacks.toml), by the row's ZeRO stage where a
-# source mixes stacks; sources not listed ran Megatron-Core + TransformerEngine (STACK).
-# Megatron-LM 2021 (arXiv:2104.04473): PTD-P rows on the 2021 Megatron-LM code base, the ZeRO-3
-# baseline rows through the DeepSpeed library of the time (paper sec. 5.2, Table 2).
-SOURCE_STACKS = {"megatron2021_a1": {0: "megatron_2021", 3: "deepspeed_zero3_2021"}}
-
-# What the tables leave out, from the configuration the authors ran (each entry's provenance
-# in _RUN_SOURCES). Megatron-LM 2021 had no sequence parallelism and no distributed optimizer
-# (both arrived in 2022), so sp = False and zero = 0 for its PTD-P rows.
-_SC21_T1 = "NVIDIA/Megatron-LM examples/sc21/run_table_1.sh (MBS, --num-layers-per-virtual-pipeline-stage)"
-_SC21_F12 = "NVIDIA/Megatron-LM examples/sc21/run_figure_12.sh (GPT-3 175B: TP 8, PP 12, MBS 1, 2 layers per virtual stage)"
-_PTDP = {"sp": False, "zero": 0}
-# --DDP-impl local (gradients all-reduced after the backward): DDP=local in run_table_1.sh for 39B-1T and in
-# run_figure_12.sh (GPT-3 175B); the Table 2 530B plan is Table 1's, assumed to run as it did.
-_LOCAL = {"stack": "megatron_2021_local_ddp", **_PTDP}
-RUN_CONFIGS: dict[str, dict] = {
-    "megatron2021-t1-1.7b": {"mbs": 16, **_PTDP},
-    "megatron2021-t1-3.6b": {"mbs": 16, **_PTDP},
-    "megatron2021-t1-7.5b": {"mbs": 16, **_PTDP},
-    "megatron2021-t1-18.4b": {"mbs": 8, **_PTDP},
-    "megatron2021-t1-39.1b": {"mbs": 4, "vp": 1, **_LOCAL},       # no virtual stages in the script
-    "megatron2021-t1-76.1b": {"mbs": 2, "vp": 3, **_LOCAL},       # 5 of 15 layers per virtual stage
-    "megatron2021-t1-145.6b": {"mbs": 2, "vp": 2, **_LOCAL},      # 5 of 10
-    "megatron2021-t1-310.1b": {"mbs": 1, "vp": 2, **_LOCAL},      # 3 of 6
-    "megatron2021-t1-529.6b": {"mbs": 1, "vp": 3, **_LOCAL},      # 1 of 3
-    "megatron2021-t1-1008.0b": {"mbs": 1, "vp": 1, **_LOCAL},     # no virtual stages in the script
-    # Table 2 PTD-P gives only tp*pp (96 / 280): the paper's GPT-3 175B plan of Fig. 12 and the
-    # 530B plan of Table 1 have exactly those model-parallel sizes (assumed to be the ones run).
-    **{f"megatron2021-t2-ptd-p-174.6b-{g}g": {"tp": 8, "pp": 12, "vp": 4, "dp": g // 96, **_LOCAL}
-       for g in (384, 768, 1536)},
-    **{f"megatron2021-t2-ptd-p-529.6b-{g}g": {"tp": 8, "pp": 35, "vp": 3, "dp": g // 280, **_LOCAL}
-       for g in (560, 1120, 2240)},
-    # ZeRO-3 rows: recompute is not stated, but the FLOP count (eq. 3) includes it and without it
-    # 530B at micro-batch 4 would need ~1.7 TB of activations per GPU.
-    **{f"megatron2021-t2-zero-3-{m}-{g}g": {"recompute": "full"}
-       for m, gs in (("174.6b", (384, 768, 1536)), ("529.6b", (640, 1120, 2240))) for g in gs},
-}
-_RUN_SOURCES = {k: (_SC21_F12 if "174.6b" in k and "ptd-p" in k else _SC21_T1) for k in RUN_CONFIGS}
-
-# NeMo long-sequence table (reference A7): micro-batch 1, as NeMo's long-context recipes set it
-# (nemo/collections/llm/recipes/llama3_8b_16k.py / _64k.py / _128k.py: MockDataModule(...,
-# micro_batch_size=1)); the H100 8K row's pp 2 ran without virtual stages (vp not published; NeMo's
-# default virtual_pipeline_model_parallel_size is None). The B200 table's #GPUs is 4x TP*PP*DP*CP on
-# every row; its DP column is the consistent one (the 512K / 1024K rows' GBS 8 / 4 could not feed
-# 4x the data-parallel ranks), so the B200 rows run on TP*PP*DP*CP GPUs (a per-GPU metric either way).
-_LONGSEQ = "NVIDIA/NeMo nemo/collections/llm/recipes/llama3_8b_64k.py (micro_batch_size=1); reference A7 caveat"
-_LONGSEQ_B200 = {"8k": 2, "16k": 4, "32k": 8, "64k": 16, "128k": 32, "256k": 64, "512k": 128, "1024k": 256}
-_LONGSEQ_H100 = ("4k", "8k", "16k", "32k", "64k", "128k", "256k", "512k", "1024k")
-RUN_CONFIGS.update({f"nemo-longseq-b200-llama3-8b-{k}": {"mbs": 1, "gpus": g} for k, g in _LONGSEQ_B200.items()})
-RUN_CONFIGS.update({f"nemo-longseq-h100-llama2-7b-{k}": {"mbs": 1, **({"vp": 1} if k == "8k" else {})}
-                    for k in _LONGSEQ_H100})
-_RUN_SOURCES.update({k: _LONGSEQ for k in RUN_CONFIGS if k.startswith("nemo-longseq")})
-# torchtitan Table 5 interleaved 1F1B: no split points given, so torchtitan's generate_split_points puts
-# num_stages_per_rank = 2 stages on each pipeline rank for a multi-stage schedule (pipeline_llama.py,
-# 2024-12): vp 2. Its split (126 layers over 16 stages, the remainder on the first stages) is taken
-# as the embedding / loss-aware even split pipeline_split gives.
-RUN_CONFIGS["torchtitan-h100-t5-405b-512g-r2"] = {"vp": 2}
-_RUN_SOURCES["torchtitan-h100-t5-405b-512g-r2"] = "pytorch/torchtitan torchtitan/parallelisms/pipeline_llama.py generate_split_points"
-
+from ...sim.recipes import Recipe, UnstatedFact, recipe_for_software, training_stack
+from .published import load_published, published_sources
 
 def megatron2021_tokens_per_s(row) -> float | None:
     """tokens/s/GPU from the paper's TFLOP/s/GPU: its eq. (3) counts, per token (recompute included),
@@ -125,91 +63,75 @@ def nemo_tokens_per_s(row) -> float | None:
     return f / nemo_flops_per_token(row.transformer_config(), row.seq, family)
 
 
-# Sources that publish only model FLOP/s: their FLOP count turned into tokens/s/GPU.
-TOKENS_FROM_FLOPS = {"megatron2021_a1": megatron2021_tokens_per_s, "nemo_longseq_a7": nemo_tokens_per_s}
+# Sources that publish only model FLOP/s, by their FLOP accounting (Source.flop_accounting):
+# their count turned into tokens/s/GPU.
+TOKENS_FROM_FLOPS = {"megatron2021_eq3_with_recompute": megatron2021_tokens_per_s,
+                     "nemo_model_flops": nemo_tokens_per_s}
+
+
+def _accounting(source_id: str) -> str | None:
+    return {s.id: s.flop_accounting for s in published_sources()}.get(source_id)
 
 
 def published_tokens_per_s(row) -> float | None:
     """The row's tokens/s/GPU: published, or from its source's FLOP count."""
     tok = row.metrics.tokens_per_s_per_gpu
-    if tok is None and row.source_id in TOKENS_FROM_FLOPS:
-        tok = TOKENS_FROM_FLOPS[row.source_id](row)
+    convert = TOKENS_FROM_FLOPS.get(_accounting(row.source_id) or "")
+    if tok is None and convert is not None:
+        tok = convert(row)
     return tok
 
 
-STACK = "megatron_te"
+# ------------------------------------------------------------ recipe of a row ---
 
-# torchtitan rows (validation/published torchtitan_h100_a10, trainy_h200_a10; techniques carry "fsdp2"):
-#   stack      torchtitan_eager, or torchtitan_compile with torch.compile (sim/data/stacks.toml: SDPA ran
-#              FlashAttention-2 on H100 at the time)
-#   batch      local_batch per data-parallel rank, no gradient accumulation; with pp > 1 split into
-#              pp micro-batches (torchtitan pipelining: n_microbatches = pipeline_parallel_microbatches
-#              or the pipeline degree, torchtitan parallelisms/pipeline_llama.py of 2024-12)
-#   recompute  the row's ("full AC"), else the model's train config: llama3_8b.toml mode "selective"
-#              option "op" (op_sac, model/ops_train.op_sac_replay), llama3_70b / 405b.toml mode "full"
-#              (source torchtitan_op_sac)
-#   FSDP2      MixedPrecisionPolicy param_dtype bf16, reduce_dtype fp32 (torchtitan defaults
-#              mixed_precision_param / mixed_precision_reduce); the Trainy rows' float8 all-gather is
-#              not modelled (gathered as bf16)
-#   seq        8192 where not published (every llama3 train config)
-#   Float8     torchao dynamic tensorwise scaling: the "current" (per-tensor current scaling) recipe
-#   AsyncTP    the TP overlap (tp_comm_overlap)
-TORCHTITAN_RECOMPUTE = {"llama3-8b": "op_sac", "llama3.1-8b": "op_sac", "llama3-70b": "full", "llama3.1-405b": "full"}
-TORCHTITAN_SEQ = 8192
+# torchao Float8 of the torchtitan rows is dynamic tensorwise scaling: TE's per-tensor current scaling.
+_FP8_RECIPE_AS = {"torchao": "current"}
 
 
-def is_torchtitan(row) -> bool:
-    return "fsdp2" in (row.techniques or ())
+def recipe_for(row) -> Recipe:
+    """The recipe of the row's framework release (its published ``software``)."""
+    return recipe_for_software(row.software)
 
 
-def torchtitan_run(row) -> dict:
-    """mbs, grad_accum, gbs, recompute and seq of a torchtitan row (table above)."""
-    pp = row.pp or 1
-    local = row.local_batch
-    if local is None or local % pp:
-        raise ValueError(f"local_batch={local} does not split into pp={pp} micro-batches")
-    mbs = local // pp
-    return {"mbs": mbs, "ga": pp, "gbs": row.gbs or local * (row.dp or 1), "seq": row.seq or TORCHTITAN_SEQ,
-            "recompute": row.recompute or TORCHTITAN_RECOMPUTE[row.model or row.model_ref]}
+def _model_name(row) -> str:
+    return row.model or row.model_ref or row.model_as_published
 
 
-# Models whose attention no fused TransformerEngine kernel ran before a release: TE falls back to
-# UnfusedDotProductAttention (bmm + softmax over the full score matrix, the sliding window only a
-# mask). gpt-oss has learnable softmax sinks: fused sink attention needs cuDNN 9.13.1+ (BSHD/SBHD)
-# or 9.18 (THD) (te_sink_attention; te_unfused_sink_fallback). Release bound assumed from the
-# published rows: every gpt-oss row through 26.04.01 is 25-107 % faster predicted with fused
-# attention and 10-12 % slower with unfused (H100, B200, GB200 alike); the 26.06 / 26.08 rows
-# match fused attention within 25-29 %, and 26.06.01 is the release the table flags as a cuDNN
-# attention regression. The containers' cuDNN versions are not stated: assumption, not measured.
-UNFUSED_ATTENTION_BEFORE = {"gpt-oss-120b": (26, 6)}
-UNFUSED_STACK = "megatron_te_unfused_attn"
+def _facts(row, vp: int | None) -> dict:
+    return {"system": row.system, "ep": row.ep, "pp": row.pp, "vp": vp, "precision": row.precision,
+            "fp8_recipe": row.fp8_recipe, "techniques": tuple(row.techniques or ()),
+            "moe_token_drop": row.moe_token_drop, "zero": row.zero, "schedule": row.schedule}
 
-# Rows of the 2024 NeMo containers (24.03 long-sequence table, 24.07 performance table; all
-# DGX-H100) run attention at FlashAttention-2's rate (stack megatron_te_fa2). NeMo's docs of the
-# time said TE's flash attention was FlashAttention-2, on by default; NeMo PR 9188 (2024-05, source
-# nemo_flash_attn_docs) then documented TE's cuDNN preference on Hopper, whose 2024 cuDNN is not the
-# 9.19 the H200 calibration measured. Evidence (validation LOG "The NeMo 24.x H100 rows at FlashAttention-2's rate", 2026-11-30): with the measured
-# attention power, FA2 puts all 17 rows within -12..+8 % (4K to 1M tokens) where today's cuDNN
-# rate leaves them +0..+30 %.
-SOFTWARE_STACKS = {"NeMo 24.": "megatron_te_fa2"}
+
+def _vp(row, first: dict) -> int:
+    """Virtual stages: published, else the recipe's for an interleaved schedule, else its default."""
+    if row.vp is not None:
+        return row.vp
+    if row.schedule == "interleaved" and (row.pp or 1) > 1 and "interleaved_vp" in first:
+        return first["interleaved_vp"]
+    if "vp" not in first:
+        raise UnstatedFact("vp: not published and the recipe sets no default")
+    return first["vp"]
+
+
+def settings_for(row) -> dict:
+    """The recipe's settings for the row's model and published plan (sim/recipes.Recipe.resolve),
+    with ``vp`` resolved."""
+    rec = recipe_for(row)
+    first = rec.resolve(_model_name(row), **_facts(row, row.vp))
+    vp = _vp(row, first)
+    out = rec.resolve(_model_name(row), **_facts(row, vp))
+    out["vp"] = vp
+    return out
 
 
 def stack_for(row) -> str:
-    """The stack the row's run ran (RUN_CONFIGS "stack"), else its software release's
-    (SOFTWARE_STACKS), else unfused attention for models whose attention had no fused kernel in the
-    row's release (UNFUSED_ATTENTION_BEFORE), else its source's (SOURCE_STACKS) by ZeRO stage."""
-    if "stack" in RUN_CONFIGS.get(row.id, {}):
-        return RUN_CONFIGS[row.id]["stack"]
-    if is_torchtitan(row):
-        return "torchtitan_compile" if "torch.compile" in row.techniques else "torchtitan_eager"
-    for prefix, stack in SOFTWARE_STACKS.items():
-        if (row.software or "").startswith(prefix):
-            return stack
-    before = UNFUSED_ATTENTION_BEFORE.get(getattr(row, "model_ref", None) or "")
-    if before and row.source_id not in SOURCE_STACKS and row.release and _release(row.release) < before:
-        return UNFUSED_STACK
-    by_zero = SOURCE_STACKS.get(row.source_id, {})
-    return by_zero.get(row.zero or RUN_CONFIGS.get(row.id, {}).get("zero", 0), STACK)
+    """The software stack the row ran: its technique's or its release's (sim/recipes.training_stack)."""
+    return training_stack(settings_for(row), tuple(row.techniques or ()), row.software or "")
+
+
+def is_torchtitan(row) -> bool:
+    return recipe_for(row).framework == "torchtitan"
 
 
 @dataclass(frozen=True)
@@ -236,113 +158,66 @@ class PublishedRow:
         return self.predicted / self.published - 1.0
 
 
-# NeMo / Megatron-Bridge performance recipes turn TransformerEngine's TP communication overlap on
-# whenever tp > 1 (NVIDIA-NeMo/Megatron-Bridge scripts/performance/configs/llama/llama3_llm_pretrain.py:
-# CommOverlapConfig(tp_comm_overlap=tp > 1), userbuffers configs per GPU); Megatron-LM 2021, torchtitan
-# and the other tables did not have it.
-TP_OVERLAP_SOURCES = ("megatron_bridge", "nemo")
+def _sp(row, s: dict) -> bool:
+    if row.sp is not None:
+        return row.sp
+    rule = s.get("sequence_parallel")
+    if rule is None:
+        raise UnstatedFact("sp: not published and the recipe does not say")
+    return bool(row.tp and row.tp > 1) if rule == "with_tp" else bool(rule)
 
 
-_DEGREES = ("tp", "pp", "vp", "dp", "sp", "zero")
-
-
-# Expert tensor parallelism of the Megatron-Bridge performance recipes: expert_tensor_parallel_size=1
-# in BASE_QWEN3_235B_A22B_CONFIG / BASE_QWEN3_30B_A3B_CONFIG (qwen3_workload_base_configs.py) and
-# BASE_DEEPSEEK_V3_CONFIG (deepseek_workload_base_configs.py): with tp = 2 the experts fold over
-# tp x dp (MoE parallel folding, model/parallel.py). Other models: Megatron-Core's default etp = tp.
-_ETP1_MODELS = ("qwen3-30b-a3b", "qwen3-235b-a22b", "deepseek-v3")
-
-
-def _fill(row) -> dict:
-    run = RUN_CONFIGS.get(row.id, {})
-    fill = {k: v for k, v in run.items() if k in _DEGREES and getattr(row, k) is None}
-    if row.sp is None and "sp" not in fill:
-        fill["sp"] = bool(row.tp and row.tp > 1)
-    sp = fill.get("sp", row.sp)
-    if sp and row.source_id.startswith(TP_OVERLAP_SOURCES):
-        fill["tp_comm_overlap"] = True
-    if is_torchtitan(row):
-        fill["tp_comm_overlap"] = "async_tp" in row.techniques
-        fill["fsdp_param_dtype"] = "bf16"
-        # torchtitan apply_fsdp: reshard_after_forward = not pp_enabled; torch's pipeline schedule
-        # syncs FSDP gradients on the last micro-batch only (overlap.fsdp_keep_unsharded_under_pp)
-        fill["fsdp_keep_unsharded"] = bool(overlap.fsdp_keep_unsharded_under_pp(stack_for(row)) and row.pp
-                                           and row.pp > 1 and (row.zero or fill.get("zero")) == 3)
-    if row.zero is None and "zero" not in fill:
-        fill["zero"] = ASSUMED["zero"]
-    if (row.model or row.model_ref) in _ETP1_MODELS and row.source_id.startswith("megatron_bridge"):
-        fill["etp"] = 1
+def _fill(row, s: dict) -> dict:
+    """Parallelism fields the row does not publish, from its recipe settings ``s``."""
+    fill: dict = {"vp": s["vp"]} if row.vp is None else {}
+    if row.sp is None:
+        fill["sp"] = _sp(row, s)
+    sp = _sp(row, s)
+    overlap_rule = s.get("tp_comm_overlap", False)
+    fill["tp_comm_overlap"] = sp if overlap_rule == "with_sp" else bool(overlap_rule)
+    if row.zero is None:
+        if "zero" not in s:
+            raise UnstatedFact("zero: not published and the recipe sets no optimizer sharding")
+        fill["zero"] = s["zero"]
+    zero = row.zero if row.zero is not None else fill["zero"]
+    if zero == 3 and "fsdp_param_dtype" in s:
+        fill["fsdp_param_dtype"] = s["fsdp_param_dtype"]
+        # torch pipeline schedules keep FSDP units gathered under PP (overlap.fsdp_keep_unsharded_under_pp)
+        fill["fsdp_keep_unsharded"] = bool(overlap.fsdp_keep_unsharded_under_pp(stack_for(row)) and (row.pp or 1) > 1)
+    if "etp" in s:
+        fill["etp"] = s["etp"]
     return fill
 
 
-# Megatron-Bridge DeepSeek-V3 recipe (set_deepseek_v3_pipeline_model_parallel_layout,
-# NVIDIA-NeMo/Megatron-Bridge src/megatron/bridge/recipes/deepseek/deepseek_v3.py): transformer
-# layers per virtual stage for each (pp, vp); (8, 4) is the performance scripts' H100 layout
-# "Et|(tt|)*30mL". The MTP layer and the loss sit in the last virtual stage, on rank pp - 1
-# (model/shard.mtp_stage; the MTP ops: model/ops_train._mtp).
-_DSV3_LAYOUT = {
-    (4, 1): (16, 16, 16, 13), (8, 1): (8,) * 7 + (5,), (4, 2): (8,) * 7 + (5,),
-    (16, 1): (4,) * 15 + (1,), (8, 2): (4,) * 15 + (1,), (4, 4): (4,) * 15 + (1,),
-    (8, 4): (1,) + (2,) * 30 + (0,),
-}
-
-
-def pipeline_split(cfg, pp: int, vp: int) -> dict:
-    """Parallelism fields of the pipeline split a row ran with (none when even).
-    DeepSeek-V3 (61 layers): the recipe's layout table above. Others (Llama 3.1 405B's 126,
-    Qwen3-235B's 94 layers): Megatron-Bridge sets account_for_embedding_in_pipeline_split and
-    account_for_loss_in_pipeline_split (recipes/llama/llama3.py llama31_405b_pretrain_config;
-    the Qwen3 recipes likewise), so n_layers + 2 is split evenly."""
+def pipeline_split(cfg, pp: int, vp: int, settings: dict | None = None) -> dict:
+    """Parallelism fields of an uneven pipeline split (none when even): the recipe's ``layout`` for
+    (pp, vp) where it gives one, else the embedding / loss-aware even split of n_layers + 2 its
+    ``pipeline_split = "embedding_loss"`` asks for (Megatron-Bridge account_for_embedding_in_pipeline_split
+    / account_for_loss_in_pipeline_split). Without ``settings``: the latest Megatron-Bridge recipe
+    for ``cfg.name``."""
+    if settings is None:
+        settings = recipe_for_software("NeMo 26.08 (Megatron-Bridge)").resolve(cfg.name, pp=pp, vp=vp)
     L = cfg.n_layers
     if pp == 1 or L % (pp * vp) == 0:
         return {}
-    if cfg.mla and L == 61 and (pp, vp) in _DSV3_LAYOUT:
-        return {"layout": _DSV3_LAYOUT[(pp, vp)]}
-    return {"pp_split_embedding": True, "pp_split_loss": True}
+    if "layout" in settings:
+        return {"layout": tuple(settings["layout"])}
+    if settings.get("pipeline_split") == "embedding_loss":
+        return {"pp_split_embedding": True, "pp_split_loss": True}
+    return {}
 
 
-# MoE token dispatcher of the Megatron-Bridge performance recipes (scripts/performance/configs/
-# qwen/qwen3_llm_pretrain.py, qwen3_workload_base_configs.py; gpt_oss/gpt_oss_workload_base_configs.py;
-# docs skills/perf-techniques/moe-hardware-configs: DeepSeek-V3 DeepEP on H100/B200, HybridEP on
-# GB200): "flex" (DeepEP / HybridEP) or the default "alltoall". Keys (model, system or None = any).
-_FLEX = {("qwen3-30b-a3b", None), ("qwen3-235b-a22b", "gb200_nvl72"), ("deepseek-v3", None)}
-# Releases from which a (system, fp8 recipe) runs MoE sync-free: full-iteration CUDA graph with
-# moe_paged_stash / moe_expert_rank_capacity_factor (gpt_oss_workload_base_configs.py
-# GPT_OSS_120B_PRETRAIN_CONFIG_GB200_FP8_MX_V2: cuda_graph_impl="full_iteration"; qwen3_llm_pretrain.py
-# set_full_iter_cg_configs for fp8_mx); the published GB200 MXFP8 rows jump 1.5-1.8x at 26.06.
-_SYNC_FREE_FROM = {("gb200_nvl72", "mxfp8"): (26, 6)}
+def moe_software(row, moe=None) -> dict:
+    """MoEConfig fields for how the row's release runs its MoE layers (recipe settings: dispatcher,
+    token-drop capacity factor, sync-free full-iteration graphs, EP all-to-all overlap)."""
+    s = settings_for(row)
+    return {"dispatcher": s.get("dispatcher", "alltoall"), "capacity_factor": s.get("capacity_factor"),
+            "sync_free": bool(s.get("sync_free", False)), "a2a_overlap": bool(s.get("a2a_overlap", False))}
 
 
-# Rows that ran Megatron-Core's EP all-to-all overlap (moe_a2a_overlap), keyed (model, system, ep):
-# Megatron-Bridge deepseek_workload_base_configs.py DEEPSEEK_V3_PRETRAIN_CONFIG_B200_FP8_MX_V2
-# (deepep, pp 8, vp 2, ep 32, moe_a2a_overlap=True); the B200 recipes with ep 8 set it False.
-_A2A_OVERLAP = {("deepseek-v3", "hgx_b200", 32)}
-
-
-def _release(r: str | None) -> tuple[int, ...]:
-    return tuple(int(x) for x in r.split(".")) if r else ()
-
-
-def moe_software(row, moe) -> dict:
-    """MoEConfig fields for how the row's software ran its MoE layers (see the tables above;
-    moe_token_drop rows: capacity factor 1 with padding, the 25.09 recipes' token-drop mode,
-    on the alltoall dispatcher: Megatron-Bridge training/utils/moe_token_drop.py
-    apply_moe_token_drop asserts moe_token_dispatcher_type in (alltoall, alltoall_seq))."""
-    name = row.model or row.model_ref
-    flex = ((name, row.system) in _FLEX or (name, None) in _FLEX) and not row.moe_token_drop
-    start = _SYNC_FREE_FROM.get((row.system, row.fp8_recipe))
-    return {"dispatcher": "flex" if flex else "alltoall",
-            "capacity_factor": 1.0 if row.moe_token_drop else None,
-            "sync_free": bool(start and _release(row.release)[:2] >= start),
-            "a2a_overlap": (name, row.system, row.ep) in _A2A_OVERLAP}
-
-
-# MLA up-projection recompute ("mla_up_proj" in recompute_modules) of the Megatron-Bridge DeepSeek-V3
-# performance recipes: every DEEPSEEK_V3_PRETRAIN_CONFIG_* entry (H100, B200, GB200, B300, GB300
-# except the GB300 MXFP8 / BF16 ones, which have no row with a system here) and the older
-# deepseek_llm_pretrain.py configs set it (scripts/performance/configs/deepseek/
-# deepseek_workload_base_configs.py; source mbridge_dsv3_recompute).
-_MLA_UP_RECOMPUTE = ("deepseek-v3",)
+def mla_software(row, mla=None) -> dict:
+    """MLAConfig fields for how the row's release runs its MLA layers (recipe mla_recompute_up_proj)."""
+    return {"recompute_up_proj": bool(settings_for(row).get("mla_recompute_up_proj", False))}
 
 
 def mtp_layers_for(row, cfg) -> int:
@@ -352,27 +227,14 @@ def mtp_layers_for(row, cfg) -> int:
     return cfg.mtp_depth if row.mtp else 0
 
 
-def mla_software(row, mla) -> dict:
-    """MLAConfig fields for how the row's software ran its MLA layers (table above)."""
-    name = row.model or row.model_ref
-    return {"recompute_up_proj": name in _MLA_UP_RECOMPUTE and row.source_id.startswith("megatron_bridge")}
-
-
-# TransformerEngine fp8 scaling recipe of rows that do not name one: NeMo 24.07 / 25.02 ran TE's
-# delayed scaling (NeMo 2.0's fp8 default; the 25.02 page says only "FP8 precision"); from NeMo
-# 25.04 the tables state per-tensor current scaling (FP8-CS), and Megatron-Bridge's "FP8" is its
-# fp8_cs compute dtype (25.11 table: FP8-CS). Rows that name a recipe (current, mxfp8,
-# blockwise) use it.
-_DELAYED_SOURCES = ("nemo2407", "nemo2502")
-
-
-def fp8_recipe_for(row) -> str:
-    """The row's recipe, else delayed scaling for the NeMo 24.x / 25.02 runs (the long-sequence
-    H100 rows ran NeMo 24.03), else current scaling."""
+def fp8_recipe_for(row, s: dict | None = None) -> str:
+    """The row's fp8 scaling recipe, else its release's default."""
     if row.fp8_recipe:
-        return "current" if row.fp8_recipe == "torchao" else row.fp8_recipe   # torchao: dynamic tensorwise
-    delayed = row.source_id.startswith(_DELAYED_SOURCES) or (row.software or "").startswith("NeMo 24.")
-    return "delayed" if delayed else "current"
+        return _FP8_RECIPE_AS.get(row.fp8_recipe, row.fp8_recipe)
+    s = settings_for(row) if s is None else s
+    if row.precision == "fp8" and "fp8_recipe" not in s:
+        raise UnstatedFact("fp8_recipe: not published and the recipe sets no default")
+    return s.get("fp8_recipe", "current")
 
 
 # Precision of the row -> TrainingWorkload.precision: fp8 (recipe above); nvfp4 = TE's
@@ -381,47 +243,54 @@ def fp8_recipe_for(row) -> str:
 _PRECISION = {"fp8": "fp8", "nvfp4": "nvfp4", "fp4": "nvfp4"}
 
 
+def _batch(row, s: dict, dp: int) -> tuple[int, int]:
+    """(mbs, gbs): published, else the recipe's rule (torchtitan: local_batch over pp micro-batches)."""
+    if s.get("batch") == "local_batch_over_pp" and row.local_batch is not None:
+        pp = row.pp or 1
+        if row.local_batch % pp:
+            raise ValueError(f"local_batch={row.local_batch} does not split into pp={pp} micro-batches")
+        return row.mbs or row.local_batch // pp, row.gbs or row.local_batch * dp
+    mbs = row.mbs or s.get("mbs")
+    if mbs is None or row.gbs is None:
+        raise UnstatedFact(f"{'mbs' if mbs is None else 'gbs'}: not published and the recipe sets no default")
+    return mbs, row.gbs
+
+
 def workload_for(row) -> TrainingWorkload:
-    par = row.parallelism(**_fill(row))
-    split = pipeline_split(row.transformer_config(), par.pp, par.vp)
+    s = settings_for(row)
+    par = row.parallelism(**_fill(row, s))
+    split = pipeline_split(row.transformer_config(), par.pp, par.vp, s)
     if split:
-        par = par.model_copy(update=split)
-        par = type(par)(**par.model_dump())     # re-validate
-    run = RUN_CONFIGS.get(row.id, {})
-    titan = torchtitan_run(row) if is_torchtitan(row) else {}
-    mbs, gbs = row.mbs or run.get("mbs") or titan.get("mbs"), row.gbs or titan.get("gbs")
-    ga = gbs // (mbs * par.dp) if (mbs and gbs) else None
+        par = type(par)(**{**par.model_dump(), **split})     # re-validate
+    mbs, gbs = _batch(row, s, par.dp)
+    ga = gbs // (mbs * par.dp)
     if not ga or gbs % (mbs * par.dp):
         raise ValueError(f"gbs={gbs} is not mbs={mbs} x dp={par.dp} x an integer")
     cfg = row.transformer_config()
     if cfg.moe is not None:
-        cfg = cfg.model_copy(update={"moe": cfg.moe.model_copy(update=moe_software(row, cfg.moe))})
+        cfg = cfg.model_copy(update={"moe": cfg.moe.model_copy(update=moe_software(row))})
     if cfg.mla is not None:
-        cfg = cfg.model_copy(update={"mla": cfg.mla.model_copy(update=mla_software(row, cfg.mla))})
+        cfg = cfg.model_copy(update={"mla": cfg.mla.model_copy(update=mla_software(row))})
     if mtp := mtp_layers_for(row, cfg):
         cfg = cfg.model_copy(update={"mtp_layers": mtp})
+    seq = row.seq or s.get("seq")
+    if seq is None:
+        raise UnstatedFact("seq: not published and the recipe sets no default")
     # LoRA rows: Megatron-Bridge's default LoRA (rank 32 on linear_qkv/proj/fc1/fc2), the
     # llama3_70b_finetune_config(peft="lora") of its performance scripts (model/lora.py).
     precision = _PRECISION.get(row.precision, "bf16")
-    return TrainingWorkload(model=cfg, mbs=mbs, seq=row.seq or titan.get("seq"), grad_accum=ga,
-                            precision=precision, fp8_recipe=fp8_recipe_for(row),
-                            peft="lora" if row.task == "lora" else "none",
-                            grad_reduce_dtype=grad_reduce_dtype_for(row, precision),
-                            recompute=row.recompute or run.get("recompute") or titan.get("recompute", "none"),
-                            stack=stack_for(row),
+    return TrainingWorkload(model=cfg, mbs=mbs, seq=seq, grad_accum=ga, precision=precision,
+                            fp8_recipe=fp8_recipe_for(row, s), peft="lora" if row.task == "lora" else "none",
+                            grad_reduce_dtype=grad_reduce_dtype_for(s, precision),
+                            recompute=row.recompute or s.get("recompute", "none"),
+                            stack=training_stack(s, tuple(row.techniques or ()), row.software or ""),
                             parallel=par)
 
 
-# The NeMo and Megatron-Bridge performance recipes set grad_reduce_in_fp32=False (source
-# mbridge_grad_reduce_bf16): the main_grad buffer and its DP reduction are bf16. Megatron-LM 2021
-# (fp16 + fp32 master, its own DDP) and torchtitan (FSDP2 reduce_dtype fp32) keep fp32.
-BF16_GRAD_REDUCE_SOURCES = ("megatron_bridge_a8", "nemo2407_a5", "nemo2502_a6", "nemo2504_a6", "nemo2507_a6",
-                            "nemo_longseq_a7")
-
-
-def grad_reduce_dtype_for(row, precision: str) -> str:
-    """bf16 gradient reduction for rows of the NeMo / Megatron-Bridge recipes that keep a main_grad."""
-    bf16 = row.source_id in BF16_GRAD_REDUCE_SOURCES and precision in ("bf16", "fp8", "nvfp4")
+def grad_reduce_dtype_for(s: dict, precision: str) -> str:
+    """bf16 gradient reduction where the recipe keeps a bf16 main_grad (NeMo / Megatron-Bridge:
+    grad_reduce_in_fp32=False, source mbridge_grad_reduce_bf16); fp32 otherwise."""
+    bf16 = s.get("grad_reduce_dtype") == "bf16" and precision in ("bf16", "fp8", "nvfp4")
     return "bf16" if bf16 else "fp32"
 
 
@@ -432,34 +301,39 @@ def cluster_for(row) -> Cluster:
 
 
 def gpus_for(row) -> int:
-    """GPUs the row ran on: published, unless RUN_CONFIGS corrects a table (its provenance there)."""
-    return RUN_CONFIGS.get(row.id, {}).get("gpus", row.gpus)
+    """GPUs the row ran on, as published (or as the generator reads an inconsistent table: its notes)."""
+    return row.gpus
 
 
 def predict_row(row) -> PublishedRow:
-    run = RUN_CONFIGS.get(row.id, {})
-    if not row.predictable and not (row.system and all(
-            getattr(row, k) is not None or k in run for k in ("tp", "pp", "vp", "dp"))):
-        raise ValueError("model, system or a parallel degree is not published")
+    if not row.system or None in (row.tp, row.pp, row.dp, row.cp) or (row.ep is None):
+        raise UnstatedFact("plan: " + ", ".join(k for k in ("system", "tp", "pp", "dp", "cp", "ep")
+                                                if getattr(row, k) is None) + " not published")
     tok = published_tokens_per_s(row)
     if tok is None:
         raise ValueError("no tokens/s/GPU published")
     row.transformer_config()    # a row without an architecture says so before its plan is checked
-    gpus = gpus_for(row)
     w = workload_for(row)
+    gpus = gpus_for(row)
     e = estimate(w, cluster_for(row))
     return PublishedRow(row.id, row.source_id, row.system, gpus, tok, e.tokens_per_s / gpus, row.source_flag, w.stack,
                         row.metrics.peak_memory_bytes, e.memory.total)
 
 
+MISSING = "missing fact: "
+
+
 def compare_published(source: str | None = None) -> tuple[list[PublishedRow], list[tuple[str, str]]]:
-    """(predicted rows, [(row id, why not predicted)])."""
+    """(predicted rows, [(row id, why not predicted)]); a reason starting with MISSING names a fact
+    no source or recipe states."""
     rows, unused = [], []
     for r in load_published():
         if source and r.source_id != source:
             continue
         try:
             rows.append(predict_row(r))
+        except UnstatedFact as e:
+            unused.append((r.id, MISSING + str(e)))
         except (ValueError, KeyError, TypeError) as e:
             unused.append((r.id, _reason(e)))
     return rows, unused

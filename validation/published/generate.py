@@ -186,23 +186,43 @@ def a1_config(layers: int, hidden: int, heads: int) -> dict:
             "pos_embedding": "learned", "tie_embeddings": True}
 
 
+SC21_SCRIPTS = "NVIDIA/Megatron-LM examples/sc21/run_table_1.sh, run_figure_12.sh (commit 79a3bb6bf2c8)"
+A1_SOFTWARE = {"PTD-P": "Megatron-LM (SC21 scripts)", "ZeRO-3": "DeepSpeed ZeRO-3 (2021) on Megatron-LM"}
+
+
+def a1_scripts(t3: list[list[str]], h3: list[str]) -> list[dict]:
+    """The run-script table: one dict per case with tp, pp, mbs, vp (from layers per virtual stage) and DDP."""
+    return [dict(zip(h3, c)) for c in t3]
+
+
+def a1_plan(script: dict, layers: int) -> dict:
+    """Row fields of a run-script case: mbs, vp and the DDP implementation as a technique."""
+    tp, pp, lpvs = int(script["TP"]), int(script["PP"]), script["Layers per virtual stage"]
+    vp = 1 if lpvs == "-" else layers // (pp * int(lpvs))
+    techniques = ["ddp_local"] if script["DDP"] == "local" else []
+    return {"tp": tp, "pp": pp, "mbs": int(script["MBS"]), "vp": vp, "techniques": techniques}
+
+
 def a1_rows(sec: list[str]) -> list[dict]:
-    (_, h1, t1), (_, h2, t2) = tables(sec)[:2]
+    (_, h1, t1), (_, h2, t2), (_, h3, t3) = tables(sec)[:3]
+    scripts = a1_scripts(t3, h3)
     rows = []
     for c in t1:
         d = dict(zip(h1, c))
         r = new_row(f"megatron2021-t1-{d['Params (B)']}b")
-        r.update(table="Table 1", task="pretrain", model_as_published=f"GPT {d['Params (B)']}B")
+        r.update(table="Table 1", task="pretrain", model_as_published=f"GPT {d['Params (B)']}B", software=A1_SOFTWARE["PTD-P"])
         r["model_config"] = a1_config(int(d["Layers"]), int(d["Hidden"]), int(d["Heads"]))
         r["assumed"] += [f"model_config.{k}" for k in A1_ASSUMED_ARCH]
         tp, pp, g = int(d["TP"]), int(d["PP"]), int(d["#GPUs (A100)"])
         r.update(gpus=g, tp=tp, pp=pp, cp=1, ep=1, dp=g // (tp * pp), gbs=int(d["Global batch"]), seq=2048,
                  precision="16bit-mixed", recompute="full", schedule="interleaved" if pp > 1 else "none")
-        if pp == 1:
-            r["vp"] = 1
-        else:
-            r["missing"].append("vp")
-        r["missing"] += ["mbs", "sp", "zero"]
+        script = next(x for x in scripts if x["Params (B)"] == d["Params (B)"] and x["Script case"].startswith("run_table_1"))
+        plan = a1_plan(script, int(d["Layers"]))
+        if (plan["tp"], plan["pp"]) != (tp, pp):
+            raise ValueError(f"A1 run script {script['Script case']}: TP/PP differ from Table 1")
+        r.update(mbs=plan["mbs"], vp=plan["vp"], techniques=plan["techniques"])
+        r["notes"].append(f"mbs, vp, DDP implementation from {SC21_SCRIPTS}, case {script['Script case']!r}")
+        r["missing"] += ["sp", "zero"]
         for k in ("Achieved TFLOP/s/GPU", "% of peak", "Aggregate PFLOP/s"):
             r["published"][k] = d[k]
         r["metrics"] = {"model_flops_per_s_per_gpu": num(d["Achieved TFLOP/s/GPU"]) * TB,
@@ -213,7 +233,8 @@ def a1_rows(sec: list[str]) -> list[dict]:
         d = dict(zip(h2, c))
         scheme, params, g = d["Scheme"], d["Params (B)"], int(d["#GPUs"])
         r = new_row(f"megatron2021-t2-{slug(scheme)}-{params}b-{g}g")
-        r.update(table="Table 2", task="pretrain", model_as_published=f"GPT {params}B")
+        r.update(table="Table 2", task="pretrain", model_as_published=f"GPT {params}B", software=A1_SOFTWARE[scheme])
+        layers = 96 if params == "174.6" else 105
         r["model_config"] = a1_config(96, 12288, 96) if params == "174.6" else a1_config(105, 20480, 128)
         r["assumed"] += [f"model_config.{k}" for k in A1_ASSUMED_ARCH]
         r["notes"].append("architecture from the A1 text (175B: 96 layers, 96 heads, h 12288) / Table 1 (529.6B row)")
@@ -224,19 +245,27 @@ def a1_rows(sec: list[str]) -> list[dict]:
             r["notes"].append("530B did not fit on 560 GPUs with ZeRO-3 at micro batch 4, so it ran on 640 GPUs "
                               "at batch 2560 (table footnote)")
         if scheme == "ZeRO-3":
-            r.update(tp=1, pp=1, vp=1, dp=g, zero=3)
-            r["missing"] += ["recompute"]
-            r["notes"].append("DeepSpeed ZeRO-3 baseline; its FLOP count uses the same eq. (3)")
+            r.update(tp=1, pp=1, vp=1, dp=g, zero=3, recompute="full")
+            r["assumed"].append("recompute")
+            r["notes"].append("DeepSpeed ZeRO-3 baseline; its FLOP count uses the same eq. (3), which counts the "
+                              "recompute forward (and 530B at micro batch 4 would need ~1.7 TB of activations "
+                              "per GPU without it): recompute full")
         else:
-            r["recompute"] = "full"
-            r["schedule"] = "interleaved"
-            r["missing"] += ["tp", "pp", "vp", "dp", "sp", "zero"]
-            r["notes"].append(f"only the model-parallel size tp*pp = {d['Model-parallel size']} is published")
+            mp = int(d["Model-parallel size"])
+            script = next(x for x in scripts if x["Params (B)"] == params and int(x["TP"]) * int(x["PP"]) == mp)
+            plan = a1_plan(script, layers)
+            r.update(recompute="full", schedule="interleaved", tp=plan["tp"], pp=plan["pp"], vp=plan["vp"],
+                     dp=g // mp, techniques=plan["techniques"])
+            r["assumed"] += ["tp", "pp", "vp", "dp"]
+            r["missing"] += ["sp", "zero"]
+            r["notes"].append(f"only the model-parallel size tp*pp = {mp} is published; tp, pp, vp and DDP are the "
+                              f"run script's plan of the same model with that size ({SC21_SCRIPTS}, case "
+                              f"{script['Script case']!r})")
         r["published"] = {"TFLOP/s/GPU": d["TFLOP/s/GPU"], "Days for 300B tokens": d["Days for 300B tokens"]}
         r["metrics"] = {"model_flops_per_s_per_gpu": num(d["TFLOP/s/GPU"]) * TB}
         rows.append(r)
     r = new_row("megatron2021-text-gpt3-175b-1024g")
-    r.update(table="§5.1 text", task="pretrain", model_as_published="GPT-3 175B",
+    r.update(table="§5.1 text", task="pretrain", model_as_published="GPT-3 175B", software=A1_SOFTWARE["PTD-P"],
              model_config=a1_config(96, 12288, 96), gpus=1024, gbs=1536, seq=2048, cp=1, ep=1,
              precision="16bit-mixed", recompute="full", schedule="interleaved")
     r["assumed"] += [f"model_config.{k}" for k in A1_ASSUMED_ARCH]
@@ -449,8 +478,13 @@ def a7_rows(sec: list[str]) -> list[dict]:
                 r["missing"].append("vp")
             r["missing"] += ["mbs", "fp8_recipe", "recompute", "sp", "zero"]
             if tp * pp * dp * cp != g:
-                r["known_inconsistency"] = (f"TP*PP*DP*CP = {tp * pp * dp * cp} but #GPUs = {g} (source table "
-                                            "inconsistent on every row; reference §N.5)")
+                # The B200 table's #GPUs is 4x TP*PP*DP*CP on every row; its DP column is the consistent one
+                # (the 512K / 1024K rows' GBS 8 / 4 could not feed 4x the data-parallel ranks), so the row runs
+                # on TP*PP*DP*CP GPUs (reference §N.5); #GPUs stays verbatim in `published`.
+                r["gpus"] = tp * pp * dp * cp
+                r["assumed"].append("gpus")
+                r["notes"].append(f"#GPUs {g} = 4x TP*PP*DP*CP (table inconsistent on every row, reference §N.5; the #GPUs cell is kept in this note): "
+                                  f"gpus = TP*PP*DP*CP = {tp * pp * dp * cp}, the DP column taken as the consistent one")
             for key in ("TFLOP/s/GPU with CP", "TFLOP/s/GPU without CP", "Speedup"):
                 r["published"][key] = d[key]
             r["metrics"]["model_flops_per_s_per_gpu"] = num(d["TFLOP/s/GPU with CP"]) * TB

@@ -1,0 +1,262 @@
+"""Framework recipes by release, as data (sim/data/recipes/*.toml).
+
+A recipe is what a framework release sets when the user does not: sequence parallelism, the
+distributed optimizer, TP communication overlap, gradient-reduction dtype, fp8 scaling recipe,
+micro batch, virtual stages, recompute, pipeline layouts, MoE dispatcher, the software stack
+(fused kernels, attention backend). Each release is a named record (``nemo-24.07``,
+``megatron-bridge-26.02``, ``torchtitan-2024-12``, ``megatron-lm-sc21``) with its sources;
+per-model recipes of a release (Megatron-Bridge's ``deepseek_v3``, torchtitan's ``llama3_8b``)
+sit inside it.
+
+    recipe("megatron-bridge-26.02").resolve("deepseek-v3", system="hgx_b200", pp=8, vp=2, ep=32)
+        -> {"stack": "megatron_te", "etp": 1, "dispatcher": "flex", "layout": (...), ...}
+
+``resolve`` gives the settings for one model and plan; the facts a run publishes (its plan) pick
+the conditional ``[[when]]`` entries and always win over recipe defaults (the caller applies
+them). ``training_stack`` turns the settings into the stack name and raises ``UnstatedFact``
+where the framework's choice depends on a fact the recipe does not state.
+"""
+
+from __future__ import annotations
+
+import difflib
+import functools
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any, Mapping
+
+from ._toml import load_toml
+from .calibration import DATA
+from .stacks import list_stacks
+
+RECIPES_DIR = DATA / "recipes"
+
+# name -> accepted Python types (str rules like "with_tp" are checked in _check_value)
+SETTINGS: dict[str, tuple[type, ...]] = {
+    "stack": (str,), "technique_stacks": (dict,), "sequence_parallel": (bool, str), "zero": (int,),
+    "tp_comm_overlap": (bool, str), "grad_reduce_dtype": (str,), "fp8_recipe": (str,), "mbs": (int,),
+    "vp": (int,), "interleaved_vp": (int,), "seq": (int,), "recompute": (str,), "pipeline_split": (str,),
+    "layout": (list, tuple), "etp": (int,), "dispatcher": (str,), "capacity_factor": (float,),
+    "sync_free": (bool,), "a2a_overlap": (bool,), "mla_recompute_up_proj": (bool,), "attention_sinks": (bool,),
+    "cudnn": (str,), "batch": (str,), "fsdp_param_dtype": (str,),
+}
+_RULES = {"sequence_parallel": ("with_tp",), "tp_comm_overlap": ("with_sp",), "pipeline_split": ("embedding_loss",),
+          "batch": ("local_batch_over_pp",), "grad_reduce_dtype": ("bf16", "fp32"),
+          "dispatcher": ("alltoall", "flex", "allgather")}
+CONDITIONS = ("system", "ep", "pp", "vp", "precision", "fp8_recipe", "technique", "moe_token_drop", "zero", "schedule")
+
+# TransformerEngine runs attention with learnable softmax sinks (gpt-oss) as a fused cuDNN kernel
+# only from cuDNN 9.13.1 (BSHD/SBHD; source te_sink_attention); before, UnfusedDotProductAttention
+# (source te_unfused_sink_fallback).
+SINK_FUSED_CUDNN = (9, 13, 1)
+UNFUSED_ATTENTION_STACK = "megatron_te_unfused_attn"
+
+
+class UnstatedFact(ValueError):
+    """The prediction needs a fact no source states; the message names it."""
+
+
+@dataclass(frozen=True)
+class When:
+    """Settings that apply to plans whose published facts match ``match``."""
+
+    match: Mapping[str, Any]
+    settings: Mapping[str, Any]
+    source: str
+
+    def applies(self, facts: Mapping[str, Any]) -> bool:
+        for k, v in self.match.items():
+            if k == "technique":
+                if v not in (facts.get("techniques") or ()):
+                    return False
+            elif facts.get(k) != v:
+                return False
+        return True
+
+
+@dataclass(frozen=True)
+class ModelRecipe:
+    """A framework's recipe for one model (its own name, e.g. Megatron-Bridge ``deepseek_v3``)."""
+
+    name: str
+    models: tuple[str, ...]
+    settings: Mapping[str, Any]
+    when: tuple[When, ...]
+    source: str
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """One framework release's defaults (module docstring)."""
+
+    name: str
+    framework: str
+    release: str
+    software: tuple[str, ...]
+    source: str
+    settings: Mapping[str, Any] = field(default_factory=dict)
+    when: tuple[When, ...] = ()
+    models: Mapping[str, ModelRecipe] = field(default_factory=dict)
+
+    def model_recipe(self, model: str) -> ModelRecipe | None:
+        """The per-model recipe whose ``models`` lists ``model`` (None: release defaults only)."""
+        return next((m for m in self.models.values() if model in m.models), None)
+
+    def resolve(self, model: str, **facts) -> dict[str, Any]:
+        """Settings for ``model`` under a plan with the published ``facts`` (CONDITIONS; ``techniques``
+        a tuple). Precedence, lowest first: recipe set, model set, model when, recipe when (a release-wide
+        run mode such as token drop overrides a model's dispatcher)."""
+        unknown = set(facts) - set(CONDITIONS) - {"techniques"}
+        if unknown:
+            raise ValueError(f"facts: unknown {sorted(unknown)}; use {CONDITIONS + ('techniques',)}")
+        mr = self.model_recipe(model)
+        out = dict(self.settings)
+        if mr:
+            out.update(mr.settings)
+        for w in (mr.when if mr else ()) + self.when:
+            if w.applies(facts):
+                out.update(w.settings)
+        return out
+
+
+def _check_value(where: str, k: str, v: Any) -> Any:
+    if k not in SETTINGS:
+        close = difflib.get_close_matches(k, list(SETTINGS), n=3)
+        raise ValueError(f"{where}: unknown setting {k!r}; close matches: {close}")
+    if isinstance(v, bool) and bool not in SETTINGS[k] or not isinstance(v, SETTINGS[k]):
+        raise ValueError(f"{where}: setting {k}: {v!r} is not {'/'.join(t.__name__ for t in SETTINGS[k])}")
+    if isinstance(v, str) and k in _RULES and v not in _RULES[k]:
+        raise ValueError(f"{where}: setting {k}: {v!r} is not one of {_RULES[k]}")
+    stacks = [v] if k == "stack" else list(v.values()) if k == "technique_stacks" else []
+    for s in stacks:
+        if s not in list_stacks():
+            raise ValueError(f"{where}: setting {k}: unknown stack {s!r} (sim/data/stacks.toml)")
+    return tuple(v) if isinstance(v, list) else MappingProxyType(dict(v)) if isinstance(v, dict) else v
+
+
+def _settings(where: str, raw: Mapping) -> dict[str, Any]:
+    return {k: _check_value(where, k, v) for k, v in raw.items()}
+
+
+def _whens(where: str, raw: list) -> tuple[When, ...]:
+    out = []
+    for i, w in enumerate(raw):
+        at = f"{where} when[{i}]"
+        match = {k: v for k, v in w.items() if k not in ("set", "source")}
+        bad = set(match) - set(CONDITIONS)
+        if bad or not match or "set" not in w or "source" not in w:
+            raise ValueError(f"{at}: needs conditions from {CONDITIONS}, a 'set' table and a 'source' (got {sorted(w)})")
+        out.append(When(MappingProxyType(match), MappingProxyType(_settings(at, w["set"])), w["source"]))
+    return tuple(out)
+
+
+def _models(where: str, raw: Mapping) -> dict[str, ModelRecipe]:
+    out = {}
+    for name, m in raw.items():
+        at = f"{where} models.{name}"
+        if not m.get("models") or not m.get("source"):
+            raise ValueError(f"{at}: needs 'models' (mechsim model names) and 'source'")
+        out[name] = ModelRecipe(name, tuple(m["models"]), MappingProxyType(_settings(at, m.get("set", {}))),
+                                _whens(at, m.get("when", [])), m["source"])
+    return out
+
+
+def _merge(parent: dict, child: dict) -> dict:
+    """Child over parent: settings override, when lists append, model recipes merge by name."""
+    out = {**parent, **{k: v for k, v in child.items() if k not in ("set", "when", "models", "based_on")}}
+    out["set"] = {**parent.get("set", {}), **child.get("set", {})}
+    out["when"] = list(parent.get("when", [])) + list(child.get("when", []))
+    models = {k: dict(v) for k, v in parent.get("models", {}).items()}
+    for k, v in child.get("models", {}).items():
+        base = models.get(k, {})
+        models[k] = {**base, **v, "set": {**base.get("set", {}), **v.get("set", {})},
+                     "when": list(base.get("when", [])) + list(v.get("when", []))}
+    out["models"] = models
+    return out
+
+
+def _flatten(raw: dict[str, dict], name: str, seen: tuple[str, ...] = ()) -> dict:
+    if name in seen:
+        raise ValueError(f"recipe {name!r}: based_on cycle {' -> '.join(seen + (name,))}")
+    rec = raw[name]
+    parent = rec.get("based_on")
+    if parent is None:
+        return rec
+    if parent not in raw:
+        raise ValueError(f"recipe {name!r}: based_on {parent!r} is not a recipe")
+    return _merge(_flatten(raw, parent, seen + (name,)), rec)
+
+
+@functools.cache
+def _all(directory: Path = RECIPES_DIR) -> dict[str, Recipe]:
+    raw: dict[str, dict] = {}
+    for f in sorted(directory.glob("*.toml")):
+        for name, rec in load_toml(f).get("recipe", {}).items():
+            if name in raw:
+                raise ValueError(f"{f}: recipe {name!r} defined twice")
+            raw[name] = rec
+    out = {}
+    for name in raw:
+        r = _flatten(raw, name)
+        where = f"recipe {name!r}"
+        for k in ("framework", "release", "software", "source"):
+            if not r.get(k):
+                raise ValueError(f"{where}: field {k} is required")
+        out[name] = Recipe(name, r["framework"], r["release"], tuple(r["software"]), r["source"],
+                           MappingProxyType(_settings(where, r.get("set", {}))), _whens(where, r.get("when", [])),
+                           MappingProxyType(_models(where, r.get("models", {}))))
+    owners: dict[str, str] = {}
+    for r in out.values():
+        for s in r.software:
+            if s in owners:
+                raise ValueError(f"recipe {r.name!r}: software {s!r} also named by recipe {owners[s]!r}")
+            owners[s] = r.name
+    return out
+
+
+def list_recipes() -> list[str]:
+    return sorted(_all())
+
+
+def recipe(name: str) -> Recipe:
+    """The recipe called ``name`` (``mechsim recipes`` lists them)."""
+    recipes = _all()
+    if name not in recipes:
+        close = difflib.get_close_matches(name, list(recipes), n=4, cutoff=0.4)
+        raise ValueError(f"recipe: unknown {name!r}; close matches: {close} (sim/data/recipes/)")
+    return recipes[name]
+
+
+def recipe_for_software(software: str | None) -> Recipe:
+    """The recipe a published software string names (exact match of a recipe's ``software``)."""
+    for r in _all().values():
+        if software in r.software:
+            return r
+    known = [s for r in _all().values() for s in r.software]
+    close = difflib.get_close_matches(str(software), known, n=3, cutoff=0.4)
+    raise UnstatedFact(f"software {software!r}: no recipe names this release (close: {close}); add it to sim/data/recipes/")
+
+
+def _version(v: str) -> tuple[int, ...]:
+    return tuple(int(x) for x in v.split("."))
+
+
+def training_stack(settings: Mapping[str, Any], techniques: tuple[str, ...] = (), release: str = "") -> str:
+    """The stack the settings run: a technique's stack (``technique_stacks``), else ``stack``; a model
+    with learnable softmax sinks runs TE's unfused attention below cuDNN 9.13.1 and needs the
+    release's cuDNN version to say which (UnstatedFact when the recipe does not state it)."""
+    for t in techniques:
+        if t in settings.get("technique_stacks", {}):
+            return settings["technique_stacks"][t]
+    stack = settings.get("stack")
+    if stack is None:
+        raise UnstatedFact("stack: the recipe names no software stack")
+    if settings.get("attention_sinks"):
+        cudnn = settings.get("cudnn")
+        if cudnn is None:
+            raise UnstatedFact(f"cuDNN version of the {release or 'run'} container: TE runs learnable-sink attention "
+                               "fused only from cuDNN 9.13.1 (te_sink_attention), unfused before")
+        if _version(cudnn) < SINK_FUSED_CUDNN:
+            return UNFUSED_ATTENTION_STACK
+    return stack
