@@ -4,7 +4,6 @@ import pytest
 
 from mechsim.model.microops import rmsnorm_chain
 from mechsim.sim.estimate import estimate_op
-from mechsim.validation.analysis.compare import compare
 from mechsim.validation.analysis.predict import CHAIN_NOT_COMPARED, predict
 
 ENV = {"gpu_name": "NVIDIA H200"}
@@ -43,13 +42,13 @@ def test_swiglu_is_predicted_as_silu_plus_mul_by_total_traffic():
     assert not CHAIN_NOT_COMPARED
 
 
-def test_committed_swiglu_records_within_8_percent():
-    rows = [r for r in compare()[0] if "/swiglu_act/" in r.case_id]
+def test_committed_swiglu_records_within_8_percent(committed_comparison):
+    rows = [r for r in committed_comparison[0] if "/swiglu_act/" in r.case_id]
     assert len(rows) >= 20
     assert max(abs(r.error) for r in rows) < 0.08
 
 
-def test_committed_rmsnorm_chain_records_within_15_percent():
-    rows = [r for r in compare()[0] if "/rmsnorm_hf/" in r.case_id and "/sweep/" not in r.case_id]
+def test_committed_rmsnorm_chain_records_within_15_percent(committed_comparison):
+    rows = [r for r in committed_comparison[0] if "/rmsnorm_hf/" in r.case_id and "/sweep/" not in r.case_id]
     assert len(rows) >= 40
     assert max(abs(r.error) for r in rows) < 0.15
