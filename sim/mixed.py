@@ -189,13 +189,18 @@ class MixedDisagg:
 
 # ------------------------------------------------------------------ data parallel
 def _pool(p: Any) -> tuple[str, int]:
+    """(system, nodes) of "system:nodes", (system, nodes) or a Cluster; one clear error otherwise."""
     if isinstance(p, Cluster):
         return p.system, p.nodes
-    if isinstance(p, str):
-        system, _, nodes = p.partition(":")
-        return system, int(nodes or 1)
-    system, nodes = p
-    return str(system), int(nodes)
+    try:
+        system, nodes = (p.partition(":")[0], p.partition(":")[2] or "1") if isinstance(p, str) else p
+        n = int(nodes)
+    except (TypeError, ValueError):
+        raise ValueError(f"pools: {p!r} is not 'system:nodes' (e.g. 'hgx_h100:4') or (system, nodes)") from None
+    if n < 1:
+        raise ValueError(f"pools: {p!r} has {n} nodes; give at least 1")
+    hwdb.get_system(str(system))     # an unknown system: the hwdb's own error, naming the known ones
+    return str(system), n
 
 
 def grad_bytes_per_param(precision: str) -> float:

@@ -113,3 +113,9 @@ def test_pools_must_hold_whole_replicas():
     w = W.model_copy(update={"parallel": Parallelism(tp=8, pp=3)})
     with pytest.raises(ValueError, match="tp\\*pp\\*cp"):
         mixed.mixed_data_parallel(w, ["hgx_h100:2"])
+
+
+@pytest.mark.parametrize("pool", ["hgx_h100:x", "hgx_h100:0", ("hgx_h100",), 7])
+def test_bad_pools_are_one_clear_error(pool):
+    with pytest.raises(ValueError, match="pools"):
+        mixed.mixed_data_parallel(W, [pool])
