@@ -81,3 +81,10 @@ def test_runner_keeps_only_metrics_ncu_lists():
 def test_every_case_kind_has_ops():
     for c in rc.draw_cases(2024, rc.SETS["full"]):
         assert cc.case_ops(c)
+
+
+def test_docs_quote_the_held_out_figures():
+    s = cc.summary(_rows(cc.HELD_OUT))
+    doc = (Path(cc.__file__).resolve().parents[2] / "docs" / "counters.md").read_text(encoding="utf-8")
+    assert f"**{s['agree']}/{s['cases']} ({100 * s['agreement']:.1f} %)**" in doc
+    assert f"**{s['hbm_mae_pts']:.1f} pts**" in doc
