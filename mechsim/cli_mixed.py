@@ -104,9 +104,20 @@ def _pipeline(a: argparse.Namespace) -> int:
     return 0
 
 
+# `mechsim serve` flags that a prefill / decode split across GPU types does not use, with their defaults
+_SERVE_ONLY = {"tp": None, "ep": 1, "pp": 1, "spec_k": None, "spec_accept": None, "draft_model": None,
+               "prefix_hit": 0.0, "disagg": False, "json": False, "max_batch": None, "ttft_ms": None, "tpot_ms": None}
+
+
 def print_mixed_serve(a: argparse.Namespace) -> int:
     """Prefill and decode pools on different GPUs (also `mechsim serve --prefill-hw --decode-hw`)."""
     from . import best_mixed_disagg, mixed_disagg
+    if a.cmd == "serve":
+        used = [k for k, v in _SERVE_ONLY.items() if getattr(a, k, v) != v]
+        if used:
+            flag = "--" + used[0].replace("_", "-")
+            raise ValueError(f"{flag}: not used with --prefill-hw / --decode-hw (use --prefill-tp / --decode-tp; "
+                             f"targets and searches: `mechsim mixed serve --options`)")
     common = dict(weight_dtype=a.weight_dtype, kv_dtype=a.kv_dtype, stack=a.stack)
     rate = a.rate if a.rate is not None else 1.0
     if getattr(a, "options", None):

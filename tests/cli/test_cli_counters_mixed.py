@@ -36,3 +36,9 @@ def test_serve_prefill_and_decode_on_different_gpus(capsys):
 def test_mixed_serve_needs_both_pools(capsys):
     assert main(["mixed", "serve", "--model", "llama3-8b", "--prefill-hw", "hgx_b200"]) == 2
     assert "--decode-hw" in capsys.readouterr().err
+
+
+def test_serve_split_refuses_flags_it_does_not_use(capsys):
+    assert main(["serve", "--model", "llama3-8b", "--prefill-hw", "hgx_b200", "--decode-hw", "hgx_h200",
+                 "--tp", "2"]) == 2
+    assert "--tp" in capsys.readouterr().err
