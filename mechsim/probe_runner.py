@@ -6,9 +6,10 @@ profile (format ``mechsim.host_profile/1``, docs/host.md):
 - host: CPU model (/proc/cpuinfo), physical and usable cores, boot id, OS, Python;
 - software: torch, CUDA, cuDNN versions; gpu: name, SMs, memory;
 - measurements (SI units, unit in the name): host seconds per eager kernel launch (a
-  1-element ``add_``), GPU seconds per kernel inside a CUDA graph, a tiny Llama-style
-  model's eager decode step (host issue time and wall time), bf16 GEMM rates at 1024^3 and
-  8192^3, and device-to-device copy bandwidth.
+  1-element ``add_``), GPU seconds per kernel inside a CUDA graph, eager decode steps of a
+  tiny Llama-style decoder at 2 and DEEP_LAYERS layers (host issue time, interleaved over a
+  3.5 s window; wall time), bf16 GEMM rates at 1024^3 and 8192^3, and device-to-device copy
+  bandwidth; the host state over the window (steal, run-queue delay, thread CPU time).
 
 The tiny model is validation/runners/llama_ref.py's decoder (the code mechsim's eager stack
 is counted on), loaded by path. Usable without mechsim installed::
@@ -35,6 +36,8 @@ from typing import Any, Callable
 FORMAT = "mechsim.host_profile/1"
 TINY = {"vocab": 512, "d_model": 64, "n_layers": 2, "n_heads": 4, "n_kv_heads": 2, "ffn": 128,
         "tie_embeddings": False, "max_seq": 64, "batch": 1, "ctx": 16}
+DEEP_LAYERS = 16    # the deep probe decoder: per-layer host cost of a model as deep as the ones it prices
+SERIES_S, WARMUP_S = 3.5, 0.5
 GEMM_SIZES = (1024, 8192)
 COPY_BYTES = 1 << 30
 
@@ -168,23 +171,63 @@ def _llama_ref() -> Any:
     raise FileNotFoundError("validation/runners/llama_ref.py not found beside the mechsim package")
 
 
-def host_series(torch: Any, call: Callable[[], object], seconds: float, inner: int = 10) -> list[float]:
-    """Host seconds per call of back-to-back bursts of ``inner`` calls (GPU queue drained before
-    each) for ``seconds``: the host's speed over the probe's window, which a shared VM's host can
-    switch within (LOG 'Device run 56a717 + 2c0e8e', 2026-11-30)."""
-    out, end = [], time.perf_counter() + seconds
+def interleaved_series(torch: Any, calls: dict[str, tuple[Callable[[], object], int]],
+                       seconds: float) -> dict[str, list[float]]:
+    """Round-robin over ``calls`` (name -> (call, burst size)) for ``seconds``: each round one
+    burst of each, host seconds per call (GPU queue drained before each burst), so every series
+    samples the same host states (a VM host switches speed within a few hundred ms: LOG "The
+    probe's 3 s series")."""
+    out: dict[str, list[float]] = {k: [] for k in calls}
+    end = time.perf_counter() + seconds
     while time.perf_counter() < end:
-        out.append(host_per_call_s(torch, call, inner, 1))
+        for name, (call, inner) in calls.items():
+            out[name].append(host_per_call_s(torch, call, inner, 1))
     return out
 
 
-def tiny_step_probe(torch: Any, seconds: float = 3.0) -> dict:
-    """The tiny decoder's eager decode step (batch 1, 16 cached tokens, bf16, inference
-    mode): host seconds to issue one forward, bursts of 10 with no sync inside, for ``seconds``
-    (median, 10th and 90th percentile and the series), and wall seconds per synced forward."""
-    ref = _llama_ref()
-    cfg = ref.RefConfig(**{k: TINY[k] for k in ("vocab", "d_model", "n_layers", "n_heads", "n_kv_heads",
-                                                "ffn", "tie_embeddings", "max_seq")})
+def _proc_stat_cpu() -> list[int] | None:
+    """The aggregate 'cpu' line of /proc/stat in jiffies (user nice system idle iowait irq softirq steal ...)."""
+    text = _read("/proc/stat")
+    line = next((ln for ln in (text or "").splitlines() if ln.startswith("cpu ")), None)
+    return [int(x) for x in line.split()[1:]] if line else None
+
+
+def _run_delay_ns() -> int | None:
+    """This thread's time waiting on a run queue (ns, /proc/thread-self/schedstat field 2)."""
+    text = _read("/proc/thread-self/schedstat")
+    try:
+        return int(text.split()[1]) if text else None
+    except (IndexError, ValueError):
+        return None
+
+
+class HostState:
+    """Where the host's time went over a window: the machine's steal fraction (/proc/stat:
+    time the hypervisor ran something else on our vCPUs), this thread's run-queue delay and CPU
+    time over wall time. A slow host state with steal ~0 and CPU time ~ wall is a slower CPU
+    (clock, a busy SMT sibling, caches), not the vCPU being descheduled."""
+
+    def __init__(self) -> None:
+        self.stat, self.delay = _proc_stat_cpu(), _run_delay_ns()
+        self.wall, self.cpu = time.perf_counter(), time.thread_time()
+
+    def read(self) -> dict:
+        stat, delay = _proc_stat_cpu(), _run_delay_ns()
+        wall = time.perf_counter() - self.wall
+        out = {"wall_s": wall, "thread_cpu_fraction": (time.thread_time() - self.cpu) / wall if wall > 0 else None}
+        if stat and self.stat and len(stat) >= 8:
+            d = [a - b for a, b in zip(stat, self.stat)]
+            out["steal_fraction"] = d[7] / sum(d) if sum(d) > 0 else 0.0
+            out["busy_fraction"] = 1 - (d[3] + d[4]) / sum(d) if sum(d) > 0 else None
+        if delay is not None and self.delay is not None and wall > 0:
+            out["run_delay_fraction"] = (delay - self.delay) * 1e-9 / wall
+        return out
+
+
+def probe_decoder(torch: Any, ref: Any, n_layers: int) -> Callable[[], object]:
+    """One eager decode step (TINY's dims, ``n_layers`` layers, bf16, inference mode) as a call."""
+    cfg = ref.RefConfig(**{**{k: TINY[k] for k in ("vocab", "d_model", "n_heads", "n_kv_heads", "ffn",
+                                                  "tie_embeddings", "max_seq")}, "n_layers": n_layers})
     torch.manual_seed(0)
     with torch.device("cuda"):
         m = ref.Llama(cfg).to(torch.bfloat16).eval()
@@ -192,16 +235,37 @@ def tiny_step_probe(torch: Any, seconds: float = 3.0) -> dict:
         caches = [(torch.randn(shape, dtype=torch.bfloat16), torch.randn(shape, dtype=torch.bfloat16))
                   for _ in range(cfg.n_layers)]
         idx = torch.randint(0, cfg.vocab, (TINY["batch"], 1))
-    with torch.inference_mode():
-        step = lambda: m(idx, caches, TINY["ctx"])  # noqa: E731
-        for _ in range(5):
-            step()
-        series = host_series(torch, step, seconds)
-        wall = host_per_call_s(torch, lambda: (step(), torch.cuda.synchronize()), 5, 5)
+
+    def step() -> object:
+        with torch.inference_mode():
+            return m(idx, caches, TINY["ctx"])
+    return step
+
+
+def _quantiles(prefix: str, series: list[float]) -> dict:
     s = sorted(series)
-    return {"tiny_step_host_s": median(series), "tiny_step_host_p10_s": s[len(s) // 10],
-            "tiny_step_host_p90_s": s[(9 * len(s)) // 10], "tiny_step_host_series_s": series,
-            "tiny_step_wall_s": wall}
+    return {f"{prefix}_s": median(series), f"{prefix}_p10_s": s[len(s) // 10],
+            f"{prefix}_p90_s": s[(9 * len(s)) // 10], f"{prefix}_series_s": series}
+
+
+def tiny_step_probe(torch: Any, seconds: float = SERIES_S, warmup_s: float = WARMUP_S) -> dict:
+    """Eager decode steps of the tiny decoder (TINY, 2 layers) and of the same decoder
+    DEEP_LAYERS deep, interleaved round by round (bursts of 10 and 2 forwards, no sync inside a
+    burst) for ``seconds`` after ``warmup_s`` of discarded rounds (a series opens slow: LOG "The
+    probe's 3 s series"): host seconds per forward, median, 10th / 90th percentile and the
+    series of each; wall seconds per synced tiny forward; and the host state over the window."""
+    ref = _llama_ref()
+    tiny, deep = probe_decoder(torch, ref, TINY["n_layers"]), probe_decoder(torch, ref, DEEP_LAYERS)
+    for _ in range(5):
+        tiny(), deep()
+    calls = {"tiny": (tiny, 10), "deep": (deep, 2)}
+    warm = interleaved_series(torch, calls, warmup_s)
+    state = HostState()
+    series = interleaved_series(torch, calls, seconds)
+    host = state.read()
+    wall = host_per_call_s(torch, lambda: (tiny(), torch.cuda.synchronize()), 5, 5)
+    return {**_quantiles("tiny_step_host", series["tiny"]), **_quantiles("deep_step_host", series["deep"]),
+            "tiny_step_wall_s": wall, "warmup_tiny_step_host_series_s": warm["tiny"], "host_state": host}
 
 
 def graph_per_call_s(torch: Any, call: Callable[[], object], inner: int, reps: int) -> float:
@@ -251,9 +315,11 @@ def run_probe() -> dict:
     meas: dict = {}
     for probe in (launch_probe, tiny_step_probe, gemm_probe, copy_probe):
         meas.update(probe(torch))
+    state = meas.pop("host_state")
     return {"format": FORMAT, "created_utc": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
-            "host": host_info(), "software": software_info(torch), "gpu": gpu_info(torch),
-            "tiny_model": dict(TINY), "measurements": meas, "probe_s": time.perf_counter() - t0}
+            "host": {**host_info(), "state": state}, "software": software_info(torch), "gpu": gpu_info(torch),
+            "tiny_model": dict(TINY), "deep_model": {**TINY, "n_layers": DEEP_LAYERS},
+            "measurements": meas, "probe_s": time.perf_counter() - t0}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -269,7 +335,8 @@ def main(argv: list[str] | None = None) -> int:
     write_json_atomic(path, prof)
     m = prof["measurements"]
     print(f"wrote {path}: {prof['host']['cpu_model']}, eager launch {m['launch_eager_host_s'] * 1e6:.2f} us, "
-          f"tiny eager step {m['tiny_step_host_s'] * 1e6:.0f} us, probe {prof['probe_s']:.1f} s")
+          f"tiny eager step {m['tiny_step_host_s'] * 1e6:.0f} us, {DEEP_LAYERS}-layer {m['deep_step_host_s'] * 1e6:.0f} us, "
+          f"probe {prof['probe_s']:.1f} s")
     return 0
 
 

@@ -35,7 +35,7 @@ from ._toml import load_toml
 from .. import hwdb
 from ..model import InferenceWorkload, TransformerConfig
 from .estimate import calibrated_stack, estimate as estimate_at, prepare, resolve_gpu, step_time
-from .launch import host_times, on_host
+from .launch import host_dispatches, host_times, on_host
 from .optable import PHASES
 from .stacks import get_stack, Stack
 
@@ -45,6 +45,7 @@ HOST_BOUND_MIN = 0.01   # a host swing below 1 % of the step is not called host-
 TINY_FIELDS = ("vocab", "d_model", "n_layers", "n_heads", "n_kv_heads", "ffn", "ctx")
 MEASUREMENTS = ("launch_eager_host_s", "launch_graph_gpu_s", "tiny_step_host_s", "tiny_step_wall_s",
                 "gemm_1024_bf16_flop_per_s", "gemm_8192_bf16_flop_per_s", "hbm_copy_bytes_per_s")
+DEEP_MEASUREMENTS = ("deep_step_host_s", "deep_step_host_p10_s", "deep_step_host_p90_s")   # with deep_model
 
 
 class ProfileError(ValueError):
@@ -62,9 +63,19 @@ class HostProfile:
     torch: str
     tiny: tuple[tuple[str, int], ...]
     measurements: tuple[tuple[str, float], ...]
+    deep: tuple[tuple[str, int], ...] = ()   # the deep probe decoder's dims, () in profiles without it
 
     def get(self, name: str) -> float:
         return dict(self.measurements)[name]
+
+    @property
+    def step(self) -> tuple[float, tuple[tuple[str, int], ...]]:
+        """(measured host seconds, decoder dims) of the probe step that sets the host speed: the
+        deep decoder where the profile has it (a model as deep as the ones priced: the 2-layer
+        step read 10 % fast against 24-32-layer models, LOG "Why the probe did not predict"), else the tiny one."""
+        if self.deep:
+            return self.get("deep_step_host_s"), self.deep
+        return self.get("tiny_step_host_s"), self.tiny
 
 
 def _fail(where: str, field: str, why: str) -> ProfileError:
@@ -94,8 +105,13 @@ def parse_profile(obj: Any, where: str = "<profile>") -> HostProfile:
     host, gpu, sw = (_table(obj, k, where) for k in ("host", "gpu", "software"))
     m = tuple((k, _number(meas, k, where, "measurements.")) for k in MEASUREMENTS)
     t = tuple((k, int(_number(tiny, k, where, "tiny_model."))) for k in TINY_FIELDS)
+    deep: tuple[tuple[str, int], ...] = ()
+    if "deep_model" in obj:
+        d = _table(obj, "deep_model", where)
+        deep = tuple((k, int(_number(d, k, where, "deep_model."))) for k in TINY_FIELDS)
+        m += tuple((k, _number(meas, k, where, "measurements.")) for k in DEEP_MEASUREMENTS)
     return HostProfile(where, str(host.get("cpu_model") or "unknown CPU"), str(host.get("boot_id") or ""),
-                       str(gpu.get("name") or "unknown GPU"), str(sw.get("torch") or ""), t, m)
+                       str(gpu.get("name") or "unknown GPU"), str(sw.get("torch") or ""), t, m, deep)
 
 
 def load_profile(path: str | Path) -> HostProfile:
@@ -200,9 +216,18 @@ def _system_named(name: str) -> Any:
 
 
 def probe_host(prof: HostProfile, gpu: Any) -> Host:
-    scale = prof.get("tiny_step_host_s") / reference_tiny_host_s(gpu, prof.tiny)
+    """The probed host: scale = the probe step's median over its prediction; spread = the probe
+    series' 10th / 90th percentile over its median where the profile has the deep series (a VM
+    host switches speed within seconds and the probe saw how far: LOG "Why the probe did not
+    predict"), else none."""
+    measured, dims = prof.step
+    scale = measured / reference_tiny_host_s(gpu, dims)
     boot = f", boot {prof.boot_id[:8]}" if prof.boot_id else ""
-    return Host(f"probed: {prof.cpu_model} ({prof.path}{boot}), host x{scale:.2f}", scale, (1.0, 1.0), "probe")
+    spread = (1.0, 1.0)
+    if prof.deep:
+        spread = (min(1.0, prof.get("deep_step_host_p10_s") / measured), max(1.0, prof.get("deep_step_host_p90_s") / measured))
+    seen = f", seen x{scale * spread[0]:.2f}-x{scale * spread[1]:.2f}" if spread != (1.0, 1.0) else ""
+    return Host(f"probed: {prof.cpu_model} ({prof.path}{boot}), host x{scale:.2f}{seen}", scale, spread, "probe")
 
 
 @functools.lru_cache(maxsize=64)
@@ -247,9 +272,13 @@ def with_host(band: ErrorBand, host: Host, swing: tuple[float, float]) -> ErrorB
 
 
 def host_line(band: ErrorBand) -> str:
-    """'host-bound: -a %/+b % without a probe of your machine' (empty when not host-bound or probed)."""
+    """'host-bound: -a %/+b % without a probe of your machine' (empty when not host-bound); with a
+    probe whose series saw the host switch speed, '... as the probe saw this host switch speed'."""
     if not getattr(band, "host_bound", 0.0):
         return ""
+    if str(getattr(band, "host", "")).startswith("probed:"):
+        return (f"host-bound: -{band.host_bound_fast:.0%}/+{band.host_bound:.0%} as the probe saw this host "
+                "switch speed (10th-90th percentile of its series)")
     return (f"host-bound: -{band.host_bound_fast:.0%}/+{band.host_bound:.0%} without a probe of your machine "
             "(`mechsim probe`)")
 
@@ -285,7 +314,7 @@ def host_issue_s(est: Any, stack: Stack, table: Any = None) -> float:
         return 0.0
     if table is not None:
         cost = np.where(table.phase == PHASES.index("bwd"), stack.launch_host_bwd_s, stack.launch_host_s)
-        return float(np.cumsum(table.kernels * table.count * cost)[-1]) if len(table.count) else 0.0
+        return float(np.cumsum(host_dispatches(table) * table.count * cost)[-1]) if len(table.count) else 0.0
     return float(sum(o.kernels * o.count * (stack.launch_host_bwd_s if o.phase == "bwd" else stack.launch_host_s)
                      for o in est.ops))
 

@@ -20,7 +20,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .kernels import BWD
+from ._toml import load_toml
+from .calibration import DATA
+from .kernels import ATTENTION, BWD, MATMUL
 from .optable import OpTable, block_starts
 from .stacks import Stack
 
@@ -51,12 +53,24 @@ def launch_costs(stacks: list[Stack], scale: float) -> dict[str, tuple[float, fl
             for st in stacks}
 
 
+LIBRARY_KERNEL_FRACTION = float(load_toml(DATA / "host_ops.toml")["library_kernel_fraction"]["value"])
+
+
+def host_dispatches(t: OpTable) -> np.ndarray:
+    """Eager kernels' host cost per op instance in units of one kernel's launch cost: a matmul or
+    attention op's kernels after its first (split-K reduce, split-KV combine) are launched inside
+    the library call and cost LIBRARY_KERNEL_FRACTION of one (sim/data/host_ops.toml); every other
+    kernel is its own aten call."""
+    lib = np.maximum(t.kernels - 1.0, 0.0) * ((t.kind == MATMUL) | (t.kind == ATTENTION))
+    return t.kernels - lib * (1.0 - LIBRARY_KERNEL_FRACTION)
+
+
 def host_times(t: OpTable, stack: Stack) -> np.ndarray:
-    """Host time to issue one instance of each op: kernels x per-kernel launch cost."""
+    """Host time to issue one instance of each op: its dispatches x the per-kernel launch cost."""
     if stack.graphs:
         return np.zeros(len(t.ops))
     per_kernel = np.where(t.phase == BWD, stack.launch_host_bwd_s, stack.launch_host_s)
-    return t.kernels * per_kernel
+    return host_dispatches(t) * per_kernel
 
 
 def block_bounds(count: np.ndarray, starts: np.ndarray | None = None) -> list[tuple[int, int]]:

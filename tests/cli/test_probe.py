@@ -29,6 +29,14 @@ def profile(tiny_step_s: float = 2e-3) -> dict:
                              "gemm_8192_bf16_flop_per_s": 8e14, "hbm_copy_bytes_per_s": 4.2e12}}
 
 
+def deep_profile(tiny_step_s: float = 2e-3, deep_step_s: float = 12e-3) -> dict:
+    p = profile(tiny_step_s)
+    p["deep_model"] = {**probe_runner.TINY, "n_layers": probe_runner.DEEP_LAYERS}
+    p["measurements"].update(deep_step_host_s=deep_step_s, deep_step_host_p10_s=0.7 * deep_step_s,
+                             deep_step_host_p90_s=1.3 * deep_step_s)
+    return p
+
+
 def write(tmp_path: Path, obj: object, name: str = "p.json") -> Path:
     path = tmp_path / name
     probe_runner.write_json_atomic(path, obj) if isinstance(obj, dict) else path.write_text(str(obj))
@@ -71,6 +79,43 @@ def test_cli_estimate_with_profile(tmp_path, capsys):
     assert "host-bound: -" in capsys.readouterr().out
     assert main(["probe", "--show", str(path)]) == 0
     assert "host launch costs x" in capsys.readouterr().out
+
+
+def test_deep_probe_sets_the_host_speed(tmp_path):
+    """A profile with the deep decoder takes its step; the 2-layer step no longer matters."""
+    gpu = resolve_gpu("h200_sxm")
+    deep = tuple((k, {**probe_runner.TINY, "n_layers": probe_runner.DEEP_LAYERS}[k]) for k in host.TINY_FIELDS)
+    ref = host.reference_tiny_host_s(gpu, deep)
+    prof = host.load_profile(write(tmp_path, deep_profile(tiny_step_s=1.0, deep_step_s=0.7 * ref)))
+    assert dict(prof.deep)["n_layers"] == probe_runner.DEEP_LAYERS
+    assert host.probe_host(prof, gpu).scale == pytest.approx(0.7)
+    assert ref > 4 * host.reference_tiny_host_s(gpu, TINY)
+    assert host.probe_host(prof, gpu).spread == pytest.approx((0.7, 1.3))
+
+
+def test_deep_probe_band_is_the_probes_spread(tmp_path):
+    """With the deep series the band of a host-bound step is the probe's own p10-p90 swing."""
+    w = mechsim.InferenceWorkload(model=mechsim.preset("llama3-8b"), batch=1, phase="decode", prompt_len=2048,
+                                  context_len=2049, stack="eager")
+    est = mechsim.estimate(w, "h200_sxm", profile=write(tmp_path, deep_profile()))
+    b = est.error_band
+    assert 0.2 < b.host_bound_fast < 0.5 and 0.25 < b.host_bound < 0.5
+    assert "as the probe saw this host" in host.host_line(b)
+    plain = mechsim.estimate(w, "h200_sxm", profile=profile())
+    assert plain.error_band.host_bound == 0.0
+
+
+@pytest.mark.parametrize("mutate, field", [
+    (lambda p: p["measurements"].pop("deep_step_host_s"), "measurements.deep_step_host_s"),
+    (lambda p: p["measurements"].update(deep_step_host_p90_s=0.0), "measurements.deep_step_host_p90_s"),
+    (lambda p: p["deep_model"].pop("n_layers"), "deep_model.n_layers"),
+    (lambda p: p.update(deep_model=[1, 2]), "deep_model"),
+])
+def test_malformed_deep_probe_one_line_error(tmp_path, mutate, field):
+    p = deep_profile()
+    mutate(p)
+    with pytest.raises(host.ProfileError, match=f"field '{field}'.*mechsim probe"):
+        host.load_profile(write(tmp_path, p))
 
 
 @pytest.mark.parametrize("mutate, field", [

@@ -64,3 +64,25 @@ def test_phase_change_starts_a_block():
     count = np.array([32.0, 32, 32, 32])
     assert block_starts(count, np.array([0, 0, 1, 1])).tolist() == [0, 2]
     assert block_starts(np.array([3.0, 58]), np.zeros(2)).tolist() == [0, 1]
+
+
+def test_library_kernels_cost_a_fraction_of_a_dispatch():
+    """A split-K GEMM's reduce kernel and a split-KV attention's combine kernel are launched inside
+    the library call (no aten dispatch): they cost LIBRARY_KERNEL_FRACTION of a kernel; an unfused
+    norm's kernels are each their own aten call."""
+    from mechsim.model import InferenceWorkload, preset
+    from mechsim.sim.estimate import calibrated_stack, prepare, resolve_gpu
+    from mechsim.sim.launch import LIBRARY_KERNEL_FRACTION, host_dispatches, host_times
+    from mechsim.sim.stacks import get_stack
+
+    assert 0.0 < LIBRARY_KERNEL_FRACTION < 1.0
+    w = InferenceWorkload(model=preset("llama3-8b"), batch=1, phase="decode", prompt_len=2048, context_len=2049,
+                          stack="eager")
+    st = calibrated_stack(resolve_gpu("h200_sxm"), get_stack("eager"))
+    t = prepare(w, st.fused).table
+    d = host_dispatches(t)
+    names = [o.name for o in t.ops]
+    q, norm = names.index("layer/attn/q_proj"), names.index("layer/norm_attn")
+    assert t.kernels[q] == 2 and d[q] == pytest.approx(1 + LIBRARY_KERNEL_FRACTION)
+    assert d[norm] == t.kernels[norm] > 1
+    assert np.allclose(host_times(t, st), d * st.launch_host_s)

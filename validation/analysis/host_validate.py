@@ -1,12 +1,16 @@
 """Host-bound steps predicted with and without the probe of their machine start (held out).
 
 Every record of runners/cases_host.py carries the `mechsim probe` profile of its machine start
-(extra.host_profile). Each is predicted through the public API twice: with ``profile=`` that
-profile, and without one (the default host, whose band widens by the measured host spread,
-error_band.host_bound). Nothing here fits anything: the spread (sim/data/host_spread.toml) comes
-from earlier runs, the launch costs from the calibration split of the Nov 30 runs.
+(extra.host_profile). Each is predicted through the public API: with ``profile=`` that profile
+(its band: the probe series' own spread where the profile has the deep series), without one (the
+default host, whose band widens by the measured host spread, error_band.host_bound), and where the
+record has them with the in-process probe taken just before the cases (extra.session_profile) and
+with the deep probe decoder read before each of the case's own samples (extra.host_deep_probe_s,
+interleaved runs: the host state the case itself ran in). Nothing here fits anything: the spread
+(sim/data/host_spread.toml) comes from earlier runs, the launch costs from the calibration split of
+the Nov 30 runs, the library-kernel fraction (sim/data/host_ops.toml) from one start's op classes.
 
-    python3 -m mechsim.validation.host_validate [--data DIR] [--cases]
+    python3 -m mechsim.validation.analysis.host_validate [--data DIR] [--cases]
 """
 
 from __future__ import annotations
@@ -31,6 +35,9 @@ class HostRow:
     default_s: float      # predicted without a probe
     band: float           # the fraction the step may run slower, printed without a probe
     band_fast: float      # ... and faster
+    probed_band: tuple[float, float] = (0.0, 0.0)   # (faster, slower) printed with the start's probe
+    session_s: float | None = None   # predicted with the in-process probe before the cases
+    paired_s: float | None = None    # predicted with the deep probe read before each of its samples
 
     @property
     def probed_error(self) -> float:
@@ -39,6 +46,19 @@ class HostRow:
     @property
     def default_error(self) -> float:
         return self.default_s / self.measured_s - 1
+
+    @property
+    def session_error(self) -> float | None:
+        return None if self.session_s is None else self.session_s / self.measured_s - 1
+
+    @property
+    def paired_error(self) -> float | None:
+        return None if self.paired_s is None else self.paired_s / self.measured_s - 1
+
+    @property
+    def probed_covered(self) -> bool:
+        """The measurement lies in the band printed with the start's probe."""
+        return -self.probed_band[0] - 1e-9 <= self.measured_s / self.probed_s - 1 <= self.probed_band[1] + 1e-9
 
     @property
     def covered(self) -> bool:
@@ -51,13 +71,31 @@ def workload_of(rec: dict):
     return train_workload(p) if rec["kind"] == "train_step" else inference_workload(p, "decode")
 
 
+def paired_profile(prof: dict, rec: dict) -> dict | None:
+    """The start's profile with its deep step replaced by the median (p10, p90) of the deep probe
+    reads taken before each of the record's own samples; None without them."""
+    reads = sorted((rec.get("extra", {}).get("host_deep_probe_s") or {}).get("samples") or [])
+    if not reads or "deep_model" not in prof:
+        return None
+    n = len(reads)
+    med = (reads[(n - 1) // 2] + reads[n // 2]) / 2
+    meas = {**prof["measurements"], "deep_step_host_s": med, "deep_step_host_p10_s": reads[n // 10],
+            "deep_step_host_p90_s": reads[(9 * n) // 10]}
+    return {**prof, "measurements": meas}
+
+
 def host_row(run: dict, rec: dict) -> HostRow:
     from ... import estimate
     prof, w, gpu = rec["extra"]["host_profile"], workload_of(rec), gpu_key(run["env"])
     probed, default = estimate(w, gpu, profile=prof), estimate(w, gpu)
+    session = rec["extra"].get("session_profile")
+    paired = paired_profile(prof, rec)
     return HostRow(prof["host"].get("boot_id") or "?", rec["case_id"], rec["kind"], rec["timing"]["median_s"],
                    probed.step_time_s, default.step_time_s, default.error_band.host_bound,
-                   default.error_band.host_bound_fast)
+                   default.error_band.host_bound_fast,
+                   (probed.error_band.host_bound_fast, probed.error_band.host_bound),
+                   estimate(w, gpu, profile=session).step_time_s if session else None,
+                   estimate(w, gpu, profile=paired).step_time_s if paired else None)
 
 
 def host_rows(paths: list[Path]) -> list[HostRow]:
@@ -67,9 +105,15 @@ def host_rows(paths: list[Path]) -> list[HostRow]:
 
 def summary(rows: list[HostRow]) -> dict:
     n = len(rows)
+    sess = [abs(r.session_error) for r in rows if r.session_error is not None]
+    pair = [abs(r.paired_error) for r in rows if r.paired_error is not None]
     return {"n": n, "starts": len({r.boot for r in rows}),
             "probed_mape": sum(abs(r.probed_error) for r in rows) / n,
             "probed_max": max(abs(r.probed_error) for r in rows),
+            "probed_coverage": sum(r.probed_covered for r in rows) / n,
+            "session_mape": sum(sess) / len(sess) if sess else None, "n_session": len(sess),
+            "paired_mape": sum(pair) / len(pair) if pair else None,
+            "paired_max": max(pair) if pair else None, "n_paired": len(pair),
             "default_mape": sum(abs(r.default_error) for r in rows) / n,
             "coverage": sum(r.covered for r in rows) / n,
             "band_median": sorted(r.band for r in rows)[n // 2],
@@ -79,8 +123,11 @@ def summary(rows: list[HostRow]) -> dict:
 def report(rows: list[HostRow], cases: bool) -> str:
     lines = []
     if cases:
-        lines.append(f"{'boot':8s} {'case':40s} {'meas ms':>8s} {'probe':>7s} {'none':>7s} {'band':>5s}")
+        lines.append(f"{'boot':8s} {'case':40s} {'meas ms':>8s} {'probe':>7s} {'pband':>9s} {'session':>7s} "
+                     f"{'paired':>7s} {'none':>7s} {'band':>5s}")
         lines += [f"{r.boot[:8]:8s} {r.case_id:40s} {r.measured_s * 1e3:8.2f} {r.probed_error:+7.1%} "
+                  f"-{r.probed_band[0]:.0%}/+{r.probed_band[1]:.0%}{' ' if r.probed_covered else '!'} "
+                  f"{_pct(r.session_error)} {_pct(r.paired_error)} "
                   f"{r.default_error:+7.1%} -{r.band_fast:.0%}/+{r.band:.0%}{'' if r.covered else ' OUT'}"
                   for r in rows]
     groups = {"all": rows, **{k: [r for r in rows if r.kind == k] for k in ("decode", "train_step")},
@@ -88,10 +135,20 @@ def report(rows: list[HostRow], cases: bool) -> str:
     for name, rs in groups.items():
         if rs:
             s = summary(rs)
+            extra = ""
+            if s["n_session"]:
+                extra += f"; session probe MAPE {s['session_mape']:.1%} ({s['n_session']})"
+            if s["n_paired"]:
+                extra += f"; paired deep probe MAPE {s['paired_mape']:.1%} (max {s['paired_max']:.1%}, {s['n_paired']})"
             lines.append(f"{name:14s} n {s['n']:3d} starts {s['starts']}: with probe MAPE {s['probed_mape']:.1%} "
-                         f"(max {s['probed_max']:.1%}); without: MAPE {s['default_mape']:.1%}, band "
-                         f"-{s['band_fast_median']:.0%}/+{s['band_median']:.0%} (median) covers {s['coverage']:.0%}")
+                         f"(max {s['probed_max']:.1%}, its band covers {s['probed_coverage']:.0%}); without: MAPE "
+                         f"{s['default_mape']:.1%}, band -{s['band_fast_median']:.0%}/+{s['band_median']:.0%} "
+                         f"(median) covers {s['coverage']:.0%}{extra}")
     return "\n".join(lines)
+
+
+def _pct(x: float | None) -> str:
+    return f"{x:+7.1%}" if x is not None else f"{'-':>7s}"
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -7,12 +7,22 @@ the 0.5B shape: the steps whose speed the CPU that launches the kernels sets. Co
 (MECHSIM_HOSTVAL_SEED, default 0; recorded in params) so each machine start sees new shapes.
 
 Each record's extra["host_profile"] is the profile `mechsim probe` writes (mechsim/probe_runner.py):
-read from MECHSIM_HOST_PROFILE when that names a file, else probed once in this process.
-Timing, paired host probes and the rest are cases_inference.run_decode / cases_e2e.run_train.
+read from MECHSIM_HOST_PROFILE when that names a file (a probe run as its own process before the
+suite, as a user runs it), else probed once in this process; extra["session_profile"] is the
+probe run in this process just before the cases.
+
+Interleaved (MECHSIM_HOSTVAL_INTERLEAVE=1, the default): all 14 cases are built up front and
+timed round-robin, one sample of each per round in a seeded shuffled order, for ~ROUNDS_S
+seconds (a VM host switches speed within a few hundred ms, LOG "The probe's 3 s series": one
+case timed in 0.3 s reads one host state, the probe another; over rounds every case's median
+and the probe's median sample the same states). Before each sample the tiny probe decoder
+(2 layers, cases_inference.PairedProbe) and its 16-layer twin are read. With
+MECHSIM_HOSTVAL_INTERLEAVE=0 each case runs alone as before (cases_inference.run_decode /
+cases_e2e.run_train).
 
     python3 validation/runners/run_suite.py --suite full --match hostval
 
-Estimated ~45 s on an H200 after start-up (model builds ~10 s, 12 decode + 2 train cases).
+Estimated ~55 s on an H200 after start-up (model builds ~10 s, session probe ~8 s, rounds ~25 s).
 """
 
 from __future__ import annotations
@@ -22,18 +32,27 @@ import json
 import os
 import random
 import sys
+import time
 from pathlib import Path
 
+import torch
+
 from cases_e2e import train_case
-from cases_inference import MAX_SEQ, _base, release_all, release_caches, run_decode
-from common import Case, Group
+from cases_inference import (MAX_SEQ, PairedProbe, _base, _tokens, add_model_probe, kv_caches, release_all,
+                             release_caches, run_decode)
+from common import Case, Ctx, Group, free_memory, result
+from models import batch, build_model, make_optimizer, make_train_step, ref_config
+from timing import summarize
 
 DECODE_MODELS = ("0p5b", "3b", "8b")
 BATCHES = (1, 4, 16, 64)
 CTX_RANGE = (128, 4096)
 TRAIN_MODEL, TRAIN_SEQS = "0p5b", (128, 1024)
 TAG = "hostval"
+ROUNDS_S, MAX_ROUNDS, DECODE_STEPS = 25.0, 40, 3   # round-robin budget; decode steps per sample
+DEEP_LAYERS = 16   # as probe_runner.DEEP_LAYERS
 _PROFILE: dict = {}
+_SESSION: dict = {}
 
 
 def _probe_module():
@@ -97,8 +116,140 @@ def train_cases(s: int) -> list[Case]:
     return out
 
 
+def interleave() -> bool:
+    return os.environ.get("MECHSIM_HOSTVAL_INTERLEAVE", "1") != "0"
+
+
+# ---- interleaved session ------------------------------------------------------------------
+
+class Step:
+    """One case's step as a call (no sync), its warm-up, and the samples the rounds take."""
+
+    def __init__(self, case: Case, call, steps: int):
+        self.case, self.call, self.steps = case, call, steps
+        self.samples: list[float] = []
+        self.issue: list[float] = []
+        self.t: list[float] = []
+        self.deep: list[float] = []
+        self.paired: PairedProbe | None = None
+
+
+def _decode_step(ctx: Ctx, models: dict, p: dict):
+    m = models[p["model"]]
+    cfg = m.cfg
+    caches = kv_caches(cfg, p["batch"], p["smax"], ctx.device)
+    idx = _tokens(cfg, p["batch"], 1, ctx.device)
+    pos = p["ctx"]
+
+    def call():
+        with torch.inference_mode():
+            return m(idx, caches, pos)
+    return call
+
+
+def _train_steps(ctx: Ctx, cases: list[Case]) -> list:
+    cfg = ref_config(TRAIN_MODEL, max(c.params["seq"] for c in cases))
+    model = build_model(cfg, ctx.device)
+    opt, _impl = make_optimizer(model)
+    return [make_train_step(model, opt, *batch(cfg, c.params["mbs"], c.params["seq"], ctx.device), ctx.device_type)
+            for c in cases]
+
+
+def _deep_probe(ctx: Ctx):
+    pr = _probe_module()
+    return pr.probe_decoder(torch, pr._llama_ref(), DEEP_LAYERS)
+
+
+def _sample(st: Step, deep) -> None:
+    torch.cuda.synchronize()
+    st.paired()
+    t0 = time.perf_counter()
+    deep()
+    st.deep.append(time.perf_counter() - t0)
+    torch.cuda.synchronize()
+    a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    h0 = time.perf_counter()
+    a.record()
+    for _ in range(st.steps):
+        st.call()
+    b.record()
+    st.issue.append((time.perf_counter() - h0) / st.steps)
+    b.synchronize()
+    st.samples.append(a.elapsed_time(b) * 1e-3 / st.steps)
+    st.t.append(h0)
+
+
+def run_session(ctx: Ctx, decode: list[Case], train: list[Case]) -> dict:
+    """Every case's record (case_id -> result dict), timed round-robin (module docstring)."""
+    prof = start_profile()
+    session = _probe_module().run_probe() if os.environ.get("MECHSIM_HOST_PROFILE") else prof
+    models = {}
+    for name in dict.fromkeys(c.params["model"] for c in decode):
+        models[name] = build_model(ref_config(name, MAX_SEQ[name]), ctx.device, torch.bfloat16).eval()
+    steps = [Step(c, _decode_step(ctx, models, c.params), DECODE_STEPS) for c in decode]
+    steps += [Step(c, f, 1) for c, f in zip(train, _train_steps(ctx, train))]
+    deep = _deep_probe(ctx)
+    for st in steps:
+        st.paired = PairedProbe(ctx)
+        for _ in range(3):
+            st.call()
+    torch.cuda.synchronize()
+    rng, t0, rounds = random.Random(seed() + 7), time.perf_counter(), 0
+    while rounds < MAX_ROUNDS and (time.perf_counter() - t0 < ROUNDS_S or rounds < 5):
+        order = list(steps)
+        rng.shuffle(order)
+        for st in order:
+            _sample(st, deep)
+        rounds += 1
+    out = {st.case.case_id: _record(st, prof, session, rounds, t0, len(steps)) for st in steps}
+    del steps, models, deep
+    free_memory()
+    return out
+
+
+def _record(st: Step, prof: dict, session: dict, rounds: int, t0: float, n_cases: int) -> dict:
+    timing = summarize(st.samples, "events", 1)
+    vals = st.paired.values
+    extra: dict = {"interleaved": {"rounds": rounds, "cases": n_cases, "steps_per_sample": st.steps,
+                                   "t_s": [t - t0 for t in st.t]},
+                   "host_issue_samples_s": st.issue, "host_issue_s": sorted(st.issue)[len(st.issue) // 2],
+                   "host_deep_probe_s": {"samples": st.deep, "n_layers": DEEP_LAYERS, "unit": "s per forward"},
+                   "host_profile": prof}
+    if session is not prof:
+        extra["session_profile"] = session
+    add_model_probe(extra, vals[0], vals[-1])
+    extra["host_model_probe_s"]["samples"] = vals   # one per timing sample, in order
+    p = st.case.params
+    extra["tokens_per_s"] = (p["batch"] if st.case.kind == "decode" else p["tokens"]) / timing["median_s"]
+    return result(timing, extra)
+
+
+def _take(ctx: Ctx, case_id: str, decode: list[Case], train: list[Case]) -> dict:
+    if "out" not in _SESSION and "error" not in _SESSION:
+        try:
+            _SESSION["out"] = run_session(ctx, decode, train)
+        except Exception as e:  # noqa: BLE001 - every case of the session reports it, none re-runs it
+            _SESSION["error"] = RuntimeError(f"interleaved session failed: {type(e).__name__}: {e}")
+            free_memory()
+            raise
+    if "error" in _SESSION:
+        raise _SESSION["error"]
+    return _SESSION["out"][case_id]
+
+
+def interleaved_group(s: int) -> Group:
+    rng = random.Random(s)
+    decode = [decode_case(m, b, rng.randint(*CTX_RANGE), s) for m in DECODE_MODELS for b in BATCHES]
+    train = train_cases(s)
+    cases = [Case(c.case_id, c.kind, {**c.params, "interleaved": True},
+                  lambda ctx, cid=c.case_id: _take(ctx, cid, decode, train), 4.0) for c in decode + train]
+    return Group("hostval/interleaved", cases, teardown=lambda: (_SESSION.clear(), release_all()))
+
+
 def groups(suite: str) -> list[Group]:
     if suite != "full":
         return []
     s = seed()
+    if interleave():
+        return [interleaved_group(s)]
     return decode_groups(s) + [Group(f"hostval/{c.case_id}", [c]) for c in train_cases(s)]
