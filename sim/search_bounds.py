@@ -141,8 +141,11 @@ class LayerBound:
         p = w.parallel
         if not self.ok or p.tp_comm_overlap or p.schedule == "dualpipe" or p.fsdp_param_dtype is not None or p.gpus != self.cluster.gpus:
             return None
-        n, first, last = self.stage(w)
-        layer, embed, head = self.parts(w)
+        try:
+            n, first, last = self.stage(w)
+            layer, embed, head = self.parts(w)
+        except ValueError:        # a shape the one-layer workload cannot take: the FLOP bound stays
+            return None
         m = w.grad_accum
         fill = (1 + (p.pp - 1) / (p.vp * m)) if p.schedule in PIPELINED else 1.0
         return fill * m * (n * layer + first * embed + last * head)
