@@ -18,58 +18,18 @@ and the server is stopped at the end.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import os
-import socket
-import subprocess
-import sys
 import time
-import urllib.request
-from typing import Iterator
 
 from mechsim.app import loadtest
+from mechsim.app.local_server import running_app
 
 SERVER_CPU, CLIENT_CPU = 0, 1
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind((loadtest.LOOPBACK, 0))
-        return s.getsockname()[1]
-
-
-def _pinned(cmd: list[str], cpu: int) -> list[str]:
-    return ["taskset", "-c", str(cpu), *cmd] if (os.cpu_count() or 1) > 1 else cmd
-
-
-def wait_ready(port: int, proc: subprocess.Popen, timeout_s: float) -> float:
-    """Seconds until /_stcore/health answers ok (raises if the server exits or never answers)."""
-    t0, url = time.perf_counter(), f"http://{loadtest.LOOPBACK}:{port}/_stcore/health"
-    while time.perf_counter() - t0 < timeout_s:
-        if proc.poll() is not None:
-            raise RuntimeError(f"mechsim app exited with {proc.returncode}")
-        with contextlib.suppress(OSError):
-            with urllib.request.urlopen(url, timeout=2) as r:
-                if r.read().strip() == b"ok":
-                    return time.perf_counter() - t0
-        time.sleep(0.2)
-    raise TimeoutError(f"mechsim app did not answer on port {port} in {timeout_s:.0f} s")
-
-
-@contextlib.contextmanager
-def server(timeout_s: float = 300.0) -> Iterator[tuple[int, float]]:
+def server(timeout_s: float = 300.0):
     """A fresh `mechsim app` on 127.0.0.1 (CPU 0): (port, seconds until it answered)."""
-    port = free_port()
-    cmd = _pinned([sys.executable, "-m", "mechsim.cli", "app", "--port", str(port)], SERVER_CPU)
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        yield port, wait_ready(port, proc, timeout_s)
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+    return running_app(timeout_s=timeout_s, cpu=SERVER_CPU)
 
 
 def first_views() -> None:

@@ -10,11 +10,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
-import subprocess
-import sys
-import time
-import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -22,6 +17,7 @@ import pytest
 
 from mechsim import hwdb
 from mechsim.app import cached, fmt
+from mechsim.app.local_server import running_app
 
 CHROMIUM = "/usr/bin/chromium"
 ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
@@ -40,41 +36,10 @@ pytestmark = [
 ]
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _wait_ready(url: str, proc: subprocess.Popen, timeout: float = 90) -> None:
-    end = time.time() + timeout
-    while time.time() < end:
-        if proc.poll() is not None:
-            raise RuntimeError(f"mechsim app exited with {proc.returncode}")
-        try:
-            with urllib.request.urlopen(url + "/_stcore/health", timeout=2) as r:
-                if r.read().strip() == b"ok":
-                    return
-        except OSError:
-            time.sleep(0.3)
-    raise TimeoutError(f"mechsim app did not answer on {url} in {timeout} s")
-
-
 @pytest.fixture(scope="module")
 def server():
-    port = _free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "mechsim.cli", "app", "--no-warm", "--port", str(port)],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        _wait_ready(url, proc)
-        yield url
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+    with running_app(warm=False, timeout_s=90) as (port, _):
+        yield f"http://127.0.0.1:{port}"
 
 
 @pytest.fixture(scope="module")
