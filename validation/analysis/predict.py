@@ -254,6 +254,13 @@ def host_scale(run: dict | None, rec: dict, gpu: str | None = None) -> float:
     record has one, measured / predicted at the calibrated host speed; else from the add_
     launch probe, probe / HOST_PROBE_REF_S; 1 without a probe."""
     mp = rec.get("extra", {}).get("host_model_probe_s")
+    deep = rec.get("extra", {}).get("host_deep_probe_s")
+    if mp and deep and deep.get("samples") and gpu:
+        # interleaved hostval records (runners/cases_host.py): the median of the 16-layer probe
+        # decoder's reads, one before each of the case's samples over the rounds (LOG "Why the probe did not predict")
+        reads = sorted(deep["samples"])
+        med = (reads[(len(reads) - 1) // 2] + reads[len(reads) // 2]) / 2
+        return med / predict_decode({**mp, "n_layers": deep["n_layers"]}, gpu)
     if mp and gpu:
         return paired_probe_s(mp, rec.get("timing") or {}) / predict_decode(mp, gpu)
     probe = host_probe_s(run, rec)
