@@ -29,7 +29,7 @@ from collections import defaultdict
 import torch
 
 from llama_ref import loss_fn
-from models import batch, build_model, make_optimizer, make_train_step, n_params_actual, ref_config
+from models import make_train_step, n_params_actual, train_setup
 
 CASES = [("125m", 1, 512, False), ("125m", 8, 1024, False), ("1b", 1, 2048, False),
          ("8b_l8", 1, 4096, False), ("125m", 8, 1024, True)]
@@ -118,15 +118,7 @@ def _at_peak(step, start_bytes: int) -> dict:
 def run_case(name: str, mbs: int, seq: int, compile_: bool) -> dict:
     torch.cuda.synchronize()
     base = _alloc()
-    cfg = ref_config(name, seq)
-    model = build_model(cfg, "cuda")
-    opt, impl = make_optimizer(model)
-    idx, tgt = batch(cfg, mbs, seq, "cuda")
-    fwd = model
-    if compile_:
-        torch._dynamo.reset()
-        model._rope("cuda", torch.float32)
-        fwd = torch.compile(model)
+    _, model, fwd, opt, impl, idx, tgt = train_setup(name, mbs, seq, compile_)
     step = make_train_step(fwd, opt, idx, tgt, "cuda")
     t0 = time.perf_counter()
     for i in range(3):

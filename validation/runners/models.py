@@ -78,6 +78,23 @@ def batch(cfg: RefConfig, mbs: int, seq: int, device: str, seed: int = 1):
     return idx, tgt
 
 
+def train_setup(name: str, mbs: int, seq: int, compile_: bool, device: str = "cuda"):
+    """The reference model of shape ``name`` with its optimizer and one seeded batch, for a training
+    step: (cfg, model, fwd, opt, optimizer implementation, idx, tgt). ``fwd`` is what a step calls:
+    the model, or with ``compile_`` the model through torch.compile (inductor; dynamo reset first,
+    the RoPE tables built before tracing)."""
+    cfg = ref_config(name, seq)
+    model = build_model(cfg, device)
+    opt, impl = make_optimizer(model)
+    idx, tgt = batch(cfg, mbs, seq, device)
+    fwd = model
+    if compile_:
+        torch._dynamo.reset()
+        model._rope(device, torch.float32)
+        fwd = torch.compile(model, backend="inductor")
+    return cfg, model, fwd, opt, impl, idx, tgt
+
+
 def make_train_step(model, opt, idx, tgt, device_type: str, grad_accum: int = 1):
     """One full step: ``grad_accum`` x (autocast forward + loss, backward), optimizer step,
     zero_grad. A DDP model skips the gradient sync (no_sync) on all but the last micro-batch."""

@@ -31,7 +31,7 @@ from typing import Callable
 import torch
 
 from llama_ref import loss_fn  # this folder is on sys.path: the script is run by its path
-from models import batch, build_model, make_optimizer, model_params, ref_config
+from models import build_model, model_params, ref_config, train_setup
 
 ACTIVE_STEPS = 3
 
@@ -79,15 +79,7 @@ def train_step_fn(model: torch.nn.Module, opt: torch.optim.Optimizer, idx: torch
 
 
 def record_train(name: str, shape: str, mbs: int, seq: int, compile_: bool, out: Path) -> dict:
-    cfg = ref_config(shape, seq)
-    model = build_model(cfg, "cuda")
-    opt, impl = make_optimizer(model)
-    idx, tgt = batch(cfg, mbs, seq, "cuda")
-    fwd = model
-    if compile_:
-        torch._dynamo.reset()
-        model._rope("cuda", torch.float32)
-        fwd = torch.compile(model, backend="inductor")
+    cfg, model, fwd, opt, impl, idx, tgt = train_setup(shape, mbs, seq, compile_)
     t0 = time.perf_counter()
     info = _profile(train_step_fn(fwd, opt, idx, tgt), name, out)
     params = {**model_params(shape, cfg), "mbs": mbs, "seq": seq, "mode": "train", "precision": "amp_bf16",
