@@ -8,7 +8,7 @@ import typing
 import streamlit as st
 
 from mechsim import hwdb
-from mechsim.app import cached, common, fmt, tables, views
+from mechsim.app import cached, common, fmt, mixed_view, tables, views
 from mechsim.model import TrainingWorkload, list_presets
 from mechsim.sim.cluster import Cluster
 from mechsim.sim.stacks import list_stacks
@@ -94,6 +94,7 @@ def render() -> None:
     common.table(recs)
     common.downloads("plans", recs, key="so.plans", label="plans")
     st.plotly_chart(parts, key="so.parts")
+    mixed_view.render(inp, res.rows[0])
     timeline_section(inp, res, ui)
     ui.sync_url()
     sysobj = hwdb.get_system(inp.system)
