@@ -44,6 +44,7 @@ from ..model import TrainingWorkload
 from ..model.ops import CollectiveShape
 from ..model.parallel import Parallelism
 from ..model.shard import stage_layers, timed_stage
+from .search_space import plan_key
 from . import overlap
 from .cluster import Cluster
 from .collectives import in_cuda_graph
@@ -89,10 +90,11 @@ class LayerBound:
         """Seconds per micro-batch at least: (one transformer layer, the first stage's embedding,
         the last stage's head and loss), kernels plus exposed TP comm."""
         p = w.parallel
-        key = (p.model_copy(update={**_STAGE_FIELDS, "dp": p.dp * p.pp}), w.mbs, w.recompute)
+        one = {**_STAGE_FIELDS, "dp": p.dp * p.pp}
+        key = (plan_key(p, **one), w.mbs, w.recompute)
         hit = self._parts.get(key)
         if hit is None:
-            hit = self._parts[key] = self._parts_uncached(*key)
+            hit = self._parts[key] = self._parts_uncached(p.model_copy(update=one), w.mbs, w.recompute)
         return hit
 
     def _parts_uncached(self, p: Parallelism, mbs: int, recompute: str) -> tuple[float, float, float]:
@@ -128,8 +130,8 @@ class LayerBound:
     def stage(self, w: TrainingWorkload) -> tuple[int, int, int]:
         """(transformer layers, holds the embedding, holds the head) of the timed stage."""
         p = w.parallel
-        key = (p.pp, p.vp, p.pp_split_embedding, p.pp_split_loss, p.first_stage_layers, p.last_stage_layers,
-               p.layout, p.timed_stage)
+        key = (p.pp, p.vp, p.schedule, p.pp_split_embedding, p.pp_split_loss, p.first_stage_layers,
+               p.last_stage_layers, p.layout, p.timed_stage)
         hit = self._stage.get(key)
         if hit is None:
             s = timed_stage(w.model, p)

@@ -147,21 +147,19 @@ def gemm_ceiling(gpu, precision: str) -> float:
 
 
 @functools.lru_cache(maxsize=8)
-def _memory_parts(base: TrainingWorkload, fused: frozenset):
-    """(states(p), activations(p, mbs, recompute)) of stage 0, cached, for one (model, seq,
-    precision, stack fusion): Bounds.memory's parts."""
+def _memory_parts(base: TrainingWorkload, fused: frozenset) -> tuple[dict, dict]:
+    """The caches of Bounds.memory's parts (stage 0) for one (model, seq, precision, stack fusion):
+    states by plan, activations of one micro-batch by (plan, mbs, recompute); plans as the
+    tuples of their fields (plan_key)."""
+    return {}, {}
 
-    @functools.lru_cache(maxsize=16384)
-    def states(p: Parallelism) -> float:
-        g = gpu_memory(base.model_copy(update={"parallel": p}), fused)
-        return g.weights + g.grads + g.optimizer + g.dp_buffers
 
-    @functools.lru_cache(maxsize=16384)
-    def acts(p: Parallelism, mbs: int, recompute: str) -> float:
-        return stage_activation_bytes(base.model_copy(update={"parallel": p, "mbs": mbs, "recompute": recompute}),
-                                      fused, 0)
-
-    return states, acts
+def plan_key(p: Parallelism, **changes) -> tuple:
+    """The fields of ``p`` with ``changes`` applied, as a tuple (a cache key: cheaper than
+    model_copy and a hash of the record)."""
+    d = dict(p.__dict__)
+    d.update(changes)
+    return tuple(d.values())
 
 
 class Bounds:
@@ -188,11 +186,21 @@ class Bounds:
         # per micro-batch, the states and one micro-batch's activations of stage 0 ignore vp (a
         # rank's layer count sums its chunks: model/shard.stage_layer_counts); vp enters through
         # the micro-batches in flight only. Activations ignore dp and zero too (dense models).
-        flat = p.model_copy(update={"vp": 1, "schedule": "1f1b"}) if p.schedule == "interleaved" else p
-        states = self._states(flat)
-        acts = self._acts(flat.model_copy(update={"dp": 1, "zero": 0}) if p.ep == 1 else flat, w.mbs, w.recompute)
-        return (states + acts * inflight_microbatches(p, 0, w.grad_accum)
-                + stage_allocator_reserve_bytes(w, self.fused, 0))
+        flat = {"vp": 1, "schedule": "1f1b"} if p.schedule == "interleaved" else {}
+        key = plan_key(p, **flat)
+        states = self._states.get(key)
+        if states is None:
+            g = gpu_memory(self.base.model_copy(update={"parallel": p.model_copy(update=flat)}), self.fused)
+            states = self._states[key] = g.weights + g.grads + g.optimizer + g.dp_buffers
+        shared = {**flat, "dp": 1, "zero": 0} if p.ep == 1 else flat
+        akey = (plan_key(p, **shared), w.mbs, w.recompute)
+        acts = self._acts.get(akey)
+        if acts is None:
+            wa = self.base.model_copy(update={"parallel": p.model_copy(update=shared), "mbs": w.mbs,
+                                              "recompute": w.recompute})
+            acts = self._acts[akey] = stage_activation_bytes(wa, self.fused, 0)
+        reserve = stage_allocator_reserve_bytes(w, self.fused, 0) if p.pp == 1 else 0.0   # a loss on stage 0 only
+        return states + acts * inflight_microbatches(p, 0, w.grad_accum) + reserve
 
     def step_lb(self, w: TrainingWorkload, gpus: int, gbs: int) -> float:
         """Lower bound on the step time (module docstring)."""
