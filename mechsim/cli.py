@@ -201,6 +201,12 @@ def cmd_published(a: argparse.Namespace) -> int:
         print(f"{k:<14} {n:>5} {mape:7.1%} {mx:7.1%}{extra}")
     for r in sorted((r for r in rows if r.source_flag), key=lambda r: r.row_id):
         print(f"  source-flagged: {r.row_id} {r.error:+.1%} ({r.source_flag})")
+    held = by_system(rows, held_out=True)
+    for k, (n, mape, mx) in held.items():
+        if n != by_system(rows)[k][0]:
+            print(f"  {k}: held out (without the rows a parameter was fitted on): {n} rows, MAPE {mape:.1%}, max {mx:.1%}")
+    for r in sorted((r for r in rows if r.calibration), key=lambda r: r.row_id):
+        print(f"  calibration row ({r.calibration}): {r.row_id} {r.error:+.1%}")
     _print_published_memory(rows, a.verbose)
     print(f"\nnot predicted: {len(unused)} rows")
     for why, n in Counter(w for _, w in unused).most_common(None if a.verbose else 8):

@@ -26,6 +26,8 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Mapping
 
+from ..model import TrainingWorkload, preset
+from ..model.parallel import Parallelism
 from ._toml import load_toml
 from .calibration import DATA
 from .stacks import list_stacks
@@ -260,3 +262,70 @@ def training_stack(settings: Mapping[str, Any], techniques: tuple[str, ...] = ()
         if _version(cudnn) < SINK_FUSED_CUDNN:
             return UNFUSED_ATTENTION_STACK
     return stack
+
+
+# ------------------------------------------------------------ user-facing ---
+
+def recipe_workload(name: str, *, model, parallel: Mapping[str, Any] | None = None, system: str | None = None,
+                    techniques: tuple[str, ...] = (), moe_token_drop: bool | None = None, **fields):
+    """A TrainingWorkload whose unset fields come from recipe ``name``:
+
+        recipe_workload("megatron-bridge-26.02", model="deepseek-v3", mbs=1, seq=4096, grad_accum=16,
+                        precision="fp8", parallel=dict(pp=8, vp=2, ep=32, dp=32), system="hgx_b200")
+
+    ``fields`` are TrainingWorkload fields and ``parallel`` Parallelism fields; whatever they give wins.
+    The recipe fills the stack, recompute, fp8 recipe, gradient-reduction dtype, sp / zero / TP
+    overlap / etp, an uneven pipeline split (its layout or the embedding / loss-aware split), the MoE
+    dispatcher, capacity, sync-free and all-to-all overlap switches and MLA up-projection recompute.
+    ``system`` and ``techniques`` (e.g. "torch.compile", "async_tp") pick its conditional entries."""
+    rec = recipe(name)
+    cfg = preset(model) if isinstance(model, str) else model
+    par = dict(parallel or {})
+    pp, vp = par.get("pp", 1), par.get("vp", 1)
+    facts = {"system": system, "ep": par.get("ep", 1), "pp": pp, "vp": vp, "precision": fields.get("precision"),
+             "fp8_recipe": fields.get("fp8_recipe"), "techniques": tuple(techniques),
+             "moe_token_drop": moe_token_drop, "zero": par.get("zero"), "schedule": par.get("schedule")}
+    s = rec.resolve(cfg.name, **facts)
+    out = {"stack": training_stack(s, tuple(techniques), rec.name)}
+    for k in ("recompute", "fp8_recipe", "mbs", "seq"):
+        if k in s:
+            out[k] = s[k]
+    if s.get("grad_reduce_dtype") == "bf16" and fields.get("precision", "bf16") in ("bf16", "fp8", "nvfp4"):
+        out["grad_reduce_dtype"] = "bf16"
+    if pp > 1 and vp == 1 and "vp" not in par and s.get("vp", 1) != 1:
+        par["vp"] = vp = s["vp"]
+    par = {**_recipe_parallel(par, s, cfg.n_layers, pp, vp), **par}
+    if vp > 1 and "schedule" not in par:
+        par["schedule"] = "interleaved"
+    return TrainingWorkload(**{**out, **fields, "model": _recipe_model(cfg, s), "parallel": Parallelism(**par)})
+
+
+def _recipe_parallel(par: Mapping[str, Any], s: Mapping[str, Any], n_layers: int, pp: int, vp: int) -> dict:
+    """Parallelism fields the recipe sets (sp, TP overlap, zero, etp, an uneven pipeline split)."""
+    upd: dict[str, Any] = {}
+    if "sequence_parallel" in s:
+        rule = s["sequence_parallel"]
+        upd["sp"] = par.get("tp", 1) > 1 if rule == "with_tp" else bool(rule)
+    sp = par.get("sp", upd.get("sp", False))
+    if "tp_comm_overlap" in s:
+        upd["tp_comm_overlap"] = sp if s["tp_comm_overlap"] == "with_sp" else bool(s["tp_comm_overlap"])
+    upd.update({k: s[k] for k in ("zero", "etp") if k in s})
+    given = {"layout", "pp_split_embedding", "pp_split_loss", "first_stage_layers", "last_stage_layers"} & set(par)
+    if pp > 1 and n_layers % (pp * vp) and not given:
+        if "layout" in s:
+            upd["layout"] = tuple(s["layout"])
+        elif s.get("pipeline_split") == "embedding_loss":
+            upd.update(pp_split_embedding=True, pp_split_loss=True)
+    return upd
+
+
+def _recipe_model(cfg, s: Mapping[str, Any]):
+    """The model with the recipe's MoE dispatcher / capacity / sync-free / a2a overlap and MLA
+    up-projection recompute."""
+    if cfg.moe is not None:
+        upd = {k: s[k] for k in ("dispatcher", "capacity_factor", "sync_free", "a2a_overlap") if k in s}
+        if upd:
+            cfg = cfg.model_copy(update={"moe": cfg.moe.model_copy(update=upd)})
+    if cfg.mla is not None and "mla_recompute_up_proj" in s:
+        cfg = cfg.model_copy(update={"mla": cfg.mla.model_copy(update={"recompute_up_proj": s["mla_recompute_up_proj"]})})
+    return cfg

@@ -31,6 +31,7 @@ from mechsim.sim._toml import load_toml
 PUBLISHED_DIR = Path(__file__).resolve().parents[1] / "published"
 INFERENCE_DIR = PUBLISHED_DIR / "inference"
 MODELS_FILE = PUBLISHED_DIR / "models.toml"
+CALIBRATION_FILE = PUBLISHED_DIR / "calibration.toml"     # rows a fit used (published_compare.calibration_rows)
 
 Status = Literal["verified", "secondary", "unverified"]
 Precision = Literal["bf16", "fp16", "16bit-mixed", "fp8", "fp4", "nvfp4"]
@@ -317,7 +318,7 @@ def _load_file(path: Path, row_cls: type[_Row]) -> tuple[Source, list[_Row]]:
 
 def _load(paths, default_dir: Path, row_cls):
     files = sorted(default_dir.glob("*.toml")) if paths is None else [Path(p) for p in paths]
-    files = [f for f in files if f.name != MODELS_FILE.name]
+    files = [f for f in files if f.name not in (MODELS_FILE.name, CALIBRATION_FILE.name)]
     rows, seen, sources = [], {}, {}
     for f in files:
         source, file_rows = _load_file(f, row_cls)

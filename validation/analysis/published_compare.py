@@ -21,7 +21,8 @@ from ...sim import overlap
 from ...sim.cluster import Cluster
 from ...sim.estimate import estimate
 from ...sim.recipes import Recipe, UnstatedFact, recipe_for_software, training_stack
-from .published import load_published, published_sources
+from .published import CALIBRATION_FILE, load_published, published_sources
+from ...sim._toml import load_toml
 
 def megatron2021_tokens_per_s(row) -> float | None:
     """tokens/s/GPU from the paper's TFLOP/s/GPU: its eq. (3) counts, per token (recompute included),
@@ -146,6 +147,7 @@ class PublishedRow:
     stack: str = ""                  # the software stack it was predicted with (stack_for)
     published_memory: float | None = None   # peak GPU memory the source gives (B; torchtitan: max reserved)
     predicted_memory: float | None = None   # the plan's per-GPU peak (sim/memory: allocated, no allocator cache)
+    calibration: str | None = None   # the fit (validation/published/calibration.toml) this row was used for
 
     @property
     def memory_error(self) -> float | None:
@@ -317,7 +319,16 @@ def predict_row(row) -> PublishedRow:
     gpus = gpus_for(row)
     e = estimate(w, cluster_for(row))
     return PublishedRow(row.id, row.source_id, row.system, gpus, tok, e.tokens_per_s / gpus, row.source_flag, w.stack,
-                        row.metrics.peak_memory_bytes, e.memory.total)
+                        row.metrics.peak_memory_bytes, e.memory.total, calibration_rows().get(row.id))
+
+
+def calibration_rows() -> dict[str, str]:
+    """{row id: fit name} of the rows a mechsim parameter was fitted on (validation/published/calibration.toml)."""
+    fits = load_toml(CALIBRATION_FILE)
+    out = {}
+    for fit, rec in fits.items():
+        out.update({rid: fit for rid in rec["rows"]})
+    return out
 
 
 MISSING = "missing fact: "
@@ -347,12 +358,13 @@ def _reason(e: Exception) -> str:
     return str(e).splitlines()[0][:160]
 
 
-def by_system(rows: list[PublishedRow], unflagged: bool = False) -> dict[str, tuple[int, float, float]]:
+def by_system(rows: list[PublishedRow], unflagged: bool = False,
+              held_out: bool = False) -> dict[str, tuple[int, float, float]]:
     """{system: (n, MAPE, max |error|)}; ``unflagged``: without the rows their source flags as a
-    regression."""
+    regression; ``held_out``: without the rows a parameter was fitted on (calibration_rows)."""
     out: dict[str, list[float]] = {}
     for r in rows:
-        if unflagged and r.source_flag:
+        if unflagged and r.source_flag or held_out and r.calibration:
             continue
         out.setdefault(r.system, []).append(abs(r.error))
     return {k: (len(v), sum(v) / len(v), max(v)) for k, v in sorted(out.items())}

@@ -1,0 +1,76 @@
+"""Recipes by framework release (sim/data/recipes, sim/recipes.py) and how published rows use them."""
+
+import pytest
+
+from mechsim.sim.recipes import (UnstatedFact, list_recipes, recipe, recipe_for_software, recipe_workload,
+                                 training_stack)
+from mechsim.validation.analysis.published import load_published
+from mechsim.validation.analysis.published_compare import compare_published, settings_for, workload_for
+
+
+def test_every_release_of_a_published_row_has_a_recipe():
+    for r in load_published():
+        assert recipe_for_software(r.software).software, r.id
+
+
+def test_recipes_have_sources_and_inherit():
+    for name in list_recipes():
+        rec = recipe(name)
+        assert rec.source and rec.framework and rec.release, name
+        assert all(w.source for w in rec.when) and all(m.source for m in rec.models.values()), name
+    assert recipe("megatron-bridge-26.08").settings["stack"] == "megatron_te"       # via 25.09 <- nemo-25.07 <- 25.02
+    assert recipe("nemo-24.03").settings["fp8_recipe"] == "delayed"
+    with pytest.raises(ValueError, match="close matches"):
+        recipe("nemo-24.7")
+
+
+def test_release_wide_when_overrides_the_model_recipe():
+    rec = recipe("megatron-bridge-25.09")
+    assert rec.resolve("qwen3-235b-a22b", system="gb200_nvl72")["dispatcher"] == "flex"
+    drop = rec.resolve("qwen3-235b-a22b", system="gb200_nvl72", moe_token_drop=True)
+    assert (drop["dispatcher"], drop["capacity_factor"]) == ("alltoall", 1.0)
+    assert "sync_free" not in rec.resolve("qwen3-30b-a3b", system="gb200_nvl72", fp8_recipe="mxfp8")
+    assert recipe("megatron-bridge-26.06").resolve("qwen3-30b-a3b", system="gb200_nvl72", fp8_recipe="mxfp8")["sync_free"]
+    with pytest.raises(ValueError, match="unknown"):
+        rec.resolve("qwen3-30b-a3b", gpu="b200")
+
+
+def test_sink_attention_needs_the_cudnn_version():
+    s = recipe("megatron-bridge-26.02").resolve("gpt-oss-120b")
+    with pytest.raises(UnstatedFact, match="cuDNN"):
+        training_stack(s)
+    assert training_stack({**s, "cudnn": "9.12.0"}) == "megatron_te_unfused_attn"
+
+
+def test_a_user_gets_the_published_rows_workload_from_the_recipe():
+    """recipe_workload (the user API) and the published-row path agree field by field."""
+    rows, _ = compare_published()
+    done = {r.row_id for r in rows}
+    checked = 0
+    for r in load_published():
+        if r.id not in done or not (r.software or "").endswith("(Megatron-Bridge)") or r.fp8_recipe is None:
+            continue
+        w = workload_for(r)
+        p = w.parallel
+        plan = dict(tp=p.tp, pp=p.pp, vp=p.vp, dp=p.dp, cp=p.cp, ep=p.ep)
+        plan.update({k: getattr(r, k) for k in ("sp", "zero") if getattr(r, k) is not None})   # published facts
+        u = recipe_workload(recipe_for_software(r.software).name, model=w.model.model_copy(
+                            update={"moe": None if w.model.moe is None else r.transformer_config().moe,
+                                    "mla": None if w.model.mla is None else r.transformer_config().mla}),
+                            mbs=w.mbs, seq=w.seq, grad_accum=w.grad_accum, precision=w.precision,
+                            fp8_recipe=r.fp8_recipe, parallel=plan, system=r.system, moe_token_drop=r.moe_token_drop)
+        assert (u.stack, u.fp8_recipe, u.grad_reduce_dtype) == (w.stack, w.fp8_recipe, w.grad_reduce_dtype), r.id
+        q = u.parallel
+        assert (q.sp, q.zero, q.etp, q.tp_comm_overlap, q.layout, q.pp_split_embedding) == \
+               (p.sp, p.zero, p.etp, p.tp_comm_overlap, p.layout, p.pp_split_embedding), r.id
+        if w.model.moe is not None:
+            assert u.model.moe == w.model.moe, r.id
+        checked += 1
+    assert checked >= 50
+
+
+def test_settings_come_from_the_release_not_the_row():
+    rows = {r.id: r for r in load_published()}
+    assert settings_for(rows["nemo2407-pretrain-llama3-8b-8g"])["stack"] == "megatron_te_fa2"
+    assert settings_for(rows["nemo25.04-gb200-llama3-8b-8g"])["stack"] == "megatron_te"
+    assert settings_for(rows["torchtitan-h100-t5-405b-512g-r2"])["vp"] == 2       # interleaved, no split points
