@@ -7,6 +7,14 @@ error of one line (the CLI: exit 2 and one `error:` line). Counted and reported:
   hangs        a call over 10 s of CPU time (SIGPROF stops it; CPU, not wall time, because the
                machine this runs on is shared and a wall clock counts other processes' work)
   non-finite   an answer holding NaN or inf where a number is reported
+  wrong        a silent wrong answer: a call answered although one of its inputs is outside the
+               domain stated by an oracle written here from the documented ranges (must_refuse:
+               an unknown name, a count that is not a whole number >= 1, a target or rate out of
+               range, a what-if scaling a spec by more than 1e6 either way, ...), or an answer
+               that does not reflect its inputs (an estimate whose tokens per step are not
+               mbs x seq x grad_accum x dp, batch x prompt, or batch; an op whose FLOP are not
+               the ones asked for)
+The CLI has no oracle of its own: it parses into the same argument records (mechsim/inputs.py).
 
     python bench/fuzz_inputs.py --cases 200000 --seed 0 [--json out.json]
 
@@ -52,6 +60,7 @@ class Stats:
     tracebacks: list = field(default_factory=list)
     hangs: list = field(default_factory=list)
     non_finite: list = field(default_factory=list)
+    wrong: list = field(default_factory=list)
     by_target: dict = field(default_factory=dict)
 
     def summary(self) -> dict:
@@ -59,7 +68,8 @@ class Stats:
                 "refused_non_finite": len(self.refused_non_finite), "refused_non_finite_examples":
                 self.refused_non_finite[:10],
                 "tracebacks": len(self.tracebacks), "hangs": len(self.hangs), "non_finite": len(self.non_finite),
-                "by_target": self.by_target, "examples": (self.tracebacks + self.hangs + self.non_finite)[:20]}
+                "wrong": len(self.wrong), "by_target": self.by_target,
+                "examples": (self.tracebacks + self.hangs + self.non_finite + self.wrong)[:20]}
 
 
 def _alarm(_sig: int, _frame: Any) -> None:
@@ -88,8 +98,11 @@ def _check_answer(out: Any) -> list[str]:
     return bad
 
 
-def record(stats: Stats, target: str, call: Callable[[], Any], what: str) -> None:
-    """Run one call under the hang alarm and classify its outcome."""
+def record(stats: Stats, target: str, call: Callable[[], Any], what: str,
+           refuse: str | None = None, check: Callable[[Any], str | None] | None = None) -> None:
+    """Run one call under the hang alarm and classify its outcome. ``refuse``: why the oracle
+    says the call must be refused (None: it may answer); ``check``: answer -> what is wrong
+    with it, or None."""
     stats.cases += 1
     stats.by_target[target] = stats.by_target.get(target, 0) + 1
     signal.setitimer(signal.ITIMER_PROF, HANG_S)
@@ -117,7 +130,173 @@ def record(stats: Stats, target: str, call: Callable[[], Any], what: str) -> Non
     bad = _check_answer(out)
     if bad:
         stats.non_finite.append(f"{what}: {', '.join(bad)}")
+    wrong = f"answered although {refuse}" if refuse else (check(out) if check else None)
+    if wrong:
+        stats.wrong.append(f"{what}: {wrong}")
     stats.answered += 1
+
+
+# ---- the oracle: inputs outside the documented domain must be refused ------------------------
+
+MAX_COUNT, MAX_RATE, MAX_TARGET_S, MAX_FACTOR = 2**31 - 1, 1e9, 3600.0, 1e6
+
+
+def _real(v: Any) -> float | None:
+    """v as a float where a user's number means one (bool and numeric strings as pydantic reads
+    an int field: True is 1, ' 3 ' is 3), else None."""
+    if isinstance(v, bool):
+        return float(v)
+    if isinstance(v, (int, float)):
+        return float(v)
+    if isinstance(v, str):
+        try:
+            return float(int(v.strip()))
+        except ValueError:
+            return None
+    return None
+
+
+def bad_count(v: Any, hi: float = MAX_COUNT) -> bool:
+    """Not a whole number in [1, hi]."""
+    x = _real(v)
+    return x is None or not math.isfinite(x) or not x.is_integer() or not 1 <= x <= hi
+
+
+def bad_number(v: Any, lo: float, hi: float, lo_open: bool = True) -> bool:
+    """Not a finite number in (lo, hi] (or [lo, hi]); strings and bools are not numbers here."""
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+        return True
+    return (v <= lo if lo_open else v < lo) or v > hi
+
+
+def _spec(hw: str, key: str) -> float | None:
+    from mechsim import hwdb
+    try:
+        gpu = hwdb.get_gpu(hw)
+    except hwdb.UnknownHardwareError:
+        gpu = hwdb.get_system(hw).gpu
+    return gpu.specs[key].si if key in gpu.specs else None
+
+
+def _change_factor(change: Any, current: float) -> float | None:
+    """The factor a what-if change scales ``current`` by, None where it is not a change."""
+    if isinstance(change, bool) or not isinstance(change, (str, int, float)):
+        return None
+    try:
+        if isinstance(change, str) and change.strip().endswith("%"):
+            return 1.0 + float(change.strip()[:-1]) / 100.0
+        if isinstance(change, str) and change.strip().lower().startswith("x"):
+            return float(change.strip()[1:])
+        return float(change) / current
+    except ValueError:
+        return None
+
+
+def bad_overrides(ov: Any, hw: str) -> str | None:
+    if ov is None:
+        return None
+    if isinstance(ov, list):
+        pairs = {}
+        for it in ov:
+            if "=" not in it:
+                return f"override {it!r} has no '='"
+            k, c = it.split("=", 1)
+            pairs[k] = c
+        ov = pairs
+    for key, change in ov.items():
+        if key == "sustained_clock":
+            f = _change_factor(change, 1.0)
+            if f is None or not math.isfinite(f) or not 1.0 / MAX_FACTOR <= f <= 1.0:
+                return f"sustained_clock={change!r} is not a clock fraction in [1e-6, 1]"
+            continue
+        cur = _spec(hw, key)
+        if cur is None:
+            return f"{key} is not a spec of {hw}"
+        f = _change_factor(change, cur)
+        if f is None or not math.isfinite(f) or not 1.0 / MAX_FACTOR <= f <= MAX_FACTOR:
+            return f"{key}={change!r} scales the spec by {f!r}"
+    return None
+
+
+def bad_estimate(d: dict, hw: str, ov: Any, as_name: bool) -> str | None:
+    """Why estimate(...) must be refused, or None (it may still be refused: a plan that does not
+    divide the heads, a sequence over the model's max, a model that does not fit ...)."""
+    if d["model"] == "nosuch":
+        return "the model is unknown"
+    if hw == "nosuch_gpu":
+        return "the GPU is unknown"
+    why = bad_overrides(ov, hw)
+    if why or as_name:
+        return why
+    train = d["mode"] == "train"
+    if (train and d["precision"] == "fp3") or (not train and d["wdtype"] == "fp3"):
+        return "the dtype fp3 is unknown"
+    for f in ("mbs", "seq", "tp") + (("ga",) if train else ()):
+        if bad_count(d[f]):
+            return f"{f}={d[f]!r} is not a count >= 1"
+    if train and d["peft"] == "lora" and bad_count(d["lora_rank"]):
+        return f"lora_rank={d['lora_rank']!r} is not a count >= 1"
+    return None
+
+
+def estimate_check(d: dict, as_name: bool) -> Callable[[Any], str | None]:
+    """The answer's tokens per step are the ones the inputs ask for."""
+    def check(e: Any) -> str | None:
+        if as_name:
+            return None
+        mbs, seq = int(_real(d["mbs"])), int(_real(d["seq"]))
+        want = (mbs * seq * int(_real(d["ga"])) * d["dp"] if d["mode"] == "train"
+                else mbs * seq if d["mode"] == "prefill" else mbs)
+        return None if e.tokens == want else f"tokens per step {e.tokens}, the inputs ask for {want}"
+    return check
+
+
+def bad_op(o: tuple, hw: str) -> str | None:
+    kind, a, b, c, dt, nbytes = o
+    if hw == "nosuch_gpu":
+        return "the GPU is unknown"
+    if kind == "memory":
+        return (None if isinstance(nbytes, (int, float)) and not isinstance(nbytes, bool)
+                and math.isfinite(nbytes) and 0 <= nbytes <= 1e18 else f"bytes {nbytes!r} out of [0, 1e18]")
+    if dt == "fp3":
+        return "the dtype fp3 is unknown"
+    dims = (a, b, c) if kind == "gemm" else (a, b)
+    for v in dims:   # no upper bound of its own: an op's FLOP and bytes are bounded (1e27, 1e18)
+        if bad_count(v, math.inf):
+            return f"dimension {v!r} is not a count >= 1"
+    return None
+
+
+def op_check(o: tuple) -> Callable[[Any], str | None]:
+    """A GEMM's FLOP are 2 m n k of the dimensions asked for."""
+    kind, a, b, c, _, _ = o
+
+    def check(r: Any) -> str | None:
+        if kind != "gemm":
+            return None
+        m = a * 256 if isinstance(a, int) and 0 < a < 9 else int(_real(a))   # as op_case builds it
+        want = 2.0 * m * int(_real(b)) * int(_real(c))
+        got = getattr(r, "flops", want)
+        return None if abs(got - want) <= 1e-9 * want else f"GEMM FLOP {got:g}, the inputs ask for {want:g}"
+    return check
+
+
+def bad_serve(model: str, hw: str, kw: dict) -> str | None:
+    if model == "nosuch":
+        return "the model is unknown"
+    if bad_count(kw["tp"]):
+        return f"tp={kw['tp']!r} is not a count >= 1"
+    for f in ("input_len", "output_len"):
+        x = kw[f]
+        if isinstance(x, bool) or bad_number(x, 1, MAX_COUNT, lo_open=False):
+            return f"{f}={x!r} is not a length >= 1"
+    if kw["rate"] is not None and bad_number(kw["rate"], 0, MAX_RATE):
+        return f"rate={kw['rate']!r} is not in (0, 1e9]"
+    if kw["ttft_s"] is not None and bad_number(kw["ttft_s"], 0, MAX_TARGET_S):
+        return f"ttft_s={kw['ttft_s']!r} is not in (0, 3600]"
+    if bad_number(kw["prefix_hit"], 0, 1, lo_open=False):
+        return f"prefix_hit={kw['prefix_hit']!r} is not in [0, 1]"
+    return None
 
 
 # ---- targets ----------------------------------------------------------------------------------
@@ -223,19 +402,20 @@ def run(cases: int, seed: int = 0, stats: Stats | None = None) -> Stats:
     @settings(max_examples=n["estimate"], **opts)
     @given(WORKLOAD, st.sampled_from(GPUS), OVERRIDES, st.booleans())
     def estimates(d: dict, hw: str, ov: Any, as_name: bool) -> None:
-        record(stats, "estimate", estimate_case(d, hw, ov, as_name), f"estimate({d}, {hw!r}, {ov!r}, {as_name})")
+        record(stats, "estimate", estimate_case(d, hw, ov, as_name), f"estimate({d}, {hw!r}, {ov!r}, {as_name})",
+               bad_estimate(d, hw, ov, as_name), estimate_check(d, as_name))
 
     @hyp_seed(seed + 1)
     @settings(max_examples=n["estimate_op"], **opts)
     @given(OP, st.sampled_from(GPUS))
     def ops(o: tuple, hw: str) -> None:
-        record(stats, "estimate_op", op_case(o, hw), f"op{o} on {hw!r}")
+        record(stats, "estimate_op", op_case(o, hw), f"op{o} on {hw!r}", bad_op(o, hw), op_check(o))
 
     @hyp_seed(seed + 2)
     @settings(max_examples=n["serve"], **opts)
     @given(st.sampled_from(PRESETS[:3]), st.sampled_from(GPUS[:3]), SERVE)
     def serves(model: str, hw: str, kw: dict) -> None:
-        record(stats, "serve", serve_case(model, hw, kw), f"serve({model!r}, {hw!r}, {kw})")
+        record(stats, "serve", serve_case(model, hw, kw), f"serve({model!r}, {hw!r}, {kw})", bad_serve(model, hw, kw))
 
     @hyp_seed(seed + 3)
     @settings(max_examples=n["cli"], **opts)
@@ -264,7 +444,7 @@ def main() -> int:
         if a.json:
             _write(a.json, text)
     print(text)
-    return 0 if not (s["tracebacks"] or s["hangs"] or s["non_finite"]) else 1
+    return 0 if not (s["tracebacks"] or s["hangs"] or s["non_finite"] or s["wrong"]) else 1
 
 
 def _write(path: str, text: str) -> None:

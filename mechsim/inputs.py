@@ -285,6 +285,47 @@ def as_overrides(v: Any) -> dict[str, Any]:
     return {str(k): check_change(str(k), c) for k, c in v.items()}
 
 
+def _gpu_of(hw: Any) -> Any:
+    """The GPU record of a GPU / system name, a GPU, a System or a Cluster; None if not known."""
+    from . import hwdb
+    if isinstance(hw, str):
+        try:
+            return hwdb.get_gpu(hw)
+        except hwdb.UnknownHardwareError:
+            return hwdb.get_system(hw).gpu
+    if hasattr(hw, "specs"):
+        return hw
+    if hasattr(hw, "gpu"):
+        return hw.gpu
+    system = getattr(hw, "system", None)
+    return _gpu_of(system) if isinstance(system, str) else None
+
+
+def check_against_spec(overrides: Mapping[str, Any], hw: Any) -> None:
+    """An absolute what-if value within MAX_FACTOR of the spec it replaces (a clock fraction at
+    least 1 / MAX_FACTOR): 'hbm_bandwidth=4.8' is 4.8 B/s, 1e-12 of an H100's, almost always
+    'x4.8' or TB/s meant, so it is refused with the spec's SI value rather than answered."""
+    from .sim.overrides import CLOCK_KEY
+    gpu = _gpu_of(hw) if overrides else None
+    for key, change in overrides.items():
+        text = change.strip() if isinstance(change, str) else None
+        if text is not None and (text.endswith("%") or text.lower().startswith("x")):
+            continue
+        value = float(text) if text is not None else float(change)
+        if key == CLOCK_KEY:
+            if value < 1.0 / MAX_FACTOR:
+                raise ValueError(f"{key}={change!r}: a fraction of the boost clock in [{1 / MAX_FACTOR:g}, 1]")
+            continue
+        if gpu is None or key not in gpu.specs:
+            continue    # an unknown key: the sim's own message lists the known ones
+        spec = gpu.specs[key].si
+        f = value / spec
+        if not 1.0 / MAX_FACTOR <= f <= MAX_FACTOR:
+            raise ValueError(f"{key}={change!r} is {value:g} in SI units, {f:.3g} x {gpu.key}'s {spec:g}; "
+                             f"give a factor ('x{value:g}', '+20%') or the SI value (within "
+                             f"{MAX_FACTOR:g}x of the spec)")
+
+
 def op_record(v: Any) -> Any:
     """An Op (mechsim.model.microops) whose FLOP and bytes are finite and in range."""
     from .model.ops import Op
@@ -303,6 +344,14 @@ def op_record(v: Any) -> Any:
 
 class _Args(BaseModel):
     model_config = ConfigDict(extra="forbid", arbitrary_types_allowed=True, frozen=True)
+
+    def model_post_init(self, _ctx: Any) -> None:
+        ov, hw = getattr(self, "overrides", None), getattr(self, "hw", None)
+        if ov:
+            try:
+                check_against_spec(ov, hw)
+            except ValueError as e:
+                raise ValueError(f"overrides: {e}") from None
 
 
 class EstimateArgs(_Args):
@@ -412,6 +461,7 @@ class CompareArgs(_Args):
     swing: Annotated[float, _num(0, 0.99)] = 0.2
 
     def model_post_init(self, _ctx: Any) -> None:
+        super().model_post_init(_ctx)
         if self.gpus is not None and self.budget is not None and self.pricing == "owned":
             raise ValueError("budget: give gpus or budget, not both (owned pricing sizes the cluster from the "
                              "budget; with pricing='cloud' a budget is the spend cap for the gpus)")
