@@ -15,13 +15,6 @@ COLUMNS = ("group", "item", "value", "unit", "kind", "source", "title", "url", "
 
 
 @functools.cache
-def _sim_sources() -> dict:
-    from ..sim._toml import load_toml
-    from ..sim.calibration import DATA
-    return load_toml(DATA / "sources.toml")
-
-
-@functools.cache
 def _price_sources() -> dict:
     from ..hwdb.prices import load_prices
     return load_prices().sources
@@ -44,7 +37,7 @@ NOT_FOUND = "(not in the source lists)"
 
 
 def _lookup(source_id: str) -> tuple[str, str]:
-    """(title, url) of a source id from hwdb/data/sources.toml, sim/data/sources.toml or the price
+    """(title, url) of a source id from hwdb/data/sources.toml (the one list of sources) or the price
     book's sources (hwdb/data/prices.toml);
     calibration runs are named by their run ids (validation/data)."""
     if source_id.startswith("calibration:"):
@@ -54,9 +47,6 @@ def _lookup(source_id: str) -> tuple[str, str]:
         s = hwdb.get_source(source_id)
         return s.title, s.url or s.locator
     except hwdb.UnknownHardwareError:
-        rec = _sim_sources().get(source_id)
-        if rec:
-            return rec.get("title", ""), rec.get("url", "")
         price = _price_sources().get(source_id)
         if price is not None:
             return price.title, getattr(price, "url", "") or ""

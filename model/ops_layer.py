@@ -131,7 +131,8 @@ def moe(c: Ctx, n: int) -> list[Pair]:
     own kernels (model/quant.py), so fc1 and fc2 run hit kernels each way: the streams share the
     SMs (waves pooled over the experts, as batch = hit) but every launch pays its fixed time.
     Only the device-side path (one cuBLASLt grouped GEMM, no host m_splits) runs 1 kernel: the
-    sync-free rows (MoEConfig.sync_free, full-iteration CUDA graphs need it).
+    sync-free rows (MoEConfig.sync_free, full-iteration CUDA graphs need it; sources
+    te_moe_grouped_gemm_doc, nvidia_moe_fusion_blog).
     Expert parallel (c.ep > 1): the router scores all E = n_experts*ep experts; this GPU's
     n_experts local experts receive T*k copies (from the ep GPUs' T tokens each, uniform
     routing), hit = E_local*(1-(1-k/E)^(T*ep)); all_to_all dispatch and combine (model/comm.py).

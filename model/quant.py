@@ -21,7 +21,8 @@ Per-expert GEMMs (a batched op issued one kernel per expert, model/ops_layer.py:
 multi-stream path) get their inputs quantized per expert: TE's split_quantize -> multi_tensor_quantize
 runs each expert's quantizer on its own slice (amax and cast kernels per expert) for current scaling,
 MXFP8 and blockwise; delayed scaling has one fused multi-tensor cast-transpose kernel and NVFP4
-grouped kernels (nvte_group_amax, grouped RHT cast), so those count one tensor per GEMM as before.
+grouped kernels (nvte_group_amax, grouped RHT cast), so those count one tensor per GEMM as before
+(source te_split_quantize).
 Same bytes either way; only the launches (fixed time, host issue) differ.
 Weights are quantized once per step (TE caches them over micro-batches; ``weight_cast_bytes``).
 The output layer (Megatron-Core's ColumnParallelLinear, not a TE module) and attention stay bf16.

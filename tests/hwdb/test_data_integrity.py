@@ -17,6 +17,7 @@ except ModuleNotFoundError:  # pragma: no cover
 
 ALL_FILES = sorted(DEFAULT_DATA_DIR.glob("*/*.toml"))
 SOURCES = tomllib.loads((DEFAULT_DATA_DIR / "sources.toml").read_text())
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_data_files_exist():
@@ -63,14 +64,39 @@ def test_sources_have_title_and_locator():
             assert src.get("url", "").startswith("http"), f"{sid}: primary source without url"
 
 
+def _sources_in(x, out: set[str]) -> set[str]:
+    """Every ``source = "..."`` value of a parsed TOML document, at any depth."""
+    if isinstance(x, dict):
+        for k, v in x.items():
+            out.add(v) if k == "source" and isinstance(v, str) else _sources_in(v, out)
+    elif isinstance(x, list):
+        for v in x:
+            _sources_in(v, out)
+    return out
+
+
+def _url_cited(url: str, text: str) -> bool:
+    """The URL, or for an arXiv paper its number (cited as arXiv:2401.10241), appears in ``text``."""
+    return bool(url) and (url in text or ("arxiv.org/abs/" in url and url.rsplit("/", 1)[1] in text))
+
+
 def test_every_source_is_cited():
+    """By a hwdb spec or a sim/data record, or (for the rest of the repository: model and sim
+    docstrings, docs, experiments) by its id or its URL in a text file of the checkout."""
     db = load_db()
     cited = {s.source for o in [*db.gpus.values(), *db.nics.values(), *db.systems.values(), *db.cpus.values(),
                   *load_storage().values()]
              for s in o.specs.values()}
+    for path in (ROOT / "sim" / "data").rglob("*.toml"):
+        _sources_in(tomllib.loads(path.read_text()), cited)
     # sources cited only inside notes (corroboration) are allowed, but list them explicitly
     only_in_notes = {"klockwood_h100", "hpe_gb200_nvl72_quickspecs", "nvidia_spectrum_x_docs", "waredb_h800"}
-    assert set(SOURCES) - cited <= only_in_notes
+    rest = set(SOURCES) - cited - only_in_notes
+    text = "\n".join(p.read_text(errors="replace") for p in ROOT.rglob("*")
+                     if p.suffix in {".py", ".md", ".toml"} and p.is_file() and p.name != "sources.toml"
+                     and not {".git", "__pycache__"} & set(p.relative_to(ROOT).parts))
+    uncited = sorted(sid for sid in rest if sid not in text and not _url_cited(SOURCES[sid].get("url", ""), text))
+    assert uncited == [], f"sources nothing cites (cite them or drop them): {uncited}"
 
 
 # ---------------------------------------------------------------- broken data must fail loudly

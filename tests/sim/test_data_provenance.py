@@ -1,14 +1,15 @@
-"""Every efficiency / stack number in sim/data has a unit, a source that exists and a kind."""
+"""Every efficiency / stack number in sim/data has a unit, a source that exists and a kind
+(sources: hwdb/data/sources.toml, the one list of sources)."""
 
 from pathlib import Path
 
 import pytest
 
-from mechsim.sim._toml import load_toml
-from mechsim.sim.calibration import DATA, EFFICIENCY_DIR, PARAM_KINDS, load_efficiency_file
+from mechsim import hwdb
+from mechsim.sim.calibration import EFFICIENCY_DIR, PARAM_KINDS, load_efficiency_file
 from mechsim.validation.records import iter_records, run_paths
 
-SOURCES = load_toml(DATA / "sources.toml")
+SOURCES = set(hwdb.list_sources())
 RUN_IDS = {run["run_id"] for run, _ in iter_records(run_paths([Path(__file__).parents[2] / "validation" / "data"]))}
 
 
@@ -18,7 +19,7 @@ def _check_source(src: str, where: str) -> None:
         missing = [r for r in runs if r not in RUN_IDS]
         assert not missing, f"{where}: calibration runs not committed: {missing}"
     else:
-        assert src in SOURCES, f"{where}: source {src!r} not in sim/data/sources.toml"
+        assert src in SOURCES, f"{where}: source {src!r} not in hwdb/data/sources.toml"
 
 
 @pytest.mark.parametrize("path", sorted(p for p in EFFICIENCY_DIR.glob("*.toml") if p.stem != "transfer"),

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from mechsim.sim._toml import load_toml
+from mechsim import hwdb
 from mechsim.sim.calibration import DATA, PARAM_KINDS
 from mechsim.sim.overlap import (default_contention, dp_grad_sync, fsdp_exposure, overlap_params, pp_exposure,
                                  serial_finish_times, split_buckets, tp_exposure, tp_overlap_fraction,
@@ -144,7 +144,7 @@ def test_bad_input_names_the_field(call, field):
 
 
 def test_overlap_data_has_units_sources_and_kinds():
-    sources = load_toml(DATA / "sources.toml")
+    sources = set(hwdb.list_sources())
     params = overlap_params()
     assert "contention.compute_slowdown" in params
     for name, p in params.items():
@@ -154,7 +154,7 @@ def test_overlap_data_has_units_sources_and_kinds():
             assert p.source.startswith("calibration:") and all((DATA.parent.parent / "validation" / "data" / "h200"
                                                                 / f"{r}.json").exists() for r in runs), name
             continue
-        assert p.source in sources, f"overlap.toml:{name} source {p.source!r} not in sources.toml"
+        assert p.source in sources, f"overlap.toml:{name} source {p.source!r} not in hwdb/data/sources.toml"
 
 
 def test_stretch_one_is_the_serial_stream():

@@ -1,6 +1,6 @@
 """The model against TransformerEngine's own GEMM-speedup example (CPU only, no device run).
 
-TE's documentation (source te_gemm_speedups in sim/data/sources.toml) times the 12 linear GEMMs
+TE's documentation (source te_gemm_speedups in hwdb/data/sources.toml) times the 12 linear GEMMs
 per layer (4 Fprop + 4 Dgrad + 4 Wgrad) of a 5B model (hidden 4096, intermediate 16384, 24 layers,
 mbs 31 x seq 512) on a B300 at each precision, "autocast" = GEMMs + the per-step quantization of
 their inputs, and states the speedup over BF16. This sums the same ops of a mechsim training step
