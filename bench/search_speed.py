@@ -41,27 +41,32 @@ def main() -> None:
     cluster = Cluster(system="hgx_h100", nodes=2048)
     args = dict(model="llama3.1-405b", cluster=cluster, gbs=2048, seq=8192, precision="bf16", stack="megatron_te")
     print(f"machine: {os.cpu_count()} CPU cores, load average {os.getloadavg()[0]:.1f}; imports {imports:.2f} s")
-    t = time.perf_counter()
+    t, cpu = time.perf_counter(), time.process_time()
     res = search_plans(**args)
-    cold = time.perf_counter() - t
-    warm = []
+    cold, cold_cpu = time.perf_counter() - t, time.process_time() - cpu
+    warm, warm_cpu = [], []
     for _ in range(3):
-        t = time.perf_counter()
+        t, cpu = time.perf_counter(), time.process_time()
         again = search_plans(**args)
         warm.append(time.perf_counter() - t)
-    t = time.perf_counter()
+        warm_cpu.append(time.process_time() - cpu)
+    t, cpu = time.perf_counter(), time.process_time()
     flops = search_plans(**args, bound="flops")
-    t_flops = time.perf_counter() - t
+    t_flops, cpu_flops = time.perf_counter() - t, time.process_time() - cpu
     c, cf = res.counts, flops.counts
-    print(f"layer bound: cold {cold:.2f} s, warm median {statistics.median(warm):.2f} s of {len(warm)} "
+    print("wall seconds (CPU seconds, time.process_time: they move less with the load)")
+    print(f"layer bound: cold {cold:.2f} s ({cold_cpu:.2f} s CPU), warm median {statistics.median(warm):.2f} s "
+          f"({statistics.median(warm_cpu):.2f} s CPU) of {len(warm)} "
           f"({c.estimated} plans estimated, {c.pruned_by_bound} pruned by a bound)")
-    print(f"FLOP bound:  warm {t_flops:.2f} s ({cf.estimated} plans estimated, {cf.pruned_by_bound} pruned)")
+    print(f"FLOP bound:  warm {t_flops:.2f} s ({cpu_flops:.2f} s CPU) ({cf.estimated} plans estimated, "
+          f"{cf.pruned_by_bound} pruned)")
     same = _rows(res) == _rows(again) == _rows(flops)
     print(f"same rows (plans, step times, memory, why) with both bounds: {same}")
     if a.exhaustive:
-        t = time.perf_counter()
+        t, cpu = time.perf_counter(), time.process_time()
         full = search_plans(**args, bound="none")
-        print(f"no pruning:  {time.perf_counter() - t:.2f} s ({full.counts.estimated} plans estimated); "
+        print(f"no pruning:  {time.perf_counter() - t:.2f} s ({time.process_time() - cpu:.2f} s CPU) "
+              f"({full.counts.estimated} plans estimated); "
               f"same top {len(res.rows)} rows: {_rows(full) == _rows(res)}")
         same = same and _rows(full) == _rows(res)
     print()
