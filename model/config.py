@@ -121,8 +121,10 @@ class TransformerConfig(BaseModel):
     n_layers: PositiveInt = Field(le=MAX_LAYERS)
     d_model: PositiveInt = Field(le=MAX_WIDTH)
     n_heads: PositiveInt = Field(le=MAX_WIDTH)
-    n_kv_heads: PositiveInt | None = None       # None -> n_heads (MHA)
-    head_dim: PositiveInt | None = Field(None, le=MAX_WIDTH)   # None -> d_model // n_heads
+    # Omitted or None: filled before validation (_defaults) with n_heads (MHA) and max(1, d_model // n_heads),
+    # so a built config always holds ints.
+    n_kv_heads: PositiveInt = Field(None)               # type: ignore[assignment]  # None: filled by _defaults
+    head_dim: PositiveInt = Field(None, le=MAX_WIDTH)   # type: ignore[assignment]  # None: filled by _defaults
     ffn: PositiveInt = Field(le=MAX_WIDTH)      # dense FFN hidden size
     vocab: PositiveInt = Field(le=MAX_VOCAB)
     norm: Literal["rmsnorm", "layernorm"] = "rmsnorm"
@@ -172,6 +174,13 @@ class TransformerConfig(BaseModel):
             raise ValueError("sliding_window_layers is set but sliding_window is None: give the window size")
         return self
 
+    @property
+    def moe_block(self) -> MoEConfig:
+        """The MoE block, for code that runs on MoE layers only (a ValueError if there is none)."""
+        if self.moe is None:
+            raise ValueError(f"{self.name}: moe: the model has no MoE block (set moe=MoEConfig(...))")
+        return self.moe
+
     # ---- layer layout -------------------------------------------------------
     @property
     def rope_dim(self) -> int:
@@ -179,7 +188,7 @@ class TransformerConfig(BaseModel):
 
     def is_moe_layer(self, i: int) -> bool:
         m = self.moe
-        return bool(m) and i >= m.first_k_dense_layers and i % m.moe_layer_freq == 0
+        return m is not None and i >= m.first_k_dense_layers and i % m.moe_layer_freq == 0
 
     @property
     def n_moe_layers(self) -> int:
@@ -235,7 +244,7 @@ class TransformerConfig(BaseModel):
 
     def moe_params(self, active: bool = False) -> int:
         """One MoE FFN: router (+bias), routed experts (all, or top_k if active), shared."""
-        m = self.moe
+        m = self.moe_block
         n = m.top_k if active else m.n_experts
         router = m.n_experts * self.d_model + (m.n_experts if m.router_bias else 0)
         shared = self.mlp_params(m.shared_ffn_total) if m.n_shared_experts else 0
@@ -284,7 +293,7 @@ class TransformerConfig(BaseModel):
         total = 0
         for i in range(self.n_layers):
             if self.is_moe_layer(i):
-                m = self.moe
+                m = self.moe_block
                 ffn = m.n_experts * self.d_model + m.top_k * self.mlp_matmul_params(m.expert_ffn)
                 ffn += self.mlp_matmul_params(m.shared_ffn_total) if m.n_shared_experts else 0
             else:
@@ -303,7 +312,9 @@ class TransformerConfig(BaseModel):
         that leave a sliding window; TensorRT-LLM keeps a cyclic cache of max_attention_window
         tokens on those layers). Whole-block rounding is left to the caller."""
         s = self.window_share
-        return context if not s else (1.0 - s) * context + s * min(context, self.sliding_window)
+        if not s or self.sliding_window is None:
+            return context
+        return (1.0 - s) * context + s * min(context, self.sliding_window)
 
     def kv_bytes_per_token(self, dtype_bytes: float, context: float | None = None) -> float:
         """KV-cache bytes stored per token over all layers.
