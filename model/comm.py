@@ -16,14 +16,14 @@ Tensor parallel (Megatron-Core), per layer and micro-batch, x = T*d*act bytes:
 
 from __future__ import annotations
 
-from .ops import CollectiveShape, Op
+from .ops import CollectiveOp, CollectiveShape, DType, GroupKind, Op, Phase
 from .ops_common import Ctx, Pair
 
 NONE = Pair([], [])
 
 
-def coll(name: str, op: str, group: str, nbytes: float, size: int, phase: str, count: int,
-         dtype: str = "bf16") -> list[Op]:
+def coll(name: str, op: CollectiveOp, group: GroupKind, nbytes: float, size: int, phase: Phase, count: int,
+         dtype: DType = "bf16") -> list[Op]:
     """One collective Op "comm/<group>/<name>" of shape CollectiveShape(bytes, group size, op, group);
     [] for a group of one, zero calls or zero bytes."""
     if size <= 1 or count <= 0 or nbytes <= 0:
@@ -104,7 +104,7 @@ def ep_a2a(c: Ctx, name: str, n: int, tokens: float | None = None) -> Pair:
             node, then NVLink forwarding) is not modelled: cross-node bytes stay per rank."""
     if c.ep == 1:
         return NONE
-    m = c.cfg.moe
+    m = c.cfg.moe_block
     copies = m.top_k * (m.capacity_factor or 1.0)    # padded to capacity: cf x k rows per token
     if m.dispatcher == "flex":
         copies = ranks_hit(m.n_experts * c.ep, m.n_experts, m.top_k, c.ep)
@@ -123,7 +123,8 @@ def etp_gather(c: Ctx, name: str, n: int, rows: float, gather: bool) -> Pair:
         return NONE
     b, cnt = rows * c.cfg.d_model * c.act, n * c.mb
     tag = {"all_gather": "ag", "reduce_scatter": "rs"}
-    f, g = ("all_gather", "reduce_scatter") if gather else ("reduce_scatter", "all_gather")
+    f: CollectiveOp = "all_gather" if gather else "reduce_scatter"
+    g: CollectiveOp = "reduce_scatter" if gather else "all_gather"
     return Pair(coll(f"{name}_{tag[f]}", f, "tp", b, c.expert_tp, "fwd", cnt),
                 coll(f"{name}_{tag[g]}", g, "tp", b, c.expert_tp, "bwd", cnt) if c.train else [])
 

@@ -94,8 +94,8 @@ def mtp_model_flops(w: TrainingWorkload) -> float:
     if not D:
         return 0.0
     d, last = cfg.d_model, cfg.n_layers - 1
-    m = cfg.moe
     if cfg.is_moe_layer(last):
+        m = cfg.moe_block
         ffn = m.n_experts * d + m.top_k * cfg.mlp_matmul_params(m.expert_ffn)
         ffn += cfg.mlp_matmul_params(m.shared_ffn_total) if m.n_shared_experts else 0
     else:

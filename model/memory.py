@@ -242,7 +242,7 @@ def offloaded_activation_bytes(w: TrainingWorkload, layers_bytes: float, n_layer
     mean of ``layers_bytes`` over ``n_layers`` (source te_cpu_offload)."""
     if w.offload != "activations" or n_layers <= 0:
         return 0.0
-    return max(0.0, w.offload_layers * inflight - 1.0) * layers_bytes / n_layers
+    return max(0.0, (w.offload_layers or 0) * inflight - 1.0) * layers_bytes / n_layers
 
 
 def layers_activation_bytes(w: TrainingWorkload, fused=frozenset()) -> tuple[float, int]:

@@ -20,7 +20,7 @@ import math
 from dataclasses import dataclass, field
 
 from .config import TransformerConfig
-from .ops import DTYPE_BYTES, AttentionShape, GemmShape, Op, StreamShape, StridedShape
+from .ops import DTYPE_BYTES, AttentionShape, DType, GemmShape, Op, OpKind, Phase, StreamShape, StridedShape
 
 SPLIT_SMS = 132  # H100/H200 SM count: cuBLAS / cuDNN split work (split-K, split-KV) below it
 
@@ -150,8 +150,8 @@ class Pair:
     bwd: list[Op]
 
 
-def chain(name: str, kind: str, phase: str, ks: list[Kern], count: int, numel: int,
-          dtype: str = "fp32") -> list[Op]:
+def chain(name: str, kind: OpKind, phase: Phase, ks: list[Kern], count: int, numel: float,
+          dtype: DType = "fp32") -> list[Op]:
     """One Op aggregating the kernels ``ks`` (kernels = their launch count); [] when none."""
     if not ks or count <= 0:
         return []

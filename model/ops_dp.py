@@ -49,7 +49,7 @@ from __future__ import annotations
 import math
 
 from .comm import coll
-from .ops import Op
+from .ops import CollectiveOp, DType, Op, Phase
 from .ops_common import Kern, chain
 from .parallel import Parallelism
 
@@ -105,28 +105,29 @@ def dp_bucket_counts(p: Parallelism, grad_bytes: tuple[float, float], grad_elem_
     if not mcore:
         b = p.bucket_bytes or TORCH_DDP_BUCKET_BYTES
         return n_buckets(grad_bytes[0], b), n_buckets(grad_bytes[1], b)
-    b = p.bucket_bytes or mcore_bucket_elems(p.dp) * grad_elem_bytes
-    return tuple(mcore_buckets(p, g, b, first_stage) for g in grad_bytes)
+    size: float = p.bucket_bytes or mcore_bucket_elems(p.dp) * grad_elem_bytes
+    return mcore_buckets(p, grad_bytes[0], size, first_stage), mcore_buckets(p, grad_bytes[1], size, first_stage)
 
 
-def _bucketed(name: str, op: str, nbytes: float, size: int, phase: str, nb: int, dt: str) -> list[Op]:
+def _bucketed(name: str, op: CollectiveOp, nbytes: float, size: int, phase: Phase, nb: int, dt: DType) -> list[Op]:
     return coll(name, op, "dp", nbytes / nb, size, phase, nb, dt) if nb else []
 
 
-def grad_sync(p: Parallelism, dense_grad: float, expert_grad: float, dtype: str = "fp32",
+def grad_sync(p: Parallelism, dense_grad: float, expert_grad: float, dtype: DType = "fp32",
               counts: tuple[int, int] | None = None) -> list[Op]:
     """Bucketed gradient all_reduce (zero 0) or reduce_scatter (zero 1/2), phase bwd, in the
     gradient buffer's dtype (fp32, or bf16 with grad_reduce_in_fp32=False). ``counts``:
     (dense, expert) buckets (dp_bucket_counts); default PyTorch DDP's."""
-    op, tag = ("all_reduce", "ar") if p.zero == 0 else ("reduce_scatter", "rs")
+    op: CollectiveOp = "all_reduce" if p.zero == 0 else "reduce_scatter"
+    tag = "ar" if p.zero == 0 else "rs"
     nbs = counts or dp_bucket_counts(p, (dense_grad, expert_grad), 4.0, False, True)
-    out = []
+    out: list[Op] = []
     for pre, b, ex, nb in (("", dense_grad, False, nbs[0]), ("expert_", expert_grad, True, nbs[1])):
         out += _bucketed(f"{pre}grad_{tag}", op, b, dp_group(p, ex), "bwd", nb, dtype)
     return out
 
 
-def param_gather(p: Parallelism, dense: tuple[float, float], expert: tuple[float, float], dt: str,
+def param_gather(p: Parallelism, dense: tuple[float, float], expert: tuple[float, float], dt: DType,
                  counts: tuple[int, int] | None = None) -> list[Op]:
     """zero 1/2: all_gather of the updated parameters after the optimizer. dense/expert:
     (grad bytes, param bytes): the bucket count follows the gradient buckets (``counts``, as
@@ -141,7 +142,7 @@ def param_gather(p: Parallelism, dense: tuple[float, float], expert: tuple[float
 
 
 def fsdp(p: Parallelism, layer: tuple[float, float], rest: tuple[float, float], n_layers: int,
-         mb: int, dt: str) -> tuple[list[Op], list[Op], list[Op]]:
+         mb: int, dt: DType) -> tuple[list[Op], list[Op], list[Op]]:
     """zero 3: (forward gathers, backward gathers, backward reduce-scatters). layer / rest:
     (param bytes, grad bytes) of one layer (the stage mean) / of the stage's other params."""
     if p.zero != 3:
@@ -178,11 +179,14 @@ def fsdp_copies(p: Parallelism, unit_params: tuple[float, float], n_layers: int,
     if p.zero != 3 or dp_group(p) == 1:
         return [], []
     keep = p.fsdp_keep_unsharded
-    g, fwd, bwd, per_step = dp_group(p), [], [], 1 if keep else mb
+    fwd: list[Op] = []
+    bwd: list[Op] = []
+    g, per_step = dp_group(p), 1 if keep else mb
     for tag, P, cnt in (("", unit_params[0], n_layers * per_step), ("rest_", unit_params[1], per_step)):
         cin = [Kern(0, P * stored / g, P * gathered / g, 2)]
         cout = [Kern(0, P * gathered, P * gathered, 1)]
-        for ph, out in ((("fwd", fwd),) if keep else (("fwd", fwd), ("bwd", bwd))):
+        phases: tuple[tuple[Phase, list[Op]], ...] = (("fwd", fwd),) if keep else (("fwd", fwd), ("bwd", bwd))
+        for ph, out in phases:
             out += chain(f"dp/{tag}ag_copy_in", "elementwise", ph, cin, cnt, P / g)
             out += chain(f"dp/{tag}ag_copy_out", "elementwise", ph, cout, cnt, P)
         if keep:   # each micro-batch's gradient goes into the fp32 unsharded accumulator (first: an up-cast)

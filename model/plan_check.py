@@ -53,8 +53,9 @@ def check_tp(cfg: TransformerConfig, tp: int) -> None:
               "tp", tp, lambda t: _tp_heads_ok(cfg, t), 4 * cfg.n_heads)
     for name, F in _ffn_sizes(cfg):
         if F % tp:
-            _fail(f"tp={tp} does not divide {name}={F}", "tp", tp,
-                  lambda t, F=F: F % t == 0 and _tp_heads_ok(cfg, t), F)
+            def ok(t: int, F: int = F) -> bool:
+                return F % t == 0 and _tp_heads_ok(cfg, t)
+            _fail(f"tp={tp} does not divide {name}={F}", "tp", tp, ok, F)
 
 
 def check_pp(cfg: TransformerConfig, p: Parallelism) -> None:
@@ -78,12 +79,13 @@ def uneven_splits(L: int, p: Parallelism) -> list[dict]:
     stages around an even middle (decoder_first/last_pipeline_num_layers)."""
     if p.pp == 1:
         return []
-    tries = [{"pp_split_embedding": True, "pp_split_loss": True}, {"pp_split_embedding": True},
+    tries: list[dict[str, object]] = [{"pp_split_embedding": True, "pp_split_loss": True}, {"pp_split_embedding": True},
              {"pp_split_loss": True}]
     if p.pp > 2:
         mid, k = p.pp - 2, (L // p.pp)
-        tries += [{"first_stage_layers": f, "last_stage_layers": f} for f in sorted(range(0, L // 2 + 1),
-                  key=lambda f: abs(f - k)) if (L - 2 * f) % mid == 0][:1]
+        even: list[dict[str, object]] = [{"first_stage_layers": f, "last_stage_layers": f} for f in sorted(
+            range(0, L // 2 + 1), key=lambda f: abs(f - k)) if (L - 2 * f) % mid == 0]
+        tries += even[:1]
     tries.append({"layout": balanced_layout(L, p.pp * p.vp)})
     out = []
     for kw in tries:
