@@ -114,7 +114,7 @@ def step_peak(t: OpTable, gpu) -> tuple[str, float]:
     return best, peaks[best]
 
 
-@functools.lru_cache(maxsize=256)
+@functools.lru_cache(maxsize=1024)
 def op_table(workload, fused: frozenset[str]) -> OpTable:
     return build_table(tuple(build_ops(workload, fused=fused)))
 
@@ -132,8 +132,26 @@ class Prepared:
     memory: dict[str, float]
 
 
-@functools.lru_cache(maxsize=256)
+_BY_ID: dict[tuple[int, frozenset[str]], tuple[Any, Prepared]] = {}
+
+
 def prepare(workload, fused: frozenset[str]) -> Prepared:
+    """The Prepared of (workload, fused), cached by value (prepared) and, in front of that, by the
+    workload object's identity (an entry holds the object): hashing a workload record walks all
+    its fields, which a repeated estimate need not pay."""
+    key = (id(workload), fused)
+    hit = _BY_ID.get(key)
+    if hit is not None and hit[0] is workload:
+        return hit[1]
+    p = prepared(workload, fused)
+    if len(_BY_ID) >= 1024:
+        _BY_ID.pop(next(iter(_BY_ID)))
+    _BY_ID[key] = (workload, p)
+    return p
+
+
+@functools.lru_cache(maxsize=1024)
+def prepared(workload, fused: frozenset[str]) -> Prepared:
     summary, mode, tokens = describe_workload(workload)
     return Prepared(op_table(workload, fused), summary, mode, tokens,
                     float(model_flops_per_step(workload)), float(hardware_flops_per_step(workload, fused=fused)),

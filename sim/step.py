@@ -138,6 +138,7 @@ def kernel_stage(t: OpTable, gpu, rates, eff, attention: str) -> Calibrated:
 def clear_stages() -> None:
     _STAGES.clear()
     _NETWORKS.clear()
+    _RUNS.clear()
 
 
 @dataclass(frozen=True)
@@ -152,7 +153,27 @@ class Stepped:
     ps: PowerState | None
 
 
+_RUNS: dict[tuple, tuple[Any, Target, Stack, Stepped]] = {}
+
+
 def _run(workload, target: Target, st: Stack, full: bool = True) -> Stepped:
+    """The pipeline on (workload, target, st), memoised by the identity of those immutable objects
+    (an entry holds them, so no id is reused while it lives): an estimate asked again, or the
+    host band's other hosts, find the step they already composed. run_step copies the dicts it
+    hands out, so no caller can change a memoised step."""
+    key = (id(workload), id(target.gpu), target.clock, id(target.cluster), id(target.host), target.run, id(st), full)
+    hit = _RUNS.get(key)
+    if hit is not None and hit[0] is workload and hit[1].gpu is target.gpu and hit[1].cluster is target.cluster \
+            and hit[1].host is target.host and hit[2] is st:
+        return hit[3]
+    r = _compute(workload, target, st, full)
+    if len(_RUNS) >= STAGE_CACHE_SIZE:
+        _RUNS.pop(next(iter(_RUNS)))
+    _RUNS[key] = (workload, target, st, r)
+    return r
+
+
+def _compute(workload, target: Target, st: Stack, full: bool) -> Stepped:
     p = prepare(workload, st.fused)
     gpu, t = target.gpu, p.table
     rates, eff = hw_rates(gpu, target.clock), efficiency(gpu)
@@ -204,9 +225,9 @@ def _estimate(p: Prepared, job: Job, target: Target, st: Stack, out: Composed, o
         workload=job.summary, mode=p.mode, gpu=gpu.key, stack=st.key, step_time_s=out.step_s,
         gpu_busy_s=out.busy_s, launch_overhead_s=out.idle_s, tokens=job.tokens, model_flops=job.model_flops,
         hardware_flops=job.hardware_flops, peak_flops=peak_flops * job.gpus,
-        by_category=out.by_category, by_phase=out.by_phase, memory=fit_memory(p.memory, gpu),
+        by_category=dict(out.by_category), by_phase=dict(out.by_phase), memory=fit_memory(dict(p.memory), gpu),
         error_band=errorband.band_for(p.mode, gpu.key, st.key), op_builder=ops, gpus=job.gpus,
-        exposed_comm=out.exposed, cluster=job.cluster, sm_clock_hz=clock_hz, peak_dtype=peak_dtype)
+        exposed_comm=dict(out.exposed), cluster=job.cluster, sm_clock_hz=clock_hz, peak_dtype=peak_dtype)
 
 
 class OneGpu:

@@ -7,6 +7,7 @@ from mechsim.model import TrainingWorkload
 from mechsim.model.parallel import Parallelism
 from mechsim.sim import overlap
 from mechsim.sim.estimate import estimate
+from mechsim.sim.step import clear_stages
 
 
 def _w(ga, stack="megatron_te"):
@@ -28,6 +29,7 @@ def test_megatron_fsdp_keeps_its_root_gathered_and_fsdp2_does_not():
 def test_root_gathered_once_per_step_saves_a_gather_per_extra_microbatch(monkeypatch):
     on = {ga: _dp(ga) for ga in (1, 8)}
     monkeypatch.setattr(overlap, "fsdp_persistent_root", lambda stack: False)
+    clear_stages()   # steps are memoised (sim/step.py)
     off = {ga: _dp(ga) for ga in (1, 8)}
     saved = {ga: off[ga] - on[ga] for ga in on}
     # one micro-batch: only the backward regather (hidden, so only its contention) goes away
@@ -39,6 +41,8 @@ def test_root_gathered_once_per_step_saves_a_gather_per_extra_microbatch(monkeyp
 def test_fsdp2_stack_is_untouched_by_the_trait(monkeypatch):
     before = _dp(4, "eager")
     monkeypatch.setattr(overlap, "fsdp_persistent_root", lambda stack: True)
+    clear_stages()
     assert _dp(4, "eager") < before   # the trait would change FSDP2 if it were set ...
     monkeypatch.setattr(overlap, "fsdp_persistent_root", lambda stack: False)
+    clear_stages()
     assert _dp(4, "eager") == pytest.approx(before)   # ... and is not set for it
