@@ -105,6 +105,24 @@ def test_deep_probe_band_is_the_probes_spread(tmp_path):
     assert plain.error_band.host_bound == 0.0
 
 
+def test_profile_written_on_the_gpu_machine_round_trips(tmp_path, capsys):
+    """A profile `mechsim probe` wrote on a lent H200 (boot 20f6ae21) loads, shows and prices a step."""
+    src = Path(probe_runner.__file__).resolve().parents[1] / "validation" / "experiments" / "records"
+    files = sorted(src.glob("*_hostval_*_probe_before.json"))
+    if not files:
+        pytest.skip("no committed probe profiles in this checkout")
+    obj = json.loads(files[-1].read_text(encoding="utf-8"))
+    assert obj["format"] == probe_runner.FORMAT and obj["deep_model"]["n_layers"] == probe_runner.DEEP_LAYERS
+    path = write(tmp_path, obj)
+    prof = host.load_profile(path)
+    assert prof.deep and prof.boot_id == obj["host"]["boot_id"]
+    assert main(["probe", "--show", str(path)]) == 0
+    assert "deep eager step" in capsys.readouterr().out
+    assert main(["estimate", "--model", "llama3-8b", "--hw", "h200_sxm", "--mode", "decode", "--stack", "eager",
+                 "--profile", str(path)]) == 0
+    assert "as the probe saw this host" in capsys.readouterr().out
+
+
 @pytest.mark.parametrize("mutate, field", [
     (lambda p: p["measurements"].pop("deep_step_host_s"), "measurements.deep_step_host_s"),
     (lambda p: p["measurements"].update(deep_step_host_p90_s=0.0), "measurements.deep_step_host_p90_s"),
