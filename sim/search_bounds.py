@@ -14,8 +14,8 @@ this one times the layer's own kernels, and stays a true bound of what sim/step.
             "layer/...", "embed/...", "head/...", "loss/...", the recompute included), each at
             least max(compute / s_max, memory) + fixed of sim/kernels.py at the calibrated rates:
             s_max = max(1, gemm.boost_speedup) for GEMMs (the fastest a power state lets them
-            run, sim/power.gemm_speed at the boost clock), 1 for the rest (their speed is
-            f / f_boost <= 1); plus the part's TP / CP / EP collectives on the network
+            run, sim/power.gemm_speed at the boost clock; 1 on a GPU with no clock model, where
+            no power state is applied), 1 for the rest (their speed is f / f_boost <= 1); plus the part's TP / CP / EP collectives on the network
             (sim/distributed.comm_times) times the least share critical_comm exposes: TP
             1 - f (overlap.tp_overlap_fraction), the CP ring s = contention.compute_slowdown
             (max(0, C - A/k) + s min(C, A/k) >= s C), EP all, or s under MoE all-to-all overlap
@@ -51,6 +51,7 @@ from .collectives import in_cuda_graph
 from .distributed import comm_times
 from .kernels import kernel_times
 from .optable import KINDS, PHASES, build_table
+from .power import clock_params
 from .prepare import boost_speedup, efficiency, hw_rates, op_table
 from .stacks import Stack
 
@@ -82,7 +83,9 @@ class LayerBound:
         self.eff = efficiency(gpu)
         self.comm_eff = in_cuda_graph(self.eff) if st.graphs else self.eff
         self.rates = hw_rates(gpu, 1.0)
-        self.s_mm = max(1.0, boost_speedup(self.eff))
+        # sim/power.power_state: no power state (GEMMs at their calibrated rate) without a clock
+        # model for the GPU or a boost-clock speed-up; else at most gemm_speed(f_boost) = the speed-up
+        self.s_mm = max(1.0, boost_speedup(self.eff)) if clock_params(gpu.key) is not None else 1.0
         self._parts: dict = {}
         self._stage: dict = {}
 
