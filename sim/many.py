@@ -117,10 +117,17 @@ class Resolver:
     def __init__(self) -> None:
         self.hw: dict[tuple, tuple] = {}
         self.tables: dict[tuple, tuple[Any, Prepared]] = {}
+        self.solo: dict[int, tuple[Any, bool]] = {}
+        self.rates_ok: dict[tuple, bool] = {}
 
     def timing(self, w, hw, stack, ov, ov_key: tuple) -> Timing | None:
         """The Timing of a point, or None when the vector path does not cover it."""
-        if is_multi_gpu(w, hw) or getattr(w, "offload", "none") != "none":
+        if hw.__class__ is not str and is_multi_gpu(w, hw):
+            return None
+        solo = self.solo.get(id(w))
+        if solo is None:
+            solo = self.solo[id(w)] = (w, not is_multi_gpu(w, "") and getattr(w, "offload", "none") == "none")
+        if not solo[1]:
             return None   # several GPUs, or CPU offload: sim/estimate.steps takes another target
         s = stack if stack is not None else w.stack
         hkey = (hw if isinstance(hw, str) else id(hw), s if isinstance(s, str) else id(s), ov_key)
@@ -134,7 +141,11 @@ class Resolver:
         if hit is None:
             hit = self.tables[tkey] = (w, prepare(w, st.fused))
         p = hit[1]
-        if ((p.table.kind == MATMUL) & np.isnan(rates.tensor_peak[p.table.dtype])).any():
+        ok = self.rates_ok.get((id(p), id(rates)))
+        if ok is None:
+            ok = self.rates_ok[(id(p), id(rates))] = not bool(
+                ((p.table.kind == MATMUL) & np.isnan(rates.tensor_peak[p.table.dtype])).any())
+        if not ok:
             return None   # estimate() raises the error naming the op
         return Timing(w, p, gpu, clock, st, (id(rates), st.attention))
 
@@ -268,7 +279,8 @@ def _evaluate_group(ts: list[Timing], out: np.ndarray) -> None:
     cw = segment_sum(np.where(mb, k.compute_s * t.count * w_ref, 0.0), point, n)
     tp = c > 0
     gemm_power, mem = np.where(tp, gemm_power + cw, gemm_power), np.where(tp, np.maximum(0.0, mem - c), mem)
-    host_row = np.concatenate([host_times(x.p.table, x.st) for x in ts])
+    launch = [_launch_rows(x.p.table, x.st) for x in ts]
+    host_row = np.concatenate([h for h, _ in launch])
     window = np.maximum(busy, segment_sum(host_row * t.count, point, n))
     ps = None
     r = boost_speedup(eff)
@@ -278,9 +290,7 @@ def _evaluate_group(ts: list[Timing], out: np.ndarray) -> None:
         speed, att_speed = ps[1][point], ps[2][point]
         compute = np.where(mm, k.compute_s / speed, k.compute_s / att_speed)
         k = KernelTimes(compute, k.memory_s, k.fixed_s, np.maximum(compute, k.memory_s) + k.fixed_s, k.efficiency)
-    graph = np.concatenate([x.p.table.kernels * x.st.launch_graph_s if x.st.graphs else np.zeros(len(x.p.table.count))
-                            for x in ts])
-    gpu_row = k.gpu_s + graph
+    gpu_row = k.gpu_s + np.concatenate([g for _, g in launch])
     step, busy_l = _tandem(host_row, gpu_row, t.count, t.block_starts, point, lens, n)
     step = np.maximum(step, busy_l)
     idle = step - busy_l
@@ -291,6 +301,22 @@ def _evaluate_group(ts: list[Timing], out: np.ndarray) -> None:
     by_phase = np.bincount(point * nph + t.phase, weights=per_op, minlength=n * nph).reshape(n, nph)
     clock = ps[0] if ps is not None else np.zeros(n)
     out[[x.u for x in ts]] = np.column_stack([step, busy_l, clock, by_cat, by_phase])
+
+
+_LAUNCH: dict[tuple, tuple[Any, Any, tuple[np.ndarray, np.ndarray]]] = {}
+
+
+def _launch_rows(t: OpTable, st: Stack) -> tuple[np.ndarray, np.ndarray]:
+    """(host seconds, CUDA-graph gap seconds) per instance of each op of ``t`` on ``st``
+    (launch.host_times; launch.launch_times' gap), memoised per table and stack object."""
+    hit = _LAUNCH.get((id(t), id(st)))
+    if hit is not None and hit[0] is t and hit[1] is st:
+        return hit[2]
+    rows = (host_times(t, st), t.kernels * st.launch_graph_s if st.graphs else np.zeros(len(t.count)))
+    if len(_LAUNCH) > 8192:
+        _LAUNCH.clear()
+    _LAUNCH[(id(t), id(st))] = (t, st, rows)
+    return rows
 
 
 def _tandem(host, gpu, count, starts, point, lens, n) -> tuple[np.ndarray, np.ndarray]:
