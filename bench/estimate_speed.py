@@ -15,6 +15,7 @@ Run: python bench/estimate_speed.py     Figures go into the README and docs/spee
 
 from __future__ import annotations
 
+import os
 import statistics
 import subprocess
 import sys
@@ -95,6 +96,7 @@ def fresh_process(n: int = 5) -> float:
 
 
 if __name__ == "__main__":
+    print(f"machine: load average {os.getloadavg()[0]:.1f} over the last minute on {os.cpu_count()} cores")
     cold, warm = in_process()
     print(f"in-process estimate, Llama 3 70B train step on H100: warm median {warm * 1e3:.3f} ms "
           f"(first call incl. imports {cold * 1e3:.1f} ms)")

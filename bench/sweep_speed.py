@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import itertools
+import os
 import sys
 import time
 from pathlib import Path
@@ -50,15 +51,16 @@ def main(argv: list[str] | None = None) -> int:
     from mechsim.sim.many import estimate_many
     W, H, P, ws = grid(a.quick)
     n = len(W)
-    t = time.perf_counter()
+    load = os.getloadavg()[0]
+    t, c = time.perf_counter(), time.process_time()
     first = estimate_many(W, H, usd_per_gpu_hour=P)
-    cold = time.perf_counter() - t
-    t = time.perf_counter()
+    cold, cold_cpu = time.perf_counter() - t, time.process_time() - c
+    t, c = time.perf_counter(), time.process_time()
     df = estimate_many(W, H, usd_per_gpu_hour=P)
-    warm = time.perf_counter() - t
-    t = time.perf_counter()
+    warm, warm_cpu = time.perf_counter() - t, time.process_time() - c
+    t, c = time.perf_counter(), time.process_time()
     loop = [mechsim.estimate(w, h).step_time_s for w, h in zip(W, H)]
-    t_loop = time.perf_counter() - t
+    t_loop, loop_cpu = time.perf_counter() - t, time.process_time() - c
     step = df["step_time_s"].to_numpy()
     worst = max(abs(s - r) / r for s, r in zip(step, loop))
     distinct = len({(id(w), h) for w, h in zip(W, H)})
@@ -66,10 +68,13 @@ def main(argv: list[str] | None = None) -> int:
     same = bool((first["step_time_s"].to_numpy() == step).all())
     print(f"sweep: {n:,} points ({len(ws)} workloads x {len(GPUS)} GPUs x {n // (len(ws) * len(GPUS))} prices; "
           f"{distinct:,} distinct timings; {on_loop} on the loop path)")
-    print(f"estimate_many, op tables built:  {cold:.3f} s = {n / cold:,.0f} points/s")
-    print(f"estimate_many, op tables cached: {warm:.3f} s = {n / warm:,.0f} points/s "
-          f"({distinct / warm:,.0f} distinct timings/s)")
-    print(f"loop of mechsim.estimate:        {t_loop:.3f} s = {n / t_loop:,.0f} points/s")
+    print(f"machine: load average {load:.1f} over the last minute on {os.cpu_count()} cores "
+          "(wall seconds; CPU seconds of this process in brackets)")
+    print(f"estimate_many, op tables built:  {cold:.3f} s [{cold_cpu:.3f}] = {n / cold:,.0f} points/s")
+    print(f"estimate_many, op tables cached: {warm:.3f} s [{warm_cpu:.3f}] = {n / warm:,.0f} points/s "
+          f"({distinct / warm:,.0f} distinct timings/s; {n / warm_cpu:,.0f} points per CPU second)")
+    print(f"loop of mechsim.estimate:        {t_loop:.3f} s [{loop_cpu:.3f}] = {n / t_loop:,.0f} points/s "
+          "(op tables already built by the calls above)")
     print(f"batched / loop: {t_loop / warm:.0f}x; largest relative step-time difference {worst:.2g}; "
           f"both batched calls identical: {same}")
     return 0 if worst < 1e-9 else 1
