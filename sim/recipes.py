@@ -41,7 +41,7 @@ SETTINGS: dict[str, tuple[type, ...]] = {
     "vp": (int,), "interleaved_vp": (int,), "seq": (int,), "recompute": (str,), "pipeline_split": (str,),
     "layout": (list, tuple), "etp": (int,), "dispatcher": (str,), "capacity_factor": (float,),
     "sync_free": (bool,), "a2a_overlap": (bool,), "mla_recompute_up_proj": (bool,), "attention_sinks": (bool,),
-    "cudnn": (str,), "batch": (str,), "fsdp_param_dtype": (str,),
+    "cudnn": (str,), "batch": (str,), "fsdp_param_dtype": (str,), "bucket_elements": (int,),
 }
 _RULES = {"sequence_parallel": ("with_tp",), "tp_comm_overlap": ("with_sp",), "pipeline_split": ("embedding_loss",),
           "batch": ("local_batch_over_pp",), "grad_reduce_dtype": ("bf16", "fp32"),
@@ -294,14 +294,17 @@ def recipe_workload(name: str, *, model, parallel: Mapping[str, Any] | None = No
         out["grad_reduce_dtype"] = "bf16"
     if pp > 1 and vp == 1 and "vp" not in par and s.get("vp", 1) != 1:
         par["vp"] = vp = s["vp"]
-    par = {**_recipe_parallel(par, s, cfg.n_layers, pp, vp), **par}
+    grad_bytes = 2 if out.get("grad_reduce_dtype", fields.get("grad_reduce_dtype")) == "bf16" else 4
+    par = {**_recipe_parallel(par, s, cfg.n_layers, pp, vp, grad_bytes), **par}
     if vp > 1 and "schedule" not in par:
         par["schedule"] = "interleaved"
     return TrainingWorkload(**{**out, **fields, "model": _recipe_model(cfg, s), "parallel": Parallelism(**par)})
 
 
-def _recipe_parallel(par: Mapping[str, Any], s: Mapping[str, Any], n_layers: int, pp: int, vp: int) -> dict:
-    """Parallelism fields the recipe sets (sp, TP overlap, zero, etp, an uneven pipeline split)."""
+def _recipe_parallel(par: Mapping[str, Any], s: Mapping[str, Any], n_layers: int, pp: int, vp: int,
+                     grad_elem_bytes: int = 4) -> dict:
+    """Parallelism fields the recipe sets (sp, TP overlap, zero, etp, DDP bucket size in bytes of
+    ``grad_elem_bytes``-byte gradients, an uneven pipeline split)."""
     upd: dict[str, Any] = {}
     if "sequence_parallel" in s:
         rule = s["sequence_parallel"]
@@ -310,6 +313,9 @@ def _recipe_parallel(par: Mapping[str, Any], s: Mapping[str, Any], n_layers: int
     if "tp_comm_overlap" in s:
         upd["tp_comm_overlap"] = sp if s["tp_comm_overlap"] == "with_sp" else bool(s["tp_comm_overlap"])
     upd.update({k: s[k] for k in ("zero", "etp") if k in s})
+    zero, dp = par.get("zero", upd.get("zero", 0)), par.get("dp", 1)
+    if "bucket_elements" in s and zero in (1, 2) and dp > 1 and "bucket_bytes" not in par:
+        upd["bucket_bytes"] = s["bucket_elements"] * grad_elem_bytes
     given = {"layout", "pp_split_embedding", "pp_split_loss", "first_stage_layers", "last_stage_layers"} & set(par)
     if pp > 1 and n_layers % (pp * vp) and not given:
         if "layout" in s:

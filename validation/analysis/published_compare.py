@@ -188,6 +188,8 @@ def _fill(row, s: dict) -> dict:
         fill["fsdp_keep_unsharded"] = bool(overlap.fsdp_keep_unsharded_under_pp(stack_for(row)) and (row.pp or 1) > 1)
     if "etp" in s:
         fill["etp"] = s["etp"]
+    if "bucket_elements" in s and zero in (1, 2) and (row.dp or 1) > 1:     # Megatron's bucket_size counts elements
+        fill["bucket_bytes"] = s["bucket_elements"] * (2 if s.get("grad_reduce_dtype") == "bf16" else 4)
     return fill
 
 
