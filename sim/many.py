@@ -414,8 +414,9 @@ def estimate_many(workloads, hw: Any = "h100_sxm", stack: Any = None, overrides:
         else:
             ok = ()
         key = (id(w), h if h.__class__ is str else id(h), s if s is None or s.__class__ is str else id(s), ok)
-        x = timings.get(key, False)
-        if x is False:
+        if key in timings:
+            x = timings[key]
+        else:
             try:
                 x = None if loop else res.timing(w, h, s, ov, ok)
             except (ValueError, TypeError, KeyError, ArithmeticError):
@@ -478,8 +479,11 @@ def _frame(pd, static: list[tuple], figs: np.ndarray, idx: np.ndarray, loop_rows
     for j, c in enumerate(STATIC):
         vals = [v[j] for v in static]
         if c in STRINGS and not rest:   # categorical: each distinct string stored once
-            cats, inv = np.unique(np.array(vals, dtype=object), return_inverse=True) if vals else ([], [])
-            data[c] = pd.Categorical.from_codes(np.asarray(inv)[take], categories=list(cats)) if vals else []
+            if vals:
+                cats, inv = np.unique(np.array(vals, dtype=object), return_inverse=True)
+                data[c] = pd.Categorical.from_codes(inv[take], categories=cats.tolist())
+            else:
+                data[c] = []
             continue
         col = np.array(vals)[take] if vals else np.full(n, np.nan)
         if rest:

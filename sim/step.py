@@ -232,7 +232,8 @@ def _estimate(p: Prepared, job: Job, target: Target, st: Stack, out: Composed, o
 
 class OneGpu:
     """One GPU on its own: host launches and GPU kernels in a tandem queue (sim/launch.py),
-    plus CPU offload copies (sim/offload.py) after it."""
+    plus CPU offload copies (sim/offload.py) after it. sim/many.py evaluates this composition on
+    the rows of many points at once; tests/sim/test_many.py keeps the two equal."""
 
     def __init__(self, workload, t: OpTable, st: Stack, gpu, eff, host, duty: float = 1.0,
                  cal: Calibrated | None = None) -> None:
