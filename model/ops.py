@@ -61,11 +61,12 @@ STORED_BYTES: dict[str, float] = {**DTYPE_BYTES, "fp4": 0.5 + 1.0 / 16, "int4": 
 
 @dataclass(frozen=True, slots=True)
 class GemmShape:
-    """C[M,N] = A[M,K] @ B[K,N], ``batch`` independent GEMMs (2*M*N*K*batch FLOP)."""
+    """C[M,N] = A[M,K] @ B[K,N], ``batch`` independent GEMMs (2*M*N*K*batch FLOP). K of a weight-
+    gradient GEMM is the token count, a mean (fractional) for experts that receive T*k/E tokens."""
 
     M: int
     N: int
-    K: int
+    K: float
     batch: int = 1
 
 

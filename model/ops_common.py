@@ -106,7 +106,7 @@ class Ctx:
     Skv: int
     act: float
     resid: float
-    gemm: str
+    gemm: DType
     gin: float
     wb: float
     pw: float
@@ -169,7 +169,7 @@ def chain(name: str, kind: OpKind, phase: Phase, ks: list[Kern], count: int, num
     return out
 
 
-def mm(c: Ctx, name: str, phase: str, M: float, N: int, K: int, count: int, batch: int = 1,
+def mm(c: Ctx, name: str, phase: Phase, M: float, N: int, K: float, count: int, batch: int = 1,
        a_bytes: float = 0.0, b_bytes: float = 0.0, out_bytes: float = 0.0, kernels: int = 1) -> Op:
     """One GEMM C[M,N] = A[M,K] B[K,N] (x batch): flops 2*M*N*K*batch; bytes given by caller.
     Skinny GEMMs (M <= 16, batch 1) whose N/64 output tiles leave SMs idle and K >= 2048 run
@@ -233,7 +233,7 @@ def window_fraction(cfg: TransformerConfig, Sq: int, Skv: int, causal: bool) -> 
     """Layer-average pairs with cfg's sliding window over the pairs without it (1.0 when the
     model has no window or the window covers every key)."""
     W, s = cfg.sliding_window, cfg.window_share
-    if not s or W >= Skv:
+    if not s or W is None or W >= Skv:
         return 1.0
     full = causal_pairs(Sq, Skv) if causal else float(Sq * Skv)
     return 1.0 - s + s * window_pairs(Sq, Skv, W) / full
@@ -243,7 +243,7 @@ def window_keys_fraction(cfg: TransformerConfig, Sq: int, Skv: int) -> float:
     """Layer-average keys a kernel reads over Skv: a windowed layer touches only the last
     min(Skv, W + Sq - 1) keys (all of them when Sq == Skv; W in decode)."""
     W, s = cfg.sliding_window, cfg.window_share
-    if not s or W + Sq - 1 >= Skv:
+    if not s or W is None or W + Sq - 1 >= Skv:
         return 1.0
     return 1.0 - s + s * (W + Sq - 1) / Skv
 
@@ -296,7 +296,7 @@ def flash(c: Ctx, name: str, Hq: int, Hkv: int, dqk: int, dv: int, Sq: int, Skv:
     kv = _kv_bytes(c, Hkv, dqk, dv, Skv, kv_read) * keys
     lse = B * Hq * Sq * 4.0 if c.train else 0.0
     shape = AttentionShape(B, Hq, Hkv, Sq, Skv, dqk, dv, causal, wf if wf < 1.0 else 1.0)
-    dt = "fp32" if c.act == 4 else "bf16"
+    dt: DType = "fp32" if c.act == 4 else "bf16"
     if not c.train:
         fk = 2 if (Sq == 1 and B * Hkv < SPLIT_SMS) else 1   # fp32 partials: < 1% of the KV bytes
         return Pair([Op(name, "attention", "fwd", flops, q + kv, o, dt, shape, cnt, fk)], [])

@@ -20,14 +20,14 @@ from dataclasses import replace
 
 from .chains import embedding, norm, sample
 from .comm import coll, pp_p2p, tp_in, tp_out
-from .ops import DTYPE_BYTES, STORED_BYTES, Op
+from .ops import DTYPE_BYTES, STORED_BYTES, DType, Op
 from .ops_common import Ctx, linear
 from .ops_layer import layer_pairs
 from .shard import local_config
 from .workload import InferenceWorkload
 
 
-def gemm_dtype(w: InferenceWorkload) -> str:
+def gemm_dtype(w: InferenceWorkload) -> DType:
     """fp8/fp4 weights run fp8/fp4 GEMMs (W8A8 / W4A4); other weights compute in act_dtype."""
     return w.weight_dtype if w.weight_dtype in ("fp8", "fp4") else w.act_dtype
 
