@@ -14,15 +14,16 @@ sum of ``estimate_op(op, gpu).time_s * op.count`` (GPU time, as a graph replay m
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 
 from .chains import act, cross_entropy, norm, rope
 from .config import TransformerConfig
-from .ops import DTYPE_BYTES, AttentionShape, GemmShape, Op, RowShape, StreamShape
+from .ops import DTYPE_BYTES, AttentionShape, DType, GemmShape, Op, OpKind, Phase, RowShape, StreamShape
 from .ops_common import Ctx
 
 
-def gemm(m: int, n: int, k: int, dtype: str = "bf16", batch: int = 1,
-         out_dtype: str | None = None, name: str = "gemm") -> Op:
+def gemm(m: int, n: int, k: int, dtype: DType = "bf16", batch: int = 1,
+         out_dtype: DType | None = None, name: str = "gemm") -> Op:
     """C[M,N] = A[M,K] @ B[K,N] (x batch): 2*M*N*K*batch FLOP;
     bytes = (M*K + K*N) * in + M*N * out per batch."""
     _positive(m=m, n=n, k=k, batch=batch)
@@ -33,7 +34,7 @@ def gemm(m: int, n: int, k: int, dtype: str = "bf16", batch: int = 1,
 
 
 def attention(b: int, hq: int, hkv: int, sq: int, skv: int, d: int, causal: bool,
-              phase: str = "fwd", dtype: str = "bf16", name: str = "attention") -> Op:
+              phase: Phase = "fwd", dtype: DType = "bf16", name: str = "attention") -> Op:
     """Flash attention. Forward FLOP = 4*B*Hq*Sq*Skv*D (QK^T and PV), times the
     fraction of the score matrix a causal kernel computes: 1 - (Sq-1)/(2*Skv) when
     Sq == Skv (about half); backward = 2.5x forward (five GEMMs vs two).
@@ -53,7 +54,7 @@ def attention(b: int, hq: int, hkv: int, sq: int, skv: int, d: int, causal: bool
 
 
 def memory_kernel(bytes_read: float, bytes_written: float, flops: float = 0.0,
-                  kind: str = "elementwise", name: str = "memory", kernels: int = 1) -> Op:
+                  kind: OpKind = "elementwise", name: str = "memory", kernels: int = 1) -> Op:
     """A memory-bound kernel (copy, elementwise, norm, reduction) by its traffic."""
     for field, v in (("bytes_read", bytes_read), ("bytes_written", bytes_written), ("flops", flops)):
         if isinstance(v, bool) or not isinstance(v, (int, float)):
@@ -75,7 +76,7 @@ def reduction(bytes_read: float, out_bytes: float = 4.0, name: str = "reduction"
               StreamShape(int(bytes_read)))
 
 
-def _dtype_bytes(dtype: str) -> float:
+def _dtype_bytes(dtype: DType) -> float:
     if dtype not in DTYPE_BYTES:
         raise ValueError(f"dtype must be one of {', '.join(DTYPE_BYTES)}, got {dtype!r}")
     return DTYPE_BYTES[dtype]
@@ -89,8 +90,8 @@ def _positive(**sizes: int) -> None:
 
 # ---- eager chains (model/chains.py) as one microbenchmark runs them ----
 
-def _chain_ctx(act_dtype: str, resid_dtype: str | None = None, weight_dtype: str | None = None,
-               train: bool = False, fused: frozenset | set = frozenset(), mlp: str = "swiglu") -> Ctx:
+def _chain_ctx(act_dtype: DType, resid_dtype: DType | None = None, weight_dtype: DType | None = None,
+               train: bool = False, fused: Iterable[str] = (), mlp: str = "swiglu") -> Ctx:
     """A one-instance step context (B = S = 1, one micro-batch, no autocast, no parallelism):
     the chain builders then count exactly one chain over the tensors given to them."""
     cfg = TransformerConfig(name="microop", n_layers=1, d_model=64, n_heads=1, ffn=64, vocab=64, mlp=mlp)
@@ -101,8 +102,8 @@ def _chain_ctx(act_dtype: str, resid_dtype: str | None = None, weight_dtype: str
                fused=frozenset(fused))
 
 
-def rmsnorm_chain(t: int, d: int, dtype: str = "fp32", backward: bool = False, fused: bool = False,
-                  weight_dtype: str | None = None) -> list[Op]:
+def rmsnorm_chain(t: int, d: int, dtype: DType = "fp32", backward: bool = False, fused: bool = False,
+                  weight_dtype: DType | None = None) -> list[Op]:
     """llama_ref.RMSNorm (HF LlamaRMSNorm) on x[t, d] of ``dtype`` with a weight of
     ``weight_dtype`` (default: the same; fp32 module in amp training, bf16 model in inference).
     Eager fwd: [x.float()], pow, mean, +eps, rsqrt, mul, [.to(dtype)], *weight (6 kernels in
@@ -115,7 +116,7 @@ def rmsnorm_chain(t: int, d: int, dtype: str = "fp32", backward: bool = False, f
     return pr.fwd + pr.bwd
 
 
-def swiglu_chain(t: int, ffn: int, dtype: str = "bf16", backward: bool = False, fused: bool = False) -> list[Op]:
+def swiglu_chain(t: int, ffn: int, dtype: DType = "bf16", backward: bool = False, fused: bool = False) -> list[Op]:
     """F.silu(gate) * up on [t, ffn] tensors of ``dtype``: silu and mul (2 kernels); backward
     2 muls + silu_backward. ``fused``: one kernel each way (the "act" fusion group)."""
     _positive(t=t, ffn=ffn)
@@ -124,7 +125,7 @@ def swiglu_chain(t: int, ffn: int, dtype: str = "bf16", backward: bool = False, 
     return pr.fwd + pr.bwd
 
 
-def rope_chain(b: int, s: int, hq: int, hkv: int, hd: int, table_dtype: str = "fp32", dtype: str = "bf16",
+def rope_chain(b: int, s: int, hq: int, hkv: int, hd: int, table_dtype: str = "fp32", dtype: DType = "bf16",
                backward: bool = False, fused: bool = False) -> list[Op]:
     """llama_ref.apply_rope on q[b, hq, s, hd] and k[b, hkv, s, hd] of ``dtype`` with cos/sin
     tables [s, hd] of ``table_dtype``: per tensor x*cos, neg, cat, rot*sin, add (5 kernels;
@@ -137,7 +138,7 @@ def rope_chain(b: int, s: int, hq: int, hkv: int, hd: int, table_dtype: str = "f
     return pr.fwd + pr.bwd
 
 
-def cross_entropy_chain(t: int, vocab: int, logits_dtype: str = "fp32", backward: bool = False,
+def cross_entropy_chain(t: int, vocab: int, logits_dtype: DType = "fp32", backward: bool = False,
                         fused: bool = False) -> list[Op]:
     """F.cross_entropy(logits[t, vocab], targets[t]) (mean): [.float() cast of non-fp32 logits],
     log_softmax + nll gather; ``backward``: + the seed fill, nll grad (zero-fill + scatter),
@@ -154,7 +155,7 @@ ROW_NORMS = ("layer_norm", "rms_norm")
 UNARY = ("silu", "gelu_tanh", "gelu", "relu")
 
 
-def softmax(rows: int, cols: int, dtype: str = "fp32", name: str = "softmax") -> Op:
+def softmax(rows: int, cols: int, dtype: DType = "fp32", name: str = "softmax") -> Op:
     """torch.softmax(x[rows, cols], dim=-1) of ``dtype``: one row-softmax kernel (the one torch
     dispatches for the row length, sim/rowkernels.py); reads and writes rows x cols elements."""
     _positive(rows=rows, cols=cols)
@@ -162,7 +163,7 @@ def softmax(rows: int, cols: int, dtype: str = "fp32", name: str = "softmax") ->
     return Op(name, "softmax", "fwd", 5.0 * n, float(n * e), float(n * e), dtype, RowShape(rows, cols))
 
 
-def row_norm(rows: int, cols: int, dtype: str = "fp32", norm: str = "layer_norm", name: str | None = None) -> Op:
+def row_norm(rows: int, cols: int, dtype: DType = "fp32", norm: str = "layer_norm", name: str | None = None) -> Op:
     """One fused forward norm kernel over x[rows, cols] of ``dtype`` (F.layer_norm with weight and
     bias, F.rms_norm / nn.RMSNorm: torch's vectorized_layer_norm_kernel family, a row per block):
     reads x and the weights, writes y and the per-row statistics."""
@@ -174,7 +175,7 @@ def row_norm(rows: int, cols: int, dtype: str = "fp32", norm: str = "layer_norm"
     return Op(name or norm, "norm", "fwd", 8.0 * n, float(n * e + w), float(n * e + 8 * rows), dtype, RowShape(rows, cols))
 
 
-def unary(elems: int, dtype: str = "bf16", fn: str = "silu", name: str | None = None) -> Op:
+def unary(elems: int, dtype: DType = "bf16", fn: str = "silu", name: str | None = None) -> Op:
     """One contiguous unary pointwise kernel (F.silu, F.gelu(approximate="tanh"), ...) over
     ``elems`` elements of ``dtype``: vectorized_elementwise_kernel, one read and one write each."""
     _positive(elems=elems)

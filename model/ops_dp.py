@@ -170,8 +170,8 @@ def ddp_bucket_copies(p: Parallelism, grad_bytes: float, n_tensors: int, main_gr
     return into, out
 
 
-def fsdp_copies(p: Parallelism, unit_params: tuple[float, float], n_layers: int, mb: int, stored: int,
-                gathered: int, grad: int) -> tuple[list[Op], list[Op]]:
+def fsdp_copies(p: Parallelism, unit_params: tuple[float, float], n_layers: int, mb: int, stored: float,
+                gathered: float, grad: float) -> tuple[list[Op], list[Op]]:
     """zero 3 copies around each gather and reduce-scatter (module docstring): (forward ops,
     backward ops). unit_params: parameters of one layer, of the other (root) params;
     stored / gathered / grad: bytes per element of the sharded parameter, the gathered one

@@ -24,7 +24,7 @@ from dataclasses import replace
 
 from .config import TransformerConfig
 from .lora import adapter_tensor_sizes, frozen, frozen_base
-from .ops import STORED_BYTES, Op
+from .ops import STORED_BYTES, DType, Op
 from .ops_common import CAT, Ctx, Kern, Pair, chain, linear, nv, recompute
 from .ops_dp import (MCORE_DDP_BUCKETS, ddp_bucket_copies, dp_bucket_counts, dp_group, fsdp, fsdp_copies,
                      grad_sync, param_gather)
@@ -39,7 +39,7 @@ def linear_weight_params(cfg: TransformerConfig, layers_only: bool = False) -> i
     body = 0
     for i in range(cfg.n_layers):
         if cfg.is_moe_layer(i):
-            m = cfg.moe
+            m = cfg.moe_block
             ffn = m.n_experts * (cfg.d_model + cfg.mlp_matmul_params(m.expert_ffn))
             ffn += cfg.mlp_matmul_params(m.shared_ffn_total) if m.n_shared_experts else 0
         else:
@@ -209,7 +209,7 @@ def param_tensor_sizes(cfg: TransformerConfig) -> list[int]:
     for i in range(cfg.n_layers):
         out += nrm + attn + nrm
         if cfg.is_moe_layer(i):
-            mo = cfg.moe
+            mo = cfg.moe_block
             out += [mo.n_experts * d] + ([mo.n_experts] if mo.router_bias else [])
             out += mlp(mo.expert_ffn) * mo.n_experts + (mlp(mo.shared_ffn_total) if mo.n_shared_experts else [])
         else:
@@ -262,8 +262,8 @@ def optimizer_ops(w: TrainingWorkload, c: Ctx, trainable: list[int] | None = Non
     per tensor (mul_, lerp_, mul_, addcmul_, sqrt, div, add_, addcdiv_: R 48, W 32 B/param).
     ``trainable``: only these tensors have optimizer state (LoRA adapters)."""
     dt, fused, frac = train_dtypes_of(w), c.fused, optimizer_shard(w, c, trainable)
-    P, nt = trained(c, trainable)
-    P *= frac
+    P0, nt = trained(c, trainable)
+    P = P0 * frac
     if w.offload == "optimizer":
         return offloaded_optimizer_ops(P, nt)
     extra_w = 2.0 if dt.master else 0.0
@@ -359,7 +359,7 @@ def _dp_ops(w: TrainingWorkload, c: Ctx, trainable: list[int] | None = None) -> 
     P, Pe, pb = stage_params(c), expert_params(c.cfg), fsdp_gather_bytes(w)
     if trainable is not None:
         P, Pe = sum(trainable), 0
-    pdt = "fp32" if pb == 4 else "bf16"
+    pdt: DType = "fp32" if pb == 4 else "bf16"
     Pl = sum(c.cfg.layer_params(i) for i in range(c.cfg.n_layers))
     L = c.cfg.n_layers
     ag_f, ag_b, rs = fsdp(p, (Pl / L * pb, Pl / L * dt.grad), ((P - Pl) * pb, (P - Pl) * dt.grad), L,
