@@ -41,7 +41,7 @@ SETTINGS: dict[str, tuple[type, ...]] = {
     "vp": (int,), "interleaved_vp": (int,), "seq": (int,), "recompute": (str,), "pipeline_split": (str,),
     "layout": (list, tuple), "etp": (int,), "dispatcher": (str,), "capacity_factor": (float,),
     "sync_free": (bool,), "a2a_overlap": (bool,), "mla_recompute_up_proj": (bool,), "attention_sinks": (bool,),
-    "cudnn": (str,), "batch": (str,), "fsdp_param_dtype": (str,), "bucket_elements": (int,),
+    "cudnn": (str,), "batch": (str,), "fsdp_param_dtype": (str,), "bucket_elements": (int,), "cp": (int,),
 }
 _RULES = {"sequence_parallel": ("with_tp",), "tp_comm_overlap": ("with_sp",), "pipeline_split": ("embedding_loss",),
           "batch": ("local_batch_over_pp",), "grad_reduce_dtype": ("bf16", "fp32"),
@@ -237,7 +237,7 @@ def recipe_for_software(software: str | None) -> Recipe:
             return r
     known = [s for r in _all().values() for s in r.software]
     close = difflib.get_close_matches(str(software), known, n=3, cutoff=0.4)
-    raise UnstatedFact(f"software {software!r}: no recipe names this release (close: {close}); add it to sim/data/recipes/")
+    raise UnstatedFact(f"recipe: no recipe of sim/data/recipes/ is the software {software!r} (close: {close})")
 
 
 def _version(v: str) -> tuple[int, ...]:

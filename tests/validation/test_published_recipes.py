@@ -10,6 +10,10 @@ from mechsim.validation.analysis.published_compare import compare_published, set
 
 def test_every_release_of_a_published_row_has_a_recipe():
     for r in load_published():
+        if "not named" in (r.software or ""):       # NeMo 25.07 parenthesised alternatives
+            with pytest.raises(UnstatedFact, match="no recipe"):
+                recipe_for_software(r.software)
+            continue
         assert recipe_for_software(r.software).software, r.id
 
 

@@ -172,6 +172,13 @@ def _sp(row, s: dict) -> bool:
 def _fill(row, s: dict) -> dict:
     """Parallelism fields the row does not publish, from its recipe settings ``s``."""
     fill: dict = {"vp": s["vp"]} if row.vp is None else {}
+    if row.cp is None and "cp" in s:
+        fill["cp"] = s["cp"]
+    if row.dp is None and row.gpus and None not in (row.tp, row.pp) and (row.cp or fill.get("cp")):
+        mp = row.tp * row.pp * (row.cp or fill["cp"])
+        if row.gpus % mp:
+            raise ValueError(f"gpus={row.gpus} is not tp*pp*cp={mp} x an integer")
+        fill["dp"] = row.gpus // mp          # every GPU not in a model-parallel group is a data-parallel rank
     if row.sp is None:
         fill["sp"] = _sp(row, s)
     sp = _sp(row, s)
@@ -182,13 +189,14 @@ def _fill(row, s: dict) -> dict:
             raise UnstatedFact("zero: not published and the recipe sets no optimizer sharding")
         fill["zero"] = s["zero"]
     zero = row.zero if row.zero is not None else fill["zero"]
+    dp = row.dp or fill.get("dp", 1)
     if zero == 3 and "fsdp_param_dtype" in s:
         fill["fsdp_param_dtype"] = s["fsdp_param_dtype"]
         # torch pipeline schedules keep FSDP units gathered under PP (overlap.fsdp_keep_unsharded_under_pp)
         fill["fsdp_keep_unsharded"] = bool(overlap.fsdp_keep_unsharded_under_pp(stack_for(row)) and (row.pp or 1) > 1)
     if "etp" in s:
         fill["etp"] = s["etp"]
-    if "bucket_elements" in s and zero in (1, 2) and (row.dp or 1) > 1:     # Megatron's bucket_size counts elements
+    if "bucket_elements" in s and zero in (1, 2) and dp > 1:     # Megatron's bucket_size counts elements
         fill["bucket_bytes"] = s["bucket_elements"] * (2 if s.get("grad_reduce_dtype") == "bf16" else 4)
     return fill
 
@@ -310,8 +318,8 @@ def gpus_for(row) -> int:
 
 
 def predict_row(row) -> PublishedRow:
-    if not row.system or None in (row.tp, row.pp, row.dp, row.cp) or (row.ep is None):
-        raise UnstatedFact("plan: " + ", ".join(k for k in ("system", "tp", "pp", "dp", "cp", "ep")
+    if not row.system or None in (row.tp, row.pp, row.ep) or row.gpus is None and row.dp is None:
+        raise UnstatedFact("plan: " + ", ".join(k for k in ("system", "tp", "pp", "dp", "ep")
                                                 if getattr(row, k) is None) + " not published")
     tok = published_tokens_per_s(row)
     if tok is None:

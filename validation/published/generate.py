@@ -427,6 +427,8 @@ def a6_files(sec: list[str]) -> dict[str, tuple[dict, list[dict]]]:
             r["unverified"] += ["precision", "fp8_recipe"]
             r["notes"].append("value in parentheses: 'an alternative configuration/recipe'; whether it means "
                               "MXFP8 (as on the 25.09 Megatron-Bridge page) is UNVERIFIED")
+            # the page names neither the alternative recipe nor its fp8 scaling: no release recipe applies
+            r["software"] = "NeMo 25.07 (alternative configuration/recipe, not named)"
             rows.append(r)
     out["nemo2507_a6"] = (a6_source("25.07", "DGX-GB200 FP8-CS table", "DGX-GB200 (GB200 NVL72)",
                                     "FP8-CS; values in parentheses an alternative configuration/recipe"), rows)
