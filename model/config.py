@@ -181,6 +181,13 @@ class TransformerConfig(BaseModel):
             raise ValueError(f"{self.name}: moe: the model has no MoE block (set moe=MoEConfig(...))")
         return self.moe
 
+    @property
+    def mla_block(self) -> MLAConfig:
+        """The MLA block, for code that builds MLA attention only (a ValueError if there is none)."""
+        if self.mla is None:
+            raise ValueError(f"{self.name}: mla: the model has no MLA block (set mla=MLAConfig(...))")
+        return self.mla
+
     # ---- layer layout -------------------------------------------------------
     @property
     def rope_dim(self) -> int:

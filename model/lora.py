@@ -16,7 +16,7 @@ are not modelled (under 0.5 % of the linears' activation bytes at r = 32).
 
 from __future__ import annotations
 
-from .ops import GemmShape, Op
+from .ops import GemmShape, Op, Phase
 from .ops_common import Ctx, Kern, Pair, chain
 
 # Megatron-Core linear -> mechsim op name (fused concat_proj names and llama_ref's unfused ones).
@@ -29,14 +29,15 @@ def is_target(name: str) -> bool:
     return name in TARGETS
 
 
-def _gemm(name: str, phase: str, M: float, N: int, K: int, count: int, read: float, write: float) -> Op:
+def _gemm(name: str, phase: Phase, M: float, N: int, K: float, count: int, read: float, write: float) -> Op:
     """A bf16 adapter GEMM C[M,N] = A[M,K] B[K,N]: 2 M N K FLOPs."""
     return Op(name, "matmul", phase, 2.0 * M * N * K, read, write, "bf16", GemmShape(max(1, round(M)), N, K, 1), count, 1)
 
 
 def adapter_pair(base: Op, rank: int) -> Pair:
     """The adapter ops of one target linear whose forward GEMM is ``base`` (batch 1)."""
-    M, N, K = base.shape.M, base.shape.N, base.shape.K
+    s = base.shape_as(GemmShape)
+    M, N, K = s.M, s.N, int(s.K)       # a forward GEMM: K is the weight's input size, a whole number
     n, r, b, name = base.count, rank, ADAPTER_BYTES, base.name + "/lora"
     fwd = [_gemm(name + "/a", "fwd", M, r, K, n, b * (M * K + K * r), b * M * r),
            _gemm(name + "/b", "fwd", M, N, r, n, b * (M * r + r * N), b * M * N)]
@@ -94,7 +95,8 @@ def adapter_tensor_sizes(c: Ctx, layers: list[Pair], rank: int) -> list[int]:
     for p in layers:
         for o in p.fwd:
             if o.kind == "matmul" and is_target(o.name):
-                N, K = o.shape.N, o.shape.K
+                s = o.shape_as(GemmShape)
+                N, K = s.N, int(s.K)
                 per_layer = o.count // (c.mb * L) or 1
                 sizes += list(adapter_shard_sizes(o.name, N, K, rank, c.tp)) * (L * per_layer)
     return sizes

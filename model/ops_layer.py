@@ -59,7 +59,7 @@ def mla_attention(c: Ctx, n: int) -> list[Pair]:
     mla.recompute_up_proj: the MLA_UP_OPS forward ops run again at the head of their backward
     (Megatron-Core selective recompute "mla_up_proj"; extra FLOPs 2*T*(ql*H*dqk + kl*H*(nope+v))
     per layer and micro-batch, plus the norms' and RoPE's traffic)."""
-    cfg, T, m = c.cfg, c.T, c.cfg.mla
+    cfg, T, m = c.cfg, c.T, c.cfg.mla_block
     d, H, ql, kl, rd = cfg.d_model, cfg.n_heads, m.q_lora_rank, m.kv_lora_rank, m.qk_rope_head_dim
     dqk, absorbed = m.qk_head_dim, (not c.train and c.S == 1)
     out = [norm(c, "layer/norm_attn", c.Tn, d, n, 1 if c.f("concat_proj") else 2, resid_in=True),
@@ -149,7 +149,7 @@ def moe(c: Ctx, n: int) -> list[Pair]:
     FLOPs per GPU are the same for any etp). Without sp the block runs on all T tokens between
     tp collectives (layer_pairs), g = 1.
     """
-    m = c.cfg.moe
+    m = c.cfg.moe_block
     T, g = (c.Tn, c.expert_tp) if c.sp else (c.T, 1)
     E, El, k, d = m.n_experts * c.ep, m.n_experts, m.top_k, c.cfg.d_model
     hit = max(1, round(El * (1.0 - (1.0 - k / E) ** (T * g * c.ep))))
@@ -176,7 +176,7 @@ def expert_gemm_per_expert(c: Ctx) -> bool:
     every token-drop row; not the sync-free rows)."""
     if not c.f("grouped_gemm"):
         return True
-    return c.f("expert_streams") and not c.cfg.moe.sync_free
+    return c.f("expert_streams") and not c.cfg.moe_block.sync_free
 
 
 def _topk(c: Ctx, T: int, E: int, k: int, n: int) -> Pair:
@@ -186,7 +186,7 @@ def _topk(c: Ctx, T: int, E: int, k: int, n: int) -> Pair:
     if c.f("moe_permute"):
         fk, bk = [Kern(5 * T * E, a * T * E, 12 * T * k)], [Kern(3 * T * E, 12 * T * k + 4 * T * E, a * T * E)]
     else:
-        extra = [Kern(T * E, 4 * T * E, 4 * T * E)] * (6 if c.cfg.moe.router_bias else 0)
+        extra = [Kern(T * E, 4 * T * E, 4 * T * E)] * (6 if c.cfg.moe_block.router_bias else 0)
         fk = [Kern(4 * T * E, a * T * E, 4 * T * E), Kern(T * E, 4 * T * E, 12 * T * k), Kern(T * k, 4 * T * k, 4 * T),
               Kern(T * k, 4 * T * k + 4 * T, 4 * T * k)] + extra
         bk = [Kern(T * k, 8 * T * k, 4 * T * E), Kern(2 * T * E, 8 * T * E, 4 * T * E), Kern(0, 4 * T * E, a * T * E)]
