@@ -130,7 +130,7 @@ def _check_value(where: str, k: str, v: Any) -> Any:
         raise ValueError(f"{where}: setting {k}: {v!r} is not {'/'.join(t.__name__ for t in SETTINGS[k])}")
     if isinstance(v, str) and k in _RULES and v not in _RULES[k]:
         raise ValueError(f"{where}: setting {k}: {v!r} is not one of {_RULES[k]}")
-    stacks = [v] if k == "stack" else list(v.values()) if k == "technique_stacks" else []
+    stacks = [v] if k == "stack" else list(v.values()) if isinstance(v, dict) else []
     for s in stacks:
         if s not in list_stacks():
             raise ValueError(f"{where}: setting {k}: unknown stack {s!r} (sim/data/stacks.toml)")
@@ -198,7 +198,7 @@ def _all(directory: Path = RECIPES_DIR) -> dict[str, Recipe]:
             if name in raw:
                 raise ValueError(f"{f}: recipe {name!r} defined twice")
             raw[name] = rec
-    out = {}
+    out: dict[str, Recipe] = {}
     for name in raw:
         r = _flatten(raw, name)
         where = f"recipe {name!r}"
@@ -209,11 +209,11 @@ def _all(directory: Path = RECIPES_DIR) -> dict[str, Recipe]:
                            MappingProxyType(_settings(where, r.get("set", {}))), _whens(where, r.get("when", [])),
                            MappingProxyType(_models(where, r.get("models", {}))))
     owners: dict[str, str] = {}
-    for r in out.values():
-        for s in r.software:
+    for rec in out.values():
+        for s in rec.software:
             if s in owners:
-                raise ValueError(f"recipe {r.name!r}: software {s!r} also named by recipe {owners[s]!r}")
-            owners[s] = r.name
+                raise ValueError(f"recipe {rec.name!r}: software {s!r} also named by recipe {owners[s]!r}")
+            owners[s] = rec.name
     return out
 
 

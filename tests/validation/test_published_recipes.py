@@ -28,6 +28,19 @@ def test_recipes_have_sources_and_inherit():
         recipe("nemo-24.7")
 
 
+def test_recipe_sources_are_source_ids_or_urls():
+    from pathlib import Path
+
+    import mechsim.hwdb
+    from mechsim.sim._toml import load_toml
+    ids = set(load_toml(Path(mechsim.hwdb.__file__).parent / "data" / "sources.toml"))
+    for name in list_recipes():
+        rec = recipe(name)
+        srcs = [rec.source, *(w.source for w in rec.when), *(m.source for m in rec.models.values()),
+                *(w.source for m in rec.models.values() for w in m.when)]
+        assert all(x in ids or x.startswith("https://") for x in srcs), (name, srcs)
+
+
 def test_release_wide_when_overrides_the_model_recipe():
     rec = recipe("megatron-bridge-25.09")
     assert rec.resolve("qwen3-235b-a22b", system="gb200_nvl72")["dispatcher"] == "flex"
