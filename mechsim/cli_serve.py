@@ -22,6 +22,15 @@ def add_parser(sub) -> None:
     p.add_argument("--tp", type=integer, default=None, help="tensor-parallel GPUs per replica (default: search)")
     p.add_argument("--ep", type=integer, default=1, help="expert-parallel ranks for MoE models (GPUs = tp * ep)")
     p.add_argument("--pp", type=integer, default=1, help="pipeline stages (GPUs = tp * ep * pp)")
+    p.add_argument("--dispatch", default="nccl", choices=("nccl", "deepep", "deepep_normal", "deepep_low_latency"),
+                   help="MoE all-to-all: nccl (every copy), deepep (normal for prefill, low-latency for decode) "
+                        "or one DeepEP mode (docs/serving.md)")
+    p.add_argument("--tbo", action="store_true", help="two-batch overlap: two micro-batches, each one's "
+                                                     "all-to-all beside the other's compute")
+    p.add_argument("--redundant-experts", type=integer, default=0,
+                   help="EPLB redundant expert slots (ep must divide experts + slots; DeepSeek-V3: 32)")
+    p.add_argument("--imbalance", type=real, default=1.0,
+                   help="routing imbalance: max/mean expert load over the ep ranks (default 1 = balanced)")
     p.add_argument("--input", type=integer, default=2048, help="prompt tokens (default 2048)")
     p.add_argument("--output", type=integer, default=256, help="output tokens (default 256)")
     p.add_argument("--ttft-ms", type=real, default=None, help="time-to-first-token target (ms)")
@@ -54,7 +63,9 @@ def run(args: argparse.Namespace) -> int:
     from mechsim import best_serving_plan, serve   # the checked facade (mechsim/inputs.py)
     ttft, tpot = _s(args.ttft_ms), _s(args.tpot_ms)
     common = dict(weight_dtype=args.weight_dtype, kv_dtype=args.kv_dtype, stack=args.stack,
-                  max_batch=args.max_batch, prefix_hit=args.prefix_hit, percentile=args.percentile)
+                  max_batch=args.max_batch, prefix_hit=args.prefix_hit, percentile=args.percentile,
+                  dispatch=args.dispatch, tbo=args.tbo, redundant_experts=args.redundant_experts,
+                  imbalance=args.imbalance)
     plan = None
     tp, ep, pp = args.tp, args.ep, args.pp
     if tp is None:
@@ -99,6 +110,7 @@ def format_report(rep, plan=None) -> str:
     p, kv = rep.point, rep.kv
     seq = rep.input_len + rep.output_len
     par = f"tp={rep.tp}" + (f", ep={rep.ep}" if rep.ep > 1 else "") + (f", pp={rep.pp}" if rep.pp > 1 else "")
+    par += getattr(rep, "wide_ep", "")
     lines = [f"{rep.model} on {rep.tp * rep.ep * rep.pp} x {rep.gpu} ({rep.hw}), {par}, weights {rep.weight_dtype}, "
              f"KV {rep.kv_dtype}, stack {rep.stack}",
              f"lengths: input {rep.input_len:g}, output {rep.output_len:g} tokens"

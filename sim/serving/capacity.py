@@ -140,17 +140,20 @@ def tp_options(model, hw: str, tps=None) -> tuple[int, ...]:
     return tuple(t for t in base if t <= dom and model.n_heads % t == 0)
 
 
-def ep_options(model, hw: str, tp: int, eps=None) -> tuple[int, ...]:
+def ep_options(model, hw: str, tp: int, eps=None, redundant_experts: int = 0) -> tuple[int, ...]:
     """ep degrees to try with ``tp``: ``eps`` or 1 for dense models; for MoE 1, 2, 4, ... dividing
-    the experts with tp * ep inside the NVLink domain."""
+    the expert slots (experts + redundant_experts) with tp * ep inside the NVLink domain; degrees
+    given in ``eps`` are kept with tp * ep inside the domain or, across nodes (wide EP), with tp = 1
+    (data-parallel attention, as DeepSeek and SGLang deploy it); Deployment.make checks them."""
     if model.moe is None:
         if eps is not None and any(e > 1 for e in eps):
             raise ValueError(f"ep: {model.name} is dense; expert parallelism needs a MoE model")
         return (1,)
+    m, slots = model.moe, model.moe.n_experts + redundant_experts
     dom = nvlink_domain(hw)
-    base = TP_CHOICES if eps is None else tuple(eps)
-    m = model.moe
-    return tuple(e for e in base if tp * e <= dom and m.n_experts % e == 0 and m.n_experts // e >= m.top_k) or (1,)
+    if eps is not None:
+        return tuple(e for e in eps if tp * e <= dom or tp == 1) or (1,)
+    return tuple(e for e in TP_CHOICES if tp * e <= dom and slots % e == 0 and slots // e >= m.top_k) or (1,)
 
 
 def _candidate(dep: Deployment, lengths, engine, ttft_s, tpot_s, percentile="p99",
@@ -162,10 +165,12 @@ def _candidate(dep: Deployment, lengths, engine, ttft_s, tpot_s, percentile="p99
     return server, max_rate(server, ttft_s, tpot_s, percentile)
 
 
-def _deployment(model, hw, tp, wd, kd, stack, overrides, ep, pp) -> Deployment | None:
-    """The deployment, or None where pp does not split the layers (tried, not asked for)."""
+def _deployment(model, hw, tp, wd, kd, stack, overrides, ep, pp, wide=None) -> Deployment | None:
+    """The deployment, or None where pp does not split the layers (tried, not asked for).
+    ``wide``: the wide-EP inputs (dispatch, tbo, redundant_experts, imbalance), for ep > 1 only."""
     try:
-        return Deployment.make(model, hw, tp, wd, kd, stack=stack, overrides=overrides, ep=ep, pp=pp)
+        return Deployment.make(model, hw, tp, wd, kd, stack=stack, overrides=overrides, ep=ep, pp=pp,
+                               **(wide if wide and ep > 1 else {}))
     except ValueError:
         if pp == 1:
             raise
@@ -188,23 +193,26 @@ def _closeness(lim: RateLimit, ttft_s, tpot_s) -> float:
 def best_serving_plan(model, hw, input_len, output_len, ttft_s=None, tpot_s=None, rate=None,
                       weight_dtype="bf16", kv_dtype="bf16", stack="serving", tps=None,
                       max_batch=None, max_num_tokens=None, overrides=None, prefix_hit=0.0,
-                      spec=None, eps=None, pps=(1,), percentile="p99") -> ServingPlan:
+                      spec=None, eps=None, pps=(1,), percentile="p99", dispatch="nccl", tbo=False,
+                      redundant_experts=0, imbalance=1.0) -> ServingPlan:
     """Best tp (and replica count for ``rate``) serving ``model`` on ``hw`` within the targets.
 
     input_len / output_len: tokens (or samples); ttft_s / tpot_s: targets in seconds (None: no
     target); rate: requests/s to serve (None: one replica at its max rate); tps / eps / pps: the
     degrees to try (default: module docstring; pipeline parallelism only when pps asks for it);
-    percentile: what the targets bound ('mean', 'p50', 'p90', 'p99')."""
+    percentile: what the targets bound ('mean', 'p50', 'p90', 'p99'); dispatch / tbo /
+    redundant_experts / imbalance: wide-EP inputs of the ep > 1 candidates (wide_ep.py)."""
     if rate is not None and not (rate > 0 and math.isfinite(rate)):
         raise ValueError(f"rate: must be a positive number of requests/s, got {rate}")
     engine = Engine.default(max_batch, max_num_tokens)
     first = Deployment.make(model, hw, 1, weight_dtype, kv_dtype, stack=stack, overrides=overrides)
     lengths = Lengths.of(input_len, output_len, first.model.max_seq)
     found = []
+    wide = {"dispatch": dispatch, "tbo": tbo, "redundant_experts": redundant_experts, "imbalance": imbalance}
     for tp in tp_options(first.model, hw, tps):
-        for ep in ep_options(first.model, hw, tp, eps):
+        for ep in ep_options(first.model, hw, tp, eps, redundant_experts):
             for pp in pps:
-                dep = _deployment(first.model, hw, tp, weight_dtype, kv_dtype, stack, overrides, ep, pp)
+                dep = _deployment(first.model, hw, tp, weight_dtype, kv_dtype, stack, overrides, ep, pp, wide)
                 c = None if dep is None else _candidate(dep, lengths, engine, ttft_s, tpot_s, percentile,
                                                         prefix_hit=prefix_hit, spec=spec)
                 if c is not None and c[0].kv_sequences >= 1:

@@ -16,6 +16,7 @@ from .batching import Engine, Lengths, OperatingPoint, Server
 from .capacity import RateLimit, _meets, max_rate
 from .latency import percentile_key
 from .kvcache import KVCapacity
+from . import wide_ep
 from .steps import Deployment
 from .whatif import DisaggPlan, SpecDecode, disaggregate
 
@@ -47,6 +48,7 @@ class ServingReport:
     prefix_hit: float = 0.0
     disagg: DisaggPlan | None = None
     percentile: str = "p99"          # what the targets bound
+    wide_ep: str = ""                # the wide-EP inputs stated (wide_ep.describe), "" for none
 
     def to_dict(self) -> dict:
         d = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
@@ -72,14 +74,17 @@ def _finite(x):
 def serve(model, hw="h200_sxm", tp=1, input_len=2048, output_len=256, rate=None, ttft_s=None, tpot_s=None,
           weight_dtype="bf16", kv_dtype="bf16", stack="serving", max_batch=None, max_num_tokens=None,
           kv_policy="reserve", spec_k=None, spec_accept=None, draft_model=None, prefix_hit=0.0,
-          disagg=False, overrides=None, ep=1, pp=1, percentile="p99") -> ServingReport:
+          disagg=False, overrides=None, ep=1, pp=1, percentile="p99", dispatch="nccl", tbo=False,
+          redundant_experts=0, imbalance=1.0) -> ServingReport:
     """Serve ``model`` on ``tp`` GPUs of ``hw`` (module docstring). Lengths in tokens (or samples),
     rate in requests/s, targets in seconds; spec_k / spec_accept switch speculative decoding on;
     ep > 1 splits a MoE model's experts over ep data-parallel attention ranks; pp > 1 pipelines
     the layers over pp stages (tp * ep * pp GPUs; steps.Deployment); the targets bound TTFT and
-    TPOT at ``percentile`` ('mean', 'p50', 'p90', 'p99'; latency.py)."""
+    TPOT at ``percentile`` ('mean', 'p50', 'p90', 'p99'; latency.py); dispatch / tbo /
+    redundant_experts / imbalance: wide expert parallelism (wide_ep.py)."""
     percentile_key(percentile)
-    dep = Deployment.make(model, hw, tp, weight_dtype, kv_dtype, stack=stack, overrides=overrides, ep=ep, pp=pp)
+    dep = Deployment.make(model, hw, tp, weight_dtype, kv_dtype, stack=stack, overrides=overrides, ep=ep, pp=pp,
+                          dispatch=dispatch, tbo=tbo, redundant_experts=redundant_experts, imbalance=imbalance)
     lengths = Lengths.of(input_len, output_len, dep.model.max_seq)
     spec = _spec(spec_k, spec_accept, draft_model)
     srv = Server(dep, lengths, Engine.default(max_batch, max_num_tokens, kv_policy), prefix_hit=prefix_hit, spec=spec)
@@ -92,7 +97,8 @@ def serve(model, hw="h200_sxm", tp=1, input_len=2048, output_len=256, rate=None,
     dis = disaggregate(srv, srv, rate or max(point.rate_per_s, 1e-9)) if disagg else None
     return ServingReport(dep.model.name, dep.hw, dep.gpu.key, dep.tp, dep.ep, dep.pp, dep.weight_dtype, dep.kv_dtype, dep.stack,
                          lengths.mean_in, lengths.mean_out, srv.kv, srv.kv_sequences, srv.cap, point,
-                         srv.saturation_rate(), lim, meets, reason, spec, prefix_hit, dis, percentile.lower())
+                         srv.saturation_rate(), lim, meets, reason, spec, prefix_hit, dis, percentile.lower(),
+                         wide_ep.describe(dep.dispatch, dep.tbo, dep.redundant_experts, dep.imbalance))
 
 
 def _spec(k, a, draft) -> SpecDecode | None:

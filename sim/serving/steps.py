@@ -22,8 +22,12 @@ from ...model import InferenceWorkload, TransformerConfig, preset
 from ...model.ops_train import linear_weight_params
 from ...model.parallel import Parallelism
 from ...model.shard import local_config
+from ...model.ops import DTYPE_BYTES
+from ..distributed import resolve_cluster
 from ..estimate import estimate, resolve_gpu
+from . import wide_ep
 from .quant import KV_DTYPES, WEIGHT_DTYPES, check_quant, dequant_time_s, normalize_dtype
+from ..overlap import default_contention
 
 CTX_ROUND = 64
 
@@ -59,7 +63,12 @@ class Deployment:
     "DP attention + EP"); the replica's sequences are spread evenly over the ep ranks.
     pp > 1: pp pipeline stages (layers / pp each, crossing nodes if need be) with pp micro-batches
     in flight; one micro-batch holds B / (ep * pp) sequences, and a token of a sequence takes one
-    pass through all stages (estimate's step time: pp stage times + the p2p sends)."""
+    pass through all stages (estimate's step time: pp stage times + the p2p sends).
+    Wide EP (sim/serving/wide_ep.py): tp * ep may span nodes (the all-to-all then crosses the
+    scale-out network; tp stays inside one NVLink domain); ``dispatch`` picks NCCL or DeepEP's
+    normal / low-latency kernels, ``tbo`` two-batch overlap, ``redundant_experts`` EPLB slots
+    (``model`` then holds n_experts + redundant_experts routed expert slots), ``imbalance`` the
+    max/mean expert load over the ep ranks."""
 
     model: TransformerConfig
     hw: str = "h200_sxm"
@@ -71,12 +80,20 @@ class Deployment:
     overrides: tuple = field(default=())
     ep: int = 1
     pp: int = 1
+    dispatch: str = "nccl"
+    tbo: bool = False
+    redundant_experts: int = 0
+    imbalance: float = 1.0
 
     @classmethod
     def make(cls, model, hw="h200_sxm", tp=1, weight_dtype="bf16", kv_dtype="bf16", act_dtype="bf16",
-             stack="serving", overrides=None, ep=1, pp=1) -> "Deployment":
-        """Validated constructor: resolves presets and dtype aliases, checks tp and the GPU's units."""
+             stack="serving", overrides=None, ep=1, pp=1, dispatch="nccl", tbo=False, redundant_experts=0,
+             imbalance=1.0) -> "Deployment":
+        """Validated constructor: resolves presets and dtype aliases, checks tp and the GPU's units
+        and the wide-EP inputs (class docstring)."""
         cfg = _resolve_model(model)
+        _check_wide(cfg, ep, dispatch, tbo, redundant_experts, imbalance)
+        cfg = _deployed_model(cfg, redundant_experts, dispatch)
         if not isinstance(tp, int) or tp < 1:
             raise ValueError(f"tp: must be a positive integer, got {tp!r}")
         if cfg.n_heads % tp:
@@ -87,7 +104,8 @@ class Deployment:
         _check_ep(cfg, ep)
         if not isinstance(pp, int) or pp < 1:
             raise ValueError(f"pp: must be a positive integer, got {pp!r}")
-        dep = cls(cfg, str(hw), tp, wd, kd, act_dtype, stack, ov, ep, pp)
+        dep = cls(cfg, str(hw), tp, wd, kd, act_dtype, stack, ov, ep, pp, dispatch, bool(tbo),
+                  redundant_experts, float(imbalance))
         check_quant(dep.gpu, wd, kd, act_dtype)
         dep.check_domain()
         dep.workload("decode", 1, 1)      # the layer split (n_layers / pp) is checked here
@@ -108,15 +126,19 @@ class Deployment:
         return Parallelism(tp=self.tp, pp=self.pp)
 
     def check_domain(self) -> None:
-        """tp * ep must fit in one NVLink domain of the system (tp all-reduces and ep all-to-alls
-        every layer)."""
+        """tp must fit in one NVLink domain of the system (tp all-reduces every layer); tp * ep may
+        span domains (wide EP: the ep all-to-all crosses the scale-out network) in whole nodes."""
         n = self.tp * self.ep
         if n == 1:
             return
         dom = nvlink_domain(self.hw)
+        if self.tp > dom:
+            raise ValueError(f"tp: {self.tp} GPUs exceed the {dom}-GPU NVLink domain of {self.hw}")
         if n > dom:
-            what = "tp" if self.ep == 1 else "tp * ep"
-            raise ValueError(f"{what}: {n} GPUs exceed the {dom}-GPU NVLink domain of {self.hw}")
+            node = gpus_per_node(self.hw)
+            if n % node:
+                raise ValueError(f"ep: tp * ep = {n} GPUs span nodes of {node} GPUs on {self.hw}; "
+                                 f"make tp * ep a multiple of {node} (whole nodes)")
 
     def workload(self, phase: str, batch: int, length: int) -> InferenceWorkload:
         kw = {"prompt_len": length} if phase == "prefill" else {"context_len": length}
@@ -129,6 +151,30 @@ class Deployment:
         return self.hw
 
 
+def _check_wide(cfg, ep, dispatch, tbo, redundant_experts, imbalance) -> None:
+    wide_ep.check_dispatch(dispatch)
+    if not isinstance(tbo, bool):
+        raise ValueError(f"tbo: two-batch overlap is True or False, got {tbo!r}")
+    wide = dispatch != "nccl" or tbo or redundant_experts or imbalance != 1.0
+    if wide and (cfg.moe is None or ep == 1):
+        raise ValueError("dispatch / tbo / redundant_experts / imbalance: need a MoE model with ep > 1 "
+                         f"(got {cfg.name}, ep={ep})")
+    if cfg.moe is not None and isinstance(ep, int) and ep > 1:
+        wide_ep.check_wide_ep(cfg.moe.n_experts, cfg.moe.top_k, ep, redundant_experts, imbalance)
+
+
+@functools.lru_cache(maxsize=64)
+def _deployed_model(cfg: TransformerConfig, redundant_experts: int, dispatch: str) -> TransformerConfig:
+    """The model as deployed: n_experts + redundant_experts routed expert slots (EPLB), DeepEP's
+    node-deduplicated (flex) dispatcher for the deepep dispatches."""
+    if cfg.moe is None or (redundant_experts == 0 and dispatch == "nccl"):
+        return cfg
+    upd: dict = {"n_experts": cfg.moe.n_experts + redundant_experts}
+    if dispatch != "nccl":
+        upd["dispatcher"] = "flex"
+    return cfg.model_copy(update={"moe": cfg.moe.model_copy(update=upd)})
+
+
 def _check_ep(cfg, ep) -> None:
     if not isinstance(ep, int) or ep < 1:
         raise ValueError(f"ep: must be a positive integer, got {ep!r}")
@@ -136,9 +182,14 @@ def _check_ep(cfg, ep) -> None:
         raise ValueError(f"ep: {cfg.name} is dense; expert parallelism needs a MoE model")
     if ep > 1 and cfg.moe.n_experts % ep:
         raise ValueError(f"ep: {ep} does not divide the {cfg.moe.n_experts} experts of {cfg.name}")
-    if ep > 1 and cfg.moe.n_experts // ep < cfg.moe.top_k:   # model/shard.py keeps >= top_k local experts
-        raise ValueError(f"ep: {ep} leaves {cfg.moe.n_experts // ep} experts per GPU, fewer than top_k "
-                         f"{cfg.moe.top_k} (not modelled)")
+
+
+def gpus_per_node(hw: str) -> int:
+    """GPUs of one node of the system ``hw`` names (a GPU key: its reference node)."""
+    try:
+        return int(hwdb.get_system(hw).gpus_per_node)
+    except hwdb.UnknownHardwareError:
+        return int(hwdb.get_system(resolve_cluster(hw, 1).system).gpus_per_node)
 
 
 def nvlink_domain(hw: str) -> int:
@@ -155,9 +206,57 @@ def nvlink_domain(hw: str) -> int:
 
 
 @functools.lru_cache(maxsize=4096)
+def _estimate(dep: Deployment, phase: str, batch: int, length: int):
+    return estimate(dep.workload(phase, batch, length), dep.system(), overrides=dict(dep.overrides) or None)
+
+
+def _is_wide(dep: Deployment) -> bool:
+    return dep.ep > 1 and (dep.dispatch != "nccl" or dep.tbo or dep.imbalance != 1.0)
+
+
+@functools.lru_cache(maxsize=4096)
 def _estimate_s(dep: Deployment, phase: str, batch: int, length: int) -> float:
-    w = dep.workload(phase, batch, length)
-    return float(estimate(w, dep.system(), overrides=dict(dep.overrides) or None).step_time_s)
+    if not _is_wide(dep):
+        return float(_estimate(dep, phase, batch, length).step_time_s)
+    if not dep.tbo or batch < 2:
+        return sum(_ep_parts(dep, phase, batch, length))
+    c, a = _ep_parts(dep, phase, math.ceil(batch / 2), length)
+    mode = wide_ep.dispatch_mode(dep.dispatch, phase)
+    return wide_ep.tbo_step_s(c, a, wide_ep.overlap_slowdown(mode, int(dep.gpu.sm_count), default_contention()))
+
+
+def _op_s(est, prefix: str) -> float:
+    return float(sum(o.time_s for o in est.ops if o.name.startswith(prefix)))
+
+
+def _moe_calls(est) -> int:
+    return int(sum(o.count for o in est.ops if o.name == "comm/ep/moe_dispatch"))
+
+
+@functools.lru_cache(maxsize=4096)
+def _ep_parts(dep: Deployment, phase: str, batch: int, length: int) -> tuple[float, float]:
+    """(C, A) of a step of ``batch`` sequences per ep rank (sim/serving/wide_ep.py): the busiest
+    rank's compute and its dispatch + combine seconds in the deployment's mode."""
+    est = _estimate(dep, phase, batch, length)
+    a2a = float(est.exposed_comm.get("ep", 0.0))
+    compute = float(est.step_time_s) - a2a
+    mode = wide_ep.dispatch_mode(dep.dispatch, phase)
+    if mode != "nccl":       # DeepEP dispatches in FP8 (both modes); inside one domain LL keeps this time
+        act = float(DTYPE_BYTES[dep.act_dtype])
+        a2a += (wide_ep.fp8_dispatch_factor(act) - 1.0) * _op_s(est, "comm/ep/moe_dispatch")
+    frac = wide_ep.remote_fraction(dep.ep, dep.tp, nvlink_domain(dep.hw))
+    moe = dep.model.moe
+    if mode == "low_latency" and frac > 0 and moe is not None:
+        tokens = batch * (length if phase == "prefill" else 1)
+        nic = float(hwdb.get_system(resolve_cluster(dep.hw, dep.gpus).system).scaleout_bw_per_gpu_per_dir)
+        a2a = wide_ep.ll_step_a2a_s(tokens, moe.top_k, dep.model.d_model, _moe_calls(est), frac, nic)
+    if dep.imbalance != 1.0:
+        other = batch // 2 if batch >= 2 else 2
+        e_b, e_o = _op_s(est, "layer/moe/experts/"), _op_s(_estimate(dep, phase, other, length), "layer/moe/experts/")
+        busy = wide_ep.busiest_expert_s(e_b, (e_b - e_o) / (batch - other), batch, dep.imbalance)
+        compute += busy - e_b
+        a2a *= dep.imbalance
+    return compute, a2a
 
 
 @functools.lru_cache(maxsize=64)
