@@ -26,11 +26,16 @@ does 2 tm tn FLOP on one SM and loads (tm + tn) operand elements into it, so
 
     t_step   = max(2 tm tn / (peak / SMs x frac), (tm + tn) x elem_bytes / sm_load_bw)
     t_epi    = tm tn x out_bytes / sm_store_bw        (the CTA's output tile; fp32 partials if split)
-    t_main   = ceil(tiles x split / SMs) x ((ceil(K / split) + k_overhead) x t_step + t_epi)
+    t_loop   = (ceil(K / split) + k_overhead) x t_step
+    t_main   = ceil(tiles x split / SMs) x (t_loop + t_epi)     cutlass multistage / sgemm kernels
+             = ceil(tiles x split / SMs) x max(t_loop, t_epi)   the aligned nvjet kernels: warp-
+               specialized and persistent, a tile's epilogue overlaps the next tile's main loop
     t_reduce = split > 1: splitk_reduce_s + split x M x N x 4 B / HBM   (fp32 partials)
     t        = min over (tile, split) of t_main + t_reduce
                + floor_s + (fixed_s - floor_s) x min(1, CTAs / SMs)   (a one-CTA kernel pays the
-               launch floor, gemv / gemmSN ~1.9 us; one that fills the SMs the full ramp and tail)
+               launch floor; one that fills the SMs the full ramp and tail; a product with a
+               vector operand, M = 1 or N = 1, runs cuBLAS's gemvx kernels: gemv_floor_s instead,
+               ~2 us: bf16 m1 n17 k196 2.0 us)
 
 Tiles: the tensor-core kernels' (gemm.law.tiles, nvjet 8x64 .. 256x128) or, for fp32 without
 TF32, sgemm's (gemm.law.simt_tiles, 32x32 .. 128x128). Split-K only where a splitKreduce_kernel
@@ -41,28 +46,35 @@ small tiles lose to their load bound (intensity tm tn / (tm + tn)), large ones t
 waves; K = 2 products are bound by their epilogue (fp32 m50852 n50257 k2: 5.5 ms, 1.9 TB/s of
 output). Misaligned operands (a leading dimension not 16-byte aligned: no TMA, cuBLAS falls back
 to the sm75 / sm80 mma.sync kernels, cutlass_75_tensorop_*_align1, wmma 32x32 / 16x16) run at
-mma_sync_fraction of the dtype's peak fraction and load / store a bytes per access (a = the
-alignment, 2 for bf16 with odd K): bandwidth = min(aligned, sm_*_bw_misaligned x a / 2)
+mma_sync_fraction of the dtype's peak fraction and load / store a bytes per access (the worst
+alignment of K and N: the kernel, cutlass_*_align<n>, has one; 2 for bf16 with an odd K or N):
+bandwidth = min(aligned, sm_*_bw_misaligned x a / 2); sgemm loads with plain ld.global at
+sm_load_bw_simt
 (fp16 m11637 n3 k39273, wmma 32x32 tiles: 5.2 ns per K step of 128 operand bytes, 25 GB/s per
-SM). fp32 without TF32 (sgemm, CUDA cores) has no misaligned path. The bandwidths, k_overhead,
+SM). fp32 without TF32 (sgemm, CUDA cores) has no misaligned path. The pipeline fill (prologue),
+as K steps, differs by kernel family: k_overhead for the aligned warp-specialized TMA kernels
+(nvjet), k_overhead_mma_sync for the cutlass multistage mma.sync / sgemm kernels. The bandwidths, k_overhead,
 splitk_reduce_s, fixed_s and the peak fractions are class-wide, fitted by validation/analysis/fit_laws.py --group gemm_law.
 
 Causal flash attention at tile granularity (causal_factor; used by sim/kernels.attention_efficiency
-where the data has attention.<impl>.causal_mask_cost). A causal square kernel computes, for query
-block i (block_m rows), the key blocks up to the diagonal: n_block_max = ceil(min((i+1) bm, S) / bn)
-(FlashAttention-2 flash_fwd_kernel / flash_bwd_kernel), and masks the ~max(1, bm/bn) blocks that
-cross the diagonal. So against the FLOP convention's half of the square
-    W      = sum_i n_block_max(i) + causal_mask_cost x m_blocks x max(1, bm / bn)     (tiles)
-    units  = max(ctas x W / (m_blocks x n_blocks) / SMs + causal_tail, 1)   (CTAs of unequal
-             length fill the waves, but they start in block order, the longest (last query
-             blocks, a whole row each) last: the kernel ends a fraction causal_tail of a whole-row
-             CTA after the average (Graham's list-scheduling bound: at most one whole-row CTA))
+where the data has attention.<impl>.causal_tail). A causal square kernel computes, for query block
+i (block_m rows), the key blocks up to the diagonal: n_block_max = ceil(min((i+1) bm, S) / bn)
+(FlashAttention-2 flash_fwd_kernel; the backward symmetrically per key block). Against the FLOP
+convention's half of the square:
+    W      = sum_i n_block_max(i)                                              (tiles computed)
+    f      = W / (m_blocks x n_blocks)          (the mean CTA's share of a whole-row CTA)
+    units  = max(ctas x f / SMs + tail x (1 - f), 1)
     factor = 0.5 ceil(ctas / SMs) / units                      (x the kernel's efficiency)
-so a short causal sequence costs far more than half its square (S = 130 at bm 128, bn 64: 5 of 6
-tiles) and a long one a few per cent more (the masked diagonal). Tiles (bm, bn): FA2's standard
-forward kernel: (128, 128) at head dim <= 64, (128, 64) above; its backward: (128, 128) at <= 64,
-(64, 128) at <= 128, (64, 64) above (flash_fwd_launch_template.h / flash_bwd_launch_template.h);
-other kernels: attention.<impl>.block_m square tiles.
+CTAs of unequal length fill the waves (no wave quantization), but the forward launches its query
+blocks in order (blockIdx.x = m_block), the longest, whole-row ones last: it ends ``tail`` =
+attention.<impl>.causal_tail times the longest CTA's excess over the mean, (1 - f) of a whole row,
+after the average (list scheduling in increasing length: about one longest CTA's excess). The backward (blockIdx.x = n_block) starts its longest CTAs first:
+tail 0. So a short causal sequence costs far more than half its square (S = 130 at bm 128, bn 64:
+5 of 6 tiles) and a long forward with few CTAs per SM its tail (b1 h4 S 17843 hd 64: 560 CTAs,
+2.1 waves of average work + tail x 0.5). Tiles (bm, bn): FA2's standard forward kernel: (128, 128) at
+head dim <= 64, (128, 64) above; its backward: (128, 128) at <= 64, (64, 128) at <= 128, (64, 64)
+above (flash_fwd_launch_template.h / flash_bwd_launch_template.h); other kernels:
+attention.<impl>.block_m square tiles.
 
 Pointwise kernels (apply_elementwise_rate): vectorized_elementwise_kernel issues the op's
 arithmetic on the CUDA cores (exp, tanh, divisions: not FMAs), so its compute side runs at
@@ -94,6 +106,7 @@ ROW_FIELDS = ("row_s", "col_s", "rows_per_sm", "misaligned_col_s", "fixed_s")
 GEMM_LAW = "gemm.law.sm_load_bw"
 SPLITS = np.array([1.0, 2.0, 3.0, 4.0, 6.0, 8.0, 12.0, 16.0, 24.0, 32.0])
 PARTIAL_BYTES = 4.0          # split-K partial sums are fp32
+GEMV_FLOOR = "gemm.law.gemv_floor_s"
 
 
 def causal_tiles(s: np.ndarray, bm: np.ndarray, bn: np.ndarray) -> np.ndarray:
@@ -122,14 +135,16 @@ def causal_factor(sq: np.ndarray, skv: np.ndarray, causal: np.ndarray, hd: np.nd
                   ctas: np.ndarray, splits: np.ndarray, sm_count: int, eff: Efficiency, impl: str) -> np.ndarray:
     """Efficiency multiplier of causal square attention at tile granularity (module docstring);
     1 for other rows or without attention.<impl>.causal_mask_cost."""
-    name = f"attention.{impl}.causal_mask_cost"
+    name = f"attention.{impl}.causal_tail"
     on = (causal > 0) & (sq == skv) & (sq > 1) & (splits <= 1)
     if name not in eff.params or not on.any():
         return np.ones(len(sq))
     bm, bn = attention_tiles(hd, bwd, impl, eff)
     m_blocks, n_blocks = np.ceil(sq / bm), np.ceil(skv / bn)
-    w = causal_tiles(sq, bm, bn) + eff.get(name) * m_blocks * np.maximum(1.0, bm / bn)
-    units = np.maximum(ctas * w / (m_blocks * n_blocks) / sm_count + eff.get(f"attention.{impl}.causal_tail"), 1.0)
+    w = causal_tiles(sq, bm, bn)
+    tail = np.where(bwd, 0.0, eff.get(name))     # the backward starts its longest CTAs first
+    full = w / (m_blocks * n_blocks)             # the mean CTA's share of a whole-row CTA
+    units = np.maximum(ctas * full / sm_count + tail * (1.0 - full), 1.0)
     return np.where(on, 0.5 * np.ceil(np.maximum(ctas, 1.0) / sm_count) / units, 1.0)
 
 
@@ -144,9 +159,10 @@ def gemm_law(m: np.ndarray, n: np.ndarray, k: np.ndarray, b: np.ndarray, elem_by
     """(efficiency = 2 M N K batch / (peak x t_main), fixed seconds = launch cost + t_reduce) of the
     GEMM tile law (module docstring) for each row; ``frac`` is the dtype's peak fraction, ``peak``
     the dense FLOP/s of the row's dtype; ``misaligned`` rows (tensor-core dtypes whose leading
-    dimensions are ``align_bytes`` < 16 aligned) run cuBLAS's mma.sync kernels at
-    gemm.law.mma_sync_fraction of that and load / store align_bytes per access; ``simt`` rows
-    (fp32 without TF32) run the sgemm tiles (gemm.law.simt_tiles)."""
+    dimensions are not all 16-byte aligned) run cuBLAS's mma.sync kernels at
+    gemm.law.mma_sync_fraction of that, moving ``align_bytes`` per access (one alignment for the
+    kernel: cutlass_*_align<n> is instantiated for the worst of A, W and C); ``simt`` rows (fp32 without
+    TF32) run the sgemm tiles (gemm.law.simt_tiles) and load at gemm.law.sm_load_bw_simt."""
     tc = eff.cached("gemm.law.tiles", lambda: np.asarray(eff.get("gemm.law.tiles"), dtype=float))
     st = eff.cached("gemm.law.simt_tiles", lambda: np.asarray(eff.get("gemm.law.simt_tiles"), dtype=float))
     tiles = np.concatenate([tc, st])
@@ -154,9 +170,10 @@ def gemm_law(m: np.ndarray, n: np.ndarray, k: np.ndarray, b: np.ndarray, elem_by
     tm, tn = tiles[:, 0][None, :, None], tiles[:, 1][None, :, None]
     s = SPLITS[None, None, :]
     m3, n3, k3, b3 = (x[:, None, None] for x in (m, n, k, b))
-    width = np.where(misaligned, np.maximum(align_bytes, 1.0) / 2.0, np.inf)   # access bytes / 2
-    bw = np.minimum(eff.get(GEMM_LAW), eff.get("gemm.law.sm_load_bw_misaligned") * width)[:, None, None]
-    store = np.minimum(eff.get("gemm.law.sm_store_bw"), eff.get("gemm.law.sm_store_bw_misaligned") * width)
+    load_w = store_w = np.where(misaligned, np.maximum(align_bytes, 1.0) / 2.0, np.inf)   # access bytes / 2
+    bw = np.minimum(np.where(simt, eff.get("gemm.law.sm_load_bw_simt"), eff.get(GEMM_LAW)),
+                    eff.get("gemm.law.sm_load_bw_misaligned") * load_w)[:, None, None]
+    store = np.minimum(eff.get("gemm.law.sm_store_bw"), eff.get("gemm.law.sm_store_bw_misaligned") * store_w)
     frac = frac * np.where(misaligned, eff.get("gemm.law.mma_sync_fraction"), 1.0)
     sm_peak = (peak * frac / sm_count)[:, None, None]
     step = np.maximum(2.0 * tm * tn / sm_peak, (tm + tn) * elem_bytes[:, None, None] / bw)
@@ -165,7 +182,10 @@ def gemm_law(m: np.ndarray, n: np.ndarray, k: np.ndarray, b: np.ndarray, elem_by
     waves = np.ceil(ctas / sm_count)
     out = np.where(s > 1, PARTIAL_BYTES, out_bytes[:, None, None])
     epilogue = tm * tn * out / store[:, None, None]
-    main = waves * ((ks + eff.get("gemm.k_overhead")) * step + epilogue)
+    k_over = np.where(misaligned | simt, eff.get("gemm.law.k_overhead_mma_sync"), eff.get("gemm.k_overhead"))
+    loop = (ks + k_over[:, None, None]) * step
+    serial = (misaligned | simt)[:, None, None]      # multistage mma.sync / sgemm: loop, then epilogue
+    main = waves * np.where(serial, loop + epilogue, np.maximum(loop, epilogue))
     reduce = np.where(s > 1, eff.get("gemm.law.splitk_reduce_s") + s * m3 * n3 * b3 * PARTIAL_BYTES / hbm_bandwidth,
                       0.0)
     # sgemm runs only the SIMT tiles, the tensor-core dtypes only theirs; split-K (a splitKreduce_kernel
@@ -179,6 +199,8 @@ def gemm_law(m: np.ndarray, n: np.ndarray, k: np.ndarray, b: np.ndarray, elem_by
     pick = lambda a: np.broadcast_to(a, main.shape).reshape(len(m), -1)[rows, best]  # noqa: E731
     floor, fixed = eff.get("gemm.law.floor_s"), eff.get("gemm.fixed_s")
     launch = floor + (fixed - floor) * np.minimum(1.0, pick(ctas) / sm_count)
+    if GEMV_FLOOR in eff.params:   # a vector operand: cuBLAS's gemv kernels (gemvx), a launch floor of their own
+        launch = np.where((np.minimum(m, n) == 1) & (elem_bytes >= 2), eff.get(GEMV_FLOOR), launch)
     return 2.0 * m * n * k * b / (peak * pick(main)), launch + pick(reduce)
 
 def has_row_law(eff: Efficiency, fam: str) -> bool:

@@ -91,8 +91,8 @@ def gemm_law_rows(t: OpTable, is_mm: np.ndarray, hw: "HwRates", eff: Efficiency)
     simt = dt == DTYPES.index("fp32")
     elem = np.array([DTYPE_BYTES[d] for d in DTYPES])[dt]
     out = np.where(elem >= 4, 4.0, 2.0)   # fp32 / tf32 write fp32; 16- and 8-bit GEMMs write bf16 / fp16
-    return gemm_law(g.M, g.N, g.K, g.batch, elem, out, _peak_fraction(dt, eff), (al < 16) & ~simt, al, simt,
-                    hw.tensor_peak[dt], hw.sm_count, hw.hbm_bandwidth, eff)
+    return gemm_law(g.M, g.N, g.K, g.batch, elem, out, _peak_fraction(dt, eff), (al < 16) & ~simt, al,
+                    simt, hw.tensor_peak[dt], hw.sm_count, hw.hbm_bandwidth, eff)
 
 
 def alignment_factor(align_bytes: np.ndarray, eff: Efficiency) -> np.ndarray:

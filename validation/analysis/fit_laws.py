@@ -17,7 +17,9 @@ a few cases of another mechanism do not drag the fit). Predictions go through va
 from __future__ import annotations
 
 import argparse
+import json
 import math
+import tomllib
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -64,12 +66,14 @@ GROUPS = {
         f"attention.{i}.{p}": v for i in ("fa2", "cudnn")
         for p, v in (("fwd_fraction", (0.5, "1")), ("bwd_fraction", (0.4, "1")), ("len_overhead", (200.0, "1")),
                      ("bwd_len_overhead", (400.0, "1")), ("exp_exposed", (1.0, "1")),
-                     ("causal_mask_cost", (0.5, "1")), ("causal_tail", (0.5, "1")))}, balance=True),
+                     ("causal_tail", (0.5, "1")))}, balance=True),
     "gemm_law": Group(("gemm_sweep", "gemm"), {
         "gemm.law.sm_load_bw": (1.0e11, "B/s"), "gemm.law.sm_load_bw_misaligned": (3.0e10, "B/s"),
+        "gemm.law.sm_load_bw_simt": (5.0e10, "B/s"),
         "gemm.law.sm_store_bw": (2.0e10, "B/s"), "gemm.law.sm_store_bw_misaligned": (1.0e10, "B/s"),
-        "gemm.law.splitk_reduce_s": (2.0e-6, "s"), "gemm.law.floor_s": (1.8e-6, "s"), "gemm.fixed_s": (2.0e-6, "s"), "gemm.k_overhead": (160.0, "1"),
-        "gemm.law.mma_sync_fraction": (0.5, "1"),
+        "gemm.law.splitk_reduce_s": (2.0e-6, "s"), "gemm.law.floor_s": (1.8e-6, "s"),
+        "gemm.law.gemv_floor_s": (2.0e-6, "s"), "gemm.fixed_s": (2.0e-6, "s"), "gemm.k_overhead": (160.0, "1"),
+        "gemm.law.k_overhead_mma_sync": (20.0, "1"), "gemm.law.mma_sync_fraction": (0.5, "1"),
         **{f"gemm.peak_fraction_{d}": (0.7, "1") for d in ("bf16", "fp16", "fp8", "tf32", "fp32")},
     }, fixed={"gemm.law.tiles": (GEMM_LAW_TILES, "1", "CTA tiles (M x N) the GEMM tile law searches "
                                  "(sim/kernel_laws.gemm_law): those of the kernels cuBLAS ran for the "
@@ -120,7 +124,7 @@ def residuals(names: list[str], x: np.ndarray, base, recs, fixed: dict | None = 
 
 def upper_bounds(names: list[str]) -> np.ndarray:
     """log upper bounds: a fraction of a peak is at most 1; other parameters are unbounded."""
-    return np.array([0.0 if n.rsplit(".", 1)[-1].endswith("fraction") else np.inf for n in names])
+    return np.array([0.0 if "fraction" in n.rsplit(".", 1)[-1] else np.inf for n in names])
 
 
 def fit(group: str, gpu: str = "h200_sxm") -> tuple[dict[str, float], float, float, int]:
@@ -149,7 +153,51 @@ def write(values: dict[str, float], group: str, runs: str, n: int, gpu: str = "h
             for k, v in values.items()}
     recs.update({k: {"value": v, "unit": u, "source": f"calibration:{runs}", "kind": "measured", "note": note}
                  for k, (v, u, note) in GROUPS[group].fixed.items()})
-    update_records(EFFICIENCY_DIR / f"{gpu}.toml", recs)
+    path = EFFICIENCY_DIR / f"{gpu}.toml"
+    root = {k: v for k, v in recs.items() if is_root_dotted(path, k)}
+    set_root_records(path, root)
+    if len(root) < len(recs):
+        update_records(path, {k: v for k, v in recs.items() if k not in root})
+
+
+def is_root_dotted(path, name: str) -> bool:
+    """Whether ``name`` belongs with the file's root-level dotted keys (``gemm.fixed_s = {...}``
+    before any [table] header): tomlkit would put a new key of such a table under a fresh header
+    and thereby move every root key after it into that table."""
+    head = name.split(".")[0]
+    for line in path.read_text(encoding="utf-8").splitlines():
+        if line.startswith("["):
+            return False
+        if line.startswith(f"{head}."):
+            return True
+    return False
+
+
+def _toml_value(v) -> str:
+    if isinstance(v, str):
+        return json.dumps(v)
+    if isinstance(v, (list, tuple)):
+        return "[" + ", ".join(_toml_value(x) for x in v) + "]"
+    return repr(v)
+
+
+def set_root_records(path, recs: dict[str, dict]) -> None:
+    """Replace or add root-level dotted records ``name = {value = ..., ...}`` in the TOML at
+    ``path`` (new ones after the last root-level key); the result must parse."""
+    lines = path.read_text(encoding="utf-8").splitlines()
+    first_table = next((i for i, ln in enumerate(lines) if ln.startswith("[")), len(lines))
+    for name, fields in recs.items():
+        text = f"{name} = {{ " + ", ".join(f"{k} = {_toml_value(v)}" for k, v in fields.items()) + " }"
+        at = next((i for i, ln in enumerate(lines[:first_table]) if ln.startswith(f"{name} = ")), None)
+        if at is None:
+            last = max((i for i, ln in enumerate(lines[:first_table]) if "=" in ln), default=first_table - 1)
+            lines.insert(last + 1, text)
+            first_table += 1
+        else:
+            lines[at] = text
+    out = "\n".join(lines) + "\n"
+    tomllib.loads(out)
+    path.write_text(out, encoding="utf-8")
 
 
 def main(argv=None) -> int:
