@@ -9,6 +9,7 @@ refused too. Writing goes through tomlkit (never string edits) and sim/atomic.py
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -78,7 +79,7 @@ def count_records(table: dict) -> int:
     return n
 
 
-def write_toml(path: Path, data: dict[str, Any], comments: list[str] = ()) -> Path:
+def write_toml(path: Path, data: dict[str, Any], comments: Sequence[str] = ()) -> Path:
     """Write ``data`` (nested dicts; leaf records become inline tables) atomically, with
     ``entries`` = its record count and ``comments`` as header lines."""
     doc = tomlkit.document()
@@ -107,7 +108,7 @@ def _fill(container: Any, data: dict[str, Any]) -> None:
         container.add(k, sub)
 
 
-def update_records(path: Path, records: dict[str, dict[str, Any]], comments: list[str] = ()) -> Path:
+def update_records(path: Path, records: dict[str, dict[str, Any]], comments: Sequence[str] = ()) -> Path:
     """Set the records named by dotted ``records`` keys in the TOML file at ``path`` (tomlkit:
     comments and other entries kept; fields of an existing record not given are kept), creating
     the file (with ``comments`` and an ``entries`` count) when absent; written atomically."""

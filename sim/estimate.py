@@ -61,6 +61,11 @@ def step_time(workload, hw: Any = "h100_sxm", stack: str | Stack | None = None,
     return max(step_seconds(*job) for job in steps(workload, hw, stack, overrides, run))
 
 
+def _timed_and_mtp_stages(cfg, par) -> list[int]:
+    """The FLOP-rule stage and the stage holding the MTP modules, each once, in order."""
+    return sorted({s for s in (timed_stage(cfg, par), mtp_stage(cfg, par)) if s is not None})
+
+
 def steps(workload, hw: Any, stack: str | Stack | None, overrides: Mapping[str, Any] | None,
           run: RunPattern | None) -> list[tuple[Any, Target, Stack]]:
     """The (workload, Target, stack) runs of the step pipeline an estimate takes the slowest of:
@@ -68,8 +73,7 @@ def steps(workload, hw: Any, stack: str | Stack | None, overrides: Mapping[str, 
     if is_multi_gpu(workload, hw):
         par, cfg = workload.parallel, workload.model
         if par.pp > 1 and par.timed_stage is None and getattr(cfg, "mtp_layers", 0):
-            return [_stage_job(workload, s, hw, stack, overrides)
-                    for s in sorted({timed_stage(cfg, par), mtp_stage(cfg, par)})]
+            return [_stage_job(workload, s, hw, stack, overrides) for s in _timed_and_mtp_stages(cfg, par)]
         return [_cluster_job(workload, hw, stack, overrides)]
     gpu, clock = apply_overrides(resolve_gpu(hw), overrides or {})
     st = resolve_stack(stack, gpu, workload)
@@ -85,8 +89,7 @@ def estimate_parallel(workload, hw, stack: str | Stack | None = None,
     stages), so with MTP both it and the FLOP-rule stage are timed and the slower is kept."""
     par, cfg = workload.parallel, workload.model
     if par.pp > 1 and par.timed_stage is None and getattr(cfg, "mtp_layers", 0):
-        stages = sorted({timed_stage(cfg, par), mtp_stage(cfg, par)})
-        runs = [estimate_stage(workload, s, hw, stack, overrides) for s in stages]
+        runs = [estimate_stage(workload, s, hw, stack, overrides) for s in _timed_and_mtp_stages(cfg, par)]
         return max(runs, key=lambda e: e.step_time_s)
     return run_step(*_cluster_job(workload, hw, stack, overrides))
 

@@ -165,7 +165,7 @@ def _space_workloads(base: TrainingWorkload, gpus: int, domain: int, gbs: int,
 def _recompute_variants(w0, space, bounds, cluster, gbs, n: Counter) -> list[Candidate]:
     """The plan with the least recompute that fits (space.recompute_only_if_needed), or every
     recompute setting that fits."""
-    out = []
+    out: list[Candidate] = []
     cap = float(cluster.sys.gpu.hbm_capacity)
     for rc in sorted(space.recompute, key=RECOMPUTE.index):
         if out and space.recompute_only_if_needed:

@@ -67,8 +67,8 @@ class KVCapacity:
         """Sequences of ``tokens_per_sequence`` tokens that fit (whole blocks each)."""
         if tokens_per_sequence <= 0:
             raise ValueError(f"tokens_per_sequence: must be > 0, got {tokens_per_sequence}")
-        need = math.ceil(tokens_per_sequence / self.block_tokens)
-        if self.window_share and tokens_per_sequence > self.window:
+        need: float = math.ceil(tokens_per_sequence / self.block_tokens)
+        if self.window_share and self.window is not None and tokens_per_sequence > self.window:
             s = self.window_share
             need = (1.0 - s) * need + s * math.ceil(self.window / self.block_tokens)
         return int(self.blocks // need)
@@ -76,7 +76,7 @@ class KVCapacity:
     def tokens_held(self, tokens_per_sequence: float) -> float:
         """Layer-average tokens of KV a sequence keeps (a window caps its layers at W)."""
         s, n = self.window_share, tokens_per_sequence
-        return n if not s else (1.0 - s) * n + s * min(n, self.window)
+        return n if not s or self.window is None else (1.0 - s) * n + s * min(n, self.window)
 
     def to_dict(self) -> dict:
         return {**asdict(self), "tokens": self.tokens}
