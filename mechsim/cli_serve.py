@@ -31,6 +31,10 @@ def add_parser(sub) -> None:
                    help="EPLB redundant expert slots (ep must divide experts + slots; DeepSeek-V3: 32)")
     p.add_argument("--imbalance", type=real, default=1.0,
                    help="routing imbalance: max/mean expert load over the ep ranks (default 1 = balanced)")
+    p.add_argument("--decode-ep", type=integer, default=None,
+                   help="with --disagg: the decode pool's ep (default --ep; DeepSeek: prefill EP32, decode EP144)")
+    p.add_argument("--decode-redundant-experts", type=integer, default=None,
+                   help="with --disagg: the decode pool's redundant expert slots (default --redundant-experts)")
     p.add_argument("--input", type=integer, default=2048, help="prompt tokens (default 2048)")
     p.add_argument("--output", type=integer, default=256, help="output tokens (default 256)")
     p.add_argument("--ttft-ms", type=real, default=None, help="time-to-first-token target (ms)")
@@ -75,7 +79,8 @@ def run(args: argparse.Namespace) -> int:
     rate = args.rate if plan is None or args.rate is None else args.rate / plan.replicas
     rep = serve(args.model, args.hw, tp, args.input, args.output, rate=rate, ttft_s=ttft, tpot_s=tpot,
                 spec_k=args.spec_k, spec_accept=args.spec_accept, draft_model=args.draft_model,
-                disagg=args.disagg, ep=ep, pp=pp, **common)
+                disagg=args.disagg, ep=ep, pp=pp, decode_ep=args.decode_ep,
+                decode_redundant_experts=args.decode_redundant_experts, **common)
     if args.json:
         out = rep.to_dict()
         if plan is not None:

@@ -75,14 +75,18 @@ def serve(model, hw="h200_sxm", tp=1, input_len=2048, output_len=256, rate=None,
           weight_dtype="bf16", kv_dtype="bf16", stack="serving", max_batch=None, max_num_tokens=None,
           kv_policy="reserve", spec_k=None, spec_accept=None, draft_model=None, prefix_hit=0.0,
           disagg=False, overrides=None, ep=1, pp=1, percentile="p99", dispatch="nccl", tbo=False,
-          redundant_experts=0, imbalance=1.0) -> ServingReport:
+          redundant_experts=0, imbalance=1.0, decode_ep=None, decode_redundant_experts=None) -> ServingReport:
     """Serve ``model`` on ``tp`` GPUs of ``hw`` (module docstring). Lengths in tokens (or samples),
     rate in requests/s, targets in seconds; spec_k / spec_accept switch speculative decoding on;
     ep > 1 splits a MoE model's experts over ep data-parallel attention ranks; pp > 1 pipelines
     the layers over pp stages (tp * ep * pp GPUs; steps.Deployment); the targets bound TTFT and
     TPOT at ``percentile`` ('mean', 'p50', 'p90', 'p99'; latency.py); dispatch / tbo /
-    redundant_experts / imbalance: wide expert parallelism (wide_ep.py)."""
+    redundant_experts / imbalance: wide expert parallelism (wide_ep.py); with disagg, decode_ep /
+    decode_redundant_experts give the decode pool its own ep (multi-node prefill / decode pools as
+    DeepSeek deploys them: EP32 prefill, EP144 decode; default: the prefill deployment's)."""
     percentile_key(percentile)
+    if not disagg and (decode_ep is not None or decode_redundant_experts is not None):
+        raise ValueError("decode_ep / decode_redundant_experts: size the decode pool of disagg=True; pass disagg=True")
     dep = Deployment.make(model, hw, tp, weight_dtype, kv_dtype, stack=stack, overrides=overrides, ep=ep, pp=pp,
                           dispatch=dispatch, tbo=tbo, redundant_experts=redundant_experts, imbalance=imbalance)
     lengths = Lengths.of(input_len, output_len, dep.model.max_seq)
@@ -94,11 +98,29 @@ def serve(model, hw="h200_sxm", tp=1, input_len=2048, output_len=256, rate=None,
     targets = ttft_s is not None or tpot_s is not None
     lim = max_rate(srv, ttft_s, tpot_s, percentile) if targets else None
     point, meets, reason = _point(srv, rate, lim, ttft_s, tpot_s, percentile)
-    dis = disaggregate(srv, srv, rate or max(point.rate_per_s, 1e-9)) if disagg else None
+    dis = disaggregate(srv, _decode_server(srv, decode_ep, decode_redundant_experts),
+                       rate or max(point.rate_per_s, 1e-9)) if disagg else None
     return ServingReport(dep.model.name, dep.hw, dep.gpu.key, dep.tp, dep.ep, dep.pp, dep.weight_dtype, dep.kv_dtype, dep.stack,
                          lengths.mean_in, lengths.mean_out, srv.kv, srv.kv_sequences, srv.cap, point,
                          srv.saturation_rate(), lim, meets, reason, spec, prefix_hit, dis, percentile.lower(),
                          wide_ep.describe(dep.dispatch, dep.tbo, dep.redundant_experts, dep.imbalance))
+
+
+def _decode_server(srv: Server, decode_ep, decode_redundant_experts) -> Server:
+    """The decode pool's replica: the prefill one, or the same model with its own ep / redundant slots."""
+    if decode_ep is None and decode_redundant_experts is None:
+        return srv
+    d = srv.dep
+    base = d.model.model_copy(update={"moe": d.model.moe.model_copy(update={
+        "n_experts": d.model.moe.n_experts - d.redundant_experts})}) if d.model.moe is not None else d.model
+    dep = Deployment.make(base, d.hw, d.tp, d.weight_dtype, d.kv_dtype, d.act_dtype, d.stack, dict(d.overrides),
+                          d.ep if decode_ep is None else decode_ep, d.pp, d.dispatch, d.tbo,
+                          d.redundant_experts if decode_redundant_experts is None else decode_redundant_experts,
+                          d.imbalance)
+    out = Server(dep, srv.len, srv.engine, prefix_hit=srv.prefix_hit, spec=srv.spec)
+    if out.kv_sequences < 1:
+        raise ValueError(f"decode_ep: {dep.ep} leaves no room for the KV cache on {dep.gpus} x {dep.gpu.key}")
+    return out
 
 
 def _spec(k, a, draft) -> SpecDecode | None:
