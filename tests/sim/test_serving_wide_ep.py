@@ -159,3 +159,17 @@ def test_normal_dispatch_against_deepep_readme(ep, readme_GBps):
     nodes = ranks_hit(256, 256 // ep * 8, 8, ep // 8)
     measured = 4096 * nodes * 7168 * (1 + 4 / 128) / (readme_GBps * 1e9)
     assert per_call == pytest.approx(measured, rel=0.10)
+
+
+def test_normal_mode_dispatch_bytes_per_rank_hand_computed():
+    """DeepEP sends a token once per rank holding one of its experts: T D d act per rank, D =
+    ep (1 - C(S - S_l, k) / C(S, k)) over the S = 288 slots, S_l = 9 per rank (model/comm.ranks_hit)."""
+    from math import comb
+
+    from mechsim.model.build import build_ops
+    d = _dep(ep=32, dispatch="deepep_normal", redundant_experts=32)
+    op = next(o for o in build_ops(d.workload("prefill", 2, 2048)) if o.name == "comm/ep/moe_dispatch")
+    D = 32 * (1 - comb(288 - 9, 8) / comb(288, 8))
+    assert op.shape.bytes == pytest.approx(4096 * D * 7168 * 2, abs=1)
+    nccl = next(o for o in build_ops(_dep(ep=32).workload("prefill", 2, 2048)) if o.name == "comm/ep/moe_dispatch")
+    assert nccl.shape.bytes == 4096 * 8 * 7168 * 2                       # every copy
