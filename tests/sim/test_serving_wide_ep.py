@@ -173,3 +173,11 @@ def test_normal_mode_dispatch_bytes_per_rank_hand_computed():
     assert op.shape.bytes == pytest.approx(4096 * D * 7168 * 2, abs=1)
     nccl = next(o for o in build_ops(_dep(ep=32).workload("prefill", 2, 2048)) if o.name == "comm/ep/moe_dispatch")
     assert nccl.shape.bytes == 4096 * 8 * 7168 * 2                       # every copy
+
+
+def test_best_serving_plan_takes_a_multi_node_ep():
+    from mechsim.sim.serving import best_serving_plan
+    plan = best_serving_plan("deepseek-v3", "hgx_h800", 2000, 200, tpot_s=0.1, weight_dtype="fp8", kv_dtype="fp8",
+                             eps=(32,), dispatch="deepep", tbo=True, redundant_experts=32)
+    assert {(c["tp"], c["ep"]) for c in plan.candidates} == {(1, 32)}     # across nodes only with tp = 1
+    assert plan.gpus == 32 * plan.replicas
