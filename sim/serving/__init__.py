@@ -3,6 +3,7 @@
     kvcache.py   paged KV capacity per GPU (GQA / MLA, kv dtype, blocks, memory left)
     quant.py     weight / KV dtypes, the tensor-core rate they use, weight-only dequant cost
     steps.py     Deployment (a replica) and cached decode / prefill step times
+    wide_ep.py   multi-node EP: DeepEP normal / low-latency dispatch, two-batch overlap, EPLB slots, imbalance
     batching.py  steady state at a request rate (Little's law fixed point, TTFT, TPOT, E2E)
     capacity.py  max rate within TTFT / TPOT targets; best_serving_plan over tp and replicas
     whatif.py    speculative decoding, prefill/decode disaggregation, prefix caching

@@ -7,7 +7,9 @@
 Every call is a full op-model estimate (kernels, launches or CUDA graphs, TP collectives on
 the replica's NVLink domain). decode_s interpolates linearly in B between grid points
 1, 2, 3, 4, 6, 8, 12, ... (step time is close to affine in B between them) and rounds ctx up
-to a multiple of 64 tokens; a call costs ~0.3-1 ms, a cached one ~1 us.
+to a multiple of 64 tokens; a call costs ~0.3-1 ms, a cached one ~1 us. A wide-EP deployment
+(dispatch other than nccl, tbo, or imbalance) recomposes each step from the estimate's compute and
+its all-to-all (_ep_parts; sim/serving/wide_ep.py).
 """
 
 from __future__ import annotations
