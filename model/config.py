@@ -65,7 +65,13 @@ class MoEConfig(BaseModel):
     #             MCore v0.14 "batch-level overlapping to hide EP-A2A communication"): the forward of
     #             one micro-batch runs merged with the backward of another, each one's EP
     #             all-to-all under the other's compute (sim/distributed.dualpipe_ep_exposed_s).
+    # impl        how the experts are written (model/moe_impl.py): "stack" (the stack's fused groups
+    #             decide: grouped_gemm / moe_permute, else the per-expert loop's kernels), "loop_stacked"
+    #             (argsort + bincount().tolist() + a loop indexing stacked [E, ...] weights), "loop_modules"
+    #             (HF Mixtral: nn.ModuleList experts, torch.where per expert), "grouped_gemm" (one grouped
+    #             GEMM, fused permute, whatever the stack).
     dispatcher: Literal["alltoall", "flex"] = "alltoall"
+    impl: Literal["stack", "loop_stacked", "loop_modules", "grouped_gemm"] = "stack"
     capacity_factor: float | None = Field(None, gt=0)
     sync_free: bool = False
     a2a_overlap: bool = False

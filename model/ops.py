@@ -136,6 +136,8 @@ class Op:
     number of GPU kernel launches one instance makes (an unfused RMSNorm in eager
     PyTorch is several); launch overhead is charged per kernel.
     ``dtype`` is the compute dtype: it picks the peak FLOP/s the op runs at.
+    ``syncs``: host synchronisations per instance after its kernels are issued (a device-to-host
+    copy the host waits on: ``.tolist()``, ``.item()``, ``nonzero``; sim/launch.py).
     """
 
     name: str
@@ -148,6 +150,7 @@ class Op:
     shape: Shape | None = None
     count: int = 1
     kernels: int = 1
+    syncs: int = 0
 
     def shape_as(self, kind: type[S]) -> S:
         """The shape record, which must be a ``kind`` (a ValueError naming the op otherwise)."""

@@ -17,10 +17,13 @@ up-project the whole cache every step (2*Skv*kv_lora*H*(nope+v) FLOPs per sequen
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 from .chains import act, norm, residual, rope
 from .comm import cp_ring, ep_a2a, etp_gather, tp_in, tp_out, tp_regather
+from .moe_impl import (LOOP_IMPLS, loop_act_kernels, modules_combine, modules_route, stacked_combine, stacked_route,
+                       stacked_slices_bwd, stacked_weight_grads)
 from .ops_common import Ctx, Kern, Pair, attention, chain, linear, recompute, times
 
 
@@ -148,8 +151,15 @@ def moe(c: Ctx, n: int) -> list[Pair]:
     the local experts see g = etp times the copies (T/tp*k*etp rows of expert_ffn/etp: the
     FLOPs per GPU are the same for any etp). Without sp the block runs on all T tokens between
     tp collectives (layer_pairs), g = 1.
+
+    MoEConfig.impl: "loop_stacked" / "loop_modules" are eager single-GPU loops (loop_moe,
+    model/moe_impl.py); "grouped_gemm" runs the grouped GEMM and fused permute whatever the stack.
     """
     m = c.cfg.moe_block
+    if m.impl in LOOP_IMPLS:
+        return loop_moe(c, n)
+    if m.impl == "grouped_gemm":
+        c = dataclasses.replace(c, fused=c.fused | {"grouped_gemm", "moe_permute"})
     T, g = (c.Tn, c.expert_tp) if c.sp else (c.T, 1)
     E, El, k, d = m.n_experts * c.ep, m.n_experts, m.top_k, c.cfg.d_model
     hit = max(1, round(El * (1.0 - (1.0 - k / E) ** (T * g * c.ep))))
@@ -166,6 +176,28 @@ def moe(c: Ctx, n: int) -> list[Pair]:
         up, *rest = mlp(c, "layer/moe/shared", c.T, m.shared_ffn_total, n)
         out += [tp_in(c, "shared_in", n), up, tp_regather(c, "shared_in", n), *rest, tp_out(c, "shared_out", n)]
     elif m.n_shared_experts:
+        out += mlp(c, "layer/moe/shared", T, m.shared_ffn_total, n)
+    return out
+
+
+def loop_moe(c: Ctx, n: int) -> list[Pair]:
+    """An eager loop over the experts as model/moe_impl.py describes it: router, top-k, the
+    impl's routing (with its host syncs), the per-expert GEMMs and activation (hit kernels each),
+    the combine, and for loop_stacked the slice and stacked-weight gradients."""
+    m = c.cfg.moe_block
+    if c.ep > 1 or c.tp > 1 or m.capacity_factor:
+        raise ValueError(f"MoEConfig.impl={m.impl!r} is single-GPU eager code: needs ep = tp = 1 and no "
+                         "capacity_factor; use impl='stack' or 'grouped_gemm' for parallel runs")
+    T, E, k, d, F = c.T, m.n_experts, m.top_k, c.cfg.d_model, m.expert_ffn
+    hit = max(1, round(E * (1.0 - (1.0 - k / E) ** T)))
+    stacked = m.impl == "loop_stacked"
+    out = [linear(c, "layer/moe/router", T, E, d, n), _topk(c, T, E, k, n)]
+    out += [stacked_route(c, T, E, k, d, n), stacked_weight_grads(c, E, d, F, hit, n),
+            stacked_slices_bwd(c, T, k, d, hit, n)] if stacked else [modules_route(c, T, E, k, d, n)]
+    up, a, down = mlp(c, "layer/moe/experts", T * k / hit, F, n, batch=hit, kernels=hit)
+    out += [up, loop_act_kernels(a, hit), down]
+    out += [stacked_combine(c, T, k, d, n) if stacked else modules_combine(c, T, E, k, d, n)]
+    if m.n_shared_experts:
         out += mlp(c, "layer/moe/shared", T, m.shared_ffn_total, n)
     return out
 

@@ -11,6 +11,14 @@ execution order; consecutive ops with the same ``count`` are one repeating block
 (a transformer layer), timed as ``count`` copies of the block, for which the max
 sits at the block's ends. CUDA graphs remove host time and add a small GPU gap
 per kernel instead.
+
+Host syncs (Op.syncs: ``.tolist()``, ``.item()``, ``nonzero``) cut the queue: after issuing a
+syncing op the host waits until the GPU has drained everything issued so far, pays
+HOST_SYNC_S, and only then issues the next kernel, so host and GPU time no longer overlap across
+the sync: the step is the sum of the tandem times of the segments between syncs plus
+HOST_SYNC_S per sync (synced_step_time). s syncs on one op count as s x HOST_SYNC_S at that
+point: splitting a segment into s equal pieces leaves its tandem time unchanged (the bound is
+homogeneous in host and GPU time), up to the pieces' last kernels.
 """
 
 from __future__ import annotations
@@ -54,6 +62,7 @@ def launch_costs(stacks: list[Stack], scale: float) -> dict[str, tuple[float, fl
 
 
 LIBRARY_KERNEL_FRACTION = float(load_toml(DATA / "host_ops.toml")["library_kernel_fraction"]["value"])
+HOST_SYNC_S = float(load_toml(DATA / "host_sync.toml")["host_sync_s"]["value"])
 
 
 def host_dispatches(t: OpTable) -> np.ndarray:
@@ -123,10 +132,65 @@ def phase_end_times(host: np.ndarray, gpu: np.ndarray, count: np.ndarray, phase:
     return np.maximum.accumulate(ends)
 
 
+def op_syncs(t: OpTable) -> np.ndarray:
+    """Host syncs per instance of each op (Op.syncs)."""
+    return np.fromiter((o.syncs for o in t.ops), dtype=float, count=len(t.ops))
+
+
+class _Segment:
+    """Running tandem bound of the work issued since the last sync: units (H, G, first host,
+    last GPU) in order; time = max(max_j (H_<j + h_first_j - G_<j) + G, H + g_last)."""
+
+    def __init__(self) -> None:
+        self.reset()
+
+    def reset(self) -> None:
+        self.h = self.g = self.g_last = 0.0
+        self.lead = -np.inf
+
+    def add(self, h: float, g: float, h_first: float, g_last: float) -> None:
+        self.lead = max(self.lead, self.h + h_first - self.g)
+        self.h, self.g, self.g_last = self.h + h, self.g + g, g_last
+
+    def close(self) -> float:
+        t = 0.0 if self.lead == -np.inf else max(self.lead + self.g, self.h + self.g_last)
+        self.reset()
+        return t
+
+
+def synced_step_time(host: np.ndarray, gpu: np.ndarray, count: np.ndarray, syncs: np.ndarray,
+                     starts: np.ndarray | None = None, sync_s: float = HOST_SYNC_S) -> float:
+    """tandem_step_time with host syncs (module docstring): blocks without a sync are one unit
+    each, as there; a block with syncs is walked op by op for its first two repetitions, and the
+    time its second one added (every later one is the same: each starts after the same sync)
+    counts for the rest."""
+    seg, total = _Segment(), 0.0
+    for s, e in block_bounds(count, block_starts(count) if starts is None else starts):
+        if not syncs[s:e].any():
+            seg.add(float(np.dot(host[s:e], count[s:e])), float(np.dot(gpu[s:e], count[s:e])), host[s], gpu[e - 1])
+            continue
+        reps = int(count[s:e].min())
+        mult = count[s:e] / reps
+        for _ in range(min(reps, 2)):
+            before = total
+            for i in range(s, e):
+                m = mult[i - s]
+                seg.add(host[i] * m, gpu[i] * m, host[i], gpu[i])
+                if syncs[i]:
+                    total += seg.close() + syncs[i] * m * sync_s
+        if reps > 2:
+            total += (reps - 2) * (total - before)
+    return total + seg.close()
+
+
 def launch_times(t: OpTable, gpu_s: np.ndarray, stack: Stack) -> LaunchTimes:
     host = host_times(t, stack)
     gpu = gpu_s + (t.kernels * stack.launch_graph_s if stack.graphs else 0.0)
-    step = tandem_step_time(host, gpu, t.count, t.block_starts)
+    syncs = op_syncs(t)
+    if syncs.any():
+        step = synced_step_time(host, gpu, t.count, syncs, t.block_starts)
+    else:
+        step = tandem_step_time(host, gpu, t.count, t.block_starts)
     busy = float(np.dot(gpu, t.count))
     step = max(step, busy)
     return LaunchTimes(host, gpu, step, busy, step - busy)

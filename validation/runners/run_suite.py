@@ -37,6 +37,7 @@ import cases_e2e  # noqa: E402
 import cases_elementwise  # noqa: E402
 import cases_gemm  # noqa: E402
 import cases_host  # noqa: E402
+import cases_moe  # noqa: E402
 import cases_inference  # noqa: E402
 import cases_multi  # noqa: E402
 import cases_memory  # noqa: E402
@@ -45,9 +46,9 @@ from env import collect_env, gpu_slug, l2_bytes, sample_clocks  # noqa: E402
 
 SCHEMA = "mechsim.validation.run/1"
 MODULES = [cases_memory, cases_gemm, cases_attention, cases_elementwise, cases_inference, cases_e2e, cases_dist,
-           cases_multi, cases_host]
+           cases_multi, cases_host, cases_moe]
 KINDS = ["memory", "launch", "gemm", "attention", "elementwise", "norm", "softmax", "cross_entropy",
-         "train_step", "prefill", "decode", "collective", "ddp", "fsdp", "prefill_tp", "decode_tp", "pp_step"]
+         "train_step", "prefill", "decode", "collective", "ddp", "fsdp", "prefill_tp", "decode_tp", "pp_step", "moe_step"]
 STARTUP_EST_S = 15.0  # python + torch import + CUDA context + cuBLAS handles
 
 
