@@ -14,12 +14,12 @@ from pathlib import Path
 import pytest
 
 from mechsim.validation.analysis.published import (
-    INFERENCE_DIR, MODELS_FILE, PUBLISHED_DIR, PublishedDataError, _models, load_published,
+    CALIBRATION_FILE, INFERENCE_DIR, MODELS_FILE, PUBLISHED_DIR, PublishedDataError, _models, load_published,
     load_published_inference, published_sources,
 )
 
 REFERENCE_MD = PUBLISHED_DIR / "reference.md"
-TRAINING_FILES = sorted(p for p in PUBLISHED_DIR.glob("*.toml") if p.name != MODELS_FILE.name)
+TRAINING_FILES = sorted(p for p in PUBLISHED_DIR.glob("*.toml") if p.name not in (MODELS_FILE.name, CALIBRATION_FILE.name))
 INFERENCE_FILES = sorted(INFERENCE_DIR.glob("*.toml"))
 A8_FILE = PUBLISHED_DIR / "megatron_bridge_a8.toml"
 
