@@ -302,7 +302,24 @@ def predict_train_memory(p: dict, gpu: str) -> float:
     return estimate(train_workload(p), gpu).memory.allocated   # the runners record max_memory_allocated
 
 
+def moe_workload(p: dict) -> TrainingWorkload | InferenceWorkload:
+    """A moe_step record (runners/cases_moe.py) as the public API states it: llama_ref layers with
+    an MoE block of the record's implementation (MoEConfig.impl)."""
+    from ...model import MoEConfig
+    moe = MoEConfig(n_experts=p["n_experts"], top_k=p["top_k"], expert_ffn=p["expert_ffn"], impl=p["impl"])
+    cfg = TransformerConfig(**{**config_from(p).model_dump(exclude_unset=True), "moe": moe})
+    if p["mode"] == "train":
+        return train_workload(p).model_copy(update={"model": cfg})
+    return inference_workload(p, "prefill").model_copy(update={"model": cfg})
+
+
+def predict_moe(p: dict, gpu: str, host_scale: float = 1.0) -> float:
+    w = moe_workload(p)
+    return estimate(w, gpu, host_scaled_stack(w.stack, gpu, host_scale)).step_time_s
+
+
 PREDICTORS = {
+    "moe_step": predict_moe,
     "memory": predict_memory, "launch": predict_launch, "gemm": predict_gemm,
     "attention": predict_attention, "norm": predict_chain, "elementwise": predict_chain,
     "softmax": predict_chain, "cross_entropy": predict_chain, "train_step": predict_train,
@@ -325,7 +342,7 @@ def predict_data_parallel(p: dict, gpu: str, world: int) -> float:
     return estimate(w, gpu, host_scaled_stack(w.stack, gpu, 1.0)).step_time_s
 
 
-HOST_BOUND_KINDS = ("train_step", "prefill", "decode")
+HOST_BOUND_KINDS = ("train_step", "prefill", "decode", "moe_step")
 
 
 def predict(record: dict, env: dict, run: dict | None = None) -> float:
