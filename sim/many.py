@@ -448,6 +448,7 @@ STATIC = ("workload", "mode", "gpu", "stack", "gpus", "tokens", "model_flops", "
           "peak_dtype", "memory_total", "memory_capacity", "memory_fits")
 NUMBERS = ("gpus", "tokens", "model_flops", "hardware_flops", "peak_flops", "memory_total", "memory_capacity")
 _TOTALS: dict[int, tuple[Prepared, float]] = {}
+_CAPACITY: dict[int, tuple[Any, float]] = {}
 
 
 def _static(x: Timing) -> tuple:
@@ -459,7 +460,10 @@ def _static(x: Timing) -> tuple:
             _TOTALS.clear()
         hit = _TOTALS[id(p)] = (p, sum(p.memory.values()))
     peak_dtype, peak = _peak(p.table, gpu)
-    cap = float(gpu.hbm_capacity)
+    c = _CAPACITY.get(id(gpu))
+    if c is None or c[0] is not gpu:
+        c = _CAPACITY[id(gpu)] = (gpu, float(gpu.hbm_capacity))
+    cap = c[1]
     return (p.summary, p.mode, gpu.key, x.st.key, 1, p.tokens, p.model_flops, p.hardware_flops, peak, peak_dtype,
             hit[1], cap, hit[1] <= cap)
 
