@@ -462,6 +462,8 @@ def _static(x: Timing) -> tuple:
     peak_dtype, peak = _peak(p.table, gpu)
     c = _CAPACITY.get(id(gpu))
     if c is None or c[0] is not gpu:
+        if len(_CAPACITY) > 4096:
+            _CAPACITY.clear()
         c = _CAPACITY[id(gpu)] = (gpu, float(gpu.hbm_capacity))
     cap = c[1]
     return (p.summary, p.mode, gpu.key, x.st.key, 1, p.tokens, p.model_flops, p.hardware_flops, peak, peak_dtype,
