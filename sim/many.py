@@ -356,17 +356,17 @@ def _categories(t: OpTable, k: KernelTimes) -> np.ndarray:
 
 # ---- the table ------------------------------------------------------------------------------
 
-_PEAKS: dict[tuple, tuple[str, float]] = {}
+_PEAKS: dict[tuple, tuple[Any, Any, tuple[str, float]]] = {}
 
 
 def _peak(t: OpTable, gpu) -> tuple[str, float]:
-    key = (id(t), id(gpu))
-    hit = _PEAKS.get(key)
-    if hit is None:
+    """prepare.step_peak, memoised per table and GPU object (the entry holds both)."""
+    hit = _PEAKS.get((id(t), id(gpu)))
+    if hit is None or hit[0] is not t or hit[1] is not gpu:
         if len(_PEAKS) > 4096:
             _PEAKS.clear()
-        hit = _PEAKS[key] = step_peak(t, gpu)
-    return hit
+        hit = _PEAKS[(id(t), id(gpu))] = (t, gpu, step_peak(t, gpu))
+    return hit[2]
 
 
 def row_of(e) -> dict:
