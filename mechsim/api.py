@@ -15,6 +15,7 @@ import math
 from typing import Any, Callable
 
 from . import inputs as I
+from .sim.results import evict_oldest
 
 SCHEMAS: dict[str, type] = {
     "estimate": I.EstimateArgs,
@@ -57,7 +58,7 @@ def _validated(schema: type, given: dict[str, Any]) -> dict[str, Any]:
         hit = I.validated(schema, **given)
         if key is not None:
             if len(_CHECKED) >= CHECKED_CACHE_SIZE:
-                _CHECKED.pop(next(iter(_CHECKED)))
+                evict_oldest(_CHECKED)
             _CHECKED[key] = hit
     return {k: dict(v) if isinstance(v, dict) else v for k, v in hit.items()}
 

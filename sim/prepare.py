@@ -26,7 +26,7 @@ from .kernels import ATTENTION, MATMUL, HwRates, KernelTimes, gemm_efficiency
 from .launch import LaunchTimes
 from .memory import memory_components
 from .optable import DTYPES, KINDS, PHASES, GemmColumns, OpTable, build_table
-from .results import CATEGORIES, OpEstimate
+from .results import CATEGORIES, OpEstimate, evict_oldest
 from .stacks import Stack, get_stack
 
 
@@ -145,7 +145,7 @@ def prepare(workload, fused: frozenset[str]) -> Prepared:
         return hit[1]
     p = prepared(workload, fused)
     if len(_BY_ID) >= 1024:
-        _BY_ID.pop(next(iter(_BY_ID)))
+        evict_oldest(_BY_ID)
     _BY_ID[key] = (workload, p)
     return p
 

@@ -8,6 +8,15 @@ import functools
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+def evict_oldest(memo: dict) -> None:
+    """Drop the oldest entry of a bounded memo; a no-op when another thread changed it meanwhile
+    (the app estimates on several threads)."""
+    try:
+        memo.pop(next(iter(memo)), None)
+    except (RuntimeError, StopIteration):
+        pass
+
+
 CATEGORIES = ("matmul_compute", "matmul_memory", "attention", "memory_bound",
               "communication", "pipeline_bubble", "launch_overhead")
 

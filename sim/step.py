@@ -44,7 +44,7 @@ from .optable import OpTable
 from .power import PowerState, power_state
 from .prepare import (Prepared, at_compute_speed, boost_speedup, compute_bound_gemms, efficiency, gemm_power_weight,
                       hw_rates, op_estimates, prepare, step_peak, step_sums, with_tensor_power)
-from .results import Estimate
+from .results import Estimate, evict_oldest
 from .stacks import Stack
 
 
@@ -129,7 +129,7 @@ def kernel_stage(t: OpTable, gpu, rates, eff, attention: str) -> Calibrated:
         a.flags.writeable = False
     cal = kernel_stage_of(t, k, gpu)
     if len(_STAGES) >= STAGE_CACHE_SIZE:
-        _STAGES.pop(next(iter(_STAGES)))
+        evict_oldest(_STAGES)
     _STAGES[key] = (t, rates, eff, cal)
     return cal
 
@@ -168,7 +168,7 @@ def _run(workload, target: Target, st: Stack, full: bool = True) -> Stepped:
         return hit[3]
     r = _compute(workload, target, st, full)
     if len(_RUNS) >= STAGE_CACHE_SIZE:
-        _RUNS.pop(next(iter(_RUNS)))
+        evict_oldest(_RUNS)
     _RUNS[key] = (workload, target, st, r)
     return r
 
@@ -376,7 +376,7 @@ def network_stage(workload, t: OpTable, st: Stack, gpu, eff, rates, cluster: Clu
                 timed_stage(workload.model, par) if MCORE_DDP_BUCKETS in st.fused else 0,   # drain_slack_s
                 (float(model_flops_per_step(single)), float(hardware_flops_per_step(single, fused=st.fused))))
     if len(_NETWORKS) >= STAGE_CACHE_SIZE:
-        _NETWORKS.pop(next(iter(_NETWORKS)))
+        evict_oldest(_NETWORKS)
     _NETWORKS[key] = (t, rates, eff, n)
     return n
 

@@ -131,3 +131,11 @@ def test_unknown_hardware_is_an_error_row():
     df = estimate_many([w, w], ["h100_sxm", "no_such_gpu"])
     assert df["error"].iloc[0] == "" and "no_such_gpu" in df["error"].iloc[1]
     assert np.isnan(df["step_time_s"].iloc[1])
+
+
+def test_evict_oldest_drops_the_first_entry_and_tolerates_an_empty_memo():
+    from mechsim.sim.results import evict_oldest
+    memo = {"a": 1, "b": 2}
+    evict_oldest(memo)
+    assert memo == {"b": 2}
+    evict_oldest({})
