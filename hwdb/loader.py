@@ -14,8 +14,8 @@ directory, parsed on first use and cached (a lookup then is a dict access).
 
 from __future__ import annotations
 
-import difflib
 import functools
+import os
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -24,6 +24,7 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
+from . import cache
 from .schema import (
     CPU,
     GPU,
@@ -44,6 +45,7 @@ except ModuleNotFoundError:  # Python < 3.11
     import tomli as tomllib  # type: ignore[no-redef]
 
 DEFAULT_DATA_DIR = Path(__file__).parent / "data"
+_PACKAGED = os.path.join(os.path.abspath(DEFAULT_DATA_DIR), "")   # files below it are cached parses
 CATEGORIES = {"gpu": "gpus", "nic": "nics", "system": "systems", "cpu": "cpus"}
 _SPEC_FIELDS = {"value", "unit", "source", "kind", "note"}
 _NOT_INHERITED = {"key", "name", "aliases", "based_on", "drop"}
@@ -54,10 +56,17 @@ def normalize(name: str) -> str:
     return re.sub(r"[^a-z0-9]", "", name.lower())
 
 
+def _parse_toml(raw: bytes) -> dict[str, Any]:
+    return tomllib.loads(raw.decode("utf-8"))
+
+
 def _read_toml(path: Path) -> dict[str, Any]:
+    """The parsed file; files of the packaged database come from hwdb/cache.py when unchanged."""
+    raw = path.read_bytes()
     try:
-        with path.open("rb") as f:
-            return tomllib.load(f)
+        if os.path.abspath(path).startswith(_PACKAGED):
+            return cache.parsed_toml(path, raw, _parse_toml)
+        return _parse_toml(raw)
     except tomllib.TOMLDecodeError as e:
         raise HwdbError(f"{path}: TOML syntax error: {e}") from None
 
@@ -192,6 +201,8 @@ class Database:
 
 def suggest(name: str, alias_to_key: Mapping[str, str], n: int = 6) -> list[str]:
     """Keys whose aliases contain ``name`` (shortest first), then difflib-close ones."""
+    import difflib   # only on a miss: a fresh process that finds its names does not import it
+
     q = normalize(name)
     subs = sorted((a for a in alias_to_key if q and q in a), key=len)
     close = difflib.get_close_matches(q, list(alias_to_key), n=n, cutoff=0.5)
@@ -257,10 +268,19 @@ def _build_system(key: str, data: dict, path: Path, gpus: dict, nics: dict, cpus
     return _build(System, data, path, refs)
 
 
+def data_files(root: Path) -> list[Path]:
+    """Every file ``load_db(root)`` reads, in the order it reads them."""
+    return [root / "sources.toml", *(p for f in CATEGORIES.values() for p in sorted((root / f).glob("*.toml")))]
+
+
 @functools.cache
 def default_db() -> Database:
-    """The packaged database, parsed on first call and cached."""
-    return load_db(DEFAULT_DATA_DIR)
+    """The packaged database, parsed on first call and kept for the process; a fresh process
+    takes it from the user cache folder while no data file and no line of the code that builds it
+    changed (hwdb/cache.py)."""
+    code = [Path(__file__), Path(__file__).with_name("schema.py"), Path(cache.__file__)]
+    return cache.cached_object("hwdb", [*data_files(DEFAULT_DATA_DIR), *code],
+                               lambda: load_db(DEFAULT_DATA_DIR), Database)
 
 
 def get_gpu(name: str) -> GPU:
@@ -293,6 +313,8 @@ def get_source(source_id: str) -> Source:
     sources = default_db().sources
     if source_id in sources:
         return sources[source_id]
+    import difflib
+
     close = difflib.get_close_matches(source_id, list(sources), n=5, cutoff=0.5)
     raise UnknownHardwareError(f"unknown source {source_id!r}. Close matches: {', '.join(close)}. "
                                f"Known: {', '.join(sorted(sources))}")

@@ -32,6 +32,7 @@ try:
 except ModuleNotFoundError:  # Python < 3.11
     import tomli as tomllib  # type: ignore[no-redef]
 
+from . import cache
 from .schema import Kind, Source, _Frozen
 
 DATA_DIR = Path(__file__).parent / "data"
@@ -269,8 +270,10 @@ def _check_sources(book: PriceBook, where: str) -> None:
 
 @functools.cache
 def load_prices() -> PriceBook:
-    """The packaged price book, parsed once."""
-    return parse_book()
+    """The packaged price book, parsed once; a fresh process takes it from the user cache
+    folder while neither file nor the code that builds it changed (hwdb/cache.py)."""
+    code = [Path(__file__), Path(__file__).with_name("schema.py"), Path(cache.__file__)]
+    return cache.cached_object("prices", [PRICES_FILE, POWER_FILE, *code], parse_book, PriceBook)
 
 
 def get_price(path: str, overrides: Mapping[str, Any] | None = None) -> PriceRecord:

@@ -79,7 +79,9 @@ def unit_factor(unit: str, where: str = "") -> float:
 
 
 class _Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    # defer_build: a validator is built on first validation, so a process that takes the database
+    # from the cache (hwdb/cache.py) builds none of these schemas
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
 
 class Source(_Frozen):
@@ -151,6 +153,10 @@ class FrozenSpecs(Mapping[str, Spec]):
 
     def __repr__(self) -> str:
         return f"FrozenSpecs({len(self)} specs: {', '.join(self._d)})"
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # pickled without the memoised hash: a str hash differs from process to process
+        return FrozenSpecs, (self._d,)
 
     @classmethod
     def __get_pydantic_core_schema__(cls, _source: Any, handler: Any) -> core_schema.CoreSchema:

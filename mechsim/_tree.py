@@ -14,6 +14,7 @@ the subpackages inside mechsim/ and needs neither.
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -36,12 +37,27 @@ def module_root(module_file: str | None, root: Path) -> bool:
     return Path(module_file).resolve().is_relative_to(root.resolve())
 
 
+def _resolved(module_file: str, folders: dict[str, str]) -> str:
+    """``module_file`` with symbolic links resolved, its folder's resolution shared by every module
+    in that folder (a file that is itself a link is resolved on its own)."""
+    folder, name = os.path.split(os.path.abspath(module_file))
+    if os.path.islink(module_file):
+        return os.path.realpath(module_file)
+    if folder not in folders:
+        folders[folder] = os.path.realpath(folder)
+    return os.path.join(folders[folder], name)
+
+
 def check_one_tree(root: Path) -> None:
     """Raise ImportError when a loaded mechsim.* module comes from another tree than ``root``."""
+    inside, folders = os.path.realpath(root), {}
     for name, mod in list(sys.modules.items()):
         if not name.startswith("mechsim.") or mod is None:
             continue
-        if not module_root(getattr(mod, "__file__", None), root):
+        file = getattr(mod, "__file__", None)
+        if file is None or os.path.commonpath([_resolved(file, folders), inside]) == inside:
+            continue
+        if not module_root(file, root):
             raise ImportError(
                 f"{name} was loaded from {mod.__file__}, but mechsim from {root}: two source trees are "
                 f"mixed; run `pip install -e .` in the checkout you mean to use, or start Python outside it")

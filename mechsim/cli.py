@@ -44,9 +44,30 @@ def _add_workload_args(p: argparse.ArgumentParser) -> None:
                    help="what-if, e.g. hbm_bandwidth=+20%%, sustained_clock=0.9 (repeatable)")
 
 
-def _parser() -> argparse.ArgumentParser:
+class _Unused:
+    """Stands in for the parser of a command not asked for: takes every call and does nothing."""
+
+    def __getattr__(self, name: str):
+        return lambda *args, **kw: self
+
+
+class _OneCommand:
+    """The subparsers action, passing on only the command ``only`` (the others become _Unused)."""
+
+    def __init__(self, sub, only: str) -> None:
+        self.sub, self.only = sub, only
+
+    def add_parser(self, name: str, **kw):
+        return self.sub.add_parser(name, **kw) if name == self.only else _Unused()
+
+
+def _parser(only: str | None = None) -> argparse.ArgumentParser:
+    """The command line's parser; ``only``: with the subparser of that command alone (a process that
+    runs one command need not build the other commands' ~200 arguments)."""
     ap = Parser(prog="mechsim", description="Hardware-aware performance model for transformers.")
     sub = ap.add_subparsers(dest="cmd", required=True)
+    if only is not None:
+        sub = _OneCommand(sub, only)
     est = sub.add_parser("estimate", help="estimate one training or inference step")
     _add_workload_args(est)
     est.add_argument("--json", action="store_true", help="print the result as JSON")
@@ -117,6 +138,8 @@ def _parser() -> argparse.ArgumentParser:
                           "(default: the user data directory; sim/data updates the package's own data)")
     _add_plan_parser(sub)
     for name in PLUGINS:
+        if only is not None and name != only:
+            continue
         mod = _plugin(name)
         if mod is not None:
             mod.add_parser(sub)
@@ -427,8 +450,33 @@ def _plugin(name: str):
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run one command; ``argv`` None: this process's arguments (the program itself is running)."""
+    if argv is None:
+        return _exiting(_main(argv))
+    return _main(argv)
+
+
+def _exiting(code: int) -> int:
+    """``code``, after freezing the garbage collector's objects: the interpreter's collections at
+    exit then skip them (~0.07 s CPU of a fresh `mechsim estimate`, bench/startup_speed.py). What
+    reference counting frees at exit is still freed; objects in reference cycles are left to the
+    OS, which takes back the process's memory anyway. Every file mechsim writes is closed by then."""
+    import gc
+
+    gc.freeze()
+    return code
+
+
+def _command(argv: list[str]) -> str | None:
+    """The command ``argv`` names first, when it is one; None (every command's parser) otherwise."""
+    first = argv[0] if argv else None
+    return first if first in COMMANDS or first in PLUGINS else None
+
+
+def _main(argv: list[str] | None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
     try:
-        args = _parser().parse_args(argv)
+        args = _parser(_command(argv)).parse_args(argv)
     except SystemExit as e:   # --help (0) or a one-line parse error (2, cli_args.Parser)
         return e.code if isinstance(e.code, int) else 2
     try:

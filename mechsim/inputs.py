@@ -343,7 +343,9 @@ def op_record(v: Any) -> Any:
 # ---- the argument records of the public calls ----------------------------------------------------
 
 class _Args(BaseModel):
-    model_config = ConfigDict(extra="forbid", arbitrary_types_allowed=True, frozen=True)
+    # defer_build: each argument model builds its validator when first used, so a fresh process
+    # pays only for the calls it makes (bench/startup_speed.py)
+    model_config = ConfigDict(extra="forbid", arbitrary_types_allowed=True, frozen=True, defer_build=True)
 
     def model_post_init(self, _ctx: Any) -> None:
         ov, hw = getattr(self, "overrides", None), getattr(self, "hw", None)

@@ -5,16 +5,18 @@ read as "no data": an empty accuracy table would make every estimate "unvalidate
 A file written by :func:`write_toml` carries ``entries = N`` (the number of parameter records it
 holds); the reader checks the count, so a file cut short at a line boundary (still valid TOML) is
 refused too. Writing goes through tomlkit (never string edits) and sim/atomic.py.
+A packaged file's parse comes from the user cache folder while its bytes are unchanged
+(hwdb/cache.py); tomlkit is imported only to write.
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import tomlkit
-
+from ..hwdb import cache
 from .atomic import write_text_atomic
 
 try:
@@ -24,6 +26,7 @@ except ModuleNotFoundError:  # Python 3.10
 
 PACKAGE_ROOT = Path(__file__).resolve().parent.parent
 COUNT_KEY = "entries"
+_PACKAGED = os.path.join(str(PACKAGE_ROOT), "")
 
 
 class DataFileError(ValueError):
@@ -51,13 +54,22 @@ def load_toml(path: Path) -> dict:
     if not raw.strip():
         raise DataFileError(f"{path}: empty file ({len(raw)} bytes); {fix_for(path)}")
     try:
-        data = tomllib.loads(raw.decode("utf-8"))
+        data = cache.parsed_toml(path, raw, _parse) if _packaged(path) else _parse(raw)
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
         raise DataFileError(f"{path}: malformed TOML ({e}); {fix_for(path)}") from None
     if not data:
         raise DataFileError(f"{path}: holds no data (comments only: cut short?); {fix_for(path)}")
     _check_count(data, path)
     return data
+
+
+def _parse(raw: bytes) -> dict:
+    return tomllib.loads(raw.decode("utf-8"))
+
+
+def _packaged(path: Path) -> bool:
+    """A file of the package (its parse is cached) rather than the user's."""
+    return os.path.abspath(path).startswith(_PACKAGED)
 
 
 def _check_count(data: dict, path: Path) -> None:
@@ -82,6 +94,8 @@ def count_records(table: dict) -> int:
 def write_toml(path: Path, data: dict[str, Any], comments: Sequence[str] = ()) -> Path:
     """Write ``data`` (nested dicts; leaf records become inline tables) atomically, with
     ``entries`` = its record count and ``comments`` as header lines."""
+    import tomlkit   # writing only: a process that reads data does not import it
+
     doc = tomlkit.document()
     for c in comments:
         doc.add(tomlkit.comment(c))
@@ -93,6 +107,8 @@ def write_toml(path: Path, data: dict[str, Any], comments: Sequence[str] = ()) -
 
 
 def _fill(container: Any, data: dict[str, Any]) -> None:
+    import tomlkit
+
     scalars = {k: v for k, v in data.items() if not isinstance(v, dict)}
     records = {k: v for k, v in data.items() if isinstance(v, dict) and ("value" in v or "mape" in v)}
     tables = {k: v for k, v in data.items() if isinstance(v, dict) and k not in records}
@@ -112,6 +128,8 @@ def update_records(path: Path, records: dict[str, dict[str, Any]], comments: Seq
     """Set the records named by dotted ``records`` keys in the TOML file at ``path`` (tomlkit:
     comments and other entries kept; fields of an existing record not given are kept), creating
     the file (with ``comments`` and an ``entries`` count) when absent; written atomically."""
+    import tomlkit
+
     path = Path(path)
     if path.exists():
         load_toml(path)   # refuse to build on a corrupt file
@@ -136,6 +154,8 @@ def update_records(path: Path, records: dict[str, dict[str, Any]], comments: Seq
 
 
 def _table_at(doc: Any, names: list[str]) -> Any:
+    import tomlkit
+
     container = doc
     for n in names:
         if n not in container:

@@ -107,7 +107,7 @@ def step_peak(t: OpTable, gpu) -> tuple[str, float]:
     clock (a sustained-clock what-if slows the step, not the peak). Matmuls count in their own
     dtype, attention as bf16: sim/kernels.py times every attention kernel at the bf16 peak."""
     mm = (t.kind == MATMUL) & (t.flops > 0)
-    names = {DTYPES[i] for i in np.unique(t.dtype[mm])} | ({"bf16"} if ((t.kind == ATTENTION) & (t.flops > 0)).any()
+    names = {DTYPES[i] for i in t.dtype[mm].tolist()} | ({"bf16"} if ((t.kind == ATTENTION) & (t.flops > 0)).any()
                                                             else set()) or {"bf16"}
     peaks = {d: _peak_or_nan(gpu, d) for d in names}
     best = max(peaks, key=lambda d: -1.0 if math.isnan(peaks[d]) else peaks[d])
