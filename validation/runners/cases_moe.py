@@ -21,6 +21,7 @@ each, and the host cost of one ``.item()`` round trip on an idle GPU (sync_round
 
 from __future__ import annotations
 
+import random
 import time
 
 import torch
@@ -40,6 +41,26 @@ MOE_SHAPES = {
     "tiny": dict(vocab=512, d_model=64, n_layers=2, n_heads=4, n_kv_heads=2, ffn=128, n_experts=4, top_k=2),
 }
 IMPLS = ("loop_stacked", "loop_modules")
+
+
+def random_shapes(seed: int = 19, n: int = 3) -> dict[str, dict]:
+    """Seeded random MoE decoders (held-out shapes no constant was chosen on): d from 768 to 2048,
+    expert ffn 1.5-3.5 d (multiple of 128), 4/8/16 experts, top-1/2, 2-4 layers, head_dim 128."""
+    rng = random.Random(seed)
+    out = {}
+    for i in range(n):
+        d = rng.choice((768, 1024, 1536, 2048))
+        h = d // 128
+        out[f"rand{seed}_{i}"] = dict(vocab=32000, d_model=d, n_layers=rng.choice((2, 3, 4)), n_heads=h,
+                                      n_kv_heads=h // 2 if h % 2 == 0 else h,
+                                      ffn=round(d * rng.uniform(1.5, 3.5) / 128) * 128,
+                                      n_experts=rng.choice((4, 8, 16)), top_k=rng.choice((1, 2)),
+                                      mbs=rng.choice((1, 2)), seq=rng.choice((512, 1024, 2048)))
+    return out
+
+
+RANDOM = random_shapes()
+MOE_SHAPES.update({k: {f: v for f, v in s.items() if f not in ("mbs", "seq")} for k, s in RANDOM.items()})
 
 
 class StackedMoE(nn.Module):
@@ -212,6 +233,7 @@ def _cases(suite: str) -> list[Case]:
         out += [train_case("mix_s", impl, 1, 1024, profile=True), train_case("mix_s", impl, 2, 2048),
                 train_case("mix_m", impl, 1, 2048, profile=True),
                 prefill_case("mix_s", impl, 1, 2048, profile=True), prefill_case("mix_m", impl, 2, 2048)]
+        out += [train_case(k, impl, r["mbs"], r["seq"]) for k, r in RANDOM.items()]
     return out if suite == "full" else []   # quick: none (the full suite or --only moe_step runs them)
 
 
