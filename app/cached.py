@@ -5,7 +5,11 @@ Nothing here depends on the session, so every session shares it. Results are fro
 plan: milliseconds to a few tenths of a second); the slow ones (plan search, procurement
 comparison, validation) are jobs (app/jobs.py): computed once off the script thread, and a page
 asks with ``peek`` so it never blocks on them. No formula lives here: each function builds the
-API's own input objects and calls it.
+API's own input objects and calls it: the public facade (``mechsim.estimate``, ``serve``,
+``best_serving_plan``, ``compare``, ``get_gpu``, ``Cluster``: inputs checked by mechsim/inputs.py,
+so the app refuses what the CLI and the API refuse, with their words), and for what the facade
+does not re-export the documented modules (``mechsim.sim.search.search_plans``, docs/planning.md;
+``mechsim.sim.timeline.step_timeline``; ``mechsim.validation.api``; ``mechsim.sim.procure.TrainingSpec``).
 """
 
 from __future__ import annotations
@@ -14,10 +18,10 @@ from dataclasses import asdict, dataclass, replace
 
 import streamlit as st
 
-from .. import hwdb
+import mechsim
+from mechsim import InferenceWorkload, Parallelism, TrainingWorkload, hwdb
+
 from . import jobs
-from ..model import InferenceWorkload, TrainingWorkload
-from ..model.parallel import Parallelism
 
 
 @dataclass(frozen=True)
@@ -82,8 +86,7 @@ class EstimateInputs:
 
 def run_estimate(inp: EstimateInputs):
     """mechsim.estimate for these inputs (uncached: tests call this as the reference)."""
-    from ..sim.host import estimate   # sim.estimate.estimate on the default host; the band names it (sim/host.py)
-    return estimate(inp.workload(), inp.hw, inp.stack, inp.overrides())
+    return mechsim.estimate(inp.workload(), inp.hw, inp.stack, inp.overrides())
 
 
 @st.cache_resource(max_entries=128, show_spinner=False)
@@ -92,17 +95,19 @@ def estimate(inp: EstimateInputs):
 
 
 def gpu_of(hw: str):
-    """The GPU of a GPU or system key (the API's own resolver)."""
-    from ..sim.estimate import resolve_gpu
-    return resolve_gpu(hw)
+    """The GPU of a GPU or system key (hwdb through the facade)."""
+    try:
+        return mechsim.get_gpu(hw)
+    except hwdb.UnknownHardwareError:
+        return mechsim.get_system(hw).gpu
 
 
-def system_of(hw: str, gpus: int) -> str | None:
-    """The node system a multi-GPU estimate runs on (the API's resolve_cluster), else None."""
-    if gpus <= 1 and hw not in hwdb.list_systems():
-        return None
-    from ..sim.distributed import resolve_cluster
-    return resolve_cluster(hw, gpus).system
+def system_of(hw: str, est) -> str | None:
+    """The node system an estimate ran on: the one its ``cluster`` names ("N x system", what the
+    API resolved for a multi-GPU plan), the system asked for, else None (one GPU on its own)."""
+    if est.cluster:
+        return est.cluster.split(" x ", 1)[1]
+    return hw if hw in hwdb.list_systems() else None
 
 
 @dataclass(frozen=True)
@@ -119,16 +124,15 @@ class SearchInputs:
     oversubscription: float = 1.0
 
     def cluster(self):
-        from ..sim.cluster import Cluster
-        return Cluster(system=self.system, nodes=self.nodes, topology=self.topology,
-                       oversubscription=self.oversubscription)
+        return mechsim.Cluster(system=self.system, nodes=self.nodes, topology=self.topology,
+                               oversubscription=self.oversubscription)
 
 
 SEARCH_TOP = 30      # the page's "Plans shown" maximum: one search serves every value of top
 
 
 def run_search(inp: SearchInputs):
-    from ..sim.search import search_plans
+    from mechsim.sim.search import search_plans   # documented: docs/planning.md
     return search_plans(inp.model, inp.cluster(), inp.gbs, inp.seq, inp.precision, inp.stack, inp.top)
 
 
@@ -161,7 +165,7 @@ def row_workload(inp: SearchInputs, row) -> TrainingWorkload:
 @st.cache_resource(max_entries=64, show_spinner=False)
 def timeline(inp: SearchInputs, index: int):
     """The step timeline of plan row ``index`` of the (finished) search of ``inp``."""
-    from ..sim.timeline import step_timeline
+    from mechsim.sim.timeline import step_timeline
     row = search_result(inp).rows[index]
     return step_timeline(row_workload(inp, row), inp.cluster())
 
@@ -180,7 +184,7 @@ def validation_result():
 
 
 def run_validation():
-    from ..validation.api import measured_comparison
+    from mechsim.validation.api import measured_comparison
     return measured_comparison()
 
 
@@ -194,7 +198,7 @@ def published_result():
 
 
 def run_published():
-    from ..validation.api import published_comparison
+    from mechsim.validation.api import published_comparison
     return published_comparison()
 
 
@@ -214,8 +218,7 @@ class ServingInputs:
 
 
 def run_best_serving(inp: ServingInputs):
-    from ..sim.serving import best_serving_plan
-    return best_serving_plan(inp.model, inp.hw, inp.input_len, inp.output_len, inp.ttft_s, inp.tpot_s, inp.rate,
+    return mechsim.best_serving_plan(inp.model, inp.hw, inp.input_len, inp.output_len, inp.ttft_s, inp.tpot_s, inp.rate,
                              inp.weight_dtype, inp.kv_dtype)
 
 
@@ -230,8 +233,7 @@ def best_serving_result(inp: ServingInputs):
 
 def run_serve(inp: ServingInputs, tp: int, rate: float | None = None):
     """serve() of one replica of ``tp`` GPUs, at ``rate`` (None: the max rate within the targets)."""
-    from ..sim.serving import serve
-    return serve(inp.model, inp.hw, tp, inp.input_len, inp.output_len, rate, inp.ttft_s, inp.tpot_s,
+    return mechsim.serve(inp.model, inp.hw, tp, inp.input_len, inp.output_len, rate, inp.ttft_s, inp.tpot_s,
                  inp.weight_dtype, inp.kv_dtype)
 
 
@@ -271,13 +273,12 @@ class ProcureInputs:
     swing: float = 0.2
 
     def spec(self):
-        from ..sim.procure import TrainingSpec
+        from mechsim.sim.procure import TrainingSpec
         return TrainingSpec(self.model, self.tokens, seq=self.seq, gbs=self.gbs)
 
 
 def run_compare(inp: ProcureInputs):
-    from ..sim.procure import compare
-    return compare(inp.spec(), list(inp.options), gpus=inp.gpus, budget=inp.budget, pricing=inp.pricing,
+    return mechsim.compare(inp.spec(), list(inp.options), gpus=inp.gpus, budget=inp.budget, pricing=inp.pricing,
                    rank_by=inp.rank_by, sustained_clock=inp.sustained_clock, swing=inp.swing)
 
 

@@ -133,7 +133,7 @@ def render() -> None:
     common.downloads("estimate", lambda: [tables.estimate_summary(est)], key="est.summary", label="summary")
     common.downloads("estimate_ops", ops, key="est.ops", label="ops")
     counters_view.render(inp)
-    common.hardware_assumptions(est.gpu, cached.system_of(inp.hw, est.gpus), est.stack, est.error_band)
+    common.hardware_assumptions(est.gpu, cached.system_of(inp.hw, est), est.stack, est.error_band)
 
 
 if __name__ == "__main__":

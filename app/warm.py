@@ -8,6 +8,7 @@ caches (op lists, kernel tables) are filled.
 
 from __future__ import annotations
 
+import gc
 import time
 from typing import Callable
 
@@ -46,4 +47,8 @@ def warm(log: Callable[[str], None] = print, timeout_s: float = 900.0) -> float:
             log(f"mechsim app: {job.label} failed ({type(e).__name__}: {e})")
     dt = time.perf_counter() - t0
     log(f"mechsim app: default views ready in {dt:.1f} s")
+    # What the defaults built lives as long as the server: out of the collector's generations, so
+    # the automatic full collections of a busy server do not walk it again and again.
+    gc.collect()
+    gc.freeze()
     return dt
