@@ -6,7 +6,7 @@ receive tokens, d = d_model, F = expert_ffn, a = activation bytes; int64 indices
 probabilities (4 B). Both start with the router GEMM and the eager top-k (ops_layer._topk).
 
 loop_stacked ("the plain way"): one stacked parameter per projection, [E, d, F] / [E, d, F] / [E, F, d].
-  forward  argsort(flat ids) (SORT_KERNELS); bincount(minlength=E): min and max reductions, each read
+  forward  argsort(flat ids) (sort_kernels); bincount(minlength=E): min and max reductions, each read
            on the host (``self.min().cpu()``, ``self.max().item()``: aten/src/ATen/native/cuda/SummaryOps.cu
            _bincount_cuda_template), a zero fill and the histogram; ``.tolist()`` (a third D2H copy):
            3 host syncs per layer forward; tok = order // k; xs = hb[tok] (one gather);
@@ -43,10 +43,19 @@ import dataclasses
 
 from .ops_common import Ctx, Kern, Pair, chain
 
-SORT_KERNELS = 4          # argsort of n int64 keys: iota, radix sort passes (cub onesweep), copy-out
-NONZERO_KERNELS = 3       # nonzero: flag count (cub reduce), select-flagged, index unravel
-INDEX_PUT_ACC_KERNELS = 5  # index_put_(accumulate=True): linear index, sort (pairs), indexing_backward_kernel
+# Library internals (stated from the sources named; the runner's kernel profile checks them):
+# torch.sort on CUDA (aten/src/ATen/native/cuda/Sort.cpp sort_cuda_kernel): a sorted dim of <= 4096
+# takes the small-sort path (fill the indices, copy the values, one in-place bitonic key-value sort);
+# longer ones cub's radix sort of the int64 keys (iota + histogram + scan + 8 onesweep passes).
+SMALL_SORT_MAX, SMALL_SORT_KERNELS, RADIX_SORT_KERNELS = 4096, 3, 11
+NONZERO_KERNELS = 5        # aten/src/ATen/native/cuda/Nonzero.cu: cub reduce of the flags (2), select-flagged (2), write the indices (1)
+INDEX_PUT_ACC_KERNELS = 8  # aten/src/ATen/native/cuda/Indexing.cu index_put_with_sort_kernel: linear index, iota, divide, sort of the indices (4), indexing_backward_kernel
 LOOP_IMPLS = ("loop_stacked", "loop_modules")
+
+
+def sort_kernels(n: float) -> int:
+    """Kernels of torch.sort / argsort over a dim of ``n`` elements (constants above)."""
+    return SMALL_SORT_KERNELS if n <= SMALL_SORT_MAX else RADIX_SORT_KERNELS
 
 
 def times(k: Kern, n: int) -> Kern:
@@ -84,7 +93,7 @@ def stacked_route(c: Ctx, T: int, E: int, k: int, d: int, n: int) -> Pair:
     """argsort, bincount().tolist() (3 host syncs), tok = order // k, xs = hb[tok]; backward the
     gather's IndexBackward (module docstring)."""
     a, tk = c.act, T * k
-    fk = [Kern(0, 16 * tk, 16 * tk)] * SORT_KERNELS + [Kern(tk, 8 * tk, 8), Kern(tk, 8 * tk, 8), Kern(0, 0, 8 * E),
+    fk = [Kern(0, 16 * tk, 16 * tk)] * sort_kernels(tk) + [Kern(tk, 8 * tk, 8), Kern(tk, 8 * tk, 8), Kern(0, 0, 8 * E),
                                                        Kern(tk, 8 * tk, 8 * E), Kern(tk, 8 * tk, 8 * tk),
                                                        Kern(0, a * tk * d + 8 * tk, a * tk * d)]
     bk = _index_put_acc(tk, a * d, a * T * d)

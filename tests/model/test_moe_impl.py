@@ -4,6 +4,7 @@ import pytest
 
 from mechsim.model import build_ops
 from mechsim.model.config import MoEConfig, TransformerConfig
+from mechsim.model.moe_impl import INDEX_PUT_ACC_KERNELS, NONZERO_KERNELS
 from mechsim.model.parallel import Parallelism
 from mechsim.model.workload import InferenceWorkload, TrainingWorkload
 
@@ -55,8 +56,18 @@ def test_loop_expert_kernels_per_expert():
     assert _op(ops, "layer/moe/experts/gate_up", "fwd").kernels == E
     assert _op(ops, "layer/moe/experts/act", "fwd").kernels == 2 * E
     assert _op(ops, "layer/moe/experts/down", "fwd").kernels == E
-    # HF Mixtral forward routing: cast, zeros, one_hot (fill + scatter), per expert nonzero (3) + gather
-    assert _op(ops, "layer/moe/route", "fwd").kernels == 4 + E * (3 + 1)
+    # HF Mixtral forward routing: cast, zeros, one_hot (fill + scatter), per expert nonzero + gather
+    assert _op(ops, "layer/moe/route", "fwd").kernels == 4 + E * (NONZERO_KERNELS + 1)
+    # backward: per expert the gather's IndexBackward (zeros + index_put_ accumulate), E - 1 adds
+    assert _op(ops, "layer/moe/route", "bwd").kernels == E * (1 + INDEX_PUT_ACC_KERNELS) + E - 1
+
+
+def test_argsort_kernels_by_length():
+    """The stacked loop's routing: argsort (small sort up to 4096 ids, radix above), bincount's
+    min, max, fill and histogram, the floor-divide and the gather."""
+    for seq, sort in ((1024, 3), (4096, 11)):           # T k = 2048 / 8192 ids
+        o = _op(build_ops(_train("loop_stacked", seq=seq)), "layer/moe/route", "fwd")
+        assert o.kernels == sort + 4 + 2 and o.syncs == 3
 
 
 def test_grouped_impl_is_one_kernel_and_inference_has_no_backward():
