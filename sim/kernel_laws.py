@@ -30,6 +30,9 @@ does 2 tm tn FLOP on one SM and loads (tm + tn) operand elements into it, so
     t_main   = ceil(tiles x split / SMs) x (t_loop + t_epi)     cutlass multistage / sgemm kernels
              = ceil(tiles x split / SMs) x max(t_loop, t_epi)   the aligned nvjet kernels: warp-
                specialized and persistent, a tile's epilogue overlaps the next tile's main loop
+               (strided-batched calls run slower the shorter K, b32 m256 n7168 k2048 -9 % and
+               b128 m512 n2048 k768 -0..-22 % with it, +13..+31 % with a serial epilogue: the
+               truth lies between, not modelled)
     t_reduce = split > 1: splitk_reduce_s + split x M x N x 4 B / HBM   (fp32 partials)
     t        = min over (tile, split) of t_main + t_reduce
                + floor_s + (fixed_s - floor_s) x min(1, CTAs / SMs)   (a one-CTA kernel pays the
@@ -46,15 +49,15 @@ small tiles lose to their load bound (intensity tm tn / (tm + tn)), large ones t
 waves; K = 2 products are bound by their epilogue (fp32 m50852 n50257 k2: 5.5 ms, 1.9 TB/s of
 output). Misaligned operands (a leading dimension not 16-byte aligned: no TMA, cuBLAS falls back
 to the sm75 / sm80 mma.sync kernels, cutlass_75_tensorop_*_align1, wmma 32x32 / 16x16) run at
-mma_sync_fraction of the dtype's peak fraction and load / store a bytes per access (the worst
-alignment of K and N: the kernel, cutlass_*_align<n>, has one; 2 for bf16 with an odd K or N):
-bandwidth = min(aligned, sm_*_bw_misaligned x a / 2); sgemm loads with plain ld.global at
-sm_load_bw_simt
-(fp16 m11637 n3 k39273, wmma 32x32 tiles: 5.2 ns per K step of 128 operand bytes, 25 GB/s per
-SM). fp32 without TF32 (sgemm, CUDA cores) has no misaligned path. The pipeline fill (prologue),
-as K steps, differs by kernel family: k_overhead for the aligned warp-specialized TMA kernels
-(nvjet), k_overhead_mma_sync for the cutlass multistage mma.sync / sgemm kernels. The bandwidths, k_overhead,
-splitk_reduce_s, fixed_s and the peak fractions are class-wide, fitted by validation/analysis/fit_laws.py --group gemm_law.
+mma_sync_fraction of the dtype's peak fraction and load a bytes per access (the worst alignment
+of K and N: the kernel, cutlass_*_align<n>, has one; 2 for bf16 with an odd K or N): bandwidth =
+min(sm_load_bw, sm_load_bw_misaligned x a / 2) (fp16 m11637 n3 k39273, wmma 32x32 tiles: 5.2 ns
+per K step of 128 operand bytes, 25 GB/s per SM); their stores fitted no slower than aligned ones.
+sgemm (fp32 without TF32, CUDA cores) loads with plain ld.global at sm_load_bw_simt and has no
+misaligned path. The pipeline fill (prologue), as K steps, differs by kernel family: k_overhead
+for the aligned warp-specialized TMA kernels (nvjet; held at the grid calibration's value, which
+also sets the GEMMs' tensor-core power weights), k_overhead_mma_sync for the cutlass multistage
+mma.sync / sgemm kernels. The bandwidths, k_overhead_mma_sync, splitk_reduce_s, fixed_s and the peak fractions are class-wide, fitted by validation/analysis/fit_laws.py --group gemm_law.
 
 Causal flash attention at tile granularity (causal_factor; used by sim/kernels.attention_efficiency
 where the data has attention.<impl>.causal_tail). A causal square kernel computes, for query block
@@ -90,6 +93,7 @@ import math
 
 import numpy as np
 
+from .. import hwdb
 from ..model.ops import DTYPE_BYTES, RowShape
 from .calibration import Efficiency
 from .optable import KINDS
@@ -148,6 +152,18 @@ def causal_factor(sq: np.ndarray, skv: np.ndarray, causal: np.ndarray, hd: np.nd
     return np.where(on, 0.5 * np.ceil(np.maximum(ctas, 1.0) / sm_count) / units, 1.0)
 
 
+def dense_peaks(gpu_key: str, dtypes: tuple[str, ...]) -> np.ndarray:
+    """Dense tensor FLOP/s of ``gpu_key`` per dtype (nan where it has none), from hwdb."""
+    gpu = hwdb.get_gpu(gpu_key)
+    out = []
+    for d in dtypes:
+        try:
+            out.append(float(gpu.peak_flops("fp64_tc" if d == "fp64" else d)))
+        except (ValueError, KeyError):
+            out.append(math.nan)
+    return np.array(out)
+
+
 def has_gemm_law(eff: Efficiency) -> bool:
     return GEMM_LAW in eff.params
 
@@ -170,10 +186,10 @@ def gemm_law(m: np.ndarray, n: np.ndarray, k: np.ndarray, b: np.ndarray, elem_by
     tm, tn = tiles[:, 0][None, :, None], tiles[:, 1][None, :, None]
     s = SPLITS[None, None, :]
     m3, n3, k3, b3 = (x[:, None, None] for x in (m, n, k, b))
-    load_w = store_w = np.where(misaligned, np.maximum(align_bytes, 1.0) / 2.0, np.inf)   # access bytes / 2
+    load_w = np.where(misaligned, np.maximum(align_bytes, 1.0) / 2.0, np.inf)   # access bytes / 2
     bw = np.minimum(np.where(simt, eff.get("gemm.law.sm_load_bw_simt"), eff.get(GEMM_LAW)),
                     eff.get("gemm.law.sm_load_bw_misaligned") * load_w)[:, None, None]
-    store = np.minimum(eff.get("gemm.law.sm_store_bw"), eff.get("gemm.law.sm_store_bw_misaligned") * store_w)
+    store = np.full(len(m), eff.get("gemm.law.sm_store_bw"))   # misaligned stores: no slower (fitted: unbounded)
     frac = frac * np.where(misaligned, eff.get("gemm.law.mma_sync_fraction"), 1.0)
     sm_peak = (peak * frac / sm_count)[:, None, None]
     step = np.maximum(2.0 * tm * tn / sm_peak, (tm + tn) * elem_bytes[:, None, None] / bw)

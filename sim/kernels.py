@@ -19,7 +19,7 @@ import numpy as np
 from ..model.ops import DTYPE_BYTES
 from .calibration import Efficiency
 from .optable import DTYPES, KINDS, AttnColumns, GemmColumns, OpTable, leading_dim_alignment
-from .kernel_laws import apply_elementwise_rate, apply_row_laws, causal_factor, gemm_law, has_gemm_law
+from .kernel_laws import apply_elementwise_rate, apply_row_laws, causal_factor, dense_peaks, gemm_law, has_gemm_law
 from .rowkernels import softmax_fwd_s
 
 MATMUL, ATTENTION, REDUCTION = KINDS.index("matmul"), KINDS.index("attention"), KINDS.index("reduction")
@@ -81,6 +81,12 @@ def gemm_efficiency(g: GemmColumns, dtype_idx: np.ndarray, sm_count: int, eff: E
     if align_bytes is None:
         align_bytes = leading_dim_alignment(g, dtype_idx)
     simt = dtype_idx == DTYPES.index("fp32")   # CUDA-core sgemm: no TMA / 16-byte path to lose
+    if has_gemm_law(eff):   # the tile law (sim/kernel_laws.gemm_law) at the GPU's dense peaks
+        elem = np.array([DTYPE_BYTES[d] for d in DTYPES])[dtype_idx]
+        peak = eff.cached("gemm.law.dense_peaks", lambda: dense_peaks(eff.key, DTYPES))[dtype_idx]
+        return gemm_law(g.M, g.N, g.K, g.batch, elem, np.where(elem >= 4, 4.0, 2.0), _peak_fraction(dtype_idx, eff),
+                        (align_bytes < 16) & ~simt, align_bytes, simt, np.nan_to_num(peak, nan=1.0), sm_count,
+                        float("inf"), eff)[0]
     return best * _peak_fraction(dtype_idx, eff) * np.where(simt, 1.0, alignment_factor(align_bytes, eff))
 
 

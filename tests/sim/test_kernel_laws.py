@@ -1,0 +1,86 @@
+"""The kernel laws fitted across random shapes (sim/kernel_laws.py): the GEMM tile / split-K /
+load-store law, causal attention at tile granularity and the pointwise arithmetic rate, through
+the public API where they show, and the fit tool's writer (validation/analysis/fit_laws.py)."""
+
+from __future__ import annotations
+
+import math
+import tomllib
+
+import numpy as np
+import pytest
+
+from mechsim import estimate_op
+from mechsim.model.microops import attention, gemm, unary
+from mechsim.sim.kernel_laws import causal_tiles
+from mechsim.validation.analysis.fit_laws import is_root_dotted, set_root_records
+
+H200 = "h200_sxm"
+
+
+def t_us(op) -> float:
+    return estimate_op(op, H200).time_s * 1e6
+
+
+def brute_causal_tiles(s: int, bm: int, bn: int) -> int:
+    return sum(math.ceil(min((i + 1) * bm, s) / bn) for i in range(math.ceil(s / bm)))
+
+
+@pytest.mark.parametrize("s", [1, 5, 64, 130, 653, 1000, 4097])
+@pytest.mark.parametrize("bm,bn", [(128, 128), (128, 64), (64, 128), (64, 64)])
+def test_causal_tiles_is_the_exact_tile_count(s: int, bm: int, bn: int) -> None:
+    got = causal_tiles(np.array([float(s)]), np.array([float(bm)]), np.array([float(bn)]))[0]
+    assert got == brute_causal_tiles(s, bm, bn)
+
+
+def test_a_tiny_gemm_costs_about_a_launch_not_a_tile_of_k_steps() -> None:
+    assert 1.5 < t_us(gemm(6, 3, 9, "bf16")) < 4.0
+
+
+def test_misaligned_operands_are_slower_and_sgemm_has_no_misaligned_path() -> None:
+    aligned, odd_k = t_us(gemm(4096, 4096, 4096, "bf16")), t_us(gemm(4096, 4096, 4095, "bf16"))
+    assert odd_k > 1.5 * aligned
+    assert t_us(gemm(2048, 2048, 2047, "fp32")) == pytest.approx(t_us(gemm(2048, 2048, 2048, "fp32")), rel=0.02)
+
+
+def test_a_k2_product_is_bound_by_writing_its_output() -> None:
+    op = gemm(16384, 16384, 2, "fp32")            # 1 GiB of fp32 output
+    out_rate = 16384 * 16384 * 4 / (t_us(op) * 1e-6)
+    assert 0.5e12 < out_rate < 4.8e12             # some TB/s, never above HBM
+
+
+def test_gemm_time_grows_with_k_and_every_dtype_is_predicted() -> None:
+    for dt in ("bf16", "fp16", "fp8", "tf32", "fp32"):
+        ts = [t_us(gemm(512, 768, k, dt)) for k in (16, 256, 4096, 65536)]
+        assert all(a <= 1.01 * b for a, b in zip(ts, ts[1:])), (dt, ts)   # 1 %: the power state
+
+
+def test_a_short_causal_sequence_costs_more_than_half_its_square() -> None:
+    def per_flop(s: int, causal: bool) -> float:
+        op = attention(2, 16, 16, s, s, 256, causal, phase="fwd")
+        return estimate_op(op, H200).time_s / op.flops
+    assert per_flop(130, True) > 1.3 * per_flop(130, False)      # 5 of 6 tiles, not half
+    assert per_flop(16384, True) < 1.25 * per_flop(16384, False)
+
+
+def test_bf16_tanh_gelu_is_bound_by_its_arithmetic_fp32_by_hbm() -> None:
+    n = 1 << 28
+    bf16, fp32 = t_us(unary(n, "bf16", "gelu_tanh")), t_us(unary(n, "fp32", "gelu_tanh"))
+    assert bf16 > 0.55 * fp32                      # not half of fp32's time: element-rate bound
+    assert 0.6e12 < n / (bf16 * 1e-6) < 1.0e12     # ~0.9e12 elements/s (sweep: 0.88-0.92e12)
+    assert 8 * n / (fp32 * 1e-6) < 4.8e12          # fp32 still below HBM
+
+
+def test_the_fit_writer_keeps_root_dotted_keys_at_the_root(tmp_path) -> None:
+    f = tmp_path / "eff.toml"
+    f.write_text('arch = "hopper"\n\ngemm.fixed_s = { value = 1.0, unit = "s", source = "x", kind = "measured" }\n'
+                 'memory.floor_s = { value = 2.0, unit = "s", source = "x", kind = "measured" }\n\n'
+                 '[rowkernel.rms_norm]\nrow_s = { value = 3.0, unit = "s", source = "x", kind = "measured" }\n')
+    assert is_root_dotted(f, "gemm.law.floor_s") and not is_root_dotted(f, "rowkernel.rms_norm.row_s")
+    rec = {"value": 4.0, "unit": "s", "source": "y", "kind": "calibrated", "note": "a \"quoted\" note"}
+    set_root_records(f, {"gemm.law.floor_s": rec, "gemm.fixed_s": {**rec, "value": 5.0},
+                         "gemm.law.tiles": {**rec, "value": [[64, 8], [8, 64]]}})
+    d = tomllib.loads(f.read_text())
+    assert d["gemm"]["fixed_s"]["value"] == 5.0 and d["gemm"]["law"]["floor_s"]["value"] == 4.0
+    assert d["memory"]["floor_s"]["value"] == 2.0 and d["rowkernel"]["rms_norm"]["row_s"]["value"] == 3.0
+    assert d["gemm"]["law"]["tiles"]["value"] == [[64, 8], [8, 64]]
