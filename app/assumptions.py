@@ -67,7 +67,7 @@ def hardware_rows(obj, group: str | None = None) -> list[dict]:
 
 def efficiency_rows(gpu_key: str) -> list[dict]:
     """The achievable-efficiency parameters the timing model uses on this GPU (sim/calibration.py)."""
-    from ..sim.estimate import efficiency
+    from mechsim.sim.estimate import efficiency   # public (sim.estimate.__all__): the calibrated data of a GPU
     eff = efficiency(hwdb.get_gpu(gpu_key))
     return [_row(f"efficiency: {gpu_key}", k, _plain(p.value), p.unit, p.kind, p.source, p.note)
             for k, p in sorted(eff.params.items())]
@@ -75,8 +75,8 @@ def efficiency_rows(gpu_key: str) -> list[dict]:
 
 def stack_rows(stack_key: str) -> list[dict]:
     """The software stack's launch costs (sim/data/stacks.toml) and what it fuses."""
-    from ..sim.stacks import get_stack
-    st = get_stack(stack_key)
+    import mechsim
+    st = mechsim.get_stack(stack_key)
     rows = [_row(f"stack: {st.key}", k, p.value, p.unit, p.kind, p.source, p.note) for k, p in st.provenance]
     return rows + [{"group": f"stack: {st.key}", "item": "fused", "value": ", ".join(sorted(st.fused)) or "-",
                     "unit": "", "kind": "assumed", "source": "sim/data/stacks.toml", "title": st.name, "url": "",
@@ -85,8 +85,8 @@ def stack_rows(stack_key: str) -> list[dict]:
 
 def network_rows() -> list[dict]:
     """Scale-out network and overlap parameters (sim/data/network.toml, overlap.toml)."""
-    from ..sim.cluster import network_data
-    from ..sim.overlap import overlap_params
+    from mechsim.sim.cluster import network_data
+    from mechsim.sim.overlap import overlap_params
     out = []
     for fabric, recs in network_data()["fabric"].items():
         out += [_row("network", f"{fabric}.{k}", _plain(r["value"]), r.get("unit", "1"), r["kind"], r["source"],
@@ -122,7 +122,7 @@ def estimate_rows(gpu_key: str, system_key: str | None, stack_key: str, band=Non
 
 def serving_rows() -> list[dict]:
     """Serving-engine defaults (sim/data/serving.toml; sources in its own [sources] table)."""
-    from ..sim.serving.params import serving_params, serving_sources
+    from mechsim.sim.serving.params import serving_params, serving_sources
     src = serving_sources()
     return [{"group": "serving engine", "item": k, "value": _plain(p.value), "unit": p.unit, "kind": p.kind,
              "source": p.source, "title": src.get(p.source, {}).get("title", ""),
