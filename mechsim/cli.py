@@ -32,6 +32,9 @@ def _add_workload_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--context", type=integer, default=None, help="cached tokens (decode; default 2048)")
     p.add_argument("--weight-dtype", default=None, help="bf16 | fp8 | fp4 | int8 | int4 ... (prefill/decode)")
     p.add_argument("--kv-dtype", default=None, help="bf16 | fp8 | fp4 (prefill/decode)")
+    p.add_argument("--moe-impl", default=None, choices=("stack", "loop_stacked", "loop_modules", "grouped_gemm"),
+                   help="how the MoE experts are written: the stack's form, an eager loop over stacked weights or "
+                   "nn.ModuleList experts, or a grouped GEMM (docs/moe.md; MoE models only)")
     g = p.add_argument_group("parallelism (multi-GPU; --hw may then be a system such as hgx_h100)")
     for name, help_ in (("tp", "tensor parallel"), ("pp", "pipeline stages"), ("vp", "virtual stages"),
                         ("dp", "data-parallel replicas"), ("cp", "context parallel"), ("ep", "expert parallel")):
@@ -290,6 +293,10 @@ def build_workload(a: argparse.Namespace):
     from .model import InferenceWorkload, TrainingWorkload
     check_mode(a)
     m = as_model(a.model)
+    if getattr(a, "moe_impl", None) is not None:
+        if m.moe is None:
+            raise ValueError(f"--moe-impl: model {m.name!r} has no MoE block")
+        m = m.model_copy(update={"moe": m.moe.model_copy(update={"impl": a.moe_impl})})
     par = build_parallel(a)
     if a.mode == "train":
         w = TrainingWorkload(model=m, mbs=a.mbs, seq=a.seq, grad_accum=a.grad_accum, precision=a.precision,
