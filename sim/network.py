@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any
 
 from ..model.ops import CollectiveShape
 from ..model.parallel import COLLECTIVE_OPS
@@ -76,7 +77,8 @@ def _fab(cluster: Cluster, what: str):
 
 def nvls_available(cluster: Cluster) -> bool:
     """NVLink SHARP exists on this system's NVSwitch (Hopper and Blackwell generations)."""
-    return cluster.sys.gpu.arch in net_param("nvls.archs")
+    archs: Any = load_efficiency_file(DATA / "network.toml")["nvls.archs"].value   # a list, not a number
+    return cluster.sys.gpu.arch in archs
 
 
 def _eff_op(op: str) -> str:
@@ -171,7 +173,7 @@ def _hierarchical(op, nbytes, lay, cluster, eff, algorithm, in_network, pipeline
     if algorithm != "auto" and algorithm in opts:
         name = algorithm
     else:
-        name = min(opts, key=opts.get)
+        name = min(opts, key=lambda k: opts[k])
     intra = _intra_stage(op, nbytes, lay.per_domain, cluster, eff)
     t = max(intra, opts[name]) if pipelined else intra + opts[name]
     return CollectiveTime(t, f"hierarchical_{name}", _bus_bw(op, nbytes, lay.size, t), intra, opts[name])

@@ -78,6 +78,8 @@ def size(sysobj: hwdb.System, book: PriceBook, gpus: int | None, budget: float |
         return nodes, capex_unit * nodes * per_node / unit, "" if nodes else f"{gpus} GPUs is less than one node ({per_node} GPUs)"
     if math.isnan(capex_unit):
         return 0, math.nan, f"no purchase price for {sysobj.key} (give purchase.{sysobj.key}=USD)"
+    if budget is None:
+        raise ValueError("size: give gpus or budget")
     units = int(budget // capex_unit)
     if units < 1:
         return 0, math.nan, (f"budget ${budget:,.0f} buys nothing: one {sysobj.key} "
