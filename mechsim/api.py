@@ -93,12 +93,17 @@ def guard(name: str, fn: Callable) -> Callable:
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
-        bound = _bind(fn, args, kwargs, sig)
-        if pre is not None:
-            pre(bound)
-        _check(schema, bound)
+        call = _seen(fn, args, kwargs) if pre is None else None
+        if call is None:
+            bound = _bind(fn, args, kwargs, sig)
+            if pre is not None:
+                pre(bound)
+            _check(schema, bound)
+            call = (bound.args, bound.kwargs)
+            if pre is None:
+                _remember(fn, args, kwargs, call)
         try:
-            out = fn(*bound.args, **bound.kwargs)
+            out = fn(*_copies(call[0]), **dict(zip(call[1], _copies(tuple(call[1].values())))))
         except I.InputError:
             raise
         except USER_ERRORS as e:
@@ -107,6 +112,52 @@ def guard(name: str, fn: Callable) -> Callable:
 
     wrapper.__wrapped_checked__ = True  # type: ignore[attr-defined]
     return wrapper
+
+
+# ---- calls seen before ----------------------------------------------------------------------
+# A call whose arguments are all immutable (numbers, strings, None, frozen pydantic records and
+# frozen dataclasses) and the very objects of a call checked before gets that call's checked
+# arguments back without binding or checking again: its checks are pure functions of them. Keyed by
+# the objects' identity; an entry holds them, so no id is reused while it lives.
+
+_SEEN: dict[tuple, tuple[tuple, dict, tuple[tuple, dict]]] = {}
+
+
+@functools.lru_cache(maxsize=256)
+def _frozen_type(cls: type) -> bool:
+    cfg = getattr(cls, "model_config", None)
+    if isinstance(cfg, dict):
+        return bool(cfg.get("frozen"))
+    params = getattr(cls, "__dataclass_params__", None)
+    return bool(params is not None and params.frozen)
+
+
+def _immutable(v: Any) -> bool:
+    return v is None or v.__class__ in (str, int, float, bool) or _frozen_type(v.__class__)
+
+
+def _call_key(fn: Callable, args: tuple, kwargs: dict) -> tuple:
+    return (id(fn), tuple(map(id, args)), tuple((k, id(v)) for k, v in kwargs.items()))
+
+
+def _seen(fn: Callable, args: tuple, kwargs: dict) -> tuple[tuple, dict] | None:
+    hit = _SEEN.get(_call_key(fn, args, kwargs))
+    if hit is None or len(hit[0]) != len(args) or any(a is not b for a, b in zip(hit[0], args)) \
+            or any(hit[1][k] is not v for k, v in kwargs.items()):
+        return None
+    return hit[2]
+
+
+def _remember(fn: Callable, args: tuple, kwargs: dict, call: tuple[tuple, dict]) -> None:
+    if all(_immutable(a) for a in args) and all(_immutable(v) for v in kwargs.values()):
+        if len(_SEEN) >= CHECKED_CACHE_SIZE:
+            evict_oldest(_SEEN)
+        _SEEN[_call_key(fn, args, kwargs)] = (args, dict(kwargs), call)
+
+
+def _copies(values: tuple) -> tuple:
+    """The checked values with each dict copied (a callee may keep or change what it is given)."""
+    return tuple(dict(v) if isinstance(v, dict) else v for v in values)
 
 
 def _compare_tokens(bound: inspect.BoundArguments) -> None:

@@ -33,19 +33,26 @@ from .stacks import Stack, get_stack
 def resolve_gpu(hw: Any) -> hwdb.GPU:
     """A GPU object from a name/alias, a GPU, or a system (its GPU)."""
     if isinstance(hw, str):
-        try:
-            return hwdb.get_gpu(hw)
-        except hwdb.UnknownHardwareError:
-            try:
-                return hwdb.get_system(hw).gpu
-            except hwdb.UnknownHardwareError:
-                pass
-        return hwdb.get_gpu(hw)   # raises the GPU error (it lists the close GPU names)
+        return _gpu_named(hw)
     if hasattr(hw, "peak_flops"):
         return hw
     if hasattr(hw, "gpu"):
         return hw.gpu
     raise TypeError(f"hw must be a GPU name, GPU or System, not {type(hw).__name__}")
+
+
+@functools.lru_cache(maxsize=256)
+def _gpu_named(hw: str) -> hwdb.GPU:
+    """resolve_gpu of a name (memoised: a name lookup normalises the spelling first; names that
+    fail raise every time, unremembered)."""
+    try:
+        return hwdb.get_gpu(hw)
+    except hwdb.UnknownHardwareError:
+        try:
+            return hwdb.get_system(hw).gpu
+        except hwdb.UnknownHardwareError:
+            pass
+    return hwdb.get_gpu(hw)   # raises the GPU error (it lists the close GPU names)
 
 
 def _peak_or_nan(gpu, dtype: str) -> float:
