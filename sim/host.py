@@ -294,7 +294,7 @@ def estimate(workload: Any, hw: Any = "h100_sxm", stack: str | Stack | None = No
     gpu = gpu_of(hw)
     explicit = isinstance(stack, Stack)
     host = host_for(hw, gpu, profile, explicit)
-    st = stack if explicit else calibrated_stack(gpu, get_stack(stack or workload.stack))
+    st = stack if isinstance(stack, Stack) else calibrated_stack(gpu, get_stack(stack or workload.stack))
     on = stack_on_host(st, host.scale)
     est = estimate_at(workload, hw, on, overrides, **kw)
     hidden = host_issue_s(est, on, _one_table(workload, on)) * max(host.spread) < HOST_BOUND_MIN * est.step_time_s

@@ -199,4 +199,6 @@ def calibration_clock(gpu_key: str) -> float:
     or the same-die GPU of sim/data/efficiency/transfer.toml): the clock its "speed 1" means."""
     src = calibration_source(gpu_key) or gpu_key
     params = clock_params(src) or clock_params(gpu_key)
+    if params is None:
+        raise ValueError(f"calibration_clock: {gpu_key!r} has no clock model (clock_params is None)")
     return params[0]
