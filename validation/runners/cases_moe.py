@@ -175,7 +175,7 @@ def run_train(ctx: Ctx, p: dict) -> dict:
     add_model_probe(extra, mprobe, model_probe_s(ctx))
     extra["sync_roundtrip_s"] = sync_roundtrip_s(ctx.device)
     if p["profile"]:
-        extra.update(kernel_summary(step, ctx.device))
+        extra.update(kernel_summary(step, ctx.device, top=200))
     del step, model, opt
     free_memory()
     return result(timing, extra)
@@ -197,7 +197,7 @@ def run_prefill(ctx: Ctx, p: dict) -> dict:
             extra["host_model_probe_s"]["samples"] = paired.values
         extra["sync_roundtrip_s"] = sync_roundtrip_s(ctx.device)
         if p["profile"]:
-            extra.update(kernel_summary(call, ctx.device))
+            extra.update(kernel_summary(call, ctx.device, top=200))
     model = caches = None   # drop them before free_memory (the lambda holds the cells)
     free_memory()
     return result(timing, extra)
