@@ -18,7 +18,7 @@ if _ROOT is not None:   # a source checkout: its own hwdb/ model/ sim/ ... (mech
 _LAZY = {
     "estimate": ("mechsim.sim.host", "estimate"),   # sim.estimate.estimate on a stated host (profile=)
     "estimate_op": ("mechsim.sim.estimate", "estimate_op"),
-    "estimate_many": ("mechsim.sim.many", "estimate_many"),   # many points at once, as a table (docs/batch.md)
+    "estimate_many": ("mechsim.api", "estimate_many"),   # many points at once, as a table (docs/batch.md)
     "sensitivity": ("mechsim.sim.whatif", "sensitivity"),
     "get_gpu": ("mechsim.hwdb", "get_gpu"),
     "get_system": ("mechsim.hwdb", "get_system"),

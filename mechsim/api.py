@@ -185,3 +185,23 @@ def checked(name: str) -> Callable:
     """The facade's checked ``name`` (the same object `mechsim.<name>` returns)."""
     import mechsim
     return getattr(mechsim, name)
+
+
+def estimate_many(workloads: Any, hw: Any = "h100_sxm", stack: Any = None, overrides: Any = None, **kw: Any) -> Any:
+    """sim.many.estimate_many with its workloads checked as `estimate` checks one (a preset name, a
+    HF config.json path or a TransformerConfig becomes that model's default TrainingWorkload; each
+    distinct object is checked once); an argument that is no workload is an InputError naming the
+    point. Hardware, stacks and overrides are checked per point: a bad one is that row's error."""
+    from .sim.many import estimate_many as batched
+    one = not isinstance(workloads, (list, tuple))
+    given = [workloads] if one else list(workloads)
+    seen: dict[int, Any] = {}
+    checked = []
+    for i, w in enumerate(given):
+        if id(w) not in seen:
+            try:
+                seen[id(w)] = I.as_workload(w)
+            except USER_ERRORS as e:
+                raise I.InputError(f"workloads[{i}]: {I.one_line(e)}") from None
+        checked.append(seen[id(w)])
+    return batched(checked[0] if one else checked, hw, stack, overrides, **kw)

@@ -139,3 +139,10 @@ def test_evict_oldest_drops_the_first_entry_and_tolerates_an_empty_memo():
     evict_oldest(memo)
     assert memo == {"b": 2}
     evict_oldest({})
+
+
+def test_the_facade_takes_preset_names_and_refuses_what_is_no_workload():
+    df = mechsim.estimate_many(["llama3.2-1b"], "h100")
+    assert df["step_time_s"].iloc[0] == pytest.approx(mechsim.estimate("llama3.2-1b", "h100").step_time_s, rel=REL)
+    with pytest.raises(ValueError, match=r"workloads\[1\]"):
+        mechsim.estimate_many(["llama3.2-1b", 3])
