@@ -194,14 +194,19 @@ def synced_step_time(host: np.ndarray, gpu: np.ndarray, count: np.ndarray, syncs
     return total + seg.close()
 
 
+def queue_step_time(t: OpTable, host: np.ndarray, gpu: np.ndarray) -> float:
+    """The host/GPU queue's step time of ``t``: synced_step_time where an op syncs the host,
+    else tandem_step_time."""
+    syncs = op_syncs(t)
+    if syncs.any():
+        return synced_step_time(host, gpu, t.count, syncs, t.block_starts)
+    return tandem_step_time(host, gpu, t.count, t.block_starts)
+
+
 def launch_times(t: OpTable, gpu_s: np.ndarray, stack: Stack) -> LaunchTimes:
     host = host_times(t, stack)
     gpu = gpu_s + (t.kernels * stack.launch_graph_s if stack.graphs else 0.0)
-    syncs = op_syncs(t)
-    if syncs.any():
-        step = synced_step_time(host, gpu, t.count, syncs, t.block_starts)
-    else:
-        step = tandem_step_time(host, gpu, t.count, t.block_starts)
+    step = queue_step_time(t, host, gpu)
     busy = float(np.dot(gpu, t.count))
     step = max(step, busy)
     return LaunchTimes(host, gpu, step, busy, step - busy)

@@ -17,7 +17,7 @@ error band. Points are evaluated together:
                  and the category / phase sums (bincounts over point x category)
 
 Only the one-GPU sustained composition is vectorised. A point on several GPUs (a plan or a
-Cluster), with a run pattern, CPU offload or a host profile is estimated by `estimate` one at a
+Cluster), with a run pattern, CPU offload, a host profile or host syncs (Op.syncs) is estimated by `estimate` one at a
 time (column ``path`` = "loop"), as is a point whose inputs the vector path refuses, so the
 table always holds every point; its error text goes in ``error``.
 
@@ -40,7 +40,7 @@ from .clock import RunPattern
 from .distributed import is_multi_gpu
 from .host import estimate as estimate_facade, gpu_of, host_for, stack_on_host
 from .kernels import ATTENTION, MATMUL, KernelTimes, check_recipe, kernel_times
-from .launch import host_times
+from .launch import host_times, op_syncs
 from .optable import KINDS, PHASES, AttnColumns, GemmColumns, OpTable
 from .power import attention_clock_ratio, calibration_clock, clock_params, curve_beta, power_curve, same_power_clock
 from .overrides import apply_overrides
@@ -147,6 +147,8 @@ class Resolver:
                 ((p.table.kind == MATMUL) & np.isnan(rates.tensor_peak[p.table.dtype])).any())
         if not ok:
             return None   # estimate() raises the error naming the op
+        if op_syncs(p.table).any():
+            return None   # host syncs (an eager MoE loop): launch.synced_step_time, one point at a time
         return Timing(w, p, gpu, clock, st, (id(rates), st.attention))
 
 

@@ -37,7 +37,7 @@ from .distributed import (COLLECTIVE, GroupStretch, StepParts, chunked_tp_gemms,
 from .clock import RunPattern
 from .clock_state import burst_step
 from .kernels import ATTENTION, KernelTimes, check_rates, check_recipe, kernel_times
-from .launch import LaunchTimes, host_times, launch_times, phase_end_times, tandem_step_time
+from .launch import LaunchTimes, host_times, launch_times, phase_end_times, queue_step_time
 from .memory import fit_memory
 from .offload import step_offload
 from .optable import OpTable
@@ -296,7 +296,7 @@ class OnCluster:
         if par.tp_comm_overlap:
             gpu_s = chunked_tp_gemms(t, gpu_s, par.tp, self.rates, self.eff, st.attention, speed)
         busy = float(np.dot(gpu_s, t.count))
-        idle = max(0.0, tandem_step_time(self.host, gpu_s, t.count, t.block_starts) - busy)
+        idle = max(0.0, queue_step_time(t, self.host, gpu_s) - busy)   # host syncs cut the queue (launch.py)
         parts = step_parts(t, k, gpu_s, self.comm, par, w.grad_accum if hasattr(w, "grad_accum") else 1,
                            st.key, idle, getattr(w.model, "moe", None), self.z3, self.off, self.stretch,
                            phase_end_s=tuple(phase_end_times(self.host, gpu_s, t.count, t.phase, 3,

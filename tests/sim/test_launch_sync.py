@@ -53,3 +53,25 @@ def test_moe_loop_step_pays_its_syncs():
     e = mechsim.estimate(w, "h200")
     assert e.launch_overhead_s >= 2 * 8 * HOST_SYNC_S
     assert e.step_time_s > e.gpu_busy_s + 2 * 8 * HOST_SYNC_S
+
+
+def _loop_workload(impl: str = "loop_modules", **kw) -> TrainingWorkload:
+    cfg = TransformerConfig(name="toy", n_layers=2, d_model=256, n_heads=4, n_kv_heads=2, ffn=512, vocab=1024,
+                            max_seq=4096, moe=MoEConfig(n_experts=8, top_k=2, expert_ffn=512, impl=impl))
+    return TrainingWorkload(model=cfg, mbs=1, seq=512, precision="amp_bf16", optimizer="adamw", stack="eager", **kw)
+
+
+def test_estimate_many_takes_synced_points_one_at_a_time():
+    w = _loop_workload()
+    table = mechsim.estimate_many([w], "h200")
+    assert table["path"].iloc[0] == "loop"
+    assert float(table["step_time_s"].iloc[0]) == pytest.approx(mechsim.estimate(w, "h200").step_time_s, rel=1e-9)
+
+
+def test_data_parallel_loop_keeps_its_syncs():
+    """On 2 GPUs (dp) the compute queue is the synced one too: the loop's syncs still cost."""
+    from mechsim.model.parallel import Parallelism
+    dp = Parallelism(dp=2)
+    loop = mechsim.estimate(_loop_workload(parallel=dp), "hgx_h200").step_time_s
+    grouped = mechsim.estimate(_loop_workload("grouped_gemm", parallel=dp), "hgx_h200").step_time_s
+    assert loop > grouped + 2 * 8 * HOST_SYNC_S
