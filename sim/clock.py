@@ -33,8 +33,11 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import TypeVar
 
 import numpy as np
+
+Activity = TypeVar("Activity", float, np.ndarray)   # one value, or a column of them
 
 REPORTS = ("mean", "middle")
 
@@ -92,7 +95,7 @@ def duty_cycle(fraction: float) -> RunPattern:
 
 # ---- the first-order power average (units of the cap's headroom over idle) ----
 
-def demand(activity: float, boost_power: float, w_mem: float) -> float:
+def demand(activity: Activity, boost_power: float, w_mem: float) -> Activity:
     """p = boost_power a + w_mem (1 - a): power at boost of work whose tensor activity is a."""
     return boost_power * activity + w_mem * (1.0 - activity)
 

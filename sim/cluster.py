@@ -260,8 +260,8 @@ def _coords(par: Parallelism, rank: int) -> tuple[int, int, int, int]:
     return tp_i, cp_i, rest % par.dp, rest // par.dp
 
 
-def _group_key(par: Parallelism, kind: str, rank: int) -> tuple:
-    """Ranks with equal keys form one group of ``kind``."""
+def _group_key(par: Parallelism, kind: str, rank: int) -> tuple[int, ...] | None:
+    """Ranks with equal keys form one group of ``kind`` (None: the rank is in no group of it)."""
     tp_i, cp_i, dp_i, pp_i = _coords(par, rank)
     etp, local = par.expert_tp, rank % (par.tp * par.cp * par.dp)
     etp_i, ep_i, edp_i = local % etp, (local // etp) % par.ep, local // (etp * par.ep)
@@ -375,7 +375,7 @@ def _route(c: Cluster, src: int, dst: int) -> list[tuple[tuple, float]]:
     spine links of one leaf are summed into one ("up"/"down", leaf) link)."""
     sn, dn, snics, dnics = c.node_of(src), c.node_of(dst), c.nics_of(src), c.nics_of(dst)
     w = 1.0 / len(snics)
-    out = []
+    out: list[tuple[tuple, float]] = []
     for j, i in enumerate(snics):
         k = dnics[j % len(dnics)]
         a, b = ("nic", sn, i), ("nic", dn, k)

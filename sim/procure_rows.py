@@ -75,7 +75,7 @@ class OptionModel:
     gpus_per_node: int
     ckpt_bytes: float
     hour: GpuHourCost
-    energy: EnergyEstimate
+    energy: EnergyEstimate | None    # None for a serving option (its energy per token is in the row)
     pm: PowerModel
     params: ReliabilityParams | None = field(repr=False, default=None)
     idle_nodes: int = 0          # bought but left out of the job: they serve as warm spares

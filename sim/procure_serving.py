@@ -55,6 +55,8 @@ def _serving_size(sysobj, s, plan) -> tuple[int, int, float, str]:
     per_node, rate = sysobj.gpus_per_node, s.spec.rate
     need = math.ceil(rate / plan.max_rate_per_s * (1 - 1e-12)) if rate else None
     if s.gpus is None and s.budget is None:
+        if need is None:
+            raise ValueError("rate: give a request rate, or gpus or budget, to size a serving option")
         nodes = math.ceil(need * _per_replica(plan) / per_node)
         return need, nodes, _capex_per_gpu(sysobj, s) * nodes * per_node, ""
     nodes, capex, why = size(sysobj, s.book, s.gpus, s.budget)
