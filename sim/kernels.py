@@ -19,7 +19,8 @@ import numpy as np
 from ..model.ops import DTYPE_BYTES
 from .calibration import Efficiency
 from .optable import DTYPES, KINDS, AttnColumns, GemmColumns, OpTable, leading_dim_alignment
-from .kernel_laws import apply_elementwise_rate, apply_row_laws, causal_factor, dense_peaks, gemm_law, has_gemm_law
+from .kernel_laws import (apply_elementwise_rate, apply_row_laws, causal_factor, dense_peaks, gemm_law, has_causal_law,
+                          has_gemm_law)
 from .rowkernels import softmax_fwd_s
 
 MATMUL, ATTENTION, REDUCTION = KINDS.index("matmul"), KINDS.index("attention"), KINDS.index("reduction")
@@ -101,6 +102,30 @@ def gemm_law_rows(t: OpTable, is_mm: np.ndarray, hw: "HwRates", eff: Efficiency)
                     simt, hw.tensor_peak[dt], hw.sm_count, hw.hbm_bandwidth, eff)
 
 
+DISTINCT_ROWS = 512   # GEMM rows from which equal rows are timed once (many points' tables: sim/many.py)
+
+
+def _gemm_law_distinct(t: OpTable, is_mm: np.ndarray, hw: "HwRates", eff: Efficiency) -> tuple[np.ndarray, np.ndarray]:
+    """gemm_law_rows, each distinct row once when there are many: the law is row-wise, so rows
+    equal in every column of the table get equal results. (The tables of a sweep's points repeat
+    GEMM shapes: the same layers in stacks that fuse other ops differently, ...)"""
+    idx = np.flatnonzero(is_mm)
+    if len(idx) < DISTINCT_ROWS:
+        return gemm_law_rows(t, is_mm, hw, eff)
+    cols = [t.kind, t.phase, t.dtype, t.flops, t.bytes, t.bytes_written, t.count, t.kernels, t.align_bytes, t.rows,
+            t.cols, t.strided_elems, t.strided_class, t.gemm.M, t.gemm.N, t.gemm.K, t.gemm.batch]
+    key = np.stack([np.asarray(c, dtype=float)[idx] for c in cols], axis=1)
+    _, first, inv = np.unique(key, axis=0, return_index=True, return_inverse=True)
+    if len(first) > 0.8 * len(idx):
+        return gemm_law_rows(t, is_mm, hw, eff)
+    rows = np.sort(idx[first])
+    sub = np.zeros(len(is_mm), dtype=bool)
+    sub[rows] = True
+    e, f = gemm_law_rows(t, sub, hw, eff)
+    at = np.searchsorted(rows, idx[first])[inv.reshape(-1)]
+    return e[at], f[at]
+
+
 def alignment_factor(align_bytes: np.ndarray, eff: Efficiency) -> np.ndarray:
     """Slow-path factor of a GEMM whose leading dimensions (K of A and W, N of C in
     the F.linear layout) are not 16-byte aligned: the library cannot use its TMA /
@@ -133,7 +158,8 @@ def attention_efficiency(attn: AttnColumns, phase: np.ndarray, sm_count: int,
     eff = fraction[impl, fwd|bwd] * wave_eff * L / (L + len_overhead[fwd|bwd]) * row_fill, with
     the thread blocks of ``attention_launch`` over the SMs. L is the length each CTA's
     inner loop runs over (KV length in the forward, divided among split-KV blocks;
-    query length in the backward; halved when causal), so each CTA's fixed
+    query length in the backward; halved when causal unless sim/kernel_laws.causal_factor times
+    causal work by its tiles), so each CTA's fixed
     prologue/epilogue/softmax-rescale work is amortized over it: short sequences
     run far below the long-sequence rate (FA2/FA3 papers' curves rise with length). The
     backward's per-CTA fixed work (dQ accumulation, the dK/dV epilogue) differs from the
@@ -149,7 +175,8 @@ def attention_efficiency(attn: AttnColumns, phase: np.ndarray, sm_count: int,
     frac = np.where(bwd, eff.get(a + "bwd_fraction"), eff.get(a + "fwd_fraction"))
     ctas, splits, row_fill, _ = launch or attention_launch(attn, phase, sm_count, eff, impl)
     waves = np.ceil(np.maximum(ctas, 1) / sm_count)
-    length = np.where(bwd, attn.Sq, attn.Skv / splits) * np.where(attn.causal > 0, 0.5, 1.0) * attn.window
+    tiled = has_causal_law(eff, impl)   # causal work at tile granularity: amortize over the whole row
+    length = np.where(bwd, attn.Sq, attn.Skv / splits) * np.where((attn.causal > 0) & ~tiled, 0.5, 1.0) * attn.window
     overhead = np.where(bwd, _param_or(eff, a + "bwd_len_overhead", a + "len_overhead"), eff.get(a + "len_overhead"))
     amort = length / (length + overhead * row_fill)   # the fixed work is per valid query row
     causal = causal_factor(attn.Sq, attn.Skv, attn.causal, attn.Dqk, bwd, ctas, splits, sm_count, eff, impl)
@@ -316,7 +343,7 @@ def kernel_times(t: OpTable, hw: HwRates, eff: Efficiency, attention_impl: str) 
     efficiency = np.ones(len(t.ops))
     mm_fixed = None
     if has_mm and has_gemm_law(eff):   # tile / split-K law across the shape space (sim/kernel_laws.py)
-        efficiency[is_mm], mm_fixed = gemm_law_rows(t, is_mm, hw, eff)
+        efficiency[is_mm], mm_fixed = _gemm_law_distinct(t, is_mm, hw, eff)
     elif has_mm:
         efficiency[is_mm] = gemm_efficiency(t.gemm.take(is_mm), t.dtype[is_mm], hw.sm_count, eff, t.align_bytes[is_mm])
     if has_at:

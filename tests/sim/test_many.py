@@ -146,3 +146,20 @@ def test_the_facade_takes_preset_names_and_refuses_what_is_no_workload():
     assert df["step_time_s"].iloc[0] == pytest.approx(mechsim.estimate("llama3.2-1b", "h100").step_time_s, rel=REL)
     with pytest.raises(ValueError, match=r"workloads\[1\]"):
         mechsim.estimate_many(["llama3.2-1b", 3])
+
+
+def test_kernel_times_of_concatenated_tables_are_each_tables_own_exactly():
+    """Every law of kernel_times is row-wise (what estimate_many rests on), also where many equal GEMM
+    rows are timed once (kernels.DISTINCT_ROWS)."""
+    from mechsim.sim import kernels
+    from mechsim.sim.many import concat_tables
+    from mechsim.sim.prepare import efficiency, hw_rates, prepare, resolve_gpu
+    gpu = resolve_gpu("h200_sxm")
+    ws = [TrainingWorkload(model="llama3.2-1b", mbs=b, seq=1024) for b in (1, 2)]
+    tables = [prepare(w, frozenset()).table for w in ws] * 30
+    big = concat_tables(tables)
+    assert int((big.kind == kernels.MATMUL).sum()) >= kernels.DISTINCT_ROWS
+    k = kernels.kernel_times(big, hw_rates(gpu), efficiency(gpu), "fa2")
+    own = [kernels.kernel_times(t, hw_rates(gpu), efficiency(gpu), "fa2") for t in tables]
+    assert np.array_equal(k.gpu_s, np.concatenate([o.gpu_s for o in own]))
+    assert np.array_equal(k.efficiency, np.concatenate([o.efficiency for o in own]))
