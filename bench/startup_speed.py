@@ -20,7 +20,8 @@ The parsed-data cache (hwdb/loader.py, sim/_toml.py: the user cache folder) is w
 (a first run writes it); --cold-data points MECHSIM_CACHE_DIR at a fresh folder every run.
 Beside mechsim: `python -c pass` (the interpreter's own start) and numpy with one pydantic model
 validated (the floor of what any estimate needs: sim/ computes on numpy arrays, inputs are pydantic
-models). Before the runs, the current tree's output with the cache on and with MECHSIM_NO_CACHE=1
+models), run as the CLI runs a short command (mechsim/cli.py SHORT: the garbage collector off,
+frozen at exit, one OpenBLAS thread). Before the runs, the current tree's output with the cache on and with MECHSIM_NO_CACHE=1
 is compared: the cache must not change a character. --old REV runs the same command in a copy of commit REV
 (git archive) in the same run, interleaved with the current tree.
 
@@ -43,8 +44,9 @@ ROOT = Path(__file__).resolve().parents[1]
 ESTIMATE = ["-m", "mechsim.cli", "estimate", "--model", "llama3-70b", "--hw", "h100", "--mode", "train",
             "--mbs", "1", "--seq", "4096"]
 FLOORS = {"python -c pass": ["-c", "pass"],
-          "numpy + one pydantic model": ["-c", "import numpy\nfrom pydantic import BaseModel\n"
-                                                "class A(BaseModel):\n    x: int\nA(x=1)"]}
+          "numpy + one pydantic model": ["-c", "import gc, os\ngc.disable()\nos.environ['OPENBLAS_NUM_THREADS'] = '1'\n"
+                                                "import numpy\nfrom pydantic import BaseModel\n"
+                                                "class A(BaseModel):\n    x: int\nA(x=1)\ngc.freeze()"]}
 
 
 def one_run(args: list[str], cwd: Path, env: dict[str, str]) -> tuple[float, float, str]:

@@ -8,6 +8,8 @@ traceback.
 from __future__ import annotations
 
 import argparse
+import gc
+import os
 import sys
 
 from .cli_args import Parser, integer, real
@@ -459,19 +461,33 @@ def _plugin(name: str):
 def main(argv: list[str] | None = None) -> int:
     """Run one command; ``argv`` None: this process's arguments (the program itself is running)."""
     if argv is None:
-        return _exiting(_main(argv))
+        return _as_program(sys.argv[1:])
     return _main(argv)
 
 
-def _exiting(code: int) -> int:
-    """``code``, after freezing the garbage collector's objects: the interpreter's collections at
-    exit then skip them (~0.07 s CPU of a fresh `mechsim estimate`, bench/startup_speed.py). What
-    reference counting frees at exit is still freed; objects in reference cycles are left to the
-    OS, which takes back the process's memory anyway. Every file mechsim writes is closed by then."""
-    import gc
+# Commands that run one estimate or print a listing. A fresh process of one of them runs
+# - with the cyclic garbage collector off: its full collections re-scan every object imported so
+#   far; a `mechsim estimate --sensitivity --counters` peaks at the same ~50 MB with it off;
+# - with OpenBLAS on one thread unless the user set OPENBLAS_NUM_THREADS: at import numpy starts
+#   one BLAS thread per core, which costs ~0.06 s of CPU here (bench/startup_speed.py) and never
+#   pays on the ~50-element arrays of an estimate (no BLAS call in it is large).
+SHORT = ("estimate", "hw", "models", "stacks", "op")
 
-    gc.freeze()
-    return code
+
+def _as_program(argv: list[str]) -> int:
+    """``argv`` run as this process's own command. At the end the collector's objects are frozen,
+    so the interpreter's collections at exit skip them (~0.07 s CPU of a fresh `mechsim estimate`,
+    bench/startup_speed.py): what reference counting frees at exit is still freed, objects in
+    reference cycles are left to the OS, which takes the process's memory back anyway. Every file
+    mechsim writes is closed by then."""
+    if _command(argv) in SHORT:
+        gc.disable()
+        if "numpy" not in sys.modules:
+            os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+    try:
+        return _main(argv)
+    finally:
+        gc.freeze()
 
 
 def _command(argv: list[str]) -> str | None:

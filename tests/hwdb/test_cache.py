@@ -204,4 +204,5 @@ def test_estimate_is_the_same_with_and_without_the_cache(tmp_path, args):
     assert (tmp_path / "cache" / "hwdb.pickle").is_file() and (tmp_path / "cache" / cache.BUNDLE).is_file()
     warm = run({})                                   # reads it
     off = run({cache.ENV_OFF: "1"})
-    assert cold == warm == off
+    threads = run({cache.ENV_OFF: "1", "OPENBLAS_NUM_THREADS": "2"})   # the CLI's one BLAS thread changes nothing
+    assert cold == warm == off == threads
