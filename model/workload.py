@@ -156,7 +156,7 @@ class InferenceWorkload(BaseModel):
     are training-only.
     """
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)   # built on first use
     model: TransformerConfig
     batch: PositiveInt = 1
     phase: Literal["prefill", "decode"] = "decode"
