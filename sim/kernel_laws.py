@@ -66,8 +66,11 @@ i (block_m rows), the key blocks up to the diagonal: n_block_max = ceil(min((i+1
 convention's half of the square:
     W      = sum_i n_block_max(i)                                              (tiles computed)
     f      = W / (m_blocks x n_blocks)          (the mean CTA's share of a whole-row CTA)
-    units  = max(ctas x f / SMs + tail x (1 - f), 1)
-    factor = 0.5 ceil(ctas / SMs) / units                      (x the kernel's efficiency)
+    units  = min(max(ctas x f / SMs + tail x (1 - f), 1), ceil(ctas / SMs))   (at most the
+             non-causal kernel's waves: no causal CTA is longer than a whole row)
+    factor = c ceil(ctas / SMs) / units     (x the non-causal kernel's efficiency, whose per-CTA
+             overhead is amortized over the whole row; c = 1 - (S - 1) / 2S, the FLOP convention's
+             causal share: a causal kernel then never takes longer than the non-causal one)
 CTAs of unequal length fill the waves (no wave quantization), but the forward launches its query
 blocks in order (blockIdx.x = m_block), the longest, whole-row ones last: it ends ``tail`` =
 attention.<impl>.causal_tail times the longest CTA's excess over the mean, (1 - f) of a whole row,
@@ -135,6 +138,10 @@ def attention_tiles(hd: np.ndarray, bwd: np.ndarray, impl: str, eff: Efficiency)
     return bm, bn
 
 
+def has_causal_law(eff: Efficiency, impl: str) -> bool:
+    return f"attention.{impl}.causal_tail" in eff.params
+
+
 def causal_factor(sq: np.ndarray, skv: np.ndarray, causal: np.ndarray, hd: np.ndarray, bwd: np.ndarray,
                   ctas: np.ndarray, splits: np.ndarray, sm_count: int, eff: Efficiency, impl: str) -> np.ndarray:
     """Efficiency multiplier of causal square attention at tile granularity (module docstring);
@@ -148,8 +155,10 @@ def causal_factor(sq: np.ndarray, skv: np.ndarray, causal: np.ndarray, hd: np.nd
     w = causal_tiles(sq, bm, bn)
     tail = np.where(bwd, 0.0, eff.get(name))     # the backward starts its longest CTAs first
     full = w / (m_blocks * n_blocks)             # the mean CTA's share of a whole-row CTA
-    units = np.maximum(ctas * full / sm_count + tail * (1.0 - full), 1.0)
-    return np.where(on, 0.5 * np.ceil(np.maximum(ctas, 1.0) / sm_count) / units, 1.0)
+    waves = np.ceil(np.maximum(ctas, 1.0) / sm_count)
+    units = np.minimum(np.maximum(ctas * full / sm_count + tail * (1.0 - full), 1.0), waves)   # never over non-causal
+    done = 1.0 - (sq - 1) / (2.0 * np.maximum(skv, 1.0))   # the FLOP convention's causal share (microops.attention)
+    return np.where(on, done * waves / units, 1.0)
 
 
 def dense_peaks(gpu_key: str, dtypes: tuple[str, ...]) -> np.ndarray:

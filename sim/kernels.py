@@ -19,7 +19,8 @@ import numpy as np
 from ..model.ops import DTYPE_BYTES
 from .calibration import Efficiency
 from .optable import DTYPES, KINDS, AttnColumns, GemmColumns, OpTable, leading_dim_alignment
-from .kernel_laws import apply_elementwise_rate, apply_row_laws, causal_factor, dense_peaks, gemm_law, has_gemm_law
+from .kernel_laws import (apply_elementwise_rate, apply_row_laws, causal_factor, dense_peaks, gemm_law, has_causal_law,
+                          has_gemm_law)
 from .rowkernels import softmax_fwd_s
 
 MATMUL, ATTENTION, REDUCTION = KINDS.index("matmul"), KINDS.index("attention"), KINDS.index("reduction")
@@ -157,7 +158,8 @@ def attention_efficiency(attn: AttnColumns, phase: np.ndarray, sm_count: int,
     eff = fraction[impl, fwd|bwd] * wave_eff * L / (L + len_overhead[fwd|bwd]) * row_fill, with
     the thread blocks of ``attention_launch`` over the SMs. L is the length each CTA's
     inner loop runs over (KV length in the forward, divided among split-KV blocks;
-    query length in the backward; halved when causal), so each CTA's fixed
+    query length in the backward; halved when causal unless sim/kernel_laws.causal_factor times
+    causal work by its tiles), so each CTA's fixed
     prologue/epilogue/softmax-rescale work is amortized over it: short sequences
     run far below the long-sequence rate (FA2/FA3 papers' curves rise with length). The
     backward's per-CTA fixed work (dQ accumulation, the dK/dV epilogue) differs from the
@@ -173,7 +175,8 @@ def attention_efficiency(attn: AttnColumns, phase: np.ndarray, sm_count: int,
     frac = np.where(bwd, eff.get(a + "bwd_fraction"), eff.get(a + "fwd_fraction"))
     ctas, splits, row_fill, _ = launch or attention_launch(attn, phase, sm_count, eff, impl)
     waves = np.ceil(np.maximum(ctas, 1) / sm_count)
-    length = np.where(bwd, attn.Sq, attn.Skv / splits) * np.where(attn.causal > 0, 0.5, 1.0) * attn.window
+    tiled = has_causal_law(eff, impl)   # causal work at tile granularity: amortize over the whole row
+    length = np.where(bwd, attn.Sq, attn.Skv / splits) * np.where((attn.causal > 0) & ~tiled, 0.5, 1.0) * attn.window
     overhead = np.where(bwd, _param_or(eff, a + "bwd_len_overhead", a + "len_overhead"), eff.get(a + "len_overhead"))
     amort = length / (length + overhead * row_fill)   # the fixed work is per valid query row
     causal = causal_factor(attn.Sq, attn.Skv, attn.causal, attn.Dqk, bwd, ctas, splits, sm_count, eff, impl)

@@ -84,3 +84,10 @@ def test_the_fit_writer_keeps_root_dotted_keys_at_the_root(tmp_path) -> None:
     assert d["gemm"]["fixed_s"]["value"] == 5.0 and d["gemm"]["law"]["floor_s"]["value"] == 4.0
     assert d["memory"]["floor_s"]["value"] == 2.0 and d["rowkernel"]["rms_norm"]["row_s"]["value"] == 3.0
     assert d["gemm"]["law"]["tiles"]["value"] == [[64, 8], [8, 64]]
+
+
+@pytest.mark.parametrize("b,h,s,d", [(2, 16, 512, 128), (1, 4, 130, 256), (1, 32, 4096, 128), (8, 8, 2048, 64)])
+@pytest.mark.parametrize("phase", ["fwd", "bwd"])
+def test_a_causal_kernel_is_never_slower_than_the_non_causal_one(b: int, h: int, s: int, d: int, phase: str) -> None:
+    causal, full = (estimate_op(attention(b, h, h, s, s, d, c, phase=phase), H200).time_s for c in (True, False))
+    assert causal <= full * 1.0001
