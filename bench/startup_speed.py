@@ -16,16 +16,18 @@ Two ways Python may meet the code:
   their install wrote, mechsim's ~75 modules are compiled from source in every process (a
   checkout on a machine that forbids writing bytecode).
 
-The parsed-data cache (hwdb/loader.py, sim/_toml.py: the user cache folder) is warm for both
-(a first run writes it); --cold-data points MECHSIM_CACHE_DIR at a fresh folder every run.
-Beside mechsim: `python -c pass` (the interpreter's own start) and numpy with one pydantic model
-validated (the floor of what any estimate needs: sim/ computes on numpy arrays, inputs are pydantic
-models), run as the CLI runs a short command (mechsim/cli.py SHORT: the garbage collector off,
-frozen at exit, one OpenBLAS thread). Before the runs, the current tree's output with the cache on and with MECHSIM_NO_CACHE=1
-is compared: the cache must not change a character. --old REV runs the same command in a copy of commit REV
-(git archive) in the same run, interleaved with the current tree.
+The parsed-data cache (hwdb/cache.py, in the user cache folder) is warm for both (a first run
+writes it); --cold-data points MECHSIM_CACHE_DIR at a fresh folder every run. Before the runs, the
+current tree's output with the cache and with MECHSIM_NO_CACHE=1 is compared: the cache must not
+change a character.
 
-Run: python bench/startup_speed.py [--runs 9] [--old REV]      Figures go into docs/speed.md.
+Beside mechsim, in the same run: `python -c pass` (the interpreter's own start); numpy with one
+pydantic model validated (the floor of what any estimate needs: sim/ computes on numpy arrays,
+inputs are pydantic models), run as the CLI runs a short command (mechsim/cli.py SHORT: garbage
+collector off and frozen at exit, one OpenBLAS thread); --old REV: the same command in a copy of
+commit REV (git archive), interleaved with the current tree; --llm-analysis DIR: the peer.
+
+Run: python bench/startup_speed.py [--runs 9] [--old REV] [--llm-analysis DIR]   Figures: docs/speed.md.
 """
 
 from __future__ import annotations
@@ -70,7 +72,17 @@ def environment(mode: str, scratch: Path, run: int, cold_data: bool) -> dict[str
     return env
 
 
-def measure(trees: dict[str, Path], runs: int, cold_data: bool) -> dict[tuple[str, str, str], list]:
+# llm-analysis 0.2.2 (pip download llm-analysis fire termcolor six; PYTHONPATH holds them): its
+# `train` command on a packaged Llama 2 config. 70B on one H100 is refused there (it does not fit),
+# so the 7B on 8 H100s with ZeRO-3, which it answers; its time is the interpreter, its imports and
+# a closed-form estimate, as ours.
+LLM_ANALYSIS = ["-m", "llm_analysis.analysis", "train", "--model_name", "NousResearch_Llama-2-7b-hf",
+                "--gpu_name", "h100-sxm-80gb", "--total_num_tokens", "32768", "--seq_len", "4096",
+                "--batch_size_per_gpu", "1", "--dp_size", "8", "--ds_zero", "3", "--log_level", "WARNING"]
+
+
+def measure(trees: dict[str, Path], runs: int, cold_data: bool,
+            peer: Path | None = None) -> dict[tuple[str, str, str], list]:
     """{(tree, mode, what): [(wall, cpu), ...]}, the trees and floors interleaved run by run."""
     out: dict[tuple[str, str, str], list] = {}
     answers: dict[str, str] = {}
@@ -78,6 +90,8 @@ def measure(trees: dict[str, Path], runs: int, cold_data: bool) -> dict[tuple[st
         scratch = Path(tmp)
         for tree, cwd in trees.items():   # warm-up: bytecode and the data cache written once
             answers[tree] = one_run(ESTIMATE, cwd, environment("pyc", scratch / tree, -1, False))[2]
+        if peer is not None:
+            one_run(LLM_ANALYSIS, scratch, {**environment("pyc", scratch / "peer", -1, False), "PYTHONPATH": str(peer)})
         cached = one_run(ESTIMATE, ROOT, environment("pyc", scratch / "now", -1, False))[2]
         uncached = one_run(ESTIMATE, ROOT, {**environment("pyc", scratch / "now", -1, False), "MECHSIM_NO_CACHE": "1"})[2]
         print("output with the cache == output without it:", cached == uncached == answers["now"])
@@ -89,6 +103,10 @@ def measure(trees: dict[str, Path], runs: int, cold_data: bool) -> dict[tuple[st
                 for what, args in FLOORS.items():
                     wall, cpu, _ = one_run(args, ROOT, environment(mode, scratch / "floor", i, cold_data))
                     out.setdefault(("-", mode, what), []).append((wall, cpu))
+                if peer is not None:
+                    env = {**environment(mode, scratch / "peer", i, cold_data), "PYTHONPATH": str(peer)}
+                    wall, cpu, _ = one_run(LLM_ANALYSIS, scratch, env)
+                    out.setdefault(("-", mode, "peer: llm-analysis train (7B, 8 GPUs)"), []).append((wall, cpu))
     if len(set(answers.values())) > 1:
         print("note: the trees print different estimates (the old commit's model differs, or work in progress)")
     return out
@@ -107,6 +125,8 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=9)
     ap.add_argument("--old", default=None, metavar="REV", help="also time commit REV (git archive) in the same run")
     ap.add_argument("--cold-data", action="store_true", help="a fresh parsed-data cache for every run")
+    ap.add_argument("--llm-analysis", type=Path, default=None, metavar="DIR",
+                    help="a folder holding llm_analysis and its dependencies: time the peer in the same run")
     args = ap.parse_args()
     print(f"machine: load average {os.getloadavg()[0]:.1f} over the last minute on {os.cpu_count()} cores; "
           f"python {sys.version.split()[0]}; median of {args.runs} fresh processes")
@@ -114,7 +134,7 @@ def main() -> None:
         trees = {"now": ROOT}
         if args.old:
             trees[f"old {args.old}"] = old_tree(args.old, Path(tmp) / "tree")
-        results = measure(trees, args.runs, args.cold_data)
+        results = measure(trees, args.runs, args.cold_data, args.llm_analysis)
     label = {"pyc": "bytecode cached", "source": "compiled from source"}
     for (tree, mode, what), samples in results.items():
         wall = statistics.median(s[0] for s in samples)

@@ -25,14 +25,19 @@ turns the cache off (every file parsed, every object built, nothing written).
 
 from __future__ import annotations
 
-import hashlib
 import os
 import pickle
 import sys
 import tempfile
 from collections.abc import Callable, Iterable
 from pathlib import Path
+from types import ModuleType
 from typing import Any, TypeVar
+
+try:   # the BLAKE2 of hashlib without hashlib's own import (OpenSSL's constructors): part of every fresh process
+    from _blake2 import blake2b
+except ImportError:   # pragma: no cover - a Python built without it
+    from hashlib import blake2b
 
 FORMAT = 1                        # bump when what is stored changes shape
 ENV_DIR = "MECHSIM_CACHE_DIR"
@@ -56,11 +61,21 @@ def cache_dir() -> Path | None:
 
 
 def digest(*parts: bytes) -> bytes:
-    h = hashlib.blake2b(digest_size=20)
+    h = blake2b(digest_size=20)
     for p in parts:
         h.update(len(p).to_bytes(8, "little"))
         h.update(p)
     return h.digest()
+
+
+def toml() -> ModuleType:
+    """The TOML reader (tomllib; tomli before Python 3.11), imported when a file is first parsed:
+    a process whose parses all come from the cache never imports it."""
+    try:
+        import tomllib
+    except ModuleNotFoundError:  # Python 3.10
+        import tomli as tomllib  # type: ignore[no-redef]
+    return tomllib
 
 
 def _environment() -> bytes:

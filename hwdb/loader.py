@@ -39,11 +39,6 @@ from .schema import (
     unit_factor,
 )
 
-try:
-    import tomllib
-except ModuleNotFoundError:  # Python < 3.11
-    import tomli as tomllib  # type: ignore[no-redef]
-
 DEFAULT_DATA_DIR = Path(__file__).parent / "data"
 _PACKAGED = os.path.join(os.path.abspath(DEFAULT_DATA_DIR), "")   # files below it are cached parses
 CATEGORIES = {"gpu": "gpus", "nic": "nics", "system": "systems", "cpu": "cpus"}
@@ -57,7 +52,7 @@ def normalize(name: str) -> str:
 
 
 def _parse_toml(raw: bytes) -> dict[str, Any]:
-    return tomllib.loads(raw.decode("utf-8"))
+    return cache.toml().loads(raw.decode("utf-8"))
 
 
 def _read_toml(path: Path) -> dict[str, Any]:
@@ -67,7 +62,9 @@ def _read_toml(path: Path) -> dict[str, Any]:
         if os.path.abspath(path).startswith(_PACKAGED):
             return cache.parsed_toml(path, raw, _parse_toml)
         return _parse_toml(raw)
-    except tomllib.TOMLDecodeError as e:
+    except ValueError as e:
+        if not isinstance(e, cache.toml().TOMLDecodeError):
+            raise
         raise HwdbError(f"{path}: TOML syntax error: {e}") from None
 
 

@@ -27,11 +27,6 @@ from typing import Any, Literal
 
 from pydantic import ValidationError, field_validator
 
-try:
-    import tomllib
-except ModuleNotFoundError:  # Python < 3.11
-    import tomli as tomllib  # type: ignore[no-redef]
-
 from . import cache
 from .schema import Kind, Source, _Frozen
 
@@ -212,6 +207,7 @@ def _user_record(v: float, unit: str, path: str) -> PriceRecord:
 
 # ------------------------------------------------------------------------------------- loading
 def _read(path: Path) -> dict[str, Any]:
+    tomllib = cache.toml()
     try:
         with path.open("rb") as f:
             return tomllib.load(f)

@@ -19,11 +19,6 @@ from typing import Any
 from ..hwdb import cache
 from .atomic import write_text_atomic
 
-try:
-    import tomllib
-except ModuleNotFoundError:  # Python 3.10
-    import tomli as tomllib  # type: ignore[no-redef]
-
 PACKAGE_ROOT = Path(__file__).resolve().parent.parent
 COUNT_KEY = "entries"
 _PACKAGED = os.path.join(str(PACKAGE_ROOT), "")
@@ -55,7 +50,9 @@ def load_toml(path: Path) -> dict:
         raise DataFileError(f"{path}: empty file ({len(raw)} bytes); {fix_for(path)}")
     try:
         data = cache.parsed_toml(path, raw, _parse) if _packaged(path) else _parse(raw)
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
+    except ValueError as e:
+        if not isinstance(e, (cache.toml().TOMLDecodeError, UnicodeDecodeError)):
+            raise
         raise DataFileError(f"{path}: malformed TOML ({e}); {fix_for(path)}") from None
     if not data:
         raise DataFileError(f"{path}: holds no data (comments only: cut short?); {fix_for(path)}")
@@ -64,7 +61,7 @@ def load_toml(path: Path) -> dict:
 
 
 def _parse(raw: bytes) -> dict:
-    return tomllib.loads(raw.decode("utf-8"))
+    return cache.toml().loads(raw.decode("utf-8"))
 
 
 def _packaged(path: Path) -> bool:
@@ -102,7 +99,7 @@ def write_toml(path: Path, data: dict[str, Any], comments: Sequence[str] = ()) -
     doc.add(COUNT_KEY, count_records(data))
     _fill(doc, data)
     text = tomlkit.dumps(doc)
-    tomllib.loads(text)   # what we write must read back
+    cache.toml().loads(text)   # what we write must read back
     return write_text_atomic(path, text)
 
 
@@ -149,7 +146,7 @@ def update_records(path: Path, records: dict[str, dict[str, Any]], comments: Seq
     if COUNT_KEY in doc:
         doc[COUNT_KEY] = count_records(doc.unwrap())
     text = tomlkit.dumps(doc)
-    tomllib.loads(text)
+    cache.toml().loads(text)
     return write_text_atomic(path, text)
 
 
