@@ -55,20 +55,23 @@ UNFUSED_FORMS: frozenset[str] = frozenset({"math_attention", "te_unfused_attenti
                                             "mcore_ddp_buckets"})
 
 
-def build_ops(w: TrainingWorkload | InferenceWorkload, fused=frozenset()) -> tuple[Op, ...]:
+def build_ops(w: TrainingWorkload | InferenceWorkload, fused=frozenset(), split_below: int = 0) -> tuple[Op, ...]:
     """The op list of one step of ``w`` with the groups in ``fused`` fused (default: eager).
-    Unknown group names raise ValueError. Results are cached (workloads are frozen)."""
+    ``split_below``: the SM count of the GPU it runs on, below which libraries split skinny GEMMs
+    and decode attention into one more kernel (ops_common.Ctx; 0: no split kernels counted; FLOPs
+    and bytes do not depend on it). Unknown group names raise ValueError. Results are cached
+    (workloads are frozen)."""
     fused = frozenset(fused)
     bad = fused - FUSION_GROUPS - UNFUSED_FORMS
     if bad:
         raise ValueError(f"fused: unknown fusion group(s) {sorted(bad)}; known: {sorted(FUSION_GROUPS)}")
-    return _build(w, fused)
+    return _build(w, fused, split_below)
 
 
 @lru_cache(maxsize=256)
-def _build(w, fused: frozenset) -> tuple[Op, ...]:
+def _build(w, fused: frozenset, split_below: int) -> tuple[Op, ...]:
     if isinstance(w, TrainingWorkload):
-        return training_ops(w, fused)
+        return training_ops(w, fused, split_below)
     if isinstance(w, InferenceWorkload):
-        return inference_ops(w, fused)
+        return inference_ops(w, fused, split_below)
     raise TypeError(f"w: expected TrainingWorkload or InferenceWorkload, got {type(w).__name__}")

@@ -22,9 +22,6 @@ from dataclasses import dataclass, field
 from .config import TransformerConfig
 from .ops import DTYPE_BYTES, AttentionShape, DType, GemmShape, Op, OpKind, Phase, StreamShape, StridedShape
 
-SPLIT_SMS = 132  # H100/H200 SM count: cuBLAS / cuDNN split work (split-K, split-KV) below it
-
-
 # Strided classes: kernels TensorIterator runs on its non-vectorised path (a broadcast or
 # non-contiguous operand: elementwise_kernel<128, N>), or torch.cat's CatArrayBatchedCopy,
 # or (UNROLLED) contiguous operands whose dtypes differ: gpu_kernel_impl then needs dynamic
@@ -98,6 +95,10 @@ class Ctx:
     etp (expert tensor parallel; None: = tp),
     embed (this GPU holds the input embedding: first pipeline stage), head (the final norm,
     lm_head and loss: last pipeline stage).
+    split_below: the parallel width (CTAs) below which cuBLAS / cuDNN split a skinny GEMM's K or a
+    decode attention's keys over more CTAs, each split adding a reduce / combine kernel: the SM count
+    of the GPU the op list is built for, which the caller gives (model/ knows no hardware); 0 counts
+    no split kernels.
     """
 
     cfg: TransformerConfig
@@ -124,6 +125,7 @@ class Ctx:
     etp: int | None = None
     embed: bool = True
     head: bool = True           # this GPU holds the final norm, lm_head and loss (last stage)
+    split_below: int = 0        # see the docstring: the target GPU's SM count, 0 = no split kernels
 
     @property
     def T(self) -> int:
@@ -172,12 +174,12 @@ def chain(name: str, kind: OpKind, phase: Phase, ks: list[Kern], count: int, num
 def mm(c: Ctx, name: str, phase: Phase, M: float, N: int, K: float, count: int, batch: int = 1,
        a_bytes: float = 0.0, b_bytes: float = 0.0, out_bytes: float = 0.0, kernels: int = 1) -> Op:
     """One GEMM C[M,N] = A[M,K] B[K,N] (x batch): flops 2*M*N*K*batch; bytes given by caller.
-    Skinny GEMMs (M <= 16, batch 1) whose N/64 output tiles leave SMs idle and K >= 2048 run
-    split-K in cuBLAS: + one splitKreduce kernel (decode trace on H200: q/k/v/o/down split,
+    Skinny GEMMs (M <= 16, batch 1) whose N/64 output tiles are fewer than c.split_below (the GPU's
+    SMs: tiles leave SMs idle) and K >= 2048 run split-K in cuBLAS: + one splitKreduce kernel (decode trace on H200: q/k/v/o/down split,
     gate/up and lm_head not)."""
     shape = GemmShape(max(1, round(M)), N, K, batch)
     tiles = math.ceil(N / 64)
-    if batch == 1 and M <= 16 and K >= 2048 and tiles < SPLIT_SMS:
+    if batch == 1 and M <= 16 and K >= 2048 and tiles < c.split_below:
         kernels += 1   # fp32 partials (splits x M x N x 4 B) are < 1% of the weight bytes: omitted
     return Op(name, "matmul", phase, 2.0 * M * N * K * batch, a_bytes + b_bytes, out_bytes,
               c.gemm, shape, count, kernels)
@@ -298,7 +300,7 @@ def flash(c: Ctx, name: str, Hq: int, Hkv: int, dqk: int, dv: int, Sq: int, Skv:
     shape = AttentionShape(B, Hq, Hkv, Sq, Skv, dqk, dv, causal, wf if wf < 1.0 else 1.0)
     dt: DType = "fp32" if c.act == 4 else "bf16"
     if not c.train:
-        fk = 2 if (Sq == 1 and B * Hkv < SPLIT_SMS) else 1   # fp32 partials: < 1% of the KV bytes
+        fk = 2 if (Sq == 1 and B * Hkv < c.split_below) else 1   # fp32 partials: < 1% of the KV bytes
         return Pair([Op(name, "attention", "fwd", flops, q + kv, o, dt, shape, cnt, fk)], [])
     fwd = [Op(name, "attention", "fwd", flops, q + kv, o + lse, dt, shape, cnt, 1)]
     q4 = 4.0 * q / c.act                       # fp32 dq accumulator

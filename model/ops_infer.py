@@ -32,18 +32,19 @@ def gemm_dtype(w: InferenceWorkload) -> DType:
     return w.weight_dtype if w.weight_dtype in ("fp8", "fp4") else w.act_dtype
 
 
-def _ctx(w: InferenceWorkload, fused: frozenset) -> Ctx:
+def _ctx(w: InferenceWorkload, fused: frozenset, split_below: int = 0) -> Ctx:
     S = w.prompt_len if w.phase == "prefill" else 1
     Skv = w.prompt_len if w.phase == "prefill" else w.context_len
     a, g, p = DTYPE_BYTES[w.act_dtype], gemm_dtype(w), w.parallel
     return Ctx(cfg=local_config(w.model, p), B=w.batch, S=S, Skv=Skv, act=a, resid=a, gemm=g,
                gin=STORED_BYTES[g], wb=STORED_BYTES[w.weight_dtype], pw=a, mb=1, train=False,
-               kvb=DTYPE_BYTES[w.kv_dtype], fused=fused, tp=p.tp, sp=p.sp, ep=p.ep, etp=p.etp, embed=p.pp == 1)
+               kvb=DTYPE_BYTES[w.kv_dtype], fused=fused, tp=p.tp, sp=p.sp, ep=p.ep, etp=p.etp, embed=p.pp == 1,
+               split_below=split_below)
 
 
-def inference_ops(w: InferenceWorkload, fused: frozenset) -> tuple[Op, ...]:
-    """Every op of one prefill or decode step (see module docstring)."""
-    c, par = _ctx(w, fused), w.parallel
+def inference_ops(w: InferenceWorkload, fused: frozenset, split_below: int = 0) -> tuple[Op, ...]:
+    """Every op of one prefill or decode step (see module docstring; ``split_below``: Ctx.split_below)."""
+    c, par = _ctx(w, fused, split_below), w.parallel
     cfg = c.cfg
     rows = c.T if (w.phase == "prefill" and w.prefill_logits == "all") else c.B
     head_c = replace(c, gemm=w.act_dtype, gin=c.act, wb=c.act, sp=False)

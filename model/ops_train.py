@@ -79,15 +79,16 @@ def step_dtypes(w: TrainingWorkload, fused: frozenset):
     return replace(dt, grad=2.0, main_grad=False) if GRAD_HOOKS_16BIT in fused else dt
 
 
-def _ctx(w: TrainingWorkload, fused: frozenset, stage: int | None = None) -> Ctx:
-    """The step context of one GPU of pipeline stage ``stage`` (default: the timed stage)."""
+def _ctx(w: TrainingWorkload, fused: frozenset, stage: int | None = None, split_below: int = 0) -> Ctx:
+    """The step context of one GPU of pipeline stage ``stage`` (default: the timed stage);
+    ``split_below``: Ctx.split_below."""
     dt, p = step_dtypes(w, fused), w.parallel
     gb = STORED_BYTES[dt.gemm]    # fp4 operands carry block scales
     stage = timed_stage(w.model, p) if stage is None else stage
     return Ctx(cfg=train_local_config(w.model, p, stage), B=w.mbs, S=w.seq // p.cp, Skv=w.seq, act=dt.act, resid=dt.resid,
                gemm=dt.gemm, gin=gb, wb=gb, pw=dt.param, mb=w.grad_accum, train=True, autocast=dt.autocast,
                main_grad=dt.main_grad, grad_out=dt.act, fused=fused, tp=p.tp, sp=p.sp, cp=p.cp, ep=p.ep, etp=p.etp,
-               embed=stage == 0, head=stage == p.pp - 1)
+               embed=stage == 0, head=stage == p.pp - 1, split_below=split_below)
 
 
 def stage_param_sizes(c: Ctx) -> list[int]:
@@ -378,9 +379,9 @@ def _dp_ops(w: TrainingWorkload, c: Ctx, trainable: list[int] | None = None) -> 
     return {"fwd": ag_f, "bwd": ag_b, "sync": sync, "finalize": out, "gather": gather}
 
 
-def training_ops(w: TrainingWorkload, fused: frozenset) -> tuple[Op, ...]:
-    """Every op of one optimizer step (see module docstring)."""
-    c, p = _ctx(w, fused), w.parallel
+def training_ops(w: TrainingWorkload, fused: frozenset, split_below: int = 0) -> tuple[Op, ...]:
+    """Every op of one optimizer step (see module docstring; ``split_below``: Ctx.split_below)."""
+    c, p = _ctx(w, fused, split_below=split_below), w.parallel
     layers, recipe = layer_pairs(c), recipe_of(w.precision, w.fp8_recipe)
     head, first = (_head(c) + _mtp(c) if c.head else []), _first(c)
     trainable = None

@@ -121,9 +121,19 @@ def step_peak(t: OpTable, gpu) -> tuple[str, float]:
     return best, peaks[best]
 
 
+@functools.cache
+def split_below() -> int:
+    """SMs below which op lists count the split-K reduce / split-KV combine kernel
+    (model/ops_common.Ctx.split_below). The op table is built once per workload, not per GPU, so
+    every GPU gets the count of the GPU whose decode and train-step traces fixed those kernel
+    counts: the H200's SM count (hwdb h200_sxm sm_count, source measured_h200_20261130; H100 SXM
+    has the same 132). Per-GPU split kernels (A100 108 SMs, B200 148) need the table keyed by GPU."""
+    return int(hwdb.get_gpu("h200_sxm").sm_count)
+
+
 @functools.lru_cache(maxsize=1024)
 def op_table(workload, fused: frozenset[str]) -> OpTable:
-    return build_table(tuple(build_ops(workload, fused=fused)))
+    return build_table(tuple(build_ops(workload, fused=fused, split_below=split_below())))
 
 
 @dataclass(frozen=True)

@@ -236,5 +236,5 @@ def test_unknown_group_raises():
 def test_build_is_short(name):
     """The op list stays short (its build time is bench/small_calls_speed.py's)."""
     w = TrainingWorkload(model=name, mbs=1, seq=4096, recompute="full")
-    ops = _build.__wrapped__(w, frozenset())
+    ops = _build.__wrapped__(w, frozenset(), 0)
     assert len(ops) < 150     # eager chains split their non-vectorised kernels into /strided ops
