@@ -175,7 +175,8 @@ def cached_object(name: str, files: Iterable[Path], build: Callable[[], T], kind
     if isinstance(value, kind):
         return value
     value = build()
-    _write(path, _pack(key, value))
+    if files_key(files) == key:   # stored only when no file changed while it was built
+        _write(path, _pack(key, value))
     return value
 
 

@@ -206,3 +206,16 @@ def test_estimate_is_the_same_with_and_without_the_cache(tmp_path, args):
     off = run({cache.ENV_OFF: "1"})
     threads = run({cache.ENV_OFF: "1", "OPENBLAS_NUM_THREADS": "2"})   # the CLI's one BLAS thread changes nothing
     assert cold == warm == off == threads
+
+
+def test_object_built_while_a_file_changed_is_not_stored(folder, tmp_path):
+    data = tmp_path / "d.toml"
+    data.write_text("a = 1\n")
+
+    def build_and_edit():
+        value = _parse(data.read_bytes())
+        data.write_text("a = 3\n")                   # edited while the object was being built
+        return value
+
+    assert cache.cached_object("t", [data], build_and_edit, dict) == {"a": 1}
+    assert not (folder / "t.pickle").exists()
