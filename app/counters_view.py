@@ -37,8 +37,12 @@ def estimate_counters(inp: cached.EstimateInputs) -> list[dict]:
 
 
 def render(inp: cached.EstimateInputs) -> None:
+    """Computed only when asked (a toggle): an expander's body runs on every rerun even closed, and
+    the counters are a second pass over the step's ops, as long as the estimate itself."""
     with st.expander("Counters view: which unit binds each op"):
         st.caption(CAPTION)
+        if not st.toggle("Compute", value=False, key="est.counters.go"):
+            return
         recs = common.attempt(lambda: estimate_counters(inp), "counters")
         if recs:
             common.table(recs, height=320)

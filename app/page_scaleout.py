@@ -56,10 +56,11 @@ def timeline_section(inp: cached.SearchInputs, res, ui: common.Inputs) -> None:
     st.subheader("Timeline of one step")
     labels = [f"#{i + 1} {r.plan}" for i, r in enumerate(res.rows[: inp.top])]
     idx = ui.select("row", "Plan", list(range(len(labels))), 0, format_func=lambda i: labels[i])
-    tl = common.attempt(lambda: cached.timeline(inp, idx), "timeline")
+    key = cached.search_key(inp)   # row idx of the same search whatever "Plans shown" is: one timeline
+    tl = common.attempt(lambda: cached.timeline(key, idx), "timeline")
     if tl is None:
         return
-    row, view = res.rows[idx], views.timeline_view(inp, idx)
+    row, view = res.rows[idx], views.timeline_view(key, idx)
     st.plotly_chart(view["figure"], key="so.timeline")
     st.caption(f"Pipeline schedule laid out chunk by chunk (sim/timeline.py; each send between stages "
                f"takes t_p where a chunk waits on it): {fmt.time_s(view['step_s'])}. The step estimate "

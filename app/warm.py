@@ -16,7 +16,11 @@ from . import cached
 
 
 def _fast() -> None:
-    """The default estimate (fills the op-list cache) and the serving plan whose tp the curve needs."""
+    """The default estimate (fills the op-list cache) and the serving plan whose tp the curve needs;
+    pandas and pyarrow loaded (st.dataframe's first table otherwise imports them in a visitor's
+    first view: a sixth of the server's CPU in a 20-session run, py-spy)."""
+    import pandas  # noqa: F401
+    import pyarrow  # noqa: F401
     cached.run_estimate(cached.EstimateInputs())
     inp = cached.ServingInputs()
     cached.load_curve(inp, cached.best_serving_result(inp).tp)
