@@ -7,8 +7,8 @@
    Megatron-Core stack): "warm" asks the same workload again (the best of three medians: the
    machine is shared), "new" asks a workload the process has not seen (a new sequence length
    each call: its op list is built, model/ops_*.py), median.
-3. Fresh process: wall time of `mechsim estimate ...` as a new Python process
-   (interpreter start + imports + estimate + print), median of 5.
+3. Fresh process: wall and CPU time of `mechsim estimate ...` as a new Python process
+   (interpreter start + imports + estimate + print), median of 7 (bench/startup_speed.py: the split).
 
 Run: python bench/estimate_speed.py     Figures go into the README and docs/speed.md.
 """
@@ -84,15 +84,22 @@ def cases() -> list[tuple[str, float, float]]:
     ]
 
 
-def fresh_process(n: int = 5) -> float:
+def fresh_process(n: int = 7) -> tuple[float, float]:
+    """(median wall s, median CPU s) of `mechsim estimate` as new processes; bench/startup_speed.py
+    splits it (bytecode cached / compiled from source, an old commit, the floor, a peer)."""
+    import resource
+
     cmd = [sys.executable, "-m", "mechsim.cli", "estimate", "--model", "llama3-70b", "--hw", "h100",
            "--mode", "train", "--mbs", "1", "--seq", "4096"]
-    walls = []
+    walls, cpus = [], []
     for _ in range(n):
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
         t = time.perf_counter()
         subprocess.run(cmd, check=True, capture_output=True)
         walls.append(time.perf_counter() - t)
-    return statistics.median(walls)
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        cpus.append(after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime)
+    return statistics.median(walls), statistics.median(cpus)
 
 
 if __name__ == "__main__":
@@ -102,4 +109,5 @@ if __name__ == "__main__":
           f"(first call incl. imports {cold * 1e3:.1f} ms)")
     for name, warm_case, new_case in cases():
         print(f"{name}: same workload again {warm_case * 1e6:.0f} us, new workload {new_case * 1e6:.0f} us")
-    print(f"fresh process `mechsim estimate`: median {fresh_process():.3f} s")
+    wall, cpu = fresh_process()
+    print(f"fresh process `mechsim estimate`: median {wall:.3f} s ({cpu:.3f} s CPU)")
