@@ -87,7 +87,8 @@ arithmetic on the CUDA cores (exp, tanh, divisions: not FMAs), so its compute si
 memory.elementwise_flop_fraction of the fp32 FMA peak: flops / (vector_peak x that). A bf16
 SiLU / tanh-GELU (8 FLOP per element in the FLOP convention of model/microops.unary) is bound by
 it, ~0.9e12 elements/s on H200 (bf16 gelu_tanh t10778 f25127: 295 us for 271M elements, 3.7 TB/s
-of traffic), while its fp32 twin stays HBM-bound (fp32 gelu_tanh t12805 f1589: 4.0 TB/s).
+of traffic), while its fp32 twin stays HBM-bound (fp32 gelu_tanh t12805 f1589: 4.0 TB/s). Not in
+the H200 data: Nsight Compute reads 47-50 % SM throughput where it implies 73-76 % (docs/kernel-laws.md).
 """
 
 from __future__ import annotations

@@ -63,12 +63,12 @@ def test_a_short_causal_sequence_costs_more_than_half_its_square() -> None:
     assert per_flop(16384, True) < 1.25 * per_flop(16384, False)
 
 
-def test_bf16_tanh_gelu_is_bound_by_its_arithmetic_fp32_by_hbm() -> None:
+def test_the_pointwise_arithmetic_rate_applies_only_where_the_data_has_it() -> None:
+    """memory.elementwise_flop_fraction is not in H200's data (LOG 'The pointwise arithmetic rate
+    contradicts Nsight Compute'): a bf16 tanh-GELU streams at the HBM rate, half fp32's time."""
     n = 1 << 28
     bf16, fp32 = t_us(unary(n, "bf16", "gelu_tanh")), t_us(unary(n, "fp32", "gelu_tanh"))
-    assert bf16 > 0.55 * fp32                      # not half of fp32's time: element-rate bound
-    assert 0.6e12 < n / (bf16 * 1e-6) < 1.0e12     # ~0.9e12 elements/s (sweep: 0.88-0.92e12)
-    assert 8 * n / (fp32 * 1e-6) < 4.8e12          # fp32 still below HBM
+    assert bf16 == pytest.approx(0.5 * fp32, rel=0.02)
 
 
 def test_the_fit_writer_keeps_root_dotted_keys_at_the_root(tmp_path) -> None:
