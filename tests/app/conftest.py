@@ -34,3 +34,37 @@ def settle(at, timeout: float = 120):
         jobs.wait_all(timeout)
         at.run()
     return at
+
+
+# The browser tests' fixtures (tests/app/test_browser_*.py): module-scoped, so each file has its own
+# app server and Chromium page.
+
+@pytest.fixture(scope="module")
+def server():
+    from mechsim.app.local_server import running_app
+    with running_app(warm=False, timeout_s=90) as (port, _):
+        yield f"http://127.0.0.1:{port}"
+
+
+@pytest.fixture(scope="module")
+def requests_seen() -> list[str]:
+    return []
+
+
+@pytest.fixture(scope="module")
+def page(server, requests_seen):
+    from browser_kit import ARGS, CHROMIUM, TIMEOUT_MS, expect, sync_playwright
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+        pg = browser.new_page(viewport={"width": 1500, "height": 2400})
+        pg.on("request", lambda r: requests_seen.append(r.url))      # Chromium's network log
+        pg.set_default_timeout(TIMEOUT_MS)
+        expect.set_options(timeout=TIMEOUT_MS)     # a cold first render on a busy 2-core CI box
+        yield pg
+        browser.close()
+
+
+@pytest.fixture(scope="module")
+def shots(tmp_path_factory):
+    return tmp_path_factory.mktemp("screenshots")
+
