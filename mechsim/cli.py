@@ -320,7 +320,7 @@ def build_hw(a: argparse.Namespace):
 
 def cmd_estimate(a: argparse.Namespace) -> int:
     from .cli_format import estimate_json, estimate_table
-    from . import estimate, sensitivity   # the checked facade (sim.host.estimate: --profile)
+    from . import estimate   # the checked facade (sim.host.estimate: --profile)
     from .inputs import EstimateTop, validated
     a.top = validated(EstimateTop, top=a.top)["top"]
     w = build_workload(a)
@@ -339,6 +339,7 @@ def cmd_estimate(a: argparse.Namespace) -> int:
         from .cli_counters import print_estimate_counters
         print_estimate_counters(w, build_hw(a), a.stack, overrides, a.top)
     if a.sensitivity:
+        from . import sensitivity
         print("\nelasticity of step time (d ln T / d ln x):")
         for k, v in sensitivity(w, a.hw, a.stack).items():
             print(f"  {k:<18} {v:+.3f}")
