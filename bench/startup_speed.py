@@ -68,7 +68,7 @@ def environment(mode: str, scratch: Path, run: int, cold_data: bool) -> dict[str
         env["PYTHONDONTWRITEBYTECODE"] = "1"
     else:
         env["PYTHONPYCACHEPREFIX"] = str(scratch / "pyc")
-    env["MECHSIM_CACHE_DIR"] = str(scratch / (f"cache_{run}" if cold_data else "cache"))
+    env["MECHSIM_CACHE_DIR"] = str(scratch / (f"cache_{mode}_{run}" if cold_data else "cache"))
     return env
 
 
