@@ -259,7 +259,9 @@ def with_tensor_power(cats: dict[str, float], t: OpTable, k: KernelTimes, gpu, m
     flip GEMMs to full power at once and slow a throttled step). ``memory_key``: the category
     the caller counts memory-bound GEMM time in."""
     rows = (t.kind == MATMUL) & (k.compute_s < k.memory_s)
-    c = (k.compute_s * t.count)[rows]
+    # the busy fraction c / m of its whole time (fixed costs included, as a compute-bound GEMM's
+    # power counts its gpu_s): c (m + fixed) / m, = a compute-bound GEMM's gpu_s at the ridge
+    c = (k.compute_s * k.gpu_s / np.maximum(k.memory_s, 1e-300) * t.count)[rows]
     if c.sum() <= 0:
         return cats
     w = np.minimum(k.efficiency[rows] / reference_gemm_efficiency(gpu)[t.dtype[rows]], 1.0)
