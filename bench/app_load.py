@@ -1,6 +1,6 @@
 """Benchmark (not a test): the web app under 20 concurrent sessions, and each page's first view.
 
-    python bench/app_load.py [--sessions 20] [--changes 5] [--think 2] [--first-views]
+    python bench/app_load.py [--sessions 20] [--changes 5] [--think 2] [--first-views] [--json out.json]
 
 Method. `mechsim app` is started on 127.0.0.1 pinned to CPU 0 (``taskset -c 0``); this process,
 which drives the sessions over Streamlit's websocket protocol (mechsim/app/loadtest.py: each
@@ -32,17 +32,20 @@ def server(timeout_s: float = 300.0):
     return running_app(timeout_s=timeout_s, cpu=SERVER_CPU)
 
 
-def first_views() -> None:
+def first_views() -> dict:
     print(f"{'page':<12} {'ready s':>8} {'first view s':>13}")
+    out = {}
     for case in loadtest.CASES:
         name = case.path or "estimate"
         with server() as (port, ready):
             res = loadtest.run_load(port, 1, name, changes=0)[0]
         shown = f"{res.first_view_s:13.2f}" if not res.error else f"  error: {res.error}"
         print(f"{name:<12} {ready:8.1f} {shown}")
+        out[name] = {"ready_s": round(ready, 2), "first_view_s": res.first_view_s, "error": res.error}
+    return {"first_views": out}
 
 
-def load(a: argparse.Namespace) -> None:
+def load(a: argparse.Namespace) -> dict:
     with server() as (port, ready):
         print(f"server ready in {ready:.1f} s; {a.sessions} sessions ({a.pages}), {a.changes} changes each, "
               f"think {a.think} s")
@@ -59,6 +62,9 @@ def load(a: argparse.Namespace) -> None:
     print(f"wall {wall:.1f} s; errors: {len(s['errors'])}")
     for e in s["errors"]:
         print("  ", e)
+    return {"sessions": a.sessions, "pages": a.pages, "changes": a.changes, "think_s": a.think, "seed": a.seed,
+            "server_ready_s": round(ready, 2), "wall_s": round(wall, 2), "summary": s,
+            "per_page": loadtest.per_page(res)}
 
 
 def main() -> None:
@@ -69,13 +75,23 @@ def main() -> None:
     ap.add_argument("--think", type=float, default=2.0, help="seconds between a session's changes")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--first-views", action="store_true", help="each page's first view on a fresh server")
+    ap.add_argument("--json", help="write the figures here too (with the load average and the CPU pinning)")
     a = ap.parse_args()
     if (os.cpu_count() or 1) > 1:
         os.sched_setaffinity(0, {CLIENT_CPU})
     print(f"{os.cpu_count()} CPUs; server on CPU {SERVER_CPU}, clients on CPU {CLIENT_CPU}; "
           f"load average {os.getloadavg()[0]:.2f}")
-    first_views() if a.first_views else load(a)
+    load0 = os.getloadavg()[0]
+    res = first_views() if a.first_views else load(a)
     print(f"load average at the end {os.getloadavg()[0]:.2f}")
+    if a.json:
+        import json
+
+        from mechsim.sim.atomic import write_text_atomic
+        res.update(cpus=os.cpu_count(), server_cpu=f"taskset -c {SERVER_CPU}", client_cpu=CLIENT_CPU,
+                   load_average_start=round(load0, 2), load_average_end=round(os.getloadavg()[0], 2),
+                   note="machine shared with other work: the server has CPU 0 by taskset, not exclusively")
+        write_text_atomic(a.json, json.dumps(res, indent=1, default=str))
 
 
 if __name__ == "__main__":
