@@ -26,6 +26,13 @@ def page_test():
     return make
 
 
+@pytest.fixture
+def settled():
+    """``settle`` as a fixture: a test file cannot import it from ``conftest`` under pytest-xdist
+    (another folder's conftest module may hold that name in the worker)."""
+    return settle
+
+
 def settle(at, timeout: float = 120):
     """Wait for the jobs a page started (app/jobs.py: it drew a progress line), then rerun it, as
     the page's own poll does in a browser."""

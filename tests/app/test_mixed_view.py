@@ -17,14 +17,13 @@ def test_mixed_records_alone_equal_and_rebalanced():
     assert rebalanced["waiting_pct"] <= equal["waiting_pct"]
 
 
-def test_scaleout_page_shows_the_mixed_table_when_asked(page_test):
-    from conftest import settle
+def test_scaleout_page_shows_the_mixed_table_when_asked(page_test, settled):
     at = page_test("page_scaleout.py", model="llama3-8b", nodes=1, gbs=64, seq=2048)
     assert not at.exception
     before = len(at.dataframe)
     assert not any("option" in d.value.columns for d in at.dataframe)    # nothing computed until asked
     at.toggle(key="so.mix.go").set_value(True)
-    settle(at.run())
+    settled(at.run())
     assert not at.exception, [e.message for e in at.exception]
     assert len(at.dataframe) == before + 1
     options = next(d for d in at.dataframe if "option" in d.value.columns).value["option"].tolist()
