@@ -19,7 +19,7 @@ SCHEMA = f"{SCHEMA_NAME}/{SCHEMA_VERSION}"
 KINDS = frozenset({
     "memory", "launch", "gemm", "attention", "elementwise", "norm", "softmax",
     "cross_entropy", "train_step", "prefill", "decode", "collective", "ddp", "fsdp",
-    "prefill_tp", "decode_tp", "pp_step",
+    "prefill_tp", "decode_tp", "pp_step", "moe_step",
 })
 METHODS = frozenset({"graph_rotating", "events", "flush", "wall"})
 SUITES = frozenset({"quick", "full", "smoke", "sweep"})
