@@ -47,7 +47,7 @@ SMEM_PER_BLOCK = 48 * 1024
 ALIGN_BYTES = 16
 
 
-def softmax_kernel(cols: int, elem_bytes: int) -> str:
+def softmax_kernel(cols: int, elem_bytes: float) -> str:
     """Name of the forward kernel torch dispatches for rows of ``cols`` elements."""
     if cols <= WARP_MAX_COLS and cols * elem_bytes <= WARP_MAX_BYTES:
         return "warp"
@@ -60,7 +60,7 @@ def softmax_kernel(cols: int, elem_bytes: int) -> str:
     return "block"
 
 
-def softmax_fwd_s(rows: int, cols: int, elem_bytes: int, out_bytes: int, hbm_bandwidth: float,
+def softmax_fwd_s(rows: int, cols: int, elem_bytes: float, out_bytes: float, hbm_bandwidth: float,
                   sm_count: int, eff: Efficiency) -> float:
     """GPU time of one softmax / log_softmax forward kernel over ``rows`` x ``cols``."""
     fam = softmax_kernel(cols, elem_bytes)
