@@ -39,13 +39,14 @@ import numpy as np
 from .clock import RunPattern
 from .distributed import is_multi_gpu
 from .host import estimate as estimate_facade, gpu_of, host_for, stack_on_host
-from .kernels import ATTENTION, MATMUL, KernelTimes, check_recipe, kernel_times
+from .kernels import ATTENTION, MATMUL, check_recipe, kernel_times
 from .launch import host_times, op_syncs
 from .optable import KINDS, PHASES, AttnColumns, GemmColumns, OpTable
-from .power import attention_clock_ratio, calibration_clock, clock_params, curve_beta, power_curve, same_power_clock
+from .power import power_states
 from .overrides import apply_overrides
-from .prepare import (Prepared, boost_speedup, calibrated_stack, efficiency, hw_rates, prepare,
-                      reference_gemm_efficiency, resolve_gpu, resolve_stack, step_peak)
+from .prepare import (Prepared, add_tensor_power, at_compute_speed, boost_speedup, calibrated_stack, categories,
+                      compute_bound_gemms, efficiency, gemm_power_weights, hw_rates, memory_bound_gemms, prepare,
+                      resolve_gpu, resolve_stack, step_peak, tensor_busy_s)
 from .results import CATEGORIES
 from .stacks import Stack, get_stack
 
@@ -199,56 +200,6 @@ def segment_sum(x: np.ndarray, point: np.ndarray, n: int) -> np.ndarray:
     return np.bincount(point, weights=x, minlength=n)
 
 
-# ---- the power state on arrays (sim/power.py power_state) ---------------------------------------
-
-def _gemm_speed(f, f_cal: float, f_boost: float, r: float):
-    if f_boost <= f_cal:
-        return np.where(f <= f_cal, f / f_cal, 1.0)
-    return np.where(f <= f_cal, f / f_cal, 1.0 + (r - 1.0) * (f - f_cal) / (f_boost - f_cal))
-
-
-def _curve_inverse(y: np.ndarray, beta: float) -> np.ndarray:
-    """power.power_curve_inverse on an array."""
-    if beta >= 1.0:
-        out = np.cbrt(y)
-    elif beta <= 0.0:
-        out = y.copy()
-    else:
-        p, q = (1.0 - beta) / beta, -y / beta
-        s = np.sqrt(q * q / 4.0 + p ** 3 / 27.0)
-        out = np.cbrt(-q / 2.0 + s) + np.cbrt(-q / 2.0 - s)
-    return np.where(y <= 0.0, 0.0, out)
-
-
-def power_states(g, a, gp, mem, step_s, gpu_key: str, f_boost: float, r: float, attention: str | None):
-    """(clock Hz, GEMM speed, attention speed) arrays of power.power_state over many steps, None
-    where the GPU has no clock model (the same fixed point, five iterations, on arrays)."""
-    params = clock_params(gpu_key)
-    if params is None or r <= 1.0:
-        return None
-    f_gemm, w_mem = params
-    beta, f_cal = curve_beta(gpu_key), calibration_clock(gpu_key)
-    f_att = same_power_clock(attention_clock_ratio(attention) * f_cal, f_cal, f_gemm, f_boost, beta)
-    pc_gemm, pc_att = power_curve(f_gemm / f_boost, beta), power_curve(f_att / f_boost, beta)
-    g_boost = power_curve(f_boost / f_boost, beta)
-    f = np.full(len(g), f_gemm)
-    live = np.ones(len(g), bool)
-    for _ in range(5):
-        speed = _gemm_speed(f, f_cal, f_boost, r)
-        tg, ta = g / speed, a * f_boost / f
-        step = step_s + (tg - g) + (ta - a)
-        live &= step > 0
-        safe = np.where(live, step, 1.0)
-        u_g, u_a = np.minimum(gp / speed / safe, 1.0), np.minimum(ta / safe, 1.0)
-        u_mem = np.minimum(mem / safe, 1.0)
-        k = 0 + u_g / pc_gemm + u_a / pc_att
-        p_boost = 0 + u_g * g_boost / pc_gemm + u_a * g_boost / pc_att + w_mem * u_mem
-        solved = f_boost * _curve_inverse(np.maximum(1.0 - w_mem * u_mem, 0.0) / np.where(k > 0, k, 1.0), beta)
-        new = np.where((k <= 0) | (p_boost <= 1.0), f_boost, np.minimum(np.maximum(solved, f_gemm), f_boost))
-        f = np.where(live, new, f)
-    return f, _gemm_speed(f, f_cal, f_boost, r), f / f_boost
-
-
 # ---- one group: a GPU, clock and attention kernel ----------------------------------------------
 
 # the category launch_overhead is the Estimate's launch_overhead_s
@@ -266,21 +217,18 @@ def _evaluate_group(ts: list[Timing], out: np.ndarray) -> None:
     lens = np.array([len(x.count) for x in tables])
     point = np.repeat(np.arange(n), lens)
     k = kernel_times(t, rates, eff, impl)
-    mm = t.kind == MATMUL
     g = k.gpu_s * t.count
-    cb = mm & (k.compute_s >= k.memory_s)
+    # the power shares of OneGpu.power_inputs, per point (the same row formulas, sim/prepare.py)
+    cb = compute_bound_gemms(t, k)
     busy, gemm = segment_sum(g, point, n), segment_sum(np.where(cb, g, 0.0), point, n)
     att = segment_sum(np.where(t.kind == ATTENTION, g, 0.0), point, n)
-    w_ref = np.minimum(k.efficiency / reference_gemm_efficiency(gpu)[t.dtype], 1.0)
-    gw = segment_sum(np.where(cb, g * w_ref, 0.0), point, n)
+    gw = np.bincount(point[cb], weights=g[cb] * gemm_power_weights(t, k, gpu, cb), minlength=n)
     gemm_power = gemm * np.where(gemm > 0, gw / np.where(gemm > 0, gemm, 1.0), 1.0)
-    mem = busy - gemm - att
-    # memory-bound GEMMs draw GEMM power over their compute time (prepare.with_tensor_power)
-    mb = mm & (k.compute_s < k.memory_s)
-    c = segment_sum(np.where(mb, k.compute_s * t.count, 0.0), point, n)
-    cw = segment_sum(np.where(mb, k.compute_s * t.count * w_ref, 0.0), point, n)
-    tp = c > 0
-    gemm_power, mem = np.where(tp, gemm_power + cw, gemm_power), np.where(tp, np.maximum(0.0, mem - c), mem)
+    mb = memory_bound_gemms(t, k)
+    c = tensor_busy_s(t, k, mb)
+    gemm_power, mem = add_tensor_power(gemm_power, busy - gemm - att, np.bincount(point[mb], weights=c, minlength=n),
+                                       np.bincount(point[mb], weights=c * gemm_power_weights(t, k, gpu, mb),
+                                                   minlength=n))
     launch = [_launch_rows(x.p.table, x.st) for x in ts]
     host_row = np.concatenate([h for h, _ in launch])
     window = np.maximum(busy, segment_sum(host_row * t.count, point, n))
@@ -289,19 +237,17 @@ def _evaluate_group(ts: list[Timing], out: np.ndarray) -> None:
     if r != 1.0:
         ps = power_states(gemm, att, gemm_power, mem, window, gpu.key, gpu.boost_clock_hz, r, impl)
     if ps is not None:
-        speed, att_speed = ps[1][point], ps[2][point]
-        compute = np.where(mm, k.compute_s / speed, k.compute_s / att_speed)
-        k = KernelTimes(compute, k.memory_s, k.fixed_s, np.maximum(compute, k.memory_s) + k.fixed_s, k.efficiency)
+        k = at_compute_speed(t, k, ps.speed[point], ps.attention_speed[point])
     gpu_row = k.gpu_s + np.concatenate([g for _, g in launch])
     step, busy_l = _tandem(host_row, gpu_row, t.count, t.block_starts, point, lens, n)
     step = np.maximum(step, busy_l)
     idle = step - busy_l
     per_op = gpu_row * t.count
     nc, nph = len(CATEGORIES), len(PHASES)
-    by_cat = np.bincount(point * nc + _categories(t, k), weights=per_op, minlength=n * nc).reshape(n, nc)
+    by_cat = np.bincount(point * nc + categories(t, k), weights=per_op, minlength=n * nc).reshape(n, nc)
     by_cat[:, CATEGORIES.index("launch_overhead")] = idle
     by_phase = np.bincount(point * nph + t.phase, weights=per_op, minlength=n * nph).reshape(n, nph)
-    clock = ps[0] if ps is not None else np.zeros(n)
+    clock = ps.clock_hz if ps is not None else np.zeros(n)
     out[[x.u for x in ts]] = np.column_stack([step, busy_l, clock, by_cat, by_phase])
 
 
@@ -343,17 +289,6 @@ def _tandem(host, gpu, count, starts, point, lens, n) -> tuple[np.ndarray, np.nd
 def col_mask(nb: np.ndarray, width: int) -> np.ndarray:
     """[points, width] mask of the columns that hold a block."""
     return np.arange(width)[None, :] < nb[:, None]
-
-
-def _categories(t: OpTable, k: KernelTimes) -> np.ndarray:
-    """prepare.categories on many rows."""
-    cat = np.full(len(t.count), CATEGORIES.index("memory_bound"))
-    mm = t.kind == MATMUL
-    cat[mm & (k.compute_s >= k.memory_s)] = CATEGORIES.index("matmul_compute")
-    cat[mm & (k.compute_s < k.memory_s)] = CATEGORIES.index("matmul_memory")
-    cat[t.kind == ATTENTION] = CATEGORIES.index("attention")
-    cat[t.kind == COLLECTIVE] = CATEGORIES.index("communication")
-    return cat
 
 
 # ---- the table ------------------------------------------------------------------------------
@@ -519,4 +454,4 @@ def _frame(pd, static: list[tuple], figs: np.ndarray, idx: np.ndarray, loop_rows
     return pd.DataFrame({c: data[c] for c in COLUMNS})
 
 
-__all__ = ["COLUMNS", "concat_tables", "estimate_many", "power_states", "row_of"]
+__all__ = ["COLUMNS", "concat_tables", "estimate_many", "row_of"]

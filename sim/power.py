@@ -51,6 +51,9 @@ import functools
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
 
 from .calibration import calibration_source
 
@@ -93,18 +96,20 @@ def power_curve(x: float, beta: float) -> float:
     return beta * x ** 3 + (1.0 - beta) * x
 
 
-def power_curve_inverse(y: float, beta: float) -> float:
+def power_curve_inverse(y, beta: float):
     """The x >= 0 with G(x) = y (G is increasing for 0 <= beta <= 1): Cardano's root of
-    x^3 + p x + q = 0 with p = (1 - beta) / beta, q = -y / beta."""
-    if y <= 0.0:
-        return 0.0
+    x^3 + p x + q = 0 with p = (1 - beta) / beta, q = -y / beta. ``y``: a float or an array
+    (elementwise; one formula for the scalar and the batched paths, see _xp)."""
+    xp = _xp(y)
     if beta >= 1.0:
-        return y ** (1.0 / 3.0)
-    if beta <= 0.0:
-        return y
-    p, q = (1.0 - beta) / beta, -y / beta
-    s = math.sqrt(q * q / 4.0 + p ** 3 / 27.0)
-    return math.cbrt(-q / 2.0 + s) + math.cbrt(-q / 2.0 - s)
+        out = xp.cbrt(y)
+    elif beta <= 0.0:
+        out = y
+    else:
+        p, q = (1.0 - beta) / beta, -y / beta
+        s = xp.sqrt(q * q / 4.0 + p ** 3 / 27.0)   # > 0 for every y: p > 0
+        out = xp.cbrt(-q / 2.0 + s) + xp.cbrt(-q / 2.0 - s)
+    return xp.where(y <= 0.0, 0.0, out)
 
 
 def same_power_clock(f: float, f_from: float, f_to: float, f_boost: float, beta: float) -> float:
@@ -124,34 +129,34 @@ def attention_clock_ratio(kernel: str | None) -> float:
     return rec.value if rec is not None else 1.0
 
 
-def cap_power(f: float, loads: tuple[tuple[float, float], ...], u_mem: float, w_mem: float,
-              f_boost: float, beta: float) -> float:
-    """p(f) = sum of u G(f) / G(f_cap) over the (share u, cap clock f_cap) loads + w_mem u_mem."""
+def cap_power(f, loads: tuple, u_mem, w_mem: float, f_boost: float, beta: float):
+    """p(f) = sum of u G(f) / G(f_cap) over the (share u, cap clock f_cap) loads + w_mem u_mem
+    (f, the shares and u_mem floats or arrays of one shape)."""
     g = power_curve(f / f_boost, beta)
     return sum(u * g / power_curve(fc / f_boost, beta) for u, fc in loads) + w_mem * u_mem
 
 
-def cap_clock(loads: tuple[tuple[float, float], ...], u_mem: float, w_mem: float, f_floor: float,
-              f_boost: float, beta: float) -> float:
+def cap_clock(loads: tuple, u_mem, w_mem: float, f_floor: float, f_boost: float, beta: float):
     """The clock in [f_floor, f_boost] at which p(f) = 1 (f_boost when it stays under the cap):
-    f = f_boost G^-1((1 - w_mem u_mem) / sum(u / G(f_cap)))."""
+    f = f_boost G^-1((1 - w_mem u_mem) / sum(u / G(f_cap))). Shares and u_mem: floats or arrays
+    (elementwise)."""
+    xp = _xp(u_mem)
     k = sum(u / power_curve(fc / f_boost, beta) for u, fc in loads)
-    if k <= 0 or cap_power(f_boost, loads, u_mem, w_mem, f_boost, beta) <= 1.0:
-        return f_boost
-    f = f_boost * power_curve_inverse(max(1.0 - w_mem * u_mem, 0.0) / k, beta)
-    return min(max(f, f_floor), f_boost)
+    at_boost = (k <= 0) | (cap_power(f_boost, loads, u_mem, w_mem, f_boost, beta) <= 1.0)
+    f = f_boost * power_curve_inverse(xp.maximum(1.0 - w_mem * u_mem, 0.0) / xp.where(k > 0, k, 1.0), beta)
+    return xp.where(at_boost, f_boost, xp.minimum(xp.maximum(f, f_floor), f_boost))
 
 
-def gemm_speed(f: float, f_cal: float, f_boost: float, boost_speedup: float) -> float:
+def gemm_speed(f, f_cal: float, f_boost: float, boost_speedup: float):
     """GEMM compute speed at clock f over the calibrated sustained rate, f_cal being the sustained
     GEMM clock of the GPU whose efficiencies were calibrated: f / f_cal below it (e.g. the same die
     under a lower power cap; a compute-bound GEMM is linear in the clock there, measured from
-    1,455 to ~1,750 MHz), above it the line through (f_cal, 1) and (f_boost, boost_speedup)."""
-    if f <= f_cal:
-        return f / f_cal
+    1,455 to ~1,750 MHz), above it the line through (f_cal, 1) and (f_boost, boost_speedup).
+    ``f``: a float or an array."""
+    xp = _xp(f)
     if f_boost <= f_cal:
-        return 1.0
-    return 1.0 + (boost_speedup - 1.0) * (f - f_cal) / (f_boost - f_cal)
+        return xp.where(f <= f_cal, f / f_cal, 1.0)
+    return xp.where(f <= f_cal, f / f_cal, 1.0 + (boost_speedup - 1.0) * (f - f_cal) / (f_boost - f_cal))
 
 
 def power_state(by_category: Mapping[str, float], step_s: float, gpu_key: str, f_boost: float,
@@ -160,10 +165,7 @@ def power_state(by_category: Mapping[str, float], step_s: float, gpu_key: str, f
     at the sustained rate, attention at its boost-clock rate): "matmul_compute" (compute-bound
     GEMMs), "matmul_power" (the same time weighted by power per second; default: unweighted),
     "attention", and the MEMORY categories. ``attention`` names the attention kernel
-    (Stack.attention) for its cap clock.
-
-    Fixed point: at clock f the GEMM time is g / gemm_speed(f), the attention time a f_boost / f,
-    the step changes by the difference; five iterations settle it to well under 0.1 %."""
+    (Stack.attention) for its cap clock."""
     g, a = by_category.get("matmul_compute", 0.0), by_category.get("attention", 0.0)
     gp = by_category.get("matmul_power", g)
     mem = sum(by_category.get(c, 0.0) for c in MEMORY)
@@ -175,22 +177,66 @@ def _power_state(g: float, a: float, gp: float, mem: float, step_s: float, gpu_k
                  boost_speedup: float, attention: str | None) -> PowerState | None:
     """power_state on its scalars (a pure function of them and the GPU's power data, so memoised:
     a host band's second pass or a repeated estimate finds the clock it already solved)."""
+    s = power_states(g, a, gp, mem, step_s, gpu_key, f_boost, boost_speedup, attention)
+    if s is None:
+        return None
+    f = float(s.clock_hz)
+    return PowerState(f, float(s.speed), float(s.attention_speed), f < f_boost)
+
+
+@dataclass(frozen=True)
+class PowerStates:
+    """power_state's clock (Hz), GEMM speed and attention speed, each a float or an array."""
+
+    clock_hz: Any
+    speed: Any
+    attention_speed: Any
+
+
+def power_states(g, a, gp, mem, step_s, gpu_key: str, f_boost: float, boost_speedup: float,
+                 attention: str | None = None) -> PowerStates | None:
+    """The power state of one step (float inputs) or of many (arrays of one shape, elementwise:
+    sim/many.py): g, a = compute-bound GEMM and attention seconds at the calibrated rates, gp = g
+    weighted by power per second, mem = memory-bound seconds, step_s = the window. None where the
+    GPU has no clock model.
+
+    Fixed point: at clock f the GEMM time is g / gemm_speed(f), the attention time a f_boost / f,
+    the step changes by the difference; five iterations settle it to well under 0.1 %. A step
+    whose time reaches 0 keeps the clock it had."""
     params = clock_params(gpu_key)
     if params is None or boost_speedup <= 1.0:
         return None
+    xp = _xp(g)
     f_gemm, w_mem = params
     beta, f_cal = curve_beta(gpu_key), calibration_clock(gpu_key)
     f_att = same_power_clock(attention_clock_ratio(attention) * f_cal, f_cal, f_gemm, f_boost, beta)
-    f = f_gemm
+    f = np.full(np.shape(g), f_gemm) if xp is np else f_gemm
+    live = True
     for _ in range(5):
         speed = gemm_speed(f, f_cal, f_boost, boost_speedup)
         tg, ta = g / speed, a * f_boost / f
         step = step_s + (tg - g) + (ta - a)
-        if step <= 0:
-            break
-        loads = ((min(gp / speed / step, 1.0), f_gemm), (min(ta / step, 1.0), f_att))
-        f = cap_clock(loads, min(mem / step, 1.0), w_mem, f_gemm, f_boost, beta)
-    return PowerState(f, gemm_speed(f, f_cal, f_boost, boost_speedup), f / f_boost, f < f_boost)
+        live = live & (step > 0)
+        safe = xp.where(live, step, 1.0)
+        loads = ((xp.minimum(gp / speed / safe, 1.0), f_gemm), (xp.minimum(ta / safe, 1.0), f_att))
+        f = xp.where(live, cap_clock(loads, xp.minimum(mem / safe, 1.0), w_mem, f_gemm, f_boost, beta), f)
+    return PowerStates(f, gemm_speed(f, f_cal, f_boost, boost_speedup), f / f_boost)
+
+
+class _Floats:
+    """The numpy functions the power formulas use, on Python floats (a scalar estimate pays no
+    numpy call): the same formula code serves one step and arrays of many."""
+
+    where = staticmethod(lambda c, a, b: a if c else b)
+    minimum = staticmethod(min)
+    maximum = staticmethod(max)
+    sqrt = staticmethod(math.sqrt)
+    cbrt = staticmethod(math.cbrt)
+
+
+def _xp(x: Any) -> Any:
+    """numpy for an array argument, _Floats for a float."""
+    return np if isinstance(x, np.ndarray) else _Floats
 
 
 @functools.lru_cache(maxsize=64)

@@ -238,15 +238,41 @@ def step_sums(t: OpTable, k: KernelTimes, per_op_total: np.ndarray, idle: float)
 
 def gemm_power_weight(t: OpTable, k: KernelTimes, gpu) -> float:
     """Dynamic power per second of the step's compute-bound GEMMs over that of the 8192^3 GEMM
-    the cap clock was measured with: the time-weighted mean of each GEMM's efficiency (tensor-core
-    utilisation) over the reference's, each at most 1 (measured: shapes at 0.68-0.86 of the
-    per-clock peak hold the cap at 1,650-1,470 MHz, record 20261130T2320Z_gemm_shape_clocks_h200)."""
+    the cap clock was measured with: the time-weighted mean of gemm_power_weights over them."""
     rows = compute_bound_gemms(t, k)
     g = (k.gpu_s * t.count)[rows]
     if g.sum() <= 0:
         return 1.0
-    return float(np.dot(g, np.minimum(k.efficiency[rows] / reference_gemm_efficiency(gpu)[t.dtype[rows]], 1.0))
-                 / g.sum())
+    return float(np.dot(g, gemm_power_weights(t, k, gpu, rows)) / g.sum())
+
+
+def gemm_power_weights(t: OpTable, k: KernelTimes, gpu, rows: np.ndarray) -> np.ndarray:
+    """Of the GEMM rows ``rows`` (a mask): dynamic power per second over the 8192^3 reference
+    GEMM's, the efficiency (tensor-core utilisation) over the reference's, at most 1 (measured:
+    shapes at 0.68-0.86 of the per-clock peak hold the cap at 1,650-1,470 MHz, record
+    20261130T2320Z_gemm_shape_clocks_h200)."""
+    return np.minimum(k.efficiency[rows] / reference_gemm_efficiency(gpu)[t.dtype[rows]], 1.0)
+
+
+def memory_bound_gemms(t: OpTable, k: KernelTimes) -> np.ndarray:
+    """Mask of the GEMM rows whose compute time is below their memory time."""
+    return (t.kind == MATMUL) & (k.compute_s < k.memory_s)
+
+
+def tensor_busy_s(t: OpTable, k: KernelTimes, rows: np.ndarray) -> np.ndarray:
+    """Of the memory-bound GEMM rows ``rows`` (a mask): the seconds (over the count) each keeps its
+    tensor cores busy, the busy fraction c / m of its whole time with fixed costs (as a
+    compute-bound GEMM's power counts its gpu_s): c (m + fixed) / m, = a compute-bound GEMM's
+    gpu_s at the ridge."""
+    return (k.compute_s * k.gpu_s / np.maximum(k.memory_s, 1e-300) * t.count)[rows]
+
+
+def add_tensor_power(gemm_power, memory, c, cw):
+    """(GEMM power seconds, memory-bound seconds) with the memory-bound GEMMs' tensor-core time c
+    (a sum of tensor_busy_s) taken from memory-bound into GEMM power, weighted: cw (the same sum
+    weighted by gemm_power_weights). Floats or arrays (one value per step)."""
+    has = c > 0
+    return np.where(has, gemm_power + cw, gemm_power), np.where(has, np.maximum(0.0, memory - c), memory)
 
 
 def with_tensor_power(cats: dict[str, float], t: OpTable, k: KernelTimes, gpu, memory_key: str) -> dict[str, float]:
@@ -258,16 +284,14 @@ def with_tensor_power(cats: dict[str, float], t: OpTable, k: KernelTimes, gpu, m
     continuously (counting it as memory-bound below the ridge made a few % more HBM bandwidth
     flip GEMMs to full power at once and slow a throttled step). ``memory_key``: the category
     the caller counts memory-bound GEMM time in."""
-    rows = (t.kind == MATMUL) & (k.compute_s < k.memory_s)
-    # the busy fraction c / m of its whole time (fixed costs included, as a compute-bound GEMM's
-    # power counts its gpu_s): c (m + fixed) / m, = a compute-bound GEMM's gpu_s at the ridge
-    c = (k.compute_s * k.gpu_s / np.maximum(k.memory_s, 1e-300) * t.count)[rows]
+    rows = memory_bound_gemms(t, k)
+    c = tensor_busy_s(t, k, rows)
     if c.sum() <= 0:
         return cats
-    w = np.minimum(k.efficiency[rows] / reference_gemm_efficiency(gpu)[t.dtype[rows]], 1.0)
     out = dict(cats)
-    out["matmul_power"] = out.get("matmul_power", out.get("matmul_compute", 0.0)) + float(np.dot(c, w))
-    out[memory_key] = max(0.0, out.get(memory_key, 0.0) - float(c.sum()))
+    gp, mem = add_tensor_power(out.get("matmul_power", out.get("matmul_compute", 0.0)), out.get(memory_key, 0.0),
+                               float(c.sum()), float(np.dot(c, gemm_power_weights(t, k, gpu, rows))))
+    out["matmul_power"], out[memory_key] = float(gp), float(mem)
     return out
 
 

@@ -76,10 +76,6 @@ def _close(a: float, b: float) -> bool:
     return a == b or abs(a - b) <= REL * max(abs(a), abs(b))
 
 
-@pytest.mark.xfail(strict=True, reason="known defect: after the GEMM-law and kernel-stage commits of 2026-12-02, "
-                   "estimate_many differs from estimate on 702 of the 10,000 points (up to 0.34 % in step time, "
-                   "inference and training, GPUs with a clock model); validation/LOG.md 'estimate_many and "
-                   "estimate disagree'. strict: the test fails again once they agree, so this mark must go")
 def test_estimate_many_matches_estimate_on_10000_random_points():
     pts, prices = _points(10_000)
     df = estimate_many([p[0] for p in pts], [p[1] for p in pts], [p[2] for p in pts], [p[3] for p in pts],
