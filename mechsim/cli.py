@@ -42,8 +42,8 @@ def _add_workload_args(p: argparse.ArgumentParser) -> None:
                         ("dp", "data-parallel replicas"), ("cp", "context parallel"), ("ep", "expert parallel")):
         g.add_argument(f"--{name}", type=integer, default=1, help=help_)
     g.add_argument("--sp", action="store_true", help="sequence parallel (with tp)")
-    g.add_argument("--zero", type=int, default=0, choices=(0, 1, 2, 3), help="ZeRO stage (3 = FSDP)")
-    g.add_argument("--schedule", default="1f1b", help="gpipe | 1f1b | interleaved | zero_bubble")
+    g.add_argument("--zero", type=int, default=None, choices=(0, 1, 2, 3), help="ZeRO stage (3 = FSDP; default 0)")
+    g.add_argument("--schedule", default=None, help="gpipe | 1f1b | interleaved | zero_bubble (default 1f1b)")
     g.add_argument("--nodes", type=integer, default=None, help="nodes of --hw (default: the plan's GPUs)")
     p.add_argument("--override", action="append", default=[], metavar="KEY=CHANGE",
                    help="what-if, e.g. hbm_bandwidth=+20%%, sustained_clock=0.9 (repeatable)")
@@ -75,6 +75,8 @@ def _parser(only: str | None = None) -> argparse.ArgumentParser:
         sub = _OneCommand(sub, only)
     est = sub.add_parser("estimate", help="estimate one training or inference step")
     _add_workload_args(est)
+    est.add_argument("--recipe", default=None, metavar="NAME", help="framework release (e.g. megatron-bridge-26.02, "
+                     "nemo-24.07, torchtitan-2024-12; docs/published.md): the training flags not given come from it")
     est.add_argument("--json", action="store_true", help="print the result as JSON")
     est.add_argument("--top", type=integer, default=12, help="ops shown in the table (1..10000)")
     est.add_argument("--sensitivity", action="store_true", help="also print step-time elasticities")
@@ -283,23 +285,38 @@ def _parse_overrides(items: list[str]) -> dict[str, str]:
         raise ValueError(f"--override: {e}") from None
 
 
-def build_parallel(a: argparse.Namespace):
+def build_parallel(a: argparse.Namespace, given_only: bool = False):
+    """The plan of the flags; ``given_only``: only the flags given (so a recipe fills the rest)."""
     from .model.parallel import Parallelism
-    return Parallelism(tp=a.tp, pp=a.pp, vp=a.vp, dp=a.dp, cp=a.cp, ep=a.ep, sp=a.sp, zero=a.zero,
-                       schedule=a.schedule)
+    vals = dict(tp=a.tp, pp=a.pp, vp=a.vp, dp=a.dp, cp=a.cp, ep=a.ep, sp=a.sp or None, zero=a.zero,
+                schedule=a.schedule)
+    if not given_only:
+        vals.update(sp=a.sp, zero=a.zero or 0, schedule=a.schedule or "1f1b")
+    return Parallelism(**{k: v for k, v in vals.items() if v is not None})
 
 
 def build_workload(a: argparse.Namespace):
-    from .cli_args import check_mode
+    from .cli_args import TRAIN_DEFAULTS, check_mode
     from .inputs import as_model, check_workload
     from .model import InferenceWorkload, TrainingWorkload
+    recipe = getattr(a, "recipe", None)
+    given = {k for k in TRAIN_DEFAULTS if getattr(a, k, None) is not None}
     check_mode(a)
     m = as_model(a.model)
     if getattr(a, "moe_impl", None) is not None:
         if m.moe is None:
             raise ValueError(f"--moe-impl: model {m.name!r} has no MoE block")
         m = m.model_copy(update={"moe": m.moe.model_copy(update={"impl": a.moe_impl})})
-    par = build_parallel(a)
+    par = build_parallel(a, given_only=recipe is not None)
+    if a.mode == "train" and recipe is not None:
+        from .sim.recipes import recipe_workload, system_of
+        fields = {k: getattr(a, k) for k in given} | ({"stack": a.stack} if a.stack else {})
+        w = recipe_workload(recipe, model=m, parallel={k: getattr(par, k) for k in par.model_fields_set},
+                            system=system_of(build_hw(a)), **fields)
+        check_workload(w)
+        return w
+    if recipe is not None:
+        raise ValueError(f"--recipe: a training recipe, unused with --mode {a.mode}; drop it")
     if a.mode == "train":
         w = TrainingWorkload(model=m, mbs=a.mbs, seq=a.seq, grad_accum=a.grad_accum, precision=a.precision,
                              recompute=a.recompute, stack=a.stack or "eager", parallel=par,

@@ -286,11 +286,15 @@ def host_line(band: ErrorBand) -> str:
 # ---- the public estimate ----------------------------------------------------------------
 
 def estimate(workload: Any, hw: Any = "h100_sxm", stack: str | Stack | None = None,
-             overrides: Any = None, profile: Any = None, **kw: Any) -> Any:
+             overrides: Any = None, profile: Any = None, recipe: str | None = None, **kw: Any) -> Any:
     """sim.estimate.estimate on a stated host: ``profile`` (a `mechsim probe` file, dict or
     HostProfile) sets the host speed; without one the system's CPU record or the default host
     does, and a host-bound step's band widens by the host spread (``error_band.host_bound``).
-    The band names the host it assumed (``error_band.host``)."""
+    The band names the host it assumed (``error_band.host``). ``recipe`` (a framework release,
+    `mechsim recipes`): the workload's fields its caller did not set come from it (sim/recipes.with_recipe)."""
+    if recipe is not None:
+        from .recipes import with_recipe
+        workload = with_recipe(workload, recipe, hw=hw)
     gpu = gpu_of(hw)
     explicit = isinstance(stack, Stack)
     host = host_for(hw, gpu, profile, explicit)

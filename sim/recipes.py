@@ -222,7 +222,7 @@ def list_recipes() -> list[str]:
 
 
 def recipe(name: str) -> Recipe:
-    """The recipe called ``name`` (``mechsim recipes`` lists them)."""
+    """The recipe called ``name`` (``list_recipes()`` lists them)."""
     recipes = _all()
     if name not in recipes:
         close = difflib.get_close_matches(name, list(recipes), n=4, cutoff=0.4)
@@ -290,7 +290,8 @@ def recipe_workload(name: str, *, model, parallel: Mapping[str, Any] | None = No
     for k in ("recompute", "fp8_recipe", "mbs", "seq"):
         if k in s:
             out[k] = s[k]
-    if s.get("grad_reduce_dtype") == "bf16" and fields.get("precision", "bf16") in ("bf16", "fp8", "nvfp4"):
+    precision = fields.get("precision", TrainingWorkload.model_fields["precision"].default)
+    if s.get("grad_reduce_dtype") == "bf16" and precision in ("bf16", "fp8", "nvfp4"):
         out["grad_reduce_dtype"] = "bf16"
     if pp > 1 and vp == 1 and "vp" not in par and s.get("vp", 1) != 1:
         par["vp"] = vp = s["vp"]
@@ -335,3 +336,28 @@ def _recipe_model(cfg, s: Mapping[str, Any]):
     if cfg.mla is not None and "mla_recompute_up_proj" in s:
         cfg = cfg.model_copy(update={"mla": cfg.mla.model_copy(update={"recompute_up_proj": s["mla_recompute_up_proj"]})})
     return cfg
+
+
+def system_of(hw: Any) -> str | None:
+    """The hwdb system key ``hw`` names (a system name or a Cluster), None for a bare GPU: the
+    ``system`` fact a recipe's conditional entries read."""
+    from ..hwdb import list_systems
+    name = getattr(hw, "system", hw)
+    return name if isinstance(name, str) and name in list_systems() else None
+
+
+def with_recipe(workload, name: str, *, hw: Any = None, techniques: tuple[str, ...] = (),
+                moe_token_drop: bool | None = None):
+    """``workload`` with every field its caller did not set taken from recipe ``name``: the fields
+    pydantic records as given (``model_fields_set`` of the workload and of its Parallelism) win, the
+    rest go through ``recipe_workload``. ``hw`` (a system name or Cluster) picks the recipe's
+    per-system entries. ``mechsim.estimate(w, hw, recipe=name)`` and ``mechsim estimate --recipe``
+    call this; validate published predicts its rows with the same recipes."""
+    if not isinstance(workload, TrainingWorkload):
+        raise ValueError(f"recipe: {name!r} is a training recipe; give a TrainingWorkload (got "
+                         f"{type(workload).__name__})")
+    given = {k: getattr(workload, k) for k in workload.model_fields_set if k not in ("model", "parallel")}
+    par = workload.parallel
+    parallel = {k: getattr(par, k) for k in par.model_fields_set} if "parallel" in workload.model_fields_set else {}
+    return recipe_workload(name, model=workload.model, parallel=parallel, system=system_of(hw),
+                           techniques=tuple(techniques), moe_token_drop=moe_token_drop, **given)
