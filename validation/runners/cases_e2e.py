@@ -15,12 +15,13 @@ compile ~40-80 s cold for 1B, ~25-40 s for 125M):
 
 from __future__ import annotations
 
+import random
 import time
 
 import torch
 
 from common import Case, Ctx, Group, clean_baseline, free_memory, result
-from models import (batch, build_model, host_phase_times, kernel_summary, make_optimizer, make_train_step,
+from models import (SHAPES, batch, build_model, host_phase_times, kernel_summary, make_optimizer, make_train_step,
                     model_params, n_params_actual, ref_config)
 from timing import add_host_probe, host_probe_s, measure_steps
 
@@ -49,6 +50,7 @@ def run_train(ctx: Ctx, p: dict) -> dict:
     extra["wall_s_incl_warmup"] = time.perf_counter() - t0
     if p["compile"]:
         extra["compile_s"] = max(0.0, ext["first_step_s"] - timing["median_s"])
+        extra["host_issue_s"] = host_issue_step_s(step, ctx)
     if p["profile"]:
         extra.update(kernel_summary(step, ctx.device))
     if not p["compile"]:
@@ -61,6 +63,51 @@ def run_train(ctx: Ctx, p: dict) -> dict:
     return result(timing, extra)
 
 
+def host_issue_step_s(step, ctx: Ctx, reps: int = 3) -> float | None:
+    """Median host seconds to issue one whole step (synchronised before, not inside): the host's
+    share of a step, to set beside the step's kernel count. None on CPU."""
+    if not ctx.is_cuda:
+        return None
+    times = []
+    for i in range(reps):
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        step(i)
+        times.append(time.perf_counter() - t0)
+    torch.cuda.synchronize()
+    return sorted(times)[len(times) // 2]
+
+
+# Seeded random Llama-style decoders for compiled training (tag "stepval"): Qwen2.5-0.5B- to
+# Llama-3.2-3B-class widths as 2-6 layer slices, head_dim 64/128, GQA, vocabularies of released
+# tokenizers; mbs x seq drawn from 2048-8192 tokens. No constant was chosen on these shapes;
+# validation/splits.toml [stepval] puts half of them (seeded hash of the case id) in held-out.
+STEP_SEED = 20261202
+WIDTHS = (896, 1024, 1536, 2048, 2560, 3072)
+VOCABS = (32000, 50304, 128256, 151936)
+BATCHES = ((1, 2048), (2, 1024), (4, 512), (1, 4096), (2, 2048), (4, 1024), (8, 1024))
+
+
+def random_llama_shapes(seed: int = STEP_SEED, n: int = 4) -> dict[str, dict]:
+    """{name: shape and (mbs, seq)} of ``n`` seeded random Llama-style decoders."""
+    rng = random.Random(seed)
+    out = {}
+    for i in range(n):
+        d = rng.choice(WIDTHS)
+        hd = rng.choice((64, 128))
+        h = d // hd
+        kv = rng.choice([x for x in (1, 2, 4, 8) if h % x == 0])
+        mbs, seq = rng.choice(BATCHES)
+        out[f"r{seed}_{i}"] = dict(vocab=rng.choice(VOCABS), d_model=d, n_layers=rng.choice((2, 3, 4, 6)),
+                                   n_heads=h, n_kv_heads=kv, ffn=round(d * rng.uniform(2.5, 4.0) / 256) * 256,
+                                   tie_embeddings=rng.choice((True, False)), mbs=mbs, seq=seq)
+    return out
+
+
+RANDOM = random_llama_shapes()
+SHAPES.update({k: {f: v for f, v in s.items() if f not in ("mbs", "seq")} for k, s in RANDOM.items()})
+
+
 def _est(p: dict) -> float:
     tokens = p["mbs"] * p["seq"]
     step = max(8 * p["n_params"] * tokens / (0.45 * PEAK_BF16), 0.02)
@@ -70,17 +117,18 @@ def _est(p: dict) -> float:
     return est
 
 
-SHAPE_LAYERS = {"125m": 12, "1b": 16, "3b": 28, "8b_l4": 4, "8b_l8": 8, "tiny": 2}
+SHAPE_LAYERS = {"125m": 12, "1b": 16, "3b": 28, "8b_l4": 4, "8b_l8": 8, "tiny": 2,
+                **{k: s["n_layers"] for k, s in RANDOM.items()}}
 
 
 def train_case(model: str, mbs: int, seq: int, compile_: bool = False, profile: bool = False,
-               backend: str = "inductor", reps: int = 5) -> Case:
+               backend: str = "inductor", reps: int = 5, tags: tuple[str, ...] = ()) -> Case:
     cfg = ref_config(model, seq)
     p = {**model_params(model, cfg), "mbs": mbs, "seq": seq, "tokens": mbs * seq,
          "stack": "compile" if compile_ else "eager", "compile": compile_,
          "compile_backend": backend if compile_ else None, "compile_mode": None,
          "precision": "amp_bf16 (fp32 params, autocast bf16)", "optimizer": "AdamW(fused=True)",
-         "profile": profile, "reps": reps, "warmup": 3}
+         "profile": profile, "reps": reps, "warmup": 3, **({"tags": list(tags)} if tags else {})}
     cid = f"train_step/{model}/{p['stack']}/mbs{mbs}_seq{seq}"
     return Case(cid, "train_step", p, lambda ctx: run_train(ctx, p), _est(p))
 
@@ -101,7 +149,13 @@ def _full() -> list[Case]:
              train_case("8b_l4", 2, 4096, profile=True), train_case("8b_l8", 1, 4096), train_case("8b_l8", 4, 2048)]
     compiled = [train_case("125m", 8, 1024, compile_=True, profile=True),
                 train_case("1b", 2, 2048, compile_=True, profile=True)]
-    return eager + compiled
+    return eager + compiled + stepval_cases()
+
+
+def stepval_cases() -> list[Case]:
+    """Compiled training steps of the seeded random shapes (every other one profiled)."""
+    return [train_case(k, r["mbs"], r["seq"], compile_=True, profile=j % 2 == 0, tags=("stepval",))
+            for j, (k, r) in enumerate(RANDOM.items())]
 
 
 def groups(suite: str) -> list[Group]:

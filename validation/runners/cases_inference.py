@@ -17,6 +17,7 @@ Estimated durations on an H200 (8B bf16 weights 16 GB; decode 8B ~4-25 ms/step):
 
 from __future__ import annotations
 
+import random
 import time
 
 import torch
@@ -204,18 +205,39 @@ def prefill_cases(model: str, shapes, profile_first: bool = False, profile: tupl
     return out
 
 
-def decode_cases(model: str, batches, ctxs, modes=("eager", "graph"), profile: tuple | None = None) -> list[Case]:
-    smax = max(ctxs) + 1
+def decode_cases(model: str, batches, ctxs, modes=("eager", "graph"), profile: tuple | None = None,
+                 combos: list | None = None, tags: tuple[str, ...] = ()) -> list[Case]:
+    """Decode cases over batches x ctxs x modes, or over the (batch, ctx, mode) ``combos`` given."""
+    combos = combos or [(b, c, m) for b in batches for c in ctxs for m in modes]
+    smax = max(c for _, c, _ in combos) + 1
     out = []
-    combos = [(b, c, m) for b in batches for c in ctxs for m in modes]
     for b, c, m in combos:
-        p = {**_base(model), "batch": b, "ctx": c, "smax": smax, "mode": m, "profile": profile == (b, c, m)}
+        p = {**_base(model), "batch": b, "ctx": c, "smax": smax, "mode": m, "profile": profile == (b, c, m),
+             **({"tags": list(tags)} if tags else {})}
         est = 1.5 + 40 * (2 * p["n_params"] + 4 * 8 * 128 * SHAPE_L[model] * b * c) / 3.5e12
         out.append(Case(f"decode/{model}/{m}/b{b}_ctx{c}", "decode", p, lambda ctx, p=p: run_decode(ctx, p), est))
     return out
 
 
-SHAPE_L = {"1b": 16, "8b": 32, "tiny": 2}
+SHAPE_L = {"1b": 16, "8b": 32, "tiny": 2, "0p5b": 24, "1p5b": 28, "3b": 28}
+
+# CUDA-graph decode of the Qwen2.5-0.5B- and Llama-3.2-3B-shaped decoders (held out as models in
+# validation/splits.toml [decode]) at seeded random batches and contexts (tag "stepval"); the first
+# draw of each model is profiled (graph decode categories).
+STEP_SEED = 20261202
+
+
+def stepval_decode_combos(model: str, seed: int = STEP_SEED, n: int = 3) -> list[tuple[int, int, str]]:
+    rng = random.Random(f"{seed}/{model}")
+    return [(rng.choice((1, 2, 4, 8, 16, 32, 64)), rng.randrange(128, MAX_SEQ[model] - 64), "graph") for _ in range(n)]
+
+
+def stepval_decode_cases() -> list[list[Case]]:
+    out = []
+    for model in ("0p5b", "3b"):
+        combos = stepval_decode_combos(model)
+        out.append(decode_cases(model, (), (), combos=combos, profile=combos[0], tags=("stepval",)))
+    return out
 
 
 def _cases(suite: str) -> list[list[Case]]:
@@ -230,7 +252,7 @@ def _cases(suite: str) -> list[list[Case]]:
             decode_cases("1b", [1], [512, 8192]), decode_cases("1b", [64], [512, 8192], profile=(64, 512, "graph")),
             prefill_cases("8b", [(1, 512), (1, 2048), (4, 2048), (1, 8192), (8, 2048)], profile=((8, 2048), (1, 8192))),
             decode_cases("8b", [1], [512, 2048, 8192], profile=(1, 2048, "eager")),
-            decode_cases("8b", [16], [2048, 8192]), decode_cases("8b", [64], [512, 8192])]
+            decode_cases("8b", [16], [2048, 8192]), decode_cases("8b", [64], [512, 8192])] + stepval_decode_cases()
 
 
 def groups(suite: str) -> list[Group]:

@@ -60,7 +60,10 @@ def random_shapes(seed: int = 19, n: int = 3) -> dict[str, dict]:
 
 
 RANDOM = random_shapes()
-MOE_SHAPES.update({k: {f: v for f, v in s.items() if f not in ("mbs", "seq")} for k, s in RANDOM.items()})
+# a second seeded draw for a later machine start (tag "stepval": split by validation/splits.toml [stepval])
+RANDOM_STEPVAL = random_shapes(seed=23, n=2)
+MOE_SHAPES.update({k: {f: v for f, v in s.items() if f not in ("mbs", "seq")}
+                   for k, s in {**RANDOM, **RANDOM_STEPVAL}.items()})
 
 
 class StackedMoE(nn.Module):
@@ -203,16 +206,79 @@ def run_prefill(ctx: Ctx, p: dict) -> dict:
     return result(timing, extra)
 
 
+# ---- host cost of the loops without GPU work (kind "launch", mode "moe_loop") ----------------------
+# One MoE block at tiny width (d 64, F 128, 256 tokens, top-2): the same Python, aten calls, views,
+# module calls and autograd nodes per expert as the measured decoders, with kernels of ~2-5 us, so
+# the wall time of a forward (or forward + backward) is the host's issue time plus the syncs' round
+# trips. Three expert counts give the per-expert slope; the profiler counts the kernels of each pass.
+LOOP_D, LOOP_F, LOOP_T, LOOP_K = 64, 128, 256, 2
+LOOP_EXPERTS = (4, 8, 16)
+
+
+def _wall_median(fn, device: str, reps: int) -> float:
+    times = []
+    for _ in range(reps):
+        torch.cuda.synchronize() if device.startswith("cuda") else None
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    torch.cuda.synchronize() if device.startswith("cuda") else None
+    return sorted(times)[len(times) // 2]
+
+
+def _kernels_of(fn, device: str) -> int | None:
+    if not device.startswith("cuda"):
+        return None
+    return kernel_summary(lambda _i: fn(), device, top=0)["kernel_launches"]
+
+
+def run_loop_host(ctx: Ctx, p: dict) -> dict:
+    block = (StackedMoE if p["impl"] == "loop_stacked" else ModulesMoE)(LOOP_D, LOOP_F, p["n_experts"], LOOP_K)
+    block = block.to(ctx.device)
+    x = torch.randn(LOOP_T, LOOP_D, device=ctx.device, requires_grad=True)
+
+    def fwd():
+        with torch.autocast(ctx.device_type, dtype=torch.bfloat16):
+            return block(x)
+
+    def fwd_bwd():
+        fwd().float().sum().backward()
+
+    for _ in range(5):
+        fwd_bwd()
+    before = host_probe_s(ctx.device)
+    reps = 7 if ctx.smoke else 41
+    extra = {"fwd_s": _wall_median(fwd, ctx.device, reps), "fwd_bwd_s": _wall_median(fwd_bwd, ctx.device, reps),
+             "sync_roundtrip_s": sync_roundtrip_s(ctx.device),
+             "fwd_kernels": _kernels_of(fwd, ctx.device), "fwd_bwd_kernels": _kernels_of(fwd_bwd, ctx.device)}
+    add_host_probe(extra, before, host_probe_s(ctx.device))
+    ib = block.to(torch.bfloat16).eval()
+    xb = torch.randn(LOOP_T, LOOP_D, device=ctx.device, dtype=torch.bfloat16)
+    with torch.inference_mode():
+        extra["infer_fwd_s"] = _wall_median(lambda: ib(xb), ctx.device, reps)
+        extra["infer_fwd_kernels"] = _kernels_of(lambda: ib(xb), ctx.device)
+    timing = {"method": "wall", "median_s": extra["fwd_bwd_s"], "min_s": extra["fwd_bwd_s"],
+              "max_s": extra["fwd_bwd_s"], "n": 1, "inner": 1, "samples_s": [extra["fwd_bwd_s"]]}
+    return result(timing, extra)   # a tiny block: its memory goes with the frame
+
+
+def loop_host_case(impl: str, e: int) -> Case:
+    p = {"mode": "moe_loop", "impl": impl, "n_experts": e, "top_k": LOOP_K, "d_model": LOOP_D, "expert_ffn": LOOP_F,
+         "tokens": LOOP_T, "precision": "amp_bf16 (fp32 params, autocast bf16); inference: bf16", "tags": ["moeloop"]}
+    return Case(f"launch/moe_loop/{impl}/e{e}", "launch", p, lambda ctx: run_loop_host(ctx, p), 2.5)
+
+
 def _params(name: str, impl: str) -> dict:
     s = MOE_SHAPES[name]
     return {"model": name, **s, "tie_embeddings": False, "head_dim": s["d_model"] // s["n_heads"], "impl": impl,
             "expert_ffn": s["ffn"]}
 
 
-def train_case(name: str, impl: str, mbs: int, seq: int, profile: bool = False, reps: int = 5) -> Case:
+def train_case(name: str, impl: str, mbs: int, seq: int, profile: bool = False, reps: int = 5,
+               tags: tuple[str, ...] = ()) -> Case:
     p = {**_params(name, impl), "mode": "train", "mbs": mbs, "seq": seq, "tokens": mbs * seq,
          "stack": "eager", "precision": "amp_bf16 (fp32 params, autocast bf16)", "optimizer": "AdamW(fused=True)",
-         "profile": profile, "reps": reps, "warmup": 3}
+         "profile": profile, "reps": reps, "warmup": 3, **({"tags": list(tags)} if tags else {})}
     return Case(f"moe_step/{name}/{impl}/train_mbs{mbs}_seq{seq}", "moe_step", p,
                 lambda ctx: run_train(ctx, p), 6.0 + (3.0 if profile else 0.0))
 
@@ -227,13 +293,14 @@ def prefill_case(name: str, impl: str, b: int, s: int, profile: bool = False) ->
 def _cases(suite: str) -> list[Case]:
     if suite == "smoke":
         return [c for i in IMPLS for c in (train_case("tiny", i, 2, 32, profile=True, reps=2),
-                                           prefill_case("tiny", i, 1, 32, profile=True))]
-    out = []
+                                           prefill_case("tiny", i, 1, 32, profile=True), loop_host_case(i, 4))]
+    out = [loop_host_case(i, e) for i in IMPLS for e in LOOP_EXPERTS]
     for impl in IMPLS:
         out += [train_case("mix_s", impl, 1, 1024, profile=True), train_case("mix_s", impl, 2, 2048),
                 train_case("mix_m", impl, 1, 2048, profile=True),
                 prefill_case("mix_s", impl, 1, 2048, profile=True), prefill_case("mix_m", impl, 2, 2048)]
         out += [train_case(k, impl, r["mbs"], r["seq"]) for k, r in RANDOM.items()]
+        out += [train_case(k, impl, r["mbs"], r["seq"], tags=("stepval",)) for k, r in RANDOM_STEPVAL.items()]
     return out if suite == "full" else []   # quick: none (the full suite or --only moe_step runs them)
 
 

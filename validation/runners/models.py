@@ -170,10 +170,13 @@ def kernel_summary(fn, device: str, top: int = 40, name_chars: int = 160) -> dic
         a = agg[e.name[:name_chars]]
         a[0] += 1
         a[1] += e.time_range.elapsed_us()
+    dev = [e for e in events if _is_device_event(e)]
+    span = (max(e.time_range.end for e in dev) - min(e.time_range.start for e in dev)) if dev else 0.0
     rows = sorted(agg.items(), key=lambda kv: -kv[1][1])
     return {"kernels": [{"name": n, "count": int(c), "total_us": round(t, 2)} for n, (c, t) in rows[:top]],
             "kernel_launches": counts["kernel"], "memcpy_count": counts["memcpy"], "memset_count": counts["memset"],
             "device_busy_us": round(sum(t for _, (_, t) in agg.items()), 1), "distinct_kernels": len(agg),
+            "device_span_us": round(span, 1),   # first device event's start to the last one's end (profiled call)
             "launch_api_calls": sum(1 for e in events if any(k in e.name for k in _LAUNCH_APIS))}
 
 
