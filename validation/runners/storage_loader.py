@@ -1,14 +1,15 @@
 """Data loading half of storage_io.py (CPU only): tokenizers, datasets, DataLoader throughput.
 
-A byte-level BPE trained here on the machine's own text files (package READMEs / METADATA / licences
-under the Python prefix: no downloads) and a pure-Python regex word-level tokenizer with byte
-fallback; their per-core rates; torch DataLoader throughput over raw text (tokenised in the workers)
+Tokenizers trained here on the machine's own text files (package READMEs / METADATA / licences under
+the Python prefix: no downloads): regex pre-tokenisation + byte-level BPE in pure Python, and the
+``tokenizers`` byte-level BPE where the machine has it; their per-core rates; torch DataLoader throughput over raw text (tokenised in the workers)
 and over pre-tokenised uint16 / uint32 shards (np.memmap), by worker count. Also the small file
 helpers storage_io.py shares.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import sys
@@ -65,6 +66,7 @@ def gather_corpus(dest: Path, cap: int = 48 * MiB, min_bytes: int = 64 * MiB) ->
     while len(text.encode()) < min_bytes and unique:
         text += "\n" + text
     dest.write_text(text)
+    fsync_path(dest)        # no dirty pages of ours left for the checkpoint sections' writeback
     return {"files": nfiles, "unique_bytes": unique, "bytes": dest.stat().st_size, "root": sys.prefix}
 
 
@@ -84,23 +86,84 @@ def train_bpe(text: str, path: Path, vocab: int = 32000) -> dict:
 WORD_RE = re.compile(r"""'s|'t|'re|'ve|'m|'ll|'d| ?[^\W\d_]+| ?\d+| ?[^\s\w]+|\s+(?!\S)|\s+""")
 
 
-class RegexTokenizer:
-    """Pure-Python word-level tokenizer: GPT-2's pre-tokenization regex, the ``vocab`` most frequent
-    pieces of a training text get ids, every other piece falls back to its UTF-8 bytes (ids 0-255)."""
+def _pair_counts(words: list[list[int]], freqs: list[int]) -> tuple[dict, dict]:
+    counts: dict[tuple[int, int], int] = {}
+    where: dict[tuple[int, int], set[int]] = {}
+    for wi, w in enumerate(words):
+        for pair in zip(w, w[1:]):
+            counts[pair] = counts.get(pair, 0) + freqs[wi]
+            where.setdefault(pair, set()).add(wi)
+    return counts, where
 
-    def __init__(self, train_text: str, vocab: int = 32000) -> None:
-        common = Counter(WORD_RE.findall(train_text)).most_common(vocab - 256)
-        self.ids = {w: 256 + i for i, (w, _) in enumerate(common)}
+
+def _merge_word(w: list[int], pair: tuple[int, int], new: int) -> list[int]:
+    out, i = [], 0
+    while i < len(w):
+        if i + 1 < len(w) and w[i] == pair[0] and w[i + 1] == pair[1]:
+            out.append(new)
+            i += 2
+        else:
+            out.append(w[i])
+            i += 1
+    return out
+
+
+def train_python_bpe(text: str, merges: int) -> list[tuple[int, int]]:
+    """Byte-level BPE merges over the regex pieces of ``text`` (pair counts kept up to date per merge,
+    a lazy max-heap picks the most frequent pair)."""
+    import heapq
+    pieces = Counter(WORD_RE.findall(text))
+    words = [list(p.encode()) for p in pieces]
+    freqs = list(pieces.values())
+    counts, where = _pair_counts(words, freqs)
+    heap = [(-c, p) for p, c in counts.items()]
+    heapq.heapify(heap)
+    out: list[tuple[int, int]] = []
+    while heap and len(out) < merges:
+        c, pair = heapq.heappop(heap)
+        if counts.get(pair, 0) != -c or -c < 2:
+            continue
+        new = 256 + len(out)
+        out.append(pair)
+        for wi in list(where.pop(pair, ())):
+            old, f = words[wi], freqs[wi]
+            for q in zip(old, old[1:]):
+                counts[q] -= f
+            words[wi] = w = _merge_word(old, pair, new)
+            for q in zip(w, w[1:]):
+                counts[q] = counts.get(q, 0) + f
+                where.setdefault(q, set()).add(wi)
+                heapq.heappush(heap, (-counts[q], q))
+        counts.pop(pair, None)
+    return out
+
+
+class PythonBPE:
+    """Regex pre-tokenisation (GPT-2's pattern) + byte-level BPE in pure Python with a per-piece cache,
+    GPT-2's encoder.py algorithm: merge the adjacent pair of lowest rank until none is in the table."""
+
+    def __init__(self, merges: list[tuple[int, int]]) -> None:
+        self.rank = {tuple(p): 256 + i for i, p in enumerate(merges)}
+        self.cache: dict[str, list[int]] = {}
+
+    def piece(self, s: str) -> list[int]:
+        w, rank = list(s.encode()), self.rank
+        while len(w) > 1:
+            best = min(zip(w, w[1:]), key=lambda q: rank.get(q, 1 << 30))
+            new = rank.get(best)
+            if new is None:
+                break
+            w = _merge_word(w, best, new)
+        return w
 
     def encode(self, text: str) -> list[int]:
         out: list[int] = []
-        get = self.ids.get
-        for w in WORD_RE.findall(text):
-            i = get(w)
-            if i is None:
-                out.extend(w.encode())
-            else:
-                out.append(i)
+        cache = self.cache
+        for s in WORD_RE.findall(text):
+            ids = cache.get(s)
+            if ids is None:
+                ids = cache[s] = self.piece(s)
+            out.extend(ids)
         return out
 
 
@@ -114,10 +177,11 @@ def rate(encode, docs: list[str]) -> tuple[dict, list[list[int]]]:
 
 
 class TextDataset(torch.utils.data.Dataset):
-    """Sample i = the text of bytes [i*chunk, (i+1)*chunk) of a file, tokenised in the worker."""
+    """Sample i = the text of bytes [i*chunk, (i+1)*chunk) of a file, tokenised in the worker by
+    ``tok``: a tokenizers JSON file, or a JSON list of Python-BPE merges (each worker its own cache)."""
 
-    def __init__(self, path: Path, chunk: int, seq: int, tok: str) -> None:
-        self.path, self.chunk, self.seq, self.tok = path, chunk, seq, tok
+    def __init__(self, path: Path, chunk: int, seq: int, tok: str, kind: str) -> None:
+        self.path, self.chunk, self.seq, self.tok, self.kind = path, chunk, seq, tok, kind
         self.n = path.stat().st_size // chunk
         self._enc = None
 
@@ -126,12 +190,12 @@ class TextDataset(torch.utils.data.Dataset):
 
     def encoder(self):
         if self._enc is None:
-            if self.tok.endswith(".json"):
+            if self.kind == "hf_bpe":
                 from tokenizers import Tokenizer
                 t = Tokenizer.from_file(self.tok)
                 self._enc = lambda s: t.encode(s).ids
             else:
-                self._enc = RegexTokenizer(Path(self.tok).read_text()).encode
+                self._enc = PythonBPE(json.loads(Path(self.tok).read_text())).encode
         return self._enc
 
     def __getitem__(self, i: int) -> torch.Tensor:
@@ -159,33 +223,44 @@ class ShardDataset(torch.utils.data.Dataset):
         return torch.from_numpy(self._a[i * self.seq: i * self.seq + self.seq + 1].astype(np.int64))
 
 
-def loader_throughput(ds, workers: int, batch: int, seq: int, seconds: float) -> dict:
-    """Tokens/s delivered to the main process after each worker's first batch (start-up excluded)."""
-    dl = torch.utils.data.DataLoader(ds, batch_size=batch, num_workers=workers, prefetch_factor=4)
+def loader_throughput(ds, workers: int, batch: int, seq: int, seconds: float, shuffle: bool = False) -> dict:
+    """Tokens/s delivered to the main process after each worker's first batch (start-up excluded);
+    the main process's CPU seconds over the same window (near the wall time: the main process binds)."""
+    dl = torch.utils.data.DataLoader(ds, batch_size=batch, num_workers=workers, prefetch_factor=4 if workers else None,
+                                     shuffle=shuffle, generator=torch.Generator().manual_seed(0) if shuffle else None)
     it, n = iter(dl), 0
-    for _ in range(workers):
+    for _ in range(max(workers, 1)):
         next(it)
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     for b in it:
         n += b.shape[0]
         if time.perf_counter() - t0 > seconds:
             break
-    dt = time.perf_counter() - t0
+    dt, cpu = time.perf_counter() - t0, time.process_time() - c0
     del it
-    return {"workers": workers, "batch": batch, "seq": seq, "samples": n, "s": dt, "tokens_per_s": n * seq / dt}
+    return {"workers": workers, "batch": batch, "seq": seq, "samples": n, "s": dt, "tokens_per_s": n * seq / dt,
+            "main_cpu_s": cpu, "shuffle": shuffle}
 
 
-def data_loading(work: Path, fits: Callable[[str, float], bool], secs: float = 1.5, out: dict | None = None) -> dict:
-    """Fills ``out`` (returned) as it goes, so a caller saving it from ``fits`` keeps partial results."""
+def data_loading(work: Path, fits: Callable[[str, float], bool], secs: float = 1.2, out: dict | None = None) -> dict:
+    """Fills ``out`` (returned) as it goes, so a caller saving it from ``fits`` keeps partial results.
+    Per-core rates are timed in this process on a fresh tokenizer (cold cache), over random chunks of
+    the corpus (as the shuffled text loader reads it)."""
     corpus = work / "corpus.txt"
     out = {} if out is None else out
     out["corpus"] = gather_corpus(corpus)
     text = corpus.read_text()
-    train, probe = text[: 4 * MiB], text[4 * MiB: 7 * MiB]
-    docs = [probe[i: i + 9000] for i in range(0, len(probe), 9000)]
-    (work / "regex_train.txt").write_text(train)
-    rx = RegexTokenizer(train)
-    out["regex_rate_1core"], ids = rate(rx.encode, docs)
+    train = text[: 4 * MiB]
+    rng = np.random.default_rng(1)      # the probe: random chunks, as the shuffled text loader reads them
+    docs = [text[o: o + 9000] for o in rng.integers(0, len(text) - 9000, 230)]
+    t0 = time.perf_counter()
+    merges = train_python_bpe(train[: 2 * MiB], PY_BPE_MERGES)
+    out["python_bpe"] = {"merges": len(merges), "train_s": time.perf_counter() - t0, "train_bytes": 2 * MiB,
+                         "kind": "regex pre-tokenisation (GPT-2 pattern, stdlib re) + byte-level BPE in pure "
+                                 "Python (GPT-2 encoder.py algorithm, per-piece cache)"}
+    (work / "python_bpe.json").write_text(json.dumps(merges))
+    out["python_bpe_rate_1core"], ids = rate(PythonBPE(merges).encode, docs)
+    toks = {"python_bpe": work / "python_bpe.json"}
     tok_path = work / "bpe.json"
     try:
         from tokenizers import Tokenizer
@@ -193,12 +268,16 @@ def data_loading(work: Path, fits: Callable[[str, float], bool], secs: float = 1
         out["bpe"] = train_bpe(train, tok_path)
         os.environ["TOKENIZERS_PARALLELISM"] = "false"    # rates: one thread
         t = Tokenizer.from_file(str(tok_path))
-        out["bpe_rate_1core"], ids = rate(lambda s: t.encode(s).ids, docs)
+        out["bpe_rate_1core"], _ = rate(lambda s: t.encode(s).ids, docs)
+        toks["hf_bpe"] = tok_path
     except ImportError as e:
         out["bpe"] = {"error": f"tokenizers not available: {e}"}
     ids = np.array([i for d in ids for i in d], dtype=np.int64)
-    loaders(work, corpus, tok_path if tok_path.exists() else None, ids, fits, out, secs)
+    loaders(work, corpus, toks, ids, fits, out, secs)
     return out
+
+
+PY_BPE_MERGES = 8000
 
 
 def write_shard(path: Path, ids: np.ndarray, dtype, nbytes: int) -> None:
@@ -207,26 +286,26 @@ def write_shard(path: Path, ids: np.ndarray, dtype, nbytes: int) -> None:
     fsync_path(path)
 
 
-def loaders(work: Path, corpus: Path, bpe: Path | None, ids: np.ndarray, fits: Callable[[str, float], bool],
+def loaders(work: Path, corpus: Path, toks: dict[str, Path], ids: np.ndarray, fits: Callable[[str, float], bool],
             info: dict, secs: float) -> list:
     seq, batch = 2048, 8
-    bpt = (info.get("bpe_rate_1core") or info["regex_rate_1core"])["bytes_per_token"]
-    chunk = int(seq * bpt * 1.15)
-    cases = [("text_bpe", w, lambda: TextDataset(corpus, chunk, seq, str(bpe))) for w in (1, 4, 8) if bpe]
-    cases += [("text_regex", w, lambda: TextDataset(corpus, chunk, seq, str(work / "regex_train.txt")))
-              for w in (1,)]
+    cases = []
+    for kind, workers in (("python_bpe", (1, 4, 8)), ("hf_bpe", (1, 4))):
+        if kind in toks:
+            rate_rec = info["python_bpe_rate_1core" if kind == "python_bpe" else "bpe_rate_1core"]
+            chunk = int(seq * rate_rec["bytes_per_token"] * 1.15)
+            cases += [(f"text_{kind}", w, chunk, lambda c=chunk, k=kind: TextDataset(corpus, c, seq, str(toks[k]), k))
+                      for w in workers]
     for dt in (np.uint16, np.uint32):
         write_shard(work / f"shard_{dt.__name__}.bin", ids, dt, GiB // 2)
-    cases += [(f"pretok_{dt.__name__}", w, lambda dt=dt: ShardDataset(work / f"shard_{dt.__name__}.bin", dt, seq))
-              for dt, w in ((np.uint16, 1), (np.uint16, 4), (np.uint32, 1))]
+    cases += [(f"pretok_{dt.__name__}", w, None, lambda dt=dt: ShardDataset(work / f"shard_{dt.__name__}.bin", dt, seq))
+              for dt, w in ((np.uint16, 1), (np.uint32, 1), (np.uint16, 4), (np.uint32, 4))]
     out = info.setdefault("loaders", [])
-    for name, w, make in cases:
+    for name, w, chunk, make in cases:
         if not fits(f"loader.{name}.w{w}", secs + 1.5):
             continue
         if name.startswith("pretok"):
             drop_cache(work / f"shard_{name.split('_')[1]}.bin")
-        out.append({"case": name, "chunk_bytes": chunk if name.startswith("text") else None,
-                    **attempt(loader_throughput, make(), w, batch, seq, secs)})
+        out.append({"case": name, "chunk_bytes": chunk,
+                    **attempt(loader_throughput, make(), w, batch, seq, secs, name.startswith("text"))})
     return out
-
-
