@@ -181,14 +181,20 @@ def has_gemm_law(eff: Efficiency) -> bool:
 def gemm_law(m: np.ndarray, n: np.ndarray, k: np.ndarray, b: np.ndarray, elem_bytes: np.ndarray,
              out_bytes: np.ndarray, frac: np.ndarray, misaligned: np.ndarray, align_bytes: np.ndarray,
              simt: np.ndarray, peak: np.ndarray, sm_count: int, hbm_bandwidth: float,
-             eff: Efficiency) -> tuple[np.ndarray, np.ndarray]:
+             eff: Efficiency, memory_s: np.ndarray | float = 0.0, kernels: np.ndarray | float = 1.0,
+             clock_fraction: float = 1.0) -> tuple[np.ndarray, np.ndarray]:
     """(efficiency = 2 M N K batch / (peak x t_main), fixed seconds = launch cost + t_reduce) of the
     GEMM tile law (module docstring) for each row; ``frac`` is the dtype's peak fraction, ``peak``
     the dense FLOP/s of the row's dtype; ``misaligned`` rows (tensor-core dtypes whose leading
     dimensions are not all 16-byte aligned) run cuBLAS's mma.sync kernels at
     gemm.law.mma_sync_fraction of that, moving ``align_bytes`` per access (one alignment for the
     kernel: cutlass_*_align<n> is instantiated for the worst of A, W and C); ``simt`` rows (fp32 without
-    TF32) run the sgemm tiles (gemm.law.simt_tiles) and load at gemm.law.sm_load_bw_simt."""
+    TF32) run the sgemm tiles (gemm.law.simt_tiles) and load at gemm.law.sm_load_bw_simt.
+
+    The (tile, split) chosen is the one with the least time the op is then charged (sim/kernels.py):
+    max(t_main / clock_fraction, memory_s) + kernels x (launch + t_reduce), ``memory_s`` the op's
+    HBM time and ``kernels`` its launches per instance; each candidate's charge is non-increasing in
+    the HBM bandwidth, so their minimum is too (more bandwidth never makes the op slower)."""
     tc = eff.cached("gemm.law.tiles", lambda: np.asarray(eff.get("gemm.law.tiles"), dtype=float))
     st = eff.cached("gemm.law.simt_tiles", lambda: np.asarray(eff.get("gemm.law.simt_tiles"), dtype=float))
     tiles = np.concatenate([tc, st])
@@ -219,15 +225,18 @@ def gemm_law(m: np.ndarray, n: np.ndarray, k: np.ndarray, b: np.ndarray, elem_by
     # sweep's kernel names
     ok = (simt_tile == simt[:, None, None]) & ((s == 1) | ((misaligned | simt)[:, None, None]
                                                            & (ks >= eff.get("gemm.splitk_min_k"))))
-    total = np.where(ok, main + reduce, np.inf).reshape(len(m), -1)
-    best = np.argmin(total, axis=1)
-    rows = np.arange(len(m))
-    pick = lambda a: np.broadcast_to(a, main.shape).reshape(len(m), -1)[rows, best]  # noqa: E731
     floor, fixed = eff.get("gemm.law.floor_s"), eff.get("gemm.fixed_s")
-    launch = floor + (fixed - floor) * np.minimum(1.0, pick(ctas) / sm_count)
+    launch = floor + (fixed - floor) * np.minimum(1.0, ctas / sm_count)
     if GEMV_FLOOR in eff.params:   # a vector operand: cuBLAS's gemv kernels (gemvx), a launch floor of their own
-        launch = np.where((np.minimum(m, n) == 1) & (elem_bytes >= 2), eff.get(GEMV_FLOOR), launch)
-    return 2.0 * m * n * k * b / (peak * pick(main)), launch + pick(reduce)
+        gemv = ((np.minimum(m, n) == 1) & (elem_bytes >= 2))[:, None, None]
+        launch = np.where(gemv, eff.get(GEMV_FLOOR), launch)
+    per_kernel = launch + reduce
+    col = lambda a: np.broadcast_to(np.asarray(a, dtype=float), (len(m),))[:, None, None]  # noqa: E731
+    charged = np.maximum(main / clock_fraction, col(memory_s)) + col(kernels) * per_kernel
+    best = np.argmin(np.where(ok, charged, np.inf).reshape(len(m), -1), axis=1)
+    rows = np.arange(len(m))
+    pick = lambda a: np.broadcast_to(a, charged.shape).reshape(len(m), -1)[rows, best]  # noqa: E731
+    return 2.0 * m * n * k * b / (peak * pick(main)), pick(per_kernel)
 
 def has_row_law(eff: Efficiency, fam: str) -> bool:
     return f"rowkernel.{fam}.row_s" in eff.params

@@ -99,7 +99,14 @@ def gemm_law_rows(t: OpTable, is_mm: np.ndarray, hw: "HwRates", eff: Efficiency)
     elem = np.array([DTYPE_BYTES[d] for d in DTYPES])[dt]
     out = np.where(elem >= 4, 4.0, 2.0)   # fp32 / tf32 write fp32; 16- and 8-bit GEMMs write bf16 / fp16
     return gemm_law(g.M, g.N, g.K, g.batch, elem, out, _peak_fraction(dt, eff), (al < 16) & ~simt, al,
-                    simt, hw.tensor_peak[dt], hw.sm_count, hw.hbm_bandwidth, eff)
+                    simt, hw.tensor_peak[dt], hw.sm_count, hw.hbm_bandwidth, eff,
+                    memory_s=gemm_memory_s(t.bytes[is_mm], hw, eff), kernels=t.kernels[is_mm],
+                    clock_fraction=hw.clock_fraction)
+
+
+def gemm_memory_s(nbytes: np.ndarray, hw: "HwRates", eff: Efficiency) -> np.ndarray:
+    """A GEMM's HBM time: bytes / (HBM x gemm.mem_fraction) (its traffic is almost all reads)."""
+    return nbytes / (hw.hbm_bandwidth * eff.get("gemm.mem_fraction"))
 
 
 DISTINCT_ROWS = 512   # GEMM rows from which equal rows are timed once (many points' tables: sim/many.py)

@@ -91,3 +91,43 @@ def test_the_fit_writer_keeps_root_dotted_keys_at_the_root(tmp_path) -> None:
 def test_a_causal_kernel_is_never_slower_than_the_non_causal_one(b: int, h: int, s: int, d: int, phase: str) -> None:
     causal, full = (estimate_op(attention(b, h, h, s, s, d, c, phase=phase), H200).time_s for c in (True, False))
     assert causal <= full * 1.0001
+
+
+def test_the_gemm_config_is_chosen_by_the_time_the_op_is_charged() -> None:
+    """The (tile, split) chosen minimises max(main / clock, HBM time) + kernels x (launch + reduce), the
+    time sim/kernels.py then charges, so more HBM bandwidth never makes the op slower. The shape of
+    mixtral-8x7b's fp32 expert gate_up (M 64, N 1,792, K 4,096, 8 experts, 8 kernels) had switched to a
+    split whose per-kernel reduce it paid 8 times (invariants fuzz, LOG 'Invariants re-run on a later
+    tree', 2026-12-02): the choice made for one kernel costs more when charged for 8."""
+    from mechsim.sim.calibration import efficiency_for
+    from mechsim.sim.kernel_laws import dense_peaks, gemm_law
+    one = np.ones(1)
+
+    def charged(gpu: str, hbm: float, told: float, kernels: float = 8.0) -> float:
+        eff = efficiency_for(gpu, "hopper")
+        peak = dense_peaks(gpu, ("fp32",))
+        mem = (64 * 4096 + 4096 * 1792) * 8 * 4.0 / (hbm * eff.get("gemm.mem_fraction"))
+        e, fixed = gemm_law(64 * one, 1792 * one, 4096 * one, 8 * one, 4 * one, 4 * one, 0.5 * one, one < 0, 4 * one,
+                            one > 0, peak, 132, hbm, eff, memory_s=mem, kernels=told)
+        return max(2.0 * 64 * 1792 * 4096 * 8 / (peak[0] * e[0]), mem) + kernels * fixed[0]
+    for gpu in ("h100_sxm", H200):
+        hbms = np.linspace(2.0e12, 6.0e12, 41)
+        times = [charged(gpu, h, 8.0) for h in hbms]
+        assert all(a >= b * (1 - 1e-12) for a, b in zip(times, times[1:])), (gpu, times)
+        one_kernel_choice = [charged(gpu, h, 1.0) for h in hbms]
+        assert all(a <= b * (1 + 1e-12) for a, b in zip(times, one_kernel_choice))
+    assert charged(H200, 3.0e12, 8.0) < 0.95 * charged(H200, 3.0e12, 1.0)
+
+
+def test_more_hbm_bandwidth_never_slows_mixtrals_fp32_expert_gemms() -> None:
+    import importlib.util
+    import sys
+    from pathlib import Path
+    spec = importlib.util.spec_from_file_location("invariants", Path(__file__).with_name("invariants.py"))
+    inv = importlib.util.module_from_spec(spec)
+    sys.modules["invariants"] = inv
+    spec.loader.exec_module(inv)
+    c = inv.train_case("mixtral-8x7b", 2, 128, 2, "fp32", "full", "torchtitan_eager", 8, 4, 1, 0, False, "aws_p5", 4)
+    assert inv.check_spec(c, ("hbm_bandwidth",), 8.45274) is None
+    c = inv.train_case("mixtral-8x7b", 4, 4096, 7, "fp32", "full", "eager", 1, 1, 1, 0, False, "hgx_h100", 1)
+    assert inv.check_spec(c, ("hbm_bandwidth",), 31.1877) is None
