@@ -44,6 +44,7 @@ from functools import lru_cache
 from .ops import Op
 from .ops_infer import inference_ops
 from .ops_train import training_ops
+from .packing import packed_ops
 from .workload import InferenceWorkload, TrainingWorkload
 
 FUSION_GROUPS: frozenset[str] = frozenset({
@@ -71,7 +72,7 @@ def build_ops(w: TrainingWorkload | InferenceWorkload, fused=frozenset(), split_
 @lru_cache(maxsize=256)
 def _build(w, fused: frozenset, split_below: int) -> tuple[Op, ...]:
     if isinstance(w, TrainingWorkload):
-        return training_ops(w, fused, split_below)
+        return packed_ops(training_ops(w, fused, split_below), w.packed_doc_len)   # model/packing.py
     if isinstance(w, InferenceWorkload):
         return inference_ops(w, fused, split_below)
     raise TypeError(f"w: expected TrainingWorkload or InferenceWorkload, got {type(w).__name__}")

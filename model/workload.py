@@ -14,6 +14,7 @@ from pydantic import BaseModel, ConfigDict, PositiveInt, field_validator, model_
 
 from .config import TransformerConfig
 from .ops import DTYPE_BYTES
+from .packing import check_packing
 from .parallel import Parallelism
 from .plan_check import check_inference, check_training
 from .presets import preset
@@ -67,6 +68,9 @@ class TrainingWorkload(BaseModel):
                      back during its backward, on side streams (source te_cpu_offload).
                      Needs 1 <= k < layers of the stage and recompute "none" (Megatron-Core
                      rejects cpu_offloading with recomputation).
+    packed_doc_len: documents packed into each ``seq``-token sequence, attention per document
+      (model/packing.py): their attention-weighted length E[L^2]/E[L], tokens. None: one
+      document per sequence.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -84,6 +88,7 @@ class TrainingWorkload(BaseModel):
     grad_reduce_dtype: Literal["fp32", "bf16"] = "fp32"
     offload: Literal["none", "optimizer", "activations"] = "none"
     offload_layers: PositiveInt | None = None
+    packed_doc_len: PositiveInt | None = None
     parallel: Parallelism = Parallelism()
 
     _model = field_validator("model", mode="before")(classmethod(lambda cls, v: _resolve(v)))
@@ -100,6 +105,7 @@ class TrainingWorkload(BaseModel):
                              f"got precision {self.precision!r}")
         if self.offload != "none" or self.offload_layers is not None:
             check_offload(self)
+        check_packing(self)
         return self
 
     @property
