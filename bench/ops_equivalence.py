@@ -165,8 +165,8 @@ def points(n: int, seed: int) -> list[tuple]:
 
 
 def describe(p: tuple) -> str:
-    w, fused, sb = p
-    return f"{w!r} fused={sorted(fused)} split_below={sb}"
+    w, fused, sb = p    # fields left at their defaults are left out: a tree that adds a field draws the same points
+    return f"{type(w).__name__}({w.model_dump(exclude_defaults=True)}) fused={sorted(fused)} split_below={sb}"
 
 
 def main(argv: list[str] | None = None) -> int:

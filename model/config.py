@@ -273,12 +273,17 @@ class TransformerConfig(BaseModel):
         pos = self.max_seq * self.d_model if self.pos_embedding == "learned" else 0
         return emb + pos
 
-    def _total(self, active: bool) -> int:
+    def layers_params(self, active: bool = False) -> int:
+        """Parameters of all transformer layers: sum of layer_params(i, active), by kind (every
+        dense layer is alike, and every MoE layer)."""
         dense = self.attn_params() + self.mlp_params(self.ffn) + 2 * self.norm_params()
         body = self.n_dense_layers * dense
         if self.n_moe_layers:
             body += self.n_moe_layers * self.layer_params(self._first_moe(), active)
-        return body + self.embedding_param_count() + self.norm_params()
+        return body
+
+    def _total(self, active: bool) -> int:
+        return self.layers_params(active) + self.embedding_param_count() + self.norm_params()
 
     def _first_moe(self) -> int:
         return next(i for i in range(self.n_layers) if self.is_moe_layer(i))
@@ -303,15 +308,13 @@ class TransformerConfig(BaseModel):
     def matmul_params_per_token(self) -> int:
         """Weights a token multiplies in the transformer body (attention + active FFN +
         router), excluding embeddings and lm_head: the N of 6*N*tokens for the body."""
-        total = 0
-        for i in range(self.n_layers):
-            if self.is_moe_layer(i):
-                m = self.moe_block
-                ffn = m.n_experts * self.d_model + m.top_k * self.mlp_matmul_params(m.expert_ffn)
-                ffn += self.mlp_matmul_params(m.shared_ffn_total) if m.n_shared_experts else 0
-            else:
-                ffn = self.mlp_matmul_params(self.ffn)
-            total += self.attn_matmul_params() + ffn
+        attn, nm = self.attn_matmul_params(), self.n_moe_layers   # every layer of a kind is alike
+        total = (self.n_layers - nm) * (attn + self.mlp_matmul_params(self.ffn))
+        if nm:
+            m = self.moe_block
+            ffn = m.n_experts * self.d_model + m.top_k * self.mlp_matmul_params(m.expert_ffn)
+            ffn += self.mlp_matmul_params(m.shared_ffn_total) if m.n_shared_experts else 0
+            total += nm * (attn + ffn)
         return total
 
     @property

@@ -105,8 +105,9 @@ def mtp_model_flops(w: TrainingWorkload) -> float:
 
 
 def hardware_flops_per_step(w: TrainingWorkload | InferenceWorkload, fused=frozenset(),
-                            kinds: Iterable[str] | None = TENSOR_KINDS) -> float:
+                            kinds: Iterable[str] | None = TENSOR_KINDS, split_below: int = 0) -> float:
     """FLOPs the GPU executes: sum of op flops*count, recompute included (for HFU).
     Default: tensor-core work only (matmul + attention, FA backward at 2.5x forward);
-    kinds=None adds the (indicative) elementwise FLOPs."""
-    return count_flops(build_ops(w, fused), kinds)
+    kinds=None adds the (indicative) elementwise FLOPs. ``split_below`` (build_ops) changes no
+    FLOP: a caller that built the list for a GPU passes its value to sum that (cached) list."""
+    return count_flops(build_ops(w, fused, split_below), kinds)

@@ -17,10 +17,10 @@ the input grad after it, the zero 1/2 parameter gather after the optimizer.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass, replace
 
 from .chains import cross_entropy, embedding, norm, pieces
 from .comm import coll, pp_p2p, tp_cross_entropy, tp_in, tp_out, tp_regather
-from dataclasses import replace
 
 from .config import TransformerConfig
 from .lora import adapter_tensor_sizes, frozen, frozen_base
@@ -36,15 +36,13 @@ from .workload import TrainingWorkload, fsdp_gather_bytes, train_dtypes_of
 
 def linear_weight_params(cfg: TransformerConfig, layers_only: bool = False) -> int:
     """Elements of every linear weight matrix (all experts; + lm_head unless layers_only)."""
-    body = 0
-    for i in range(cfg.n_layers):
-        if cfg.is_moe_layer(i):
-            m = cfg.moe_block
-            ffn = m.n_experts * (cfg.d_model + cfg.mlp_matmul_params(m.expert_ffn))
-            ffn += cfg.mlp_matmul_params(m.shared_ffn_total) if m.n_shared_experts else 0
-        else:
-            ffn = cfg.mlp_matmul_params(cfg.ffn)
-        body += cfg.attn_matmul_params() + ffn
+    attn, nm = cfg.attn_matmul_params(), cfg.n_moe_layers    # every layer of a kind is alike
+    body = (cfg.n_layers - nm) * (attn + cfg.mlp_matmul_params(cfg.ffn))
+    if nm:
+        m = cfg.moe_block
+        ffn = m.n_experts * (cfg.d_model + cfg.mlp_matmul_params(m.expert_ffn))
+        ffn += cfg.mlp_matmul_params(m.shared_ffn_total) if m.n_shared_experts else 0
+        body += nm * (attn + ffn)
     return body if layers_only else body + cfg.vocab * cfg.d_model
 
 
@@ -361,7 +359,7 @@ def _dp_ops(w: TrainingWorkload, c: Ctx, trainable: list[int] | None = None) -> 
     if trainable is not None:
         P, Pe = sum(trainable), 0
     pdt: DType = "fp32" if pb == 4 else "bf16"
-    Pl = sum(c.cfg.layer_params(i) for i in range(c.cfg.n_layers))
+    Pl = c.cfg.layers_params()
     L = c.cfg.n_layers
     ag_f, ag_b, rs = fsdp(p, (Pl / L * pb, Pl / L * dt.grad), ((P - Pl) * pb, (P - Pl) * dt.grad), L,
                           w.grad_accum, pdt)
@@ -379,6 +377,53 @@ def _dp_ops(w: TrainingWorkload, c: Ctx, trainable: list[int] | None = None) -> 
     return {"fwd": ag_f, "bwd": ag_b, "sync": sync, "finalize": out, "gather": gather}
 
 
+@dataclass(frozen=True, slots=True)
+class ParamOps:
+    """The ops of a step that follow from its parameters, not its tokens: gradient buffers,
+    weight / gradient casts, DP / FSDP collectives and their copies, the optimizer (by where
+    they go in the list)."""
+
+    zero: tuple[Op, ...]
+    cast_pre: tuple[Op, ...]
+    cast_post: tuple[Op, ...]
+    accum: tuple[Op, ...]
+    dp_fwd: tuple[Op, ...]
+    dp_bwd: tuple[Op, ...]
+    dp_sync: tuple[Op, ...]
+    dp_finalize: tuple[Op, ...]
+    optimizer: tuple[Op, ...]
+    dp_gather: tuple[Op, ...]
+
+
+def param_ops(w: TrainingWorkload, c: Ctx, trainable: list[int] | None = None) -> ParamOps:
+    """The ParamOps of ``w`` on the GPU of ``c``. None of them reads the step's tokens (mbs,
+    seq: c.B, c.S, c.Skv), so without LoRA (whose adapter sizes are read off the layer ops) they
+    are kept per workload less its mbs and seq, fused groups and split_below: a new sequence
+    length or micro-batch size reuses them (tests/model/test_ops_speed.py checks the reuse
+    changes no op)."""
+    key = None if trainable is not None else (tuple(getattr(w, f) for f in _TOKEN_FREE_FIELDS), c.fused,
+                                              c.split_below)
+    hit = _PARAM_OPS.get(key) if key is not None else None
+    if hit is not None:
+        return hit
+    cast_pre, cast_post = _weight_casts(w, c)
+    zero, accum = _grad_buffers(w, c, trainable)
+    dp = _dp_ops(w, c, trainable)
+    out = ParamOps(tuple(zero), tuple(cast_pre), tuple(cast_post), tuple(accum), tuple(dp["fwd"]), tuple(dp["bwd"]),
+                   tuple(dp["sync"]), tuple(dp["finalize"]), tuple(optimizer_ops(w, c, trainable)), tuple(dp["gather"]))
+    if key is not None:
+        if len(_PARAM_OPS) >= 256:
+            del _PARAM_OPS[next(iter(_PARAM_OPS))]
+        _PARAM_OPS[key] = out
+    return out
+
+
+# TrainingWorkload fields other than the token counts: the key of param_ops (every field a
+# future version adds is in it unless it is listed here).
+_TOKEN_FREE_FIELDS = tuple(f for f in TrainingWorkload.model_fields if f not in ("mbs", "seq"))
+_PARAM_OPS: dict[tuple, ParamOps] = {}
+
+
 def training_ops(w: TrainingWorkload, fused: frozenset, split_below: int = 0) -> tuple[Op, ...]:
     """Every op of one optimizer step (see module docstring; ``split_below``: Ctx.split_below)."""
     c, p = _ctx(w, fused, split_below=split_below), w.parallel
@@ -391,15 +436,16 @@ def training_ops(w: TrainingWorkload, fused: frozenset, split_below: int = 0) ->
     if recipe:
         layers.append(training_casts(c, [o for q in layers for o in q.fwd], recipe, wgrad=trainable is None))
     pp = pp_p2p(c, p.pp, w.grad_accum * p.vp)
-    cast_pre, cast_post = _weight_casts(w, c)
-    zero, accum = _grad_buffers(w, c, trainable)
-    dp = _dp_ops(w, c, trainable)
-    fwd = pp.fwd + [o for q in first for o in q.fwd] + dp["fwd"] + [o for q in layers + head for o in q.fwd]
-    bwd = [o for q in reversed(head) for o in q.bwd] + _recompute(w, c, layers) + dp["bwd"]
-    bwd += [o for q in reversed(layers) for o in q.bwd] + dp["sync"] + pp.bwd
+    po = param_ops(w, c, trainable)
+    fwd = [*pp.fwd, *(o for q in first for o in q.fwd), *po.dp_fwd, *(o for q in layers + head for o in q.fwd)]
+    bwd = [o for q in reversed(head) for o in q.bwd] + _recompute(w, c, layers)
+    bwd += po.dp_bwd
+    bwd += [o for q in reversed(layers) for o in q.bwd]
+    bwd += po.dp_sync
+    bwd += pp.bwd
     bwd += [o for q in reversed(first) for o in q.bwd]
-    return tuple(zero + cast_pre + fwd + bwd + cast_post + accum + dp["finalize"] + optimizer_ops(w, c, trainable)
-                 + dp["gather"])
+    return (*po.zero, *po.cast_pre, *fwd, *bwd, *po.cast_post, *po.accum, *po.dp_finalize, *po.optimizer,
+            *po.dp_gather)
 
 
 def op_sac_replay(fwd: list[Op]) -> list[Op]:

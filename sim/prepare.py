@@ -170,14 +170,14 @@ def prepare(workload, fused: frozenset[str]) -> Prepared:
 @functools.lru_cache(maxsize=1024)
 def prepared(workload, fused: frozenset[str]) -> Prepared:
     summary, mode, tokens = describe_workload(workload)
-    return Prepared(op_table(workload, fused), summary, mode, tokens,
-                    float(model_flops_per_step(workload)), float(hardware_flops_per_step(workload, fused=fused)),
+    return Prepared(op_table(workload, fused), summary, mode, tokens, float(model_flops_per_step(workload)),
+                    float(hardware_flops_per_step(workload, fused=fused, split_below=split_below())),   # op_table's list
                     memory_components(workload, fused))
 
 
 def describe_workload(w) -> tuple[str, str, int]:
     """(summary, mode, tokens per step) of a workload."""
-    name = getattr(w.model, "name", str(w.model))
+    name = w.model.name if hasattr(w.model, "name") else str(w.model)   # not str() of every model
     if hasattr(w, "mbs"):
         return f"train {name} mbs={w.mbs} seq={w.seq} ga={w.grad_accum} {w.precision}", "train", \
             w.mbs * w.seq * w.grad_accum

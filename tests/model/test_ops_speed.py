@@ -1,0 +1,95 @@
+"""The shortcuts that make a new workload's op list fast change no op: the parameter ops kept
+across token counts (ops_train.param_ops), the closed-form layer sums, and the op list shared by
+hardware_flops_per_step for any split_below."""
+
+from __future__ import annotations
+
+import pytest
+
+from mechsim.model import InferenceWorkload, TrainingWorkload, build_ops, hardware_flops_per_step, ops_train, preset
+from mechsim.model.build import _build
+from mechsim.model.config import MoEConfig, TransformerConfig
+from mechsim.model.parallel import Parallelism
+from mechsim.sim.stacks import get_stack
+
+PLANS = [Parallelism(), Parallelism(tp=2, dp=2, zero=1), Parallelism(tp=2, pp=2, dp=2, sp=True, zero=3),
+         Parallelism(tp=2, pp=2, vp=2, dp=2, schedule="interleaved"), Parallelism(dp=4, ep=2, zero=1, cp=2)]
+CASES = [("llama3.2-1b", "amp_bf16", "eager"), ("llama3-8b", "bf16", "megatron_te"),
+         ("qwen3-30b-a3b", "fp8", "megatron_te"), ("mixtral-8x7b", "amp_bf16", "torchtitan_compile"),
+         ("deepseek-v3", "bf16", "megatron_te")]
+
+
+def _fresh(w, fused):
+    ops_train._PARAM_OPS.clear()
+    return _build.__wrapped__(w, fused, 132)
+
+
+@pytest.mark.parametrize("model,precision,stack", CASES)
+@pytest.mark.parametrize("plan", PLANS, ids=lambda p: repr(p)[:60])
+def test_param_ops_kept_across_token_counts(model, precision, stack, plan):
+    cfg = preset(model)
+    if plan.ep > 1 and not cfg.moe:
+        pytest.skip("ep needs an MoE model")
+    fused = get_stack(stack).fused
+    ga = 2 * plan.pp * plan.vp
+    try:
+        a = TrainingWorkload(model=cfg, mbs=1, seq=1024, precision=precision, grad_accum=ga, stack=stack, parallel=plan)
+        b = TrainingWorkload(model=cfg, mbs=2, seq=2048, precision=precision, grad_accum=ga, stack=stack, parallel=plan)
+    except ValueError as e:
+        pytest.skip(f"plan refused: {e}")
+    want = _fresh(b, fused)
+    _fresh(a, fused)                       # fills the memo from another token count
+    assert len(ops_train._PARAM_OPS) == 1
+    got = _build.__wrapped__(b, fused, 132)
+    assert got == want
+    assert len(ops_train._PARAM_OPS) == 1  # b found a's entry
+
+
+def test_param_ops_not_shared_across_other_fields():
+    """Any other field (here grad_accum and zero) is part of the key: the ops differ and are rebuilt."""
+    fused = get_stack("megatron_te").fused
+    a = TrainingWorkload(model="llama3-8b", seq=1024, grad_accum=2, precision="bf16", parallel=Parallelism(dp=2))
+    b = a.model_copy(update={"grad_accum": 4})
+    c = TrainingWorkload(model="llama3-8b", seq=1024, grad_accum=2, precision="bf16", parallel=Parallelism(dp=2, zero=1))
+    want_b, want_c = _fresh(b, fused), _fresh(c, fused)
+    _fresh(a, fused)
+    assert _build.__wrapped__(b, fused, 132) == want_b != _build.__wrapped__(a, fused, 132)
+    assert _build.__wrapped__(c, fused, 132) == want_c
+
+
+def _moe_cfg(**moe) -> TransformerConfig:
+    return TransformerConfig(n_layers=7, d_model=64, n_heads=4, ffn=256, vocab=1000,
+                             moe=MoEConfig(n_experts=4, top_k=2, expert_ffn=32, **moe))
+
+
+@pytest.mark.parametrize("cfg", [preset("llama3-8b"), preset("deepseek-v3"), preset("mixtral-8x7b"),
+                                 _moe_cfg(first_k_dense_layers=2, moe_layer_freq=2, n_shared_experts=1),
+                                 _moe_cfg(first_k_dense_layers=7), _moe_cfg(moe_layer_freq=3)],
+                         ids=lambda c: c.name + str(c.n_layers))
+def test_layer_sums_closed_form(cfg):
+    """The per-kind sums equal the per-layer loops they replace."""
+    assert cfg.layers_params() == sum(cfg.layer_params(i) for i in range(cfg.n_layers))
+    assert cfg.layers_params(active=True) == sum(cfg.layer_params(i, active=True) for i in range(cfg.n_layers))
+    per_token = 0
+    lw = 0
+    for i in range(cfg.n_layers):
+        if cfg.is_moe_layer(i):
+            m = cfg.moe_block
+            shared = cfg.mlp_matmul_params(m.shared_ffn_total) if m.n_shared_experts else 0
+            per_token += cfg.attn_matmul_params() + m.n_experts * cfg.d_model + m.top_k * cfg.mlp_matmul_params(m.expert_ffn) + shared
+            lw += cfg.attn_matmul_params() + m.n_experts * (cfg.d_model + cfg.mlp_matmul_params(m.expert_ffn)) + shared
+        else:
+            per_token += cfg.attn_matmul_params() + cfg.mlp_matmul_params(cfg.ffn)
+            lw += cfg.attn_matmul_params() + cfg.mlp_matmul_params(cfg.ffn)
+    assert cfg.matmul_params_per_token() == per_token
+    assert ops_train.linear_weight_params(cfg, layers_only=True) == lw
+    assert ops_train.linear_weight_params(cfg) == lw + cfg.vocab * cfg.d_model
+
+
+def test_hardware_flops_same_for_any_split_below():
+    """Decode GEMMs split (one more kernel) below the SM count; the FLOPs do not change, so the
+    sum can be taken on the op list built for the GPU."""
+    w = InferenceWorkload(model="llama3-8b", batch=4, phase="decode", context_len=2048)
+    fused = get_stack("serving").fused
+    assert sum(o.kernels for o in build_ops(w, fused, 132)) > sum(o.kernels for o in build_ops(w, fused, 0))
+    assert hardware_flops_per_step(w, fused, split_below=132) == hardware_flops_per_step(w, fused)
