@@ -42,11 +42,13 @@ SETTINGS: dict[str, tuple[type, ...]] = {
     "layout": (list, tuple), "etp": (int,), "dispatcher": (str,), "capacity_factor": (float,),
     "sync_free": (bool,), "a2a_overlap": (bool,), "mla_recompute_up_proj": (bool,), "attention_sinks": (bool,),
     "cudnn": (str,), "batch": (str,), "fsdp_param_dtype": (str,), "bucket_elements": (int,), "cp": (int,),
+    "packed_doc_len": (int,),
 }
 _RULES = {"sequence_parallel": ("with_tp",), "tp_comm_overlap": ("with_sp",), "pipeline_split": ("embedding_loss",),
           "batch": ("local_batch_over_pp",), "grad_reduce_dtype": ("bf16", "fp32"),
           "dispatcher": ("alltoall", "flex", "allgather")}
-CONDITIONS = ("system", "ep", "pp", "vp", "precision", "fp8_recipe", "technique", "moe_token_drop", "zero", "schedule")
+CONDITIONS = ("system", "ep", "pp", "vp", "precision", "fp8_recipe", "technique", "moe_token_drop", "zero", "schedule",
+              "task")
 
 # TransformerEngine runs attention with learnable softmax sinks (gpt-oss) as a fused cuDNN kernel
 # only from cuDNN 9.13.1 (BSHD/SBHD; source te_sink_attention); before, UnfusedDotProductAttention
@@ -267,7 +269,8 @@ def training_stack(settings: Mapping[str, Any], techniques: tuple[str, ...] = ()
 # ------------------------------------------------------------ user-facing ---
 
 def recipe_workload(name: str, *, model, parallel: Mapping[str, Any] | None = None, system: str | None = None,
-                    techniques: tuple[str, ...] = (), moe_token_drop: bool | None = None, **fields):
+                    techniques: tuple[str, ...] = (), moe_token_drop: bool | None = None, task: str | None = None,
+                    **fields):
     """A TrainingWorkload whose unset fields come from recipe ``name``:
 
         recipe_workload("megatron-bridge-26.02", model="deepseek-v3", mbs=1, seq=4096, grad_accum=16,
@@ -277,17 +280,20 @@ def recipe_workload(name: str, *, model, parallel: Mapping[str, Any] | None = No
     The recipe fills the stack, recompute, fp8 recipe, gradient-reduction dtype, sp / zero / TP
     overlap / etp, an uneven pipeline split (its layout or the embedding / loss-aware split), the MoE
     dispatcher, capacity, sync-free and all-to-all overlap switches and MLA up-projection recompute.
-    ``system`` and ``techniques`` (e.g. "torch.compile", "async_tp") pick its conditional entries."""
+    ``system``, ``techniques`` (e.g. "torch.compile", "async_tp") and ``task`` ("pretrain", "sft", "lora";
+    default "lora" with peft="lora", else "pretrain": a fine-tuning recipe's packed dataset) pick its
+    conditional entries."""
     rec = recipe(name)
     cfg = preset(model) if isinstance(model, str) else model
     par = dict(parallel or {})
     pp, vp = par.get("pp", 1), par.get("vp", 1)
     facts = {"system": system, "ep": par.get("ep", 1), "pp": pp, "vp": vp, "precision": fields.get("precision"),
              "fp8_recipe": fields.get("fp8_recipe"), "techniques": tuple(techniques),
-             "moe_token_drop": moe_token_drop, "zero": par.get("zero"), "schedule": par.get("schedule")}
+             "moe_token_drop": moe_token_drop, "zero": par.get("zero"), "schedule": par.get("schedule"),
+             "task": task or ("lora" if fields.get("peft") == "lora" else "pretrain")}
     s = rec.resolve(cfg.name, **facts)
     out = {"stack": training_stack(s, tuple(techniques), rec.name)}
-    for k in ("recompute", "fp8_recipe", "mbs", "seq"):
+    for k in ("recompute", "fp8_recipe", "mbs", "seq", "packed_doc_len"):
         if k in s:
             out[k] = s[k]
     precision = fields.get("precision", TrainingWorkload.model_fields["precision"].default)
@@ -347,7 +353,7 @@ def system_of(hw: Any) -> str | None:
 
 
 def with_recipe(workload, name: str, *, hw: Any = None, techniques: tuple[str, ...] = (),
-                moe_token_drop: bool | None = None):
+                moe_token_drop: bool | None = None, task: str | None = None):
     """``workload`` with every field its caller did not set taken from recipe ``name``: the fields
     pydantic records as given (``model_fields_set`` of the workload and of its Parallelism) win, the
     rest go through ``recipe_workload``. ``hw`` (a system name or Cluster) picks the recipe's
@@ -360,4 +366,4 @@ def with_recipe(workload, name: str, *, hw: Any = None, techniques: tuple[str, .
     par = workload.parallel
     parallel = {k: getattr(par, k) for k in par.model_fields_set} if "parallel" in workload.model_fields_set else {}
     return recipe_workload(name, model=workload.model, parallel=parallel, system=system_of(hw),
-                           techniques=tuple(techniques), moe_token_drop=moe_token_drop, **given)
+                           techniques=tuple(techniques), moe_token_drop=moe_token_drop, task=task, **given)

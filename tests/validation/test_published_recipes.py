@@ -63,9 +63,9 @@ def test_a_user_gets_the_published_rows_workload_from_the_recipe():
     """recipe_workload (the user API) and the published-row path agree field by field."""
     rows, _ = compare_published()
     done = {r.row_id for r in rows}
-    checked = 0
+    checked = packed = 0
     for r in load_published():
-        if r.id not in done or not (r.software or "").endswith("(Megatron-Bridge)") or r.fp8_recipe is None:
+        if r.id not in done or not (r.software or "").endswith("(Megatron-Bridge)"):
             continue
         w = workload_for(r)
         p = w.parallel
@@ -75,15 +75,18 @@ def test_a_user_gets_the_published_rows_workload_from_the_recipe():
                             update={"moe": None if w.model.moe is None else r.transformer_config().moe,
                                     "mla": None if w.model.mla is None else r.transformer_config().mla}),
                             mbs=w.mbs, seq=w.seq, grad_accum=w.grad_accum, precision=w.precision,
-                            fp8_recipe=r.fp8_recipe, parallel=plan, system=r.system, moe_token_drop=r.moe_token_drop)
-        assert (u.stack, u.fp8_recipe, u.grad_reduce_dtype) == (w.stack, w.fp8_recipe, w.grad_reduce_dtype), r.id
+                            **({"fp8_recipe": r.fp8_recipe} if r.fp8_recipe else {}), parallel=plan, system=r.system, moe_token_drop=r.moe_token_drop,
+                            task=r.task, peft=w.peft)
+        assert (u.stack, u.fp8_recipe, u.grad_reduce_dtype, u.packed_doc_len) == \
+               (w.stack, w.fp8_recipe, w.grad_reduce_dtype, w.packed_doc_len), r.id
         q = u.parallel
         assert (q.sp, q.zero, q.etp, q.tp_comm_overlap, q.layout, q.pp_split_embedding) == \
                (p.sp, p.zero, p.etp, p.tp_comm_overlap, p.layout, p.pp_split_embedding), r.id
         if w.model.moe is not None:
             assert u.model.moe == w.model.moe, r.id
         checked += 1
-    assert checked >= 50
+        packed += u.packed_doc_len is not None
+    assert checked >= 50 and packed >= 8
 
 
 def test_settings_come_from_the_release_not_the_row():

@@ -109,7 +109,7 @@ def _model_name(row) -> str:
 def _facts(row, vp: int | None) -> dict:
     return {"system": row.system, "ep": row.ep, "pp": row.pp, "vp": vp, "precision": row.precision,
             "fp8_recipe": row.fp8_recipe, "techniques": tuple(row.techniques or ()),
-            "moe_token_drop": row.moe_token_drop, "zero": row.zero, "schedule": row.schedule}
+            "moe_token_drop": row.moe_token_drop, "zero": row.zero, "schedule": row.schedule, "task": row.task}
 
 
 def _vp(row, first: dict) -> int:
@@ -302,7 +302,7 @@ def workload_for(row) -> TrainingWorkload:
     return TrainingWorkload(model=cfg, mbs=mbs, seq=seq, grad_accum=ga, precision=precision,
                             fp8_recipe=fp8_recipe_for(row, s), peft="lora" if row.task == "lora" else "none",
                             grad_reduce_dtype=grad_reduce_dtype_for(s, precision),
-                            recompute=row.recompute or s.get("recompute", "none"),
+                            recompute=row.recompute or s.get("recompute", "none"), packed_doc_len=s.get("packed_doc_len"),
                             stack=training_stack(s, tuple(row.techniques or ()), row.software or ""),
                             parallel=par)
 
