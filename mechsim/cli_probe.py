@@ -55,9 +55,13 @@ def describe(path: str, hw: str) -> str:
         f"tiny eager step  {m['tiny_step_host_s'] * 1e6:.0f} us host issue, {m['tiny_step_wall_s'] * 1e6:.0f} us wall",
         *([f"deep eager step  {m['deep_step_host_s'] * 1e6:.0f} us host issue ({dict(prof.deep)['n_layers']} layers; "
            f"p10-p90 {m['deep_step_host_p10_s'] * 1e6:.0f}-{m['deep_step_host_p90_s'] * 1e6:.0f} us)"] if prof.deep else []),
+        *([f"probe backward   {m['deep_bwd_host_s'] * 1e6:.0f} us host issue ({dict(prof.train)['n_layers']} layers; "
+           f"p10-p90 {m['deep_bwd_host_p10_s'] * 1e6:.0f}-{m['deep_bwd_host_p90_s'] * 1e6:.0f} us)"] if prof.train else []),
+        *(["read             between the job's own steps (a window profile)"] if prof.window else []),
         f"GEMM bf16        {m['gemm_1024_bf16_flop_per_s'] / 1e12:.0f} TFLOP/s at 1024^3, "
         f"{m['gemm_8192_bf16_flop_per_s'] / 1e12:.0f} TFLOP/s at 8192^3",
         f"HBM copy         {m['hbm_copy_bytes_per_s'] / 1e12:.2f} TB/s (read + write)",
         f"estimates on {hw}: host launch costs x{host.scale:.2f} of the calibrated host"
         + (f", band x{host.scale * host.spread[0]:.2f}-x{host.scale * host.spread[1]:.2f}" if host.spread != (1.0, 1.0) else "")
+        + (f", backward x{host.bwd_scale:.2f}" if host.bwd_scale is not None else "")
         + f" (--profile {path})"])

@@ -3,9 +3,11 @@
 An eager step's host time is the stack's per-kernel launch cost (sim/data/stacks.toml, calibrated
 per GPU machine in sim/data/efficiency) times ``Host.scale``:
 
-- with a probe profile (`mechsim probe`, docs/host.md): scale = the profile's measured tiny-model
-  eager step (host issue time) / the same step's predicted host time on the calibrated stack;
-  the band then carries no host term;
+- with a probe profile (`mechsim probe`, docs/host.md): scale = the profile's measured probe-decoder
+  eager step (host issue time) / the same step's predicted host time on the calibrated stack, and
+  where the profile has the probe backward, the backward's launch costs scale by its own measured /
+  predicted ratio (eager autograd issues the backward from another thread, whose vCPU runs at its
+  own speed); the band then carries the probe series' own spread;
 - on a system whose hwdb record names its CPU: the CPU record's ``launch_scale``;
 - otherwise the default host: sim/data/host_spread.toml's ``default_cpu`` at the committed probes'
   median speed (``center``).
@@ -33,7 +35,7 @@ from .calibration import DATA
 from .results import ErrorBand
 from ._toml import load_toml
 from .. import hwdb
-from ..model import InferenceWorkload, TransformerConfig
+from ..model import InferenceWorkload, TrainingWorkload, TransformerConfig
 from .estimate import calibrated_stack, estimate as estimate_at, prepare, resolve_gpu, step_time
 from .launch import host_dispatches, host_times, on_host
 from .optable import PHASES
@@ -46,6 +48,7 @@ TINY_FIELDS = ("vocab", "d_model", "n_layers", "n_heads", "n_kv_heads", "ffn", "
 MEASUREMENTS = ("launch_eager_host_s", "launch_graph_gpu_s", "tiny_step_host_s", "tiny_step_wall_s",
                 "gemm_1024_bf16_flop_per_s", "gemm_8192_bf16_flop_per_s", "hbm_copy_bytes_per_s")
 DEEP_MEASUREMENTS = ("deep_step_host_s", "deep_step_host_p10_s", "deep_step_host_p90_s")   # with deep_model
+BWD_MEASUREMENTS = ("deep_bwd_host_s", "deep_bwd_host_p10_s", "deep_bwd_host_p90_s")   # with train_model
 
 
 class ProfileError(ValueError):
@@ -64,6 +67,8 @@ class HostProfile:
     tiny: tuple[tuple[str, int], ...]
     measurements: tuple[tuple[str, float], ...]
     deep: tuple[tuple[str, int], ...] = ()   # the deep probe decoder's dims, () in profiles without it
+    train: tuple[tuple[str, int], ...] = ()  # the probe backward's decoder dims, () in profiles without it
+    window: bool = False   # read between a job's own steps (probe_runner.HostSampler)
 
     def get(self, name: str) -> float:
         return dict(self.measurements)[name]
@@ -110,8 +115,14 @@ def parse_profile(obj: Any, where: str = "<profile>") -> HostProfile:
         d = _table(obj, "deep_model", where)
         deep = tuple((k, int(_number(d, k, where, "deep_model."))) for k in TINY_FIELDS)
         m += tuple((k, _number(meas, k, where, "measurements.")) for k in DEEP_MEASUREMENTS)
+    train: tuple[tuple[str, int], ...] = ()
+    if "train_model" in obj:
+        d = _table(obj, "train_model", where)
+        train = tuple((k, int(_number(d, k, where, "train_model."))) for k in TINY_FIELDS)
+        m += tuple((k, _number(meas, k, where, "measurements.")) for k in BWD_MEASUREMENTS)
     return HostProfile(where, str(host.get("cpu_model") or "unknown CPU"), str(host.get("boot_id") or ""),
-                       str(gpu.get("name") or "unknown GPU"), str(sw.get("torch") or ""), t, m, deep)
+                       str(gpu.get("name") or "unknown GPU"), str(sw.get("torch") or ""), t, m, deep, train,
+                       isinstance(obj.get("window"), dict))
 
 
 def load_profile(path: str | Path) -> HostProfile:
@@ -148,10 +159,11 @@ class Host:
     scale: float
     spread: tuple[float, float]
     source: str   # "probe", "cpu" (a system's CPU record), "default", "stack" (a Stack given as is)
+    bwd_scale: float | None = None   # the backward's own scale (a probe backward), None: ``scale``
 
     def apply(self, st: Stack) -> Stack:
-        """``st`` with its host launch costs x scale (sim/launch.on_host)."""
-        return on_host(st, self.scale)
+        """``st`` with its host launch costs x scale, the backward's x bwd_scale (sim/launch.on_host)."""
+        return on_host(st, self.scale, self.bwd_scale)
 
 
 @functools.cache
@@ -219,15 +231,20 @@ def probe_host(prof: HostProfile, gpu: Any) -> Host:
     """The probed host: scale = the probe step's median over its prediction; spread = the probe
     series' 10th / 90th percentile over its median where the profile has the deep series (a VM
     host switches speed within seconds and the probe saw how far: LOG "Why the probe did not
-    predict"), else none."""
+    predict"), else none; bwd_scale = the probe backward's median over its prediction where the
+    profile has it (LOG "A probe of the steps' own window"), else the forward's scale."""
     measured, dims = prof.step
     scale = measured / reference_tiny_host_s(gpu, dims)
+    bwd = prof.get("deep_bwd_host_s") / reference_bwd_host_s(gpu, prof.train) if prof.train else None
     boot = f", boot {prof.boot_id[:8]}" if prof.boot_id else ""
     spread = (1.0, 1.0)
     if prof.deep:
         spread = (min(1.0, prof.get("deep_step_host_p10_s") / measured), max(1.0, prof.get("deep_step_host_p90_s") / measured))
     seen = f", seen x{scale * spread[0]:.2f}-x{scale * spread[1]:.2f}" if spread != (1.0, 1.0) else ""
-    return Host(f"probed: {prof.cpu_model} ({prof.path}{boot}), host x{scale:.2f}{seen}", scale, spread, "probe")
+    back = f", backward x{bwd:.2f}" if bwd is not None else ""
+    when = ", read between the job's steps" if prof.window else ""
+    return Host(f"probed: {prof.cpu_model} ({prof.path}{boot}{when}), host x{scale:.2f}{seen}{back}", scale, spread,
+                "probe", bwd)
 
 
 @functools.lru_cache(maxsize=64)
@@ -244,6 +261,22 @@ def reference_tiny_host_s(gpu: Any, tiny: tuple[tuple[str, int], ...]) -> float:
     st = calibrated_stack(gpu, get_stack("eager"))
     t = prepare(w, st.fused).table
     return float(np.dot(host_times(t, st), t.count))
+
+
+@functools.lru_cache(maxsize=64)
+def reference_bwd_host_s(gpu: Any, dims: tuple[tuple[str, int], ...]) -> float:
+    """Predicted host seconds to issue the probe backward (probe_runner.probe_backward: an
+    amp_bf16 training step's backward of the probe decoder ``dims``, batch 1, ``ctx`` tokens)
+    on ``gpu``'s calibrated eager stack."""
+    d = dict(dims)
+    cfg = TransformerConfig(name="probe_train", n_layers=d["n_layers"], d_model=d["d_model"], n_heads=d["n_heads"],
+                            n_kv_heads=d["n_kv_heads"], ffn=d["ffn"], vocab=d["vocab"], tie_embeddings=False,
+                            max_seq=8192)
+    w = TrainingWorkload(model=cfg, mbs=1, seq=d["ctx"], precision="amp_bf16", optimizer="adamw", stack="eager")
+    st = calibrated_stack(gpu, get_stack("eager"))
+    t = prepare(w, st.fused).table
+    bwd = t.phase == PHASES.index("bwd")
+    return float(np.dot(host_times(t, st)[bwd], t.count[bwd]))
 
 
 # ---- the band ---------------------------------------------------------------------------
@@ -299,12 +332,13 @@ def estimate(workload: Any, hw: Any = "h100_sxm", stack: str | Stack | None = No
     explicit = isinstance(stack, Stack)
     host = host_for(hw, gpu, profile, explicit)
     st = stack if isinstance(stack, Stack) else calibrated_stack(gpu, get_stack(stack or workload.stack))
-    on = stack_on_host(st, host.scale)
+    on = stack_on_host(st, host.scale, host.bwd_scale)
     est = estimate_at(workload, hw, on, overrides, **kw)
     hidden = host_issue_s(est, on, _one_table(workload, on)) * max(host.spread) < HOST_BOUND_MIN * est.step_time_s
     swing = (0.0, 0.0) if st.graphs or hidden else host_swing(
         lambda f: est.step_time_s if f == 1.0 else
-        step_time(workload, hw, stack_on_host(st, host.scale * f), overrides, **kw), host.spread)
+        step_time(workload, hw, stack_on_host(st, host.scale * f, None if host.bwd_scale is None else host.bwd_scale * f),
+                  overrides, **kw), host.spread)
     return est.with_band(with_host(est.error_band, host, swing))
 
 
@@ -324,9 +358,9 @@ def host_issue_s(est: Any, stack: Stack, table: Any = None) -> float:
 
 
 @functools.lru_cache(maxsize=256)
-def stack_on_host(st: Stack, scale: float) -> Stack:
+def stack_on_host(st: Stack, scale: float, bwd_scale: float | None = None) -> Stack:
     """launch.on_host, memoised (Stack records are frozen): Host.apply on a repeated estimate."""
-    return on_host(st, scale)
+    return on_host(st, scale, bwd_scale)
 
 
 def _one_table(workload: Any, st: Stack) -> Any:

@@ -44,14 +44,17 @@ class LaunchTimes:
     idle_s: float            # step_s - gpu_busy_s: GPU waiting for the host
 
 
-def on_host(stack: Stack, scale: float) -> Stack:
+def on_host(stack: Stack, scale: float, bwd_scale: float | None = None) -> Stack:
     """``stack`` on a host ``scale`` x as slow as the one its launch costs were calibrated on (a
-    CPU record's launch_scale or a probe's measured ratio, sim/host.py): both host costs scale;
-    a CUDA-graph replay issues no per-kernel host work, so graphed steps do not move."""
-    if scale == 1.0:
+    CPU record's launch_scale or a probe's measured ratio, sim/host.py): both host costs scale,
+    the backward's by ``bwd_scale`` where given (eager autograd issues a CUDA backward from its
+    own device thread, which a VM may run at another speed than the caller's: a probe backward
+    measures it); a CUDA-graph replay issues no per-kernel host work, so graphed steps do not move."""
+    bwd = scale if bwd_scale is None else bwd_scale
+    if scale == 1.0 and bwd == 1.0:
         return stack
     return dataclasses.replace(stack, launch_host_s=stack.launch_host_s * scale,
-                               launch_host_bwd_s=stack.launch_host_bwd_s * scale)
+                               launch_host_bwd_s=stack.launch_host_bwd_s * bwd)
 
 
 def launch_costs(stacks: list[Stack], scale: float) -> dict[str, tuple[float, float]]:

@@ -37,6 +37,17 @@ def deep_profile(tiny_step_s: float = 2e-3, deep_step_s: float = 12e-3) -> dict:
     return p
 
 
+TRAIN = tuple((k, {**probe_runner.TINY, "n_layers": probe_runner.TRAIN_LAYERS}[k]) for k in host.TINY_FIELDS)
+
+
+def bwd_profile(bwd_step_s: float, deep_step_s: float = 12e-3) -> dict:
+    p = deep_profile(deep_step_s=deep_step_s)
+    p["train_model"] = probe_runner.model_fields(probe_runner.TRAIN_LAYERS)
+    p["measurements"].update(deep_bwd_host_s=bwd_step_s, deep_bwd_host_p10_s=0.8 * bwd_step_s,
+                             deep_bwd_host_p90_s=1.2 * bwd_step_s)
+    return p
+
+
 def write(tmp_path: Path, obj: object, name: str = "p.json") -> Path:
     path = tmp_path / name
     probe_runner.write_json_atomic(path, obj) if isinstance(obj, dict) else path.write_text(str(obj))
@@ -123,6 +134,36 @@ def test_profile_written_on_the_gpu_machine_round_trips(tmp_path, capsys):
     assert "as the probe saw this host" in capsys.readouterr().out
 
 
+def test_probe_backward_sets_the_backward_scale(tmp_path):
+    """A profile with the probe backward scales the backward's launch costs by its own measured /
+    predicted ratio: a training step moves with it, a decode step (no backward) does not."""
+    gpu = resolve_gpu("h200_sxm")
+    ref = host.reference_bwd_host_s(gpu, TRAIN)
+    assert ref > 0
+    fast, slow = (host.load_profile(write(tmp_path, bwd_profile(f * ref), f"b{f}.json")) for f in (0.5, 1.5))
+    assert host.probe_host(fast, gpu).bwd_scale == pytest.approx(0.5)
+    assert host.probe_host(slow, gpu).bwd_scale == pytest.approx(1.5)
+    assert host.probe_host(fast, gpu).scale == host.probe_host(slow, gpu).scale
+    w = mechsim.TrainingWorkload(model=mechsim.preset("llama3.2-1b"), mbs=1, seq=256, stack="eager")
+    t_fast, t_slow = (mechsim.estimate(w, "h200_sxm", profile=p).step_time_s for p in (fast, slow))
+    assert t_slow > 1.2 * t_fast
+    d = mechsim.InferenceWorkload(model=mechsim.preset("llama3-8b"), batch=1, phase="decode", prompt_len=512,
+                                  context_len=513, stack="eager")
+    assert mechsim.estimate(d, "h200_sxm", profile=fast).step_time_s == pytest.approx(
+        mechsim.estimate(d, "h200_sxm", profile=slow).step_time_s)
+    assert "backward x0.50" in mechsim.estimate(w, "h200_sxm", profile=fast).error_band.host
+
+
+def test_window_profile_names_its_reads(tmp_path, capsys):
+    p = {**bwd_profile(0.02), "window": {"reads": 40, "what": "deep forward and backward probe read between the job's own steps"}}
+    prof = host.load_profile(write(tmp_path, p))
+    assert prof.window and "read between the job's steps" in host.probe_host(prof, resolve_gpu("h200_sxm")).name
+    assert not host.load_profile(write(tmp_path, bwd_profile(0.02), "plain.json")).window
+    assert main(["probe", "--show", str(write(tmp_path, p, "w.json"))]) == 0
+    out = capsys.readouterr().out
+    assert "probe backward" in out and "between the job's own steps" in out and ", backward x" in out
+
+
 @pytest.mark.parametrize("mutate, field", [
     (lambda p: p["measurements"].pop("deep_step_host_s"), "measurements.deep_step_host_s"),
     (lambda p: p["measurements"].update(deep_step_host_p90_s=0.0), "measurements.deep_step_host_p90_s"),
@@ -131,6 +172,18 @@ def test_profile_written_on_the_gpu_machine_round_trips(tmp_path, capsys):
 ])
 def test_malformed_deep_probe_one_line_error(tmp_path, mutate, field):
     p = deep_profile()
+    mutate(p)
+    with pytest.raises(host.ProfileError, match=f"field '{field}'.*mechsim probe"):
+        host.load_profile(write(tmp_path, p))
+
+
+@pytest.mark.parametrize("mutate, field", [
+    (lambda p: p["measurements"].pop("deep_bwd_host_s"), "measurements.deep_bwd_host_s"),
+    (lambda p: p["measurements"].update(deep_bwd_host_p10_s=-1.0), "measurements.deep_bwd_host_p10_s"),
+    (lambda p: p["train_model"].pop("ctx"), "train_model.ctx"),
+])
+def test_malformed_probe_backward_one_line_error(tmp_path, mutate, field):
+    p = bwd_profile(0.02)
     mutate(p)
     with pytest.raises(host.ProfileError, match=f"field '{field}'.*mechsim probe"):
         host.load_profile(write(tmp_path, p))

@@ -29,6 +29,13 @@ def test_on_host_scales_host_costs_only():
     assert on_host(st, 1.0) is st and slow.launch_graph_s == st.launch_graph_s
 
 
+def test_on_host_backward_scale_of_its_own():
+    st = get_stack("eager")
+    both = on_host(st, 2.0, 0.5)
+    assert both.launch_host_s == 2 * st.launch_host_s and both.launch_host_bwd_s == 0.5 * st.launch_host_bwd_s
+    assert on_host(st, 1.0, 1.0) is st and on_host(st, 1.0, 3.0).launch_host_bwd_s == 3 * st.launch_host_bwd_s
+
+
 def test_launch_costs_per_stack_per_cpu():
     stacks = [get_stack(k) for k in list_stacks()]
     costs = launch_costs(stacks, hwdb.get_cpu("grace").launch_scale)

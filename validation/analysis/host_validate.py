@@ -4,9 +4,12 @@ Every record of runners/cases_host.py carries the `mechsim probe` profile of its
 (extra.host_profile). Each is predicted through the public API: with ``profile=`` that profile
 (its band: the probe series' own spread where the profile has the deep series), without one (the
 default host, whose band widens by the measured host spread, error_band.host_bound), and where the
-record has them with the in-process probe taken just before the cases (extra.session_profile) and
-with the deep probe decoder read before each of the case's own samples (extra.host_deep_probe_s,
-interleaved runs: the host state the case itself ran in). Nothing here fits anything: the spread
+record has them with the in-process probe taken just before the cases (extra.session_profile),
+with the probe of the session's own window (extra.window_profile: probe_runner.HostSampler's deep
+forward and backward read between the samples of all the session's cases, pooled; for interleaved
+runs recorded before it, the same profile built from their pooled deep reads, without a backward)
+and with the deep probe decoder read before each of the case's own samples (extra.host_deep_probe_s:
+the host state the case itself ran in). Nothing here fits anything: the spread
 (sim/data/host_spread.toml) comes from earlier runs, the launch costs from the calibration split of
 the Nov 30 runs, the library-kernel fraction (sim/data/host_ops.toml) from one start's op classes.
 
@@ -38,6 +41,10 @@ class HostRow:
     probed_band: tuple[float, float] = (0.0, 0.0)   # (faster, slower) printed with the start's probe
     session_s: float | None = None   # predicted with the in-process probe before the cases
     paired_s: float | None = None    # predicted with the deep probe read before each of its samples
+    window_s: float | None = None    # predicted with the probe of the session's window (pooled reads)
+    window_band: tuple[float, float] = (0.0, 0.0)   # (faster, slower) printed with it
+    measured_mean_s: float | None = None   # the mean of the record's samples (a run's throughput) ...
+    window_mean_s: float | None = None     # ... and its prediction with the window probe's mean reads
 
     @property
     def probed_error(self) -> float:
@@ -54,6 +61,22 @@ class HostRow:
     @property
     def paired_error(self) -> float | None:
         return None if self.paired_s is None else self.paired_s / self.measured_s - 1
+
+    @property
+    def window_error(self) -> float | None:
+        return None if self.window_s is None else self.window_s / self.measured_s - 1
+
+    @property
+    def window_mean_error(self) -> float | None:
+        if self.window_mean_s is None or not self.measured_mean_s:
+            return None
+        return self.window_mean_s / self.measured_mean_s - 1
+
+    @property
+    def window_covered(self) -> bool | None:
+        if self.window_s is None:
+            return None
+        return -self.window_band[0] - 1e-9 <= self.measured_s / self.window_s - 1 <= self.window_band[1] + 1e-9
 
     @property
     def probed_covered(self) -> bool:
@@ -84,29 +107,68 @@ def paired_profile(prof: dict, rec: dict) -> dict | None:
     return {**prof, "measurements": meas}
 
 
-def host_row(run: dict, rec: dict) -> HostRow:
+def pooled_window_profile(prof: dict, recs: list[dict]) -> dict | None:
+    """For an interleaved run recorded before extra.window_profile: the start's profile with its
+    deep step taken from the deep reads of all the run's records pooled (the reads
+    probe_runner.HostSampler.profile would have pooled; no backward was read); None without them."""
+    reads = [x for r in recs for x in (r.get("extra", {}).get("host_deep_probe_s") or {}).get("samples") or []]
+    pooled = paired_profile(prof, {"extra": {"host_deep_probe_s": {"samples": reads}}}) if reads else None
+    if pooled is None:
+        return None
+    meas = {**pooled["measurements"], "deep_step_host_series_s": reads}
+    return {**pooled, "measurements": meas, "window": {"reads": len(reads), "what": "pooled deep reads"}}
+
+
+def mean_profile(window: dict) -> dict:
+    """``window`` with its deep forward (and backward) step at the mean of its reads instead of
+    the median: the host speed averaged over the window, which a run's mean step (its
+    throughput) follows; on a bimodal host the median of either jumps between the two states
+    when about half the window is slow."""
+    meas = dict(window["measurements"])
+    for key in ("deep_step_host", "deep_bwd_host"):
+        series = meas.get(f"{key}_series_s")
+        if series:
+            meas[f"{key}_s"] = sum(series) / len(series)
+    return {**window, "measurements": meas}
+
+
+def host_row(run: dict, rec: dict, window: dict | None = None) -> HostRow:
     from ... import estimate
     prof, w, gpu = rec["extra"]["host_profile"], workload_of(rec), gpu_key(run["env"])
     probed, default = estimate(w, gpu, profile=prof), estimate(w, gpu)
     session = rec["extra"].get("session_profile")
     paired = paired_profile(prof, rec)
+    win = estimate(w, gpu, profile=window) if window else None
+    samples = rec["timing"].get("samples_s") or []
+    win_mean = estimate(w, gpu, profile=mean_profile(window)).step_time_s if window and samples else None
     return HostRow(prof["host"].get("boot_id") or "?", rec["case_id"], rec["kind"], rec["timing"]["median_s"],
                    probed.step_time_s, default.step_time_s, default.error_band.host_bound,
                    default.error_band.host_bound_fast,
                    (probed.error_band.host_bound_fast, probed.error_band.host_bound),
                    estimate(w, gpu, profile=session).step_time_s if session else None,
-                   estimate(w, gpu, profile=paired).step_time_s if paired else None)
+                   estimate(w, gpu, profile=paired).step_time_s if paired else None,
+                   win.step_time_s if win else None,
+                   (win.error_band.host_bound_fast, win.error_band.host_bound) if win else (0.0, 0.0),
+                   sum(samples) / len(samples) if samples else None, win_mean)
 
 
 def host_rows(paths: list[Path]) -> list[HostRow]:
-    return [host_row(run, rec) for run, rec in iter_records(paths)
-            if rec.get("timing") and "host_profile" in rec.get("extra", {})]
+    by_run: dict[str, tuple[dict, list[dict]]] = {}
+    for run, rec in iter_records(paths):
+        if rec.get("timing") and "host_profile" in rec.get("extra", {}):
+            by_run.setdefault(run["run_id"], (run, []))[1].append(rec)
+    rows = []
+    for run, recs in by_run.values():
+        pooled = pooled_window_profile(recs[0]["extra"]["host_profile"], recs)
+        rows += [host_row(run, rec, rec["extra"].get("window_profile") or pooled) for rec in recs]
+    return rows
 
 
 def summary(rows: list[HostRow]) -> dict:
     n = len(rows)
     sess = [abs(r.session_error) for r in rows if r.session_error is not None]
     pair = [abs(r.paired_error) for r in rows if r.paired_error is not None]
+    win = [r for r in rows if r.window_error is not None]
     return {"n": n, "starts": len({r.boot for r in rows}),
             "probed_mape": sum(abs(r.probed_error) for r in rows) / n,
             "probed_max": max(abs(r.probed_error) for r in rows),
@@ -114,6 +176,11 @@ def summary(rows: list[HostRow]) -> dict:
             "session_mape": sum(sess) / len(sess) if sess else None, "n_session": len(sess),
             "paired_mape": sum(pair) / len(pair) if pair else None,
             "paired_max": max(pair) if pair else None, "n_paired": len(pair),
+            "window_mape": sum(abs(r.window_error or 0.0) for r in win) / len(win) if win else None,
+            "window_max": max(abs(r.window_error or 0.0) for r in win) if win else None, "n_window": len(win),
+            "window_coverage": sum(bool(r.window_covered) for r in win) / len(win) if win else None,
+            "window_mean_mape": sum(abs(r.window_mean_error or 0.0) for r in win) / len(win) if win else None,
+            "window_mean_max": max(abs(r.window_mean_error or 0.0) for r in win) if win else None,
             "default_mape": sum(abs(r.default_error) for r in rows) / n,
             "coverage": sum(r.covered for r in rows) / n,
             "band_median": sorted(r.band for r in rows)[n // 2],
@@ -124,10 +191,10 @@ def report(rows: list[HostRow], cases: bool) -> str:
     lines = []
     if cases:
         lines.append(f"{'boot':8s} {'case':40s} {'meas ms':>8s} {'probe':>7s} {'pband':>9s} {'session':>7s} "
-                     f"{'paired':>7s} {'none':>7s} {'band':>5s}")
+                     f"{'window':>7s} {'w mean':>7s} {'paired':>7s} {'none':>7s} {'band':>5s}")
         lines += [f"{r.boot[:8]:8s} {r.case_id:40s} {r.measured_s * 1e3:8.2f} {r.probed_error:+7.1%} "
                   f"-{r.probed_band[0]:.0%}/+{r.probed_band[1]:.0%}{' ' if r.probed_covered else '!'} "
-                  f"{_pct(r.session_error)} {_pct(r.paired_error)} "
+                  f"{_pct(r.session_error)} {_pct(r.window_error)} {_pct(r.window_mean_error)} {_pct(r.paired_error)} "
                   f"{r.default_error:+7.1%} -{r.band_fast:.0%}/+{r.band:.0%}{'' if r.covered else ' OUT'}"
                   for r in rows]
     groups = {"all": rows, **{k: [r for r in rows if r.kind == k] for k in ("decode", "train_step")},
@@ -138,6 +205,10 @@ def report(rows: list[HostRow], cases: bool) -> str:
             extra = ""
             if s["n_session"]:
                 extra += f"; session probe MAPE {s['session_mape']:.1%} ({s['n_session']})"
+            if s["n_window"]:
+                extra += (f"; window probe MAPE {s['window_mape']:.1%} (max {s['window_max']:.1%}, {s['n_window']}, "
+                          f"its band covers {s['window_coverage']:.0%}; means {s['window_mean_mape']:.1%}, "
+                          f"max {s['window_mean_max']:.1%})")
             if s["n_paired"]:
                 extra += f"; paired deep probe MAPE {s['paired_mape']:.1%} (max {s['paired_max']:.1%}, {s['n_paired']})"
             lines.append(f"{name:14s} n {s['n']:3d} starts {s['starts']}: with probe MAPE {s['probed_mape']:.1%} "

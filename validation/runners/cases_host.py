@@ -16,13 +16,16 @@ timed round-robin, one sample of each per round in a seeded shuffled order, for 
 seconds (a VM host switches speed within a few hundred ms, LOG "The probe's 3 s series": one
 case timed in 0.3 s reads one host state, the probe another; over rounds every case's median
 and the probe's median sample the same states). Before each sample the tiny probe decoder
-(2 layers, cases_inference.PairedProbe) and its 16-layer twin are read. With
+(2 layers, cases_inference.PairedProbe), its 16-layer twin and the probe backward are read
+(probe_runner.HostSampler); extra["window_profile"] is the profile of those reads, pooled over
+the session: a probe of the cases' own window. Training samples also record their forward /
+backward / optimizer host split and the CPU each busy thread of the process ran on. With
 MECHSIM_HOSTVAL_INTERLEAVE=0 each case runs alone as before (cases_inference.run_decode /
 cases_e2e.run_train).
 
     python3 validation/runners/run_suite.py --suite full --match hostval
 
-Estimated ~55 s on an H200 after start-up (model builds ~10 s, session probe ~8 s, rounds ~25 s).
+Estimated ~60 s on an H200 after start-up (model builds ~10 s, session probe ~10 s, rounds ~30 s).
 """
 
 from __future__ import annotations
@@ -41,7 +44,7 @@ from cases_e2e import train_case
 from cases_inference import (MAX_SEQ, PairedProbe, _base, _tokens, add_model_probe, kv_caches, release_all,
                              release_caches, run_decode)
 from common import Case, Ctx, Group, free_memory, result
-from models import batch, build_model, make_optimizer, make_train_step, ref_config
+from models import batch, build_model, loss_fn, make_optimizer, ref_config
 from timing import summarize
 
 DECODE_MODELS = ("0p5b", "3b", "8b")
@@ -49,7 +52,7 @@ BATCHES = (1, 4, 16, 64)
 CTX_RANGE = (128, 4096)
 TRAIN_MODEL, TRAIN_SEQS = "0p5b", (128, 1024)
 TAG = "hostval"
-ROUNDS_S, MAX_ROUNDS, DECODE_STEPS = 25.0, 40, 3   # round-robin budget; decode steps per sample
+ROUNDS_S, MAX_ROUNDS, DECODE_STEPS = 30.0, 40, 3   # round-robin budget; decode steps per sample
 DEEP_LAYERS = 16   # as probe_runner.DEEP_LAYERS
 _PROFILE: dict = {}
 _SESSION: dict = {}
@@ -131,6 +134,9 @@ class Step:
         self.issue: list[float] = []
         self.t: list[float] = []
         self.deep: list[float] = []
+        self.bwd: list[float] = []
+        self.phases: list[list[float]] = []    # training: [forward, backward, optimizer + zero_grad] host s
+        self.threads: list[list[dict]] = []    # training: the process's busy threads over the sample
         self.paired: PairedProbe | None = None
 
 
@@ -147,26 +153,60 @@ def _decode_step(ctx: Ctx, models: dict, p: dict):
     return call
 
 
-def _train_steps(ctx: Ctx, cases: list[Case]) -> list:
+def phased_train_step(model, opt, idx, tgt, device_type: str, log: list):
+    """models.make_train_step (grad_accum 1) that appends [forward + loss, backward, optimizer
+    step + zero_grad] host seconds of each call to ``log``."""
+    def step(_r: int = 0):
+        t0 = time.perf_counter()
+        with torch.autocast(device_type, dtype=torch.bfloat16):
+            loss = loss_fn(model(idx), tgt)
+        t1 = time.perf_counter()
+        loss.backward()
+        t2 = time.perf_counter()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        log.append([t1 - t0, t2 - t1, time.perf_counter() - t2])
+        return loss
+    return step
+
+
+def _train_steps(ctx: Ctx, cases: list[Case], logs: list[list]) -> list:
     cfg = ref_config(TRAIN_MODEL, max(c.params["seq"] for c in cases))
     model = build_model(cfg, ctx.device)
     opt, _impl = make_optimizer(model)
-    return [make_train_step(model, opt, *batch(cfg, c.params["mbs"], c.params["seq"], ctx.device), ctx.device_type)
-            for c in cases]
+    return [phased_train_step(model, opt, *batch(cfg, c.params["mbs"], c.params["seq"], ctx.device), ctx.device_type, log)
+            for c, log in zip(cases, logs)]
 
 
-def _deep_probe(ctx: Ctx):
-    pr = _probe_module()
-    return pr.probe_decoder(torch, pr._llama_ref(), DEEP_LAYERS)
+def thread_ticks() -> dict[str, tuple[str, int, int]]:
+    """tid -> (name, CPU it last ran on, utime + stime jiffies) of every thread of this process."""
+    out = {}
+    for task in Path("/proc/self/task").iterdir():
+        try:
+            text = (task / "stat").read_text()
+        except OSError:
+            continue
+        name = text[text.index("(") + 1:text.rindex(")")]
+        f = text[text.rindex(")") + 2:].split()
+        out[task.name] = (name, int(f[36]), int(f[11]) + int(f[12]))
+    return out
 
 
-def _sample(st: Step, deep) -> None:
+def busy_threads(before: dict, after: dict) -> list[dict]:
+    """The threads that used CPU between two thread_ticks() reads, busiest first."""
+    rows = [{"tid": int(t), "name": a[0], "cpu": a[1], "jiffies": a[2] - before.get(t, (a[0], a[1], 0))[2]}
+            for t, a in after.items()]
+    return sorted((r for r in rows if r["jiffies"] > 0), key=lambda r: -r["jiffies"])[:4]
+
+
+def _sample(st: Step, sampler, log: list | None) -> None:
     torch.cuda.synchronize()
     st.paired()
-    t0 = time.perf_counter()
-    deep()
-    st.deep.append(time.perf_counter() - t0)
+    deep, bwd = sampler.read()
+    st.deep.append(deep)
+    st.bwd.append(bwd)
     torch.cuda.synchronize()
+    ticks = thread_ticks() if log is not None else None
     a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     h0 = time.perf_counter()
     a.record()
@@ -177,6 +217,9 @@ def _sample(st: Step, deep) -> None:
     b.synchronize()
     st.samples.append(a.elapsed_time(b) * 1e-3 / st.steps)
     st.t.append(h0)
+    if log is not None and ticks is not None:
+        st.phases.append(log[-1])
+        st.threads.append(busy_threads(ticks, thread_ticks()))
 
 
 def run_session(ctx: Ctx, decode: list[Case], train: list[Case]) -> dict:
@@ -187,8 +230,10 @@ def run_session(ctx: Ctx, decode: list[Case], train: list[Case]) -> dict:
     for name in dict.fromkeys(c.params["model"] for c in decode):
         models[name] = build_model(ref_config(name, MAX_SEQ[name]), ctx.device, torch.bfloat16).eval()
     steps = [Step(c, _decode_step(ctx, models, c.params), DECODE_STEPS) for c in decode]
-    steps += [Step(c, f, 1) for c, f in zip(train, _train_steps(ctx, train))]
-    deep = _deep_probe(ctx)
+    logs: list[list] = [[] for _ in train]
+    steps += [Step(c, f, 1) for c, f in zip(train, _train_steps(ctx, train, logs))]
+    log_of = {id(st): log for st, log in zip(steps[len(decode):], logs)}
+    sampler = _probe_module().HostSampler(torch)
     for st in steps:
         st.paired = PairedProbe(ctx)
         for _ in range(3):
@@ -199,22 +244,28 @@ def run_session(ctx: Ctx, decode: list[Case], train: list[Case]) -> dict:
         order = list(steps)
         rng.shuffle(order)
         for st in order:
-            _sample(st, deep)
+            _sample(st, sampler, log_of.get(id(st)))
         rounds += 1
-    out = {st.case.case_id: _record(st, prof, session, rounds, t0, len(steps)) for st in steps}
-    del steps, models, deep
+    window = sampler.profile(prof)
+    out = {st.case.case_id: _record(st, prof, session, window, rounds, t0, len(steps)) for st in steps}
+    del steps, models, sampler
     free_memory()
     return out
 
 
-def _record(st: Step, prof: dict, session: dict, rounds: int, t0: float, n_cases: int) -> dict:
+def _record(st: Step, prof: dict, session: dict, window: dict, rounds: int, t0: float, n_cases: int) -> dict:
     timing = summarize(st.samples, "events", 1)
     vals = st.paired.values
     extra: dict = {"interleaved": {"rounds": rounds, "cases": n_cases, "steps_per_sample": st.steps,
                                    "t_s": [t - t0 for t in st.t]},
                    "host_issue_samples_s": st.issue, "host_issue_s": sorted(st.issue)[len(st.issue) // 2],
                    "host_deep_probe_s": {"samples": st.deep, "n_layers": DEEP_LAYERS, "unit": "s per forward"},
-                   "host_profile": prof}
+                   "host_bwd_probe_s": {"samples": st.bwd, "n_layers": window["train_model"]["n_layers"],
+                                        "unit": "s per backward"},
+                   "host_profile": prof, "window_profile": window}
+    if st.phases:
+        extra["host_phase_samples_s"] = {"fields": ["forward", "backward", "optimizer"], "samples": st.phases}
+        extra["busy_threads"] = st.threads
     if session is not prof:
         extra["session_profile"] = session
     add_model_probe(extra, vals[0], vals[-1])
