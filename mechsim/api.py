@@ -29,6 +29,7 @@ USER_ERRORS = (ValueError, TypeError, KeyError, ArithmeticError)
 
 
 _CHECKED: dict[tuple, dict[str, Any]] = {}
+_WORKLOADS: dict[int, tuple[Any, Any]] = {}   # estimate_many: id -> (given, checked workload)
 CHECKED_CACHE_SIZE = 1024
 
 
@@ -195,13 +196,21 @@ def estimate_many(workloads: Any, hw: Any = "h100_sxm", stack: Any = None, overr
     from .sim.many import estimate_many as batched
     one = not isinstance(workloads, (list, tuple))
     given = [workloads] if one else list(workloads)
+    ids = list(map(id, given))
+    first = dict(zip(reversed(ids), range(len(ids) - 1, -1, -1)))   # each object's first point
     seen: dict[int, Any] = {}
-    checked = []
-    for i, w in enumerate(given):
-        if id(w) not in seen:
+    for i in sorted(first.values()):
+        w = given[i]
+        hit = _WORKLOADS.get(id(w))
+        if hit is None or hit[0] is not w:
             try:
-                seen[id(w)] = I.as_workload(w)
+                hit = (w, I.as_workload(w))
             except USER_ERRORS as e:
                 raise I.InputError(f"workloads[{i}]: {I.one_line(e)}") from None
-        checked.append(seen[id(w)])
+            if not isinstance(w, str):   # a record's check is a pure function of it (a path's file may change)
+                if len(_WORKLOADS) >= CHECKED_CACHE_SIZE:
+                    evict_oldest(_WORKLOADS)
+                _WORKLOADS[id(w)] = hit
+        seen[id(w)] = hit[1]
+    checked = given if all(seen[k] is given[i] for k, i in first.items()) else [seen[k] for k in ids]
     return batched(checked[0] if one else checked, hw, stack, overrides, **kw)
