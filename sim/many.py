@@ -29,7 +29,6 @@ last bits only.
 from __future__ import annotations
 
 import itertools
-import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -47,7 +46,8 @@ from .overrides import apply_overrides
 from .prepare import (Prepared, add_tensor_power, at_compute_speed, boost_speedup, calibrated_stack, categories,
                       compute_bound_gemms, efficiency, gemm_power_weights, hw_rates, memory_bound_gemms, prepare,
                       resolve_gpu, resolve_stack, step_peak, tensor_busy_s)
-from .results import CATEGORIES
+from .calibration import on_clear_caches
+from .results import CATEGORIES, evict_oldest
 from .stacks import Stack, get_stack
 
 COLLECTIVE = KINDS.index("collective")
@@ -65,8 +65,9 @@ def _is_seq(v: Any) -> bool:
     return isinstance(v, Sequence) and not isinstance(v, (str, Mapping))
 
 
-def _points(workloads, hw, stack, overrides, usd_per_gpu_hour) -> tuple[list, list, list, list, list]:
-    """The inputs as one list per argument, all of the points' length (scalars broadcast)."""
+def _points(workloads, hw, stack, overrides, usd_per_gpu_hour) -> tuple[list, list, list, list, list, list[bool]]:
+    """The inputs as one list per argument, all of the points' length (scalars broadcast), and
+    for the first four whether they vary by point (a sequence of more than one value)."""
     given = {"workloads": workloads, "hw": hw, "stack": stack, "overrides": overrides,
              "usd_per_gpu_hour": usd_per_gpu_hour}
     lens = {k: len(v) for k, v in given.items() if _is_seq(v)}
@@ -76,7 +77,8 @@ def _points(workloads, hw, stack, overrides, usd_per_gpu_hour) -> tuple[list, li
                          + ", ".join(f"{k} {v}" for k, v in lens.items()) + "); give one value or one per point")
     n = sizes.pop() if sizes else 1
     out = [list(v) * (n if len(v) == 1 else 1) if _is_seq(v) else [v] * n for v in given.values()]
-    return out[0], out[1], out[2], out[3], out[4]
+    varies = [lens.get(k, 1) > 1 for k in list(given)[:4]]
+    return out[0], out[1], out[2], out[3], out[4], varies
 
 
 def _ov_key(ov: Mapping | None) -> tuple:
@@ -335,55 +337,128 @@ def estimate_many(workloads, hw: Any = "h100_sxm", stack: Any = None, overrides:
     message of a point that cannot be estimated, "" otherwise; its numbers are NaN).
     """
     import pandas as pd   # pandas loads only when a table is asked for
-    ws, hws, sts, ovs, prices = _points(workloads, hw, stack, overrides, usd_per_gpu_hour)
-    n = len(ws)
-    loop = run is not None or profile is not None
+    ws, hws, sts, ovs, prices, varies = _points(workloads, hw, stack, overrides, usd_per_gpu_hour)
+    inv, first = _distinct([v for v, by_point in zip((ws, hws, sts, ovs), varies) if by_point], len(ws))
+    combos = [(ws[i], hws[i], sts[i], ovs[i]) for i in first.tolist()]
+    rows = _combo_rows(combos, run is not None or profile is not None, run, profile)
+    return _frame(pd, rows, inv, prices)
+
+
+def _distinct(cols: Sequence[list], n: int) -> tuple[np.ndarray, np.ndarray]:
+    """(the combination of each point, the first point of each combination) over the arguments
+    that vary by point: points whose arguments are the very same objects share one (numpy over
+    the object ids: no per-point Python beyond reading them). Equal values in distinct objects
+    may get two combinations; the timings memo (by value where a value is the key) joins them."""
+    code = np.zeros(n, np.int64)
+    span = 1
+    for vals in cols if n else ():
+        _, ci = np.unique(np.fromiter(map(id, vals), np.int64, n), return_inverse=True)
+        k = int(ci.max()) + 1
+        if span * k >= 2**62:   # keep the combined code in int64
+            _, code = np.unique(code, return_inverse=True)
+            span = int(code.max()) + 1
+        code, span = code * k + ci.reshape(n), span * k
+    _, first, inv = np.unique(code, return_index=True, return_inverse=True)
+    return inv.reshape(n), first
+
+
+# timing key -> (workload, hw, stack, Row): the figures of a one-GPU timing of the vector path,
+# memoised per immutable input (as sim/step.py memoises a step): a sweep asked again, or with
+# another price axis, finds them. The entry holds its objects, so no id is reused while it lives.
+_MEMO: dict[tuple, tuple[Any, Any, Any, "Row"]] = {}
+MEMO_SIZE = 65536
+
+
+@on_clear_caches
+def clear_memo() -> None:
+    """Forget the memoised timings (the data files changed)."""
+    _MEMO.clear()
+
+
+@dataclass(frozen=True)
+class Row:
+    """The figures of one combination: STATIC values, FIGURES values, its path and error text."""
+
+    static: tuple | None
+    figures: np.ndarray | None
+    path: int            # 0 vector, 1 loop
+    error: str = ""
+
+
+def _timing_key(w, h, s, ov) -> tuple:
+    return (id(w), h if h.__class__ is str else id(h), s if s is None or s.__class__ is str else id(s),
+            _ov_key(ov) if ov else ())
+
+
+def _memo_get(key: tuple, w, h, s) -> "Row | None":
+    hit = _MEMO.get(key)
+    if hit is None or hit[0] is not w or (h.__class__ is not str and hit[1] is not h) or \
+            (s is not None and s.__class__ is not str and hit[2] is not s):
+        return None
+    return hit[3]
+
+
+def _combo_rows(combos: list[tuple], loop: bool, run, profile) -> list[Row]:
+    """The Row of each (workload, hw, stack, overrides) combination: memoised, batched over the
+    new one-GPU timings (groups of _evaluate_group), or estimated one at a time (``loop``: a run
+    pattern or host profile for every point)."""
+    rows: list[Row | None] = [None] * len(combos)
+    keys = [_timing_key(*c) for c in combos]
+    if not loop:
+        for j, (key, c) in enumerate(zip(keys, combos)):
+            rows[j] = _memo_get(key, c[0], c[1], c[2])
     res = Resolver()
     timings: dict[tuple, Timing | None] = {}
-    live: list[Timing] = []
-    idx = np.empty(n, dtype=np.int64)
-    ov_keys: dict[int, tuple] = {}
-    for i, (w, h, s, ov) in enumerate(zip(ws, hws, sts, ovs)):
-        if ov:
-            ok = ov_keys.get(id(ov))
-            if ok is None:
-                ok = ov_keys[id(ov)] = _ov_key(ov)
-        else:
-            ok = ()
-        key = (id(w), h if h.__class__ is str else id(h), s if s is None or s.__class__ is str else id(s), ok)
-        if key in timings:
-            x = timings[key]
-        else:
+    of: dict[int, Timing] = {}
+    for j, (key, (w, h, s, ov)) in enumerate(zip(keys, combos)):
+        if rows[j] is not None:
+            continue
+        if key not in timings:
             try:
-                x = None if loop else res.timing(w, h, s, ov, ok)
+                timings[key] = None if loop else res.timing(w, h, s, ov, key[3])
             except (ValueError, TypeError, KeyError, ArithmeticError):
-                x = None   # the loop path reports the error
-            if x is not None:
-                x.u = len(live)
-                live.append(x)
-            timings[key] = x
-        idx[i] = -1 if x is None else x.u
+                timings[key] = None   # the loop path reports the error
+        x = timings[key]
+        if x is not None:
+            of[j] = x
+    live = list({id(x): x for x in of.values()}.values())
+    for u, x in enumerate(live):
+        x.u = u
     figs = np.full((len(live), len(FIGURES)), np.nan)
     groups: dict[tuple, list[Timing]] = {}
     for x in live:
         groups.setdefault(x.group, []).append(x)
     for ts in groups.values():
         _evaluate_group(ts, figs)
-    static = [_static(x) for x in live]
-    loop_rows: dict[int, dict] = {}
-    errors = [""] * n
-    for i in np.flatnonzero(idx < 0).tolist():
-        try:
-            e = estimate_facade(ws[i], hws[i], sts[i], ovs[i], profile=profile, run=run)
-            loop_rows[i] = row_of(e)
-        except (ValueError, TypeError, KeyError, ArithmeticError) as err:
-            errors[i] = " ".join(str(err.args[0] if isinstance(err, KeyError) and err.args else err).split())
-    return _frame(pd, static, figs, idx, loop_rows, prices, errors)
+    done: dict[int, Row] = {}
+    for j, (key, (w, h, s, ov)) in enumerate(zip(keys, combos)):
+        if rows[j] is not None:
+            continue
+        x = of.get(j)
+        if x is None:
+            rows[j] = _loop_row(w, h, s, ov, run, profile)
+            continue
+        row = done.get(x.u)
+        if row is None:
+            row = done[x.u] = Row(_static(x), figs[x.u].copy(), 0)
+        rows[j] = row
+        if len(_MEMO) >= MEMO_SIZE:
+            evict_oldest(_MEMO)
+        _MEMO[key] = (w, h, s, row)
+    return [r for r in rows if r is not None]
+
+
+def _loop_row(w, h, s, ov, run, profile) -> Row:
+    """The Row of one point estimated by `estimate` (its error text where it raises)."""
+    try:
+        r = row_of(estimate_facade(w, h, s, ov, profile=profile, run=run))
+    except (ValueError, TypeError, KeyError, ArithmeticError) as err:
+        return Row(None, None, 1, " ".join(str(err.args[0] if isinstance(err, KeyError) and err.args else err).split()))
+    return Row(tuple(r[c] for c in STATIC), np.array([r[c] for c in FIGURES], dtype=float), 1)
 
 
 STATIC = ("workload", "mode", "gpu", "stack", "gpus", "tokens", "model_flops", "hardware_flops", "peak_flops",
           "peak_dtype", "memory_total", "memory_capacity", "memory_fits")
-NUMBERS = ("gpus", "tokens", "model_flops", "hardware_flops", "peak_flops", "memory_total", "memory_capacity")
 _TOTALS: dict[int, tuple[Prepared, float]] = {}
 _CAPACITY: dict[int, tuple[Any, float]] = {}
 
@@ -410,47 +485,52 @@ def _static(x: Timing) -> tuple:
 STRINGS = ("workload", "mode", "gpu", "stack", "peak_dtype")
 
 
-def _frame(pd, static: list[tuple], figs: np.ndarray, idx: np.ndarray, loop_rows: dict[int, dict],
-           prices: list, errors: list[str]):
-    """The DataFrame (COLUMNS) of the points: row idx[i] of the timings' figures, or the loop
-    path's row (NaN / None where the point raised)."""
-    n = len(idx)
-    vec = idx >= 0
-    take = np.maximum(idx, 0)
-    rest = np.flatnonzero(~vec).tolist()
+_DTYPES: dict[tuple, Any] = {}
+
+
+def _categorical(pd, vals: Sequence, inv: np.ndarray):
+    """A pandas Categorical of the points from one value per combination (None: missing); its
+    dtype is kept per category list (pandas checks a new one's categories, ~0.2 ms)."""
+    cats = tuple(sorted({v for v in vals if v is not None}))
+    at = {v: i for i, v in enumerate(cats)}
+    codes = np.array([-1 if v is None else at[v] for v in vals], dtype=np.int64)
+    dtype = _DTYPES.get(cats)
+    if dtype is None:
+        if len(_DTYPES) > 256:
+            _DTYPES.clear()
+        dtype = _DTYPES[cats] = pd.CategoricalDtype(list(cats))
+    return pd.Categorical.from_codes(codes[inv], dtype=dtype)
+
+
+def _frame(pd, rows: list[Row], inv: np.ndarray, prices: list):
+    """The DataFrame (COLUMNS) of the points: point i shows the Row of its combination inv[i]
+    (NaN / None where it raised)."""
     data: dict[str, Any] = {}
-    for j, c in enumerate(STATIC):
-        vals = [v[j] for v in static]
-        if c in STRINGS and not rest:   # categorical: each distinct string stored once
-            if vals:
-                cats, inv = np.unique(np.array(vals, dtype=object), return_inverse=True)
-                data[c] = pd.Categorical.from_codes(inv[take], categories=cats.tolist())
-            else:
-                data[c] = []
-            continue
-        col = np.array(vals)[take] if vals else np.full(n, np.nan)
-        if rest:
-            col = col.astype(object) if c in STRINGS or c == "memory_fits" else col.astype(float)
-            for i in rest:
-                col[i] = loop_rows[i][c] if i in loop_rows else (None if c in STRINGS else math.nan)
-        data[c] = col
+    missing = (None,) * len(STATIC)
+    cols = list(zip(*(r.static if r.static is not None else missing for r in rows))) or [()] * len(STATIC)
+    fits_ok = all(r.static is not None for r in rows)
+    for c, vals in zip(STATIC, cols):
+        if c in STRINGS:
+            data[c] = _categorical(pd, vals, inv)
+        else:   # numbers: None (a point that raised) is NaN; memory_fits: None there
+            data[c] = np.array(vals, dtype=bool if fits_ok else object)[inv] if c == "memory_fits" else \
+                np.array(vals, dtype=float)[inv]
+    nan = np.full(len(FIGURES), np.nan)
+    figs = np.array([r.figures if r.figures is not None else nan for r in rows]).reshape(len(rows), len(FIGURES)).T
     for j, c in enumerate(FIGURES):
-        col = figs[take, j] if len(static) else np.full(n, np.nan)
-        for i in rest:
-            col[i] = loop_rows[i][c] if i in loop_rows else math.nan
-        data[c] = col
-    step, gpus, tokens = (np.asarray(data[c], dtype=float) for c in ("step_time_s", "gpus", "tokens"))
-    peak = np.asarray(data["peak_flops"], dtype=float)
-    price = np.array([math.nan if p is None else float(p) for p in prices])
+        data[c] = figs[j][inv]
+    step, gpus, tokens, peak = (data[c] for c in ("step_time_s", "gpus", "tokens", "peak_flops"))
+    price = np.array(prices, dtype=float)   # None: NaN
     with np.errstate(divide="ignore", invalid="ignore"):
         data["tokens_per_s"] = tokens / step
-        data["mfu"] = np.asarray(data["model_flops"], dtype=float) / (step * peak)
-        data["hfu"] = np.asarray(data["hardware_flops"], dtype=float) / (step * peak)
+        data["mfu"] = data["model_flops"] / (step * peak)
+        data["hfu"] = data["hardware_flops"] / (step * peak)
         data["usd_per_gpu_hour"] = price
         data["usd_per_step"] = step * gpus * price / 3600.0
         data["tokens_per_usd"] = tokens / data["usd_per_step"]
-    data["path"] = pd.Categorical.from_codes(np.where(vec, 0, 1), categories=["vector", "loop"])
-    data["error"] = errors
+    data["path"] = pd.Categorical.from_codes(np.array([r.path for r in rows], dtype=np.int64)[inv],
+                                             categories=["vector", "loop"])
+    data["error"] = np.array([r.error for r in rows], dtype=object)[inv]
     return pd.DataFrame({c: data[c] for c in COLUMNS})
 
 

@@ -163,3 +163,26 @@ def test_kernel_times_of_concatenated_tables_are_each_tables_own_exactly():
     own = [kernels.kernel_times(t, hw_rates(gpu), efficiency(gpu), "fa2") for t in tables]
     assert np.array_equal(k.gpu_s, np.concatenate([o.gpu_s for o in own]))
     assert np.array_equal(k.efficiency, np.concatenate([o.efficiency for o in own]))
+
+
+def test_a_sweep_asked_again_reads_the_memo_and_equals_the_computed_table():
+    """The second call finds each timing's figures memoised (sim/many.py _MEMO); they equal the ones
+    computed with the memo cleared, column by column, and an override given as an equal dict in a
+    new object is the same timing."""
+    from mechsim.sim import many
+    ws = [TrainingWorkload(model="llama3.2-1b", mbs=b, seq=1024) for b in (1, 2)]
+    hw = ["h100_sxm", "h200_sxm", "b200"]
+    pts = [(w, h) for w in ws for h in hw]
+    args = ([p[0] for p in pts], [p[1] for p in pts])
+    many.clear_memo()
+    fresh = estimate_many(*args, overrides={"hbm_bandwidth": "+20%"}, usd_per_gpu_hour=2.0)
+    assert len(many._MEMO) == len(pts)
+    again = estimate_many(*args, overrides={"hbm_bandwidth": "+20%"}, usd_per_gpu_hour=[3.0] * len(pts))
+    assert len(many._MEMO) == len(pts)
+    for c in COLUMNS:
+        if c in ("usd_per_gpu_hour", "usd_per_step", "tokens_per_usd"):
+            continue
+        assert fresh[c].tolist() == again[c].tolist(), c
+    assert np.allclose(again["usd_per_step"], fresh["usd_per_step"] * 1.5, rtol=1e-12)
+    plain = estimate_many(*args)
+    assert (plain["step_time_s"] != fresh["step_time_s"]).any()   # the what-if is part of the key
