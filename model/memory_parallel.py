@@ -62,7 +62,7 @@ def stage_param_count(w: TrainingWorkload, stage: int = 0) -> int:
     """Parameters one GPU of pipeline stage ``stage`` holds (tp/ep shard, all of its layers)."""
     p, cfg = w.parallel, w.model
     loc = train_local_config(cfg, p, stage)
-    P = sum(loc.layer_params(i) for i in range(loc.n_layers))
+    P = loc.layers_params()
     first, last = stage == 0, stage == p.pp - 1
     if first:
         P += loc.vocab * loc.d_model + (loc.max_seq * loc.d_model if loc.pos_embedding == "learned" else 0)
@@ -163,9 +163,17 @@ def dp_buffer_bytes(w: TrainingWorkload, stage: int = 0) -> float:
         return stage_param_count(w, stage) * (fsdp_gather_bytes(w) + 4)
     if p.zero == 3:
         loc = train_local_config(w.model, p, stage)
-        layer = max(loc.layer_params(i) for i in range(loc.n_layers))
+        layer = max(loc.layer_params(i) for i in _layer_kinds(loc))
         return layer * (2 * dt.param + dt.grad)
     return 0.0 if dt.main_grad else stage_param_count(w, stage) * dt.grad
+
+
+def _layer_kinds(cfg) -> tuple[int, ...]:
+    """The first dense and the first MoE layer index of cfg (the ones it has): layer_params(i) is
+    the same for every layer of a kind."""
+    dense = next(i for i in range(cfg.n_layers) if not cfg.is_moe_layer(i)) if cfg.n_dense_layers else None
+    moe = next(i for i in range(cfg.n_layers) if cfg.is_moe_layer(i)) if cfg.n_moe_layers else None
+    return tuple(i for i in (dense, moe) if i is not None)
 
 
 def _adapters_sharded(w: TrainingWorkload, adapters: int, per_param: float, min_zero: int) -> float:

@@ -175,9 +175,12 @@ def _local_moe(cfg: TransformerConfig, p: Parallelism, n_layers: int, n_moe: int
 
 def local_config(cfg: TransformerConfig, p: Parallelism, stage: int | None = None) -> TransformerConfig:
     """The piece of ``cfg`` one GPU of pipeline stage ``stage`` (default last) holds."""
-    if p == Parallelism():
+    if p == _ONE_GPU:
         return cfg
     return _local(cfg, p, p.pp - 1 if stage is None else stage)
+
+
+_ONE_GPU = Parallelism()   # built once: a Parallelism() per call is a pydantic validation
 
 
 @lru_cache(maxsize=64)
