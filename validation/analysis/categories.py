@@ -9,10 +9,14 @@ ways and compared:
              leave out (``device_busy_us`` minus their sum) is reported as ``tail`` (small
              kernels: memory-bound as a rule, not split further); host = the timed median
              minus the device-busy time (launch gaps, where positive)
-  predicted  the same estimate `mechsim validate compare` makes for the record (public API,
-             the record's own host-speed probe), its ops' times summed by kind the way the trace
+  predicted  the estimate `mechsim validate compare` makes for the record (public API, the
+             record's own host-speed probe), its ops' times summed by kind the way the trace
              report does (matmul -> gemm, attention, collective -> communication, the rest
-             memory); host = the estimate's launch overhead (GPU idle while the host issues)
+             memory), at the sustained power state (as the trace import), or with
+             ``burst_state`` at the profiled call's: ONE call after the profiler's start-up pause,
+             ``estimate(..., run=burst(busy))`` from an idle board (LOG "Step categories: host idle
+             definition, the profiled call's power state, split-KV decode attention"); host = the
+             same quantity as measured: the timed (sustained) step minus the predicted kernel time.
 
 Error = predicted / measured - 1 per category. GPU user annotations the profiler lists among
 device events (``Optimizer.step#...``, ``ProfilerStep#...``: ranges, not kernels) are left out.
@@ -25,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable
 
-from ... import estimate
+from ... import burst, estimate
 from ..records import iter_records, run_paths
 from ..trace.families import classify
 from ..trace.report import KIND_CATEGORY
@@ -35,6 +39,11 @@ from .predict import (NotPredicted, gpu_key, host_scale, host_scaled_stack, infe
 
 STEP_KINDS = ("train_step", "prefill", "decode")
 CATEGORIES = ("gemm", "attention", "memory", "communication", "host")
+# A step is host-bound where the GPU idles >= this share of its timed median: there the idle is
+# launch gaps and its error is relative to itself ("host"); in a GPU-bound step the idle is a few
+# percent and mostly the power state's difference between the timed steps and the profiled call,
+# so its error is given in points of the step ("idle_pts") instead of relative to a near-zero residual.
+HOST_BOUND_SHARE = 0.2
 ANNOTATION = re.compile(r"^(Optimizer\.|ProfilerStep)")
 
 
@@ -49,10 +58,11 @@ class CategoryRow:
     category: str
     predicted_s: float
     measured_s: float
+    per_s: float = 0.0     # error relative to this (the timed step: "idle" of a GPU-bound step), else to measured_s
 
     @property
     def error(self) -> float:
-        return self.predicted_s / self.measured_s - 1.0
+        return (self.predicted_s - self.measured_s) / (self.per_s or self.measured_s)
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,8 +104,9 @@ def measured_categories(rec: dict) -> tuple[dict[str, float], float, float]:
     return out, max(0.0, busy - listed), unknown
 
 
-def step_estimate(rec: dict, run: dict) -> Any:
-    """The estimate `validate compare` makes for a step record, as an Estimate."""
+def step_estimate(rec: dict, run: dict, profiled: bool = False) -> Any:
+    """The estimate `validate compare` makes for a step record, as an Estimate; with ``profiled``
+    at the power state of the one profiled call (a burst of its predicted busy time from idle)."""
     p, gpu = rec["params"], gpu_key(run["env"])
     scale = host_scale(run, rec, gpu)
     if rec["kind"] == "train_step":
@@ -104,34 +115,43 @@ def step_estimate(rec: dict, run: dict) -> Any:
         w = inference_workload(p, rec["kind"])
     else:
         raise NotPredicted(f"kind {rec['kind']!r} is not a step")
-    return estimate(w, gpu, host_scaled_stack(w.stack, gpu, scale))
+    st = host_scaled_stack(w.stack, gpu, scale)
+    est = estimate(w, gpu, st)
+    return estimate(w, gpu, st, run=burst(est.gpu_busy_s * 1e3)) if profiled else est
 
 
-def predicted_categories(est: Any) -> dict[str, float]:
-    """Seconds per category of one estimate's ops, and its launch overhead as host."""
+def predicted_categories(est: Any, timed: Any | None = None) -> dict[str, float]:
+    """Seconds per category of one estimate's ops; host = the ``timed`` estimate's step (default:
+    the same estimate) minus this one's GPU busy time."""
     out = dict.fromkeys(CATEGORIES, 0.0)
     for o in est.ops:
         out[KIND_CATEGORY.get(o.kind, "memory")] += o.time_s
-    out["host"] = est.launch_overhead_s
+    out["host"] = max(0.0, (timed or est).step_time_s - sum(v for k, v in out.items() if k != "host"))
     return out
 
 
-def step_categories(run: dict, rec: dict) -> StepCategories:
+def step_categories(run: dict, rec: dict, burst_state: bool = False) -> StepCategories:
+    """``burst_state``: predict the GPU categories at the profiled call's power state (a burst from
+    idle) instead of the sustained state the trace import and `validate compare` use."""
     meas, tail, unknown = measured_categories(rec)
     est = step_estimate(rec, run)
-    pred = predicted_categories(est)
-    rows = tuple(CategoryRow(run["run_id"], rec["case_id"], rec["kind"], split_of(rec), c, pred[c], meas[c])
+    pred = predicted_categories(step_estimate(rec, run, profiled=True) if burst_state else est, est)
+    median = rec["timing"]["median_s"]
+    host_bound = meas["host"] >= HOST_BOUND_SHARE * median
+    rows = tuple(CategoryRow(run["run_id"], rec["case_id"], rec["kind"], split_of(rec),
+                             c if c != "host" or host_bound else "idle_pts", pred[c], meas[c],
+                             median if c == "host" and not host_bound else 0.0)
                  for c in CATEGORIES if meas[c] > 0)
     return StepCategories(run["run_id"], rec["case_id"], rec["kind"], split_of(rec), rows, tail, unknown,
                           rec["timing"]["median_s"], est.step_time_s)
 
 
-def profiled_steps(paths: Iterable[str | Path] | None = None) -> list[StepCategories]:
+def profiled_steps(paths: Iterable[str | Path] | None = None, burst_state: bool = False) -> list[StepCategories]:
     """Every step record with a kernel profile under ``paths`` (default: the committed runs)."""
     out = []
     for run, rec in iter_records(run_paths(paths or [DATA_DIR])):
         if rec["kind"] in STEP_KINDS and (rec.get("extra") or {}).get("kernels") and run["env"].get("device") != "cpu":
-            out.append(step_categories(run, rec))
+            out.append(step_categories(run, rec, burst_state))
     return out
 
 
@@ -153,7 +173,9 @@ def summary(steps: list[StepCategories]) -> dict[tuple[str, str], dict[str, floa
 
 def text_table(steps: list[StepCategories]) -> str:
     """The per-category table `mechsim validate compare --categories` prints."""
-    lines = ["per-category error of the profiled step records (predicted vs profiled kernels; host = median - busy)",
+    lines = ["per-category error of the profiled step records (predicted, sustained state, vs the profiled "
+             "kernels; host = timed median - profiled busy, relative where the step is host-bound (idle >= "
+             f"{HOST_BOUND_SHARE:.0%}), else idle_pts: points of the step)",
              f"{'step kind/mode':22s} {'category':14s} {'n':>3s} {'MAPE':>7s} {'mean':>7s}"]
     for (mode, cat), st in summary(steps).items():
         lines.append(f"{mode:22s} {cat:14s} {st['n']:3d} {st['mape'] * 100:6.1f}% {st['mean'] * 100:+6.1f}%")

@@ -71,6 +71,15 @@ def sweep_split(record: dict) -> str:
     return "held_out" if h % 2 else "calibration"
 
 
+def stepval_held(record: dict) -> bool:
+    """Seeded random step cases (tag "stepval", splits.toml [stepval]): held out by a seeded hash
+    of the case id, one half of them."""
+    if "stepval" not in (record["params"].get("tags") or ()):
+        return False
+    h = int(hashlib.sha1(f"{SPLITS['stepval']['half_seed']}/{record['case_id']}".encode()).hexdigest(), 16)
+    return bool(h % 2)
+
+
 def split_of(record: dict) -> str:
     """'held_out' or 'calibration' ('held_out_start' for sweep records of another machine start),
     decided by the case's configuration (sweeps: at random, seeded) only."""
@@ -83,7 +92,9 @@ def split_of(record: dict) -> str:
     elif "held_out_bytes" in SPLITS.get(kind, {}):    # collectives: every other message size
         held = int(p.get("bytes", 0)) in SPLITS[kind]["held_out_bytes"]
     elif "held_out_models" in SPLITS.get(kind, {}):   # train_step, prefill, decode, ddp, fsdp
-        held = p.get("model") in SPLITS[kind]["held_out_models"]
+        held = p.get("model") in SPLITS[kind]["held_out_models"] or stepval_held(record)
+    elif "stepval" in (p.get("tags") or ()):
+        held = stepval_held(record)
     else:
         held = _hashed(record["case_id"].replace("/fwd+bwd/", "/").replace("/fwd/", "/"))
     return "held_out" if held else "calibration"
@@ -102,6 +113,8 @@ def row_kind(rec: dict) -> str:
         return f"{'decode_eager' if rec['kind'] == 'decode' else rec['kind']}_host"
     if rec["kind"] == "decode":
         return "decode_graph" if rec["params"].get("mode") == "graph" else "decode_eager"
+    if rec["kind"] == "train_step" and rec["params"].get("compile"):
+        return "train_step_compile"   # torch.compile (inductor): its own target
     if rec["kind"] == "collective" and rec["params"].get("algo"):
         return "collective_algo"   # NCCL_ALGO forced (ring vs tree): not what a job runs by default
     return rec["kind"]
@@ -202,7 +215,7 @@ def failures(summary: dict, limits: dict) -> list[str]:
 
 
 # Estimate modes and stacks each end-to-end row speaks for (for error bands).
-BAND_KEYS = {"train_step": "train", "prefill": "prefill", "decode_graph": "decode", "decode_eager": "decode"}
+BAND_KEYS = {"train_step": "train", "train_step_compile": "train", "prefill": "prefill", "decode_graph": "decode", "decode_eager": "decode"}
 
 
 def _band_key(r: Row) -> str:

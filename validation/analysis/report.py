@@ -76,6 +76,7 @@ TARGETS = {  # the validation issue's held-out targets (MAPE, max) per kind; Non
     "gemm": (0.05, 0.15), "attention": (0.05, 0.15), "memory": (0.05, 0.15), "elementwise": (0.05, 0.15),
     "norm": (0.05, 0.15), "softmax": (0.05, 0.15), "cross_entropy": (0.05, 0.15), "train_step": (0.05, None), "prefill": (0.05, None),
     "decode_graph": (0.05, None), "decode_eager": (0.12, None), "train_memory": (0.03, None),
+    "train_step_compile": (0.06, None), "moe_step": (0.12, None),
     "collective": (0.10, None), "ddp": (0.10, None), "fsdp": (0.10, None),
     # probed host-bound eager steps (cases_host.py): with a probe of the same machine start, 8 %
     "decode_eager_host": (0.08, None), "train_step_host": (0.08, None),
