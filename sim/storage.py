@@ -42,6 +42,7 @@ from .estimate import estimate, resolve_gpu
 from .reliability import checkpoint_bytes, reliability_params, run_reliability
 
 FORMATS = ("pretokenized", "text", "image")
+TOKENIZERS = ("hf_bpe", "python_bpe")     # Rust tokenizers byte-level BPE; regex + byte-level BPE in pure Python
 MODES = ("sync", "async", "in_memory")
 GB = 1e9
 
@@ -55,7 +56,7 @@ def _positive(name: str, v: float) -> None:
 def io_rates() -> dict[str, float]:
     """SI values of sim/data/storage.toml ([checkpoint] and [loader] records)."""
     raw = load_toml(DATA / "storage.toml")
-    scale = {"GB/s": GB, "MB/s": 1e6, "B": 1.0, "1": 1.0}
+    scale = {"GB/s": GB, "MB/s": 1e6, "B": 1.0, "1": 1.0, "s": 1.0}
     return {k: float(r["value"]) * scale[r["unit"]] for sec in raw.values() if isinstance(sec, dict)
             for k, r in sec.items() if isinstance(r, dict) and "value" in r}
 
@@ -121,8 +122,10 @@ class LoaderSpec:
 
     format: Literal["pretokenized", "text", "image"] = "pretokenized"
     workers: int = 4
+    tokenizer: Literal["hf_bpe", "python_bpe"] = "hf_bpe"     # text: which rate class tokenises
     prefetch: int = 2
     vocab: int = 128256
+    sample_s: float | None = None                   # per sample per worker (default: sim/data/storage.toml)
     text_bytes_per_token: float | None = None      # default: sim/data/storage.toml
     tokenize_Bps_per_core: float | None = None      # default: sim/data/storage.toml
     sample_bytes: float | None = None               # images: encoded bytes per sample (required)
@@ -132,6 +135,8 @@ class LoaderSpec:
     def __post_init__(self) -> None:
         if self.format not in FORMATS:
             raise ValueError(f"loader format must be one of {FORMATS}, got {self.format!r}")
+        if self.tokenizer not in TOKENIZERS:
+            raise ValueError(f"loader tokenizer must be one of {TOKENIZERS}, got {self.tokenizer!r}")
         if self.workers < 0 or self.prefetch < 0 or self.vocab < 1:
             raise ValueError(f"loader workers and prefetch must be >= 0 and vocab >= 1, got "
                              f"{self.workers}, {self.prefetch}, {self.vocab}")
@@ -183,26 +188,40 @@ def _image_fields(spec: LoaderSpec) -> tuple[float, float, float]:
     return float(b), float(n), float(d)
 
 
-def loader_cpu_s(spec: LoaderSpec, tokens: float) -> float:
-    """CPU seconds per step per GPU spread over ``workers`` cores (the main process if 0)."""
+def loader_cpu_s(spec: LoaderSpec, tokens: float, tokens_per_sample: float | None = None) -> float:
+    """CPU seconds per step per GPU spread over ``workers`` cores (the main process if 0): tokenising
+    (text) or decoding (images), plus the DataLoader's cost per sample (fetch, collate, hand-over to
+    the main process; loader_sample_s) when ``tokens_per_sample`` is known (images: their own)."""
     cores = max(spec.workers, 1)
-    if spec.format == "text":
-        rate = spec.tokenize_Bps_per_core or io_rates()["tokenize_rate_per_core"]
-        return tokens * bytes_per_token(spec) / (cores * rate)
-    if spec.format == "image":
-        _, per_sample, decode_rate = _image_fields(spec)
-        return tokens / per_sample / (cores * decode_rate)
-    return 0.0
+    if spec.format == "image":          # an image sample's tokens are its own, not the sequence's
+        _, image_tokens, decode_rate = _image_fields(spec)
+        work = tokens / image_tokens / decode_rate
+    elif spec.format == "text":
+        work = tokens * bytes_per_token(spec) / (spec.tokenize_Bps_per_core or tokenize_rate(spec.tokenizer))
+    else:
+        work = 0.0
+    if tokens_per_sample is not None:
+        _positive("tokens_per_sample", tokens_per_sample)
+        work += tokens / tokens_per_sample * (spec.sample_s if spec.sample_s is not None else io_rates()["loader_sample_s"])
+    return work / cores
+
+
+def tokenize_rate(tokenizer: str) -> float:
+    """Bytes of text per second one core tokenises (sim/data/storage.toml tokenize_rate_per_core_*)."""
+    if tokenizer not in TOKENIZERS:
+        raise ValueError(f"loader tokenizer must be one of {TOKENIZERS}, got {tokenizer!r}")
+    return io_rates()[f"tokenize_rate_per_core_{tokenizer}"]
 
 
 def loader_estimate(tokens_per_gpu: float, step_s: float, st: Storage, spec: LoaderSpec = LoaderSpec(),
-                    gpus: int = 1, nodes: int = 1) -> LoaderEstimate:
-    """Loader time per step (module docstring) and how much of it the step cannot hide."""
+                    gpus: int = 1, nodes: int = 1, tokens_per_sample: float | None = None) -> LoaderEstimate:
+    """Loader time per step (module docstring) and how much of it the step cannot hide.
+    ``tokens_per_sample`` (the sequence length): counts the DataLoader's per-sample cost."""
     if tokens_per_gpu < 0 or step_s <= 0:
         raise ValueError(f"tokens_per_gpu must be >= 0 and step_s > 0, got {tokens_per_gpu}, {step_s}")
     b = tokens_per_gpu * bytes_per_token(spec)
     read = b * gpus / st.job_bandwidth("read", nodes)
-    cpu = loader_cpu_s(spec, tokens_per_gpu)
+    cpu = loader_cpu_s(spec, tokens_per_gpu, tokens_per_sample)
     load = max(read, cpu)
     exposed = load if spec.workers == 0 or spec.prefetch == 0 else max(0.0, load - step_s)
     return LoaderEstimate(spec.format, bytes_per_token(spec), b, read, cpu, load, step_s, exposed,
@@ -210,6 +229,93 @@ def loader_estimate(tokens_per_gpu: float, step_s: float, st: Storage, spec: Loa
 
 
 # ------------------------------------------------------------------ checkpoints
+@dataclass(frozen=True)
+class PageCache:
+    """A Linux host's page cache as a buffered checkpoint writer meets it (the vm.dirty_* sysctls).
+
+    memory_bytes: the host's RAM (the kernel takes the ratios of its free + reclaimable pages, which
+    on an idle host is about MemTotal). Ratios and intervals default to the kernel's defaults
+    (sim/data/storage.toml [page_cache], source linux_vm_sysctl_dirty)."""
+
+    memory_bytes: float
+    dirty_ratio: float | None = None
+    dirty_background_ratio: float | None = None
+    dirty_expire_s: float | None = None
+    dirty_writeback_s: float | None = None
+
+    def __post_init__(self) -> None:
+        _positive("page_cache.memory_bytes", self.memory_bytes)
+        for k in ("dirty_ratio", "dirty_background_ratio"):
+            v = getattr(self, k)
+            if v is not None and not 0.0 < v <= 1.0:
+                raise ValueError(f"page_cache.{k} must be a fraction in (0, 1] (20 % = 0.2), got {v}")
+        if self.ratio("dirty_background_ratio") > self.ratio("dirty_ratio"):
+            raise ValueError("page_cache.dirty_background_ratio must be <= dirty_ratio (the kernel halves it "
+                             "otherwise); check the values read from /proc/sys/vm")
+        for k in ("dirty_expire_s", "dirty_writeback_s"):
+            v = getattr(self, k)
+            if v is not None:
+                _positive(f"page_cache.{k}", v)
+
+    def ratio(self, key: str) -> float:
+        v = getattr(self, key)
+        return float(v) if v is not None else io_rates()[key]
+
+    def interval(self, key: str) -> float:
+        v = getattr(self, key)
+        return float(v) if v is not None else io_rates()[key]
+
+
+@dataclass(frozen=True)
+class WriteBack:
+    """A buffered write of ``bytes`` through a page cache (SI): when the writer returns, how much is
+    still dirty in memory then, and when the last byte is on the device (fsync)."""
+
+    bytes: float
+    return_s: float
+    dirty_bytes: float
+    durable_s: float
+
+    @property
+    def total(self) -> float:
+        return self.durable_s
+
+
+def writeback(nbytes: float, fill_Bps: float, drain_Bps: float, cache: PageCache | None) -> WriteBack:
+    """Buffered write of ``nbytes`` by a writer producing fill_Bps into the page cache, which the
+    kernel writes to the device at drain_Bps (Linux dirty thresholds, source linux_vm_sysctl_dirty):
+
+        B = dirty_background_ratio x memory, H = dirty_ratio x memory
+        dirty grows at fill until B (no writeback before); above B the flusher writes at drain:
+          fill <= drain: dirty stays at B; a writer running past dirty_expire + dirty_writeback has its
+                         expired data flushed on every wake, so at most fill x dirty_writeback is left
+          fill >  drain: dirty grows at fill - drain until H, then the writer is held to drain
+        durable = return + dirty at return / drain        (the fsync writes what is still dirty)
+
+    No page cache (``cache`` None): written through, return = durable = max(n / fill, n / drain)."""
+    for k, v in (("fill_Bps", fill_Bps), ("drain_Bps", drain_Bps)):
+        _positive(k, v)
+    if nbytes < 0:
+        raise ValueError(f"bytes must be >= 0, got {nbytes}")
+    if cache is None:
+        t = max(nbytes / fill_Bps, nbytes / drain_Bps)
+        return WriteBack(nbytes, t, 0.0, t)
+    B = cache.ratio("dirty_background_ratio") * cache.memory_bytes
+    H = cache.ratio("dirty_ratio") * cache.memory_bytes
+    if nbytes <= B or fill_Bps <= drain_Bps:
+        ret = nbytes / fill_Bps
+        dirty = min(nbytes, B)
+        if ret > cache.interval("dirty_expire_s") + cache.interval("dirty_writeback_s"):
+            dirty = min(dirty, fill_Bps * cache.interval("dirty_writeback_s"))
+    else:
+        t_H = B / fill_Bps + (H - B) / (fill_Bps - drain_Bps)      # when dirty reaches H
+        if nbytes <= fill_Bps * t_H:
+            ret, dirty = nbytes / fill_Bps, B + (nbytes - B) * (1.0 - drain_Bps / fill_Bps)
+        else:
+            ret, dirty = t_H + (nbytes - fill_Bps * t_H) / drain_Bps, H
+    return WriteBack(nbytes, ret, dirty, ret + dirty / drain_Bps)
+
+
 @dataclass(frozen=True)
 class CheckpointIO:
     """One checkpoint save and restore (SI). ``blocking_s`` stops training; ``persist_s`` is when
@@ -224,34 +330,70 @@ class CheckpointIO:
     blocking_s: float
     persist_s: float
     restore_s: float
+    saver: str = "torch_save"
+    dirty_bytes: float = 0.0      # per writer, still in the page cache when the write returned
 
     @property
     def total(self) -> float:
         return self.blocking_s
 
 
-def _tier_write_s(nbytes: float, writers: int, st: Storage, nodes: int, r: dict) -> float:
-    return max(nbytes / writers / r["torch_save_rate"], nbytes / st.job_bandwidth("write", nodes))
+SAVERS = ("torch_save", "dcp")
+_SAVE_RATE = {"torch_save": "torch_save_rate", "dcp": "dcp_save_rate"}          # sim/data/storage.toml keys
+_LOAD_RATE = {"torch_save": "load_extra_rate", "dcp": "dcp_load_extra_rate"}
+STAGING = ("pinned", "pageable")
+
+
+def _check_choice(name: str, v: str, allowed: tuple[str, ...]) -> None:
+    if v not in allowed:
+        raise ValueError(f"checkpoint {name} must be one of {allowed}, got {v!r}")
+
+
+def stage_s(shard: float, host_link_Bps: float, staging: str = "pinned") -> float:
+    """GPU -> host copy of one writer's shard: into pinned buffers allocated once (host link x
+    d2h_pinned_fraction), or into fresh pageable memory as a stager without a cache allocates it
+    (torch DCP async_save's default; rate stage_pageable_rate, page faults included)."""
+    _check_choice("staging", staging, STAGING)
+    r = io_rates()
+    return shard / (host_link_Bps * r["d2h_pinned_fraction"]) if staging == "pinned" else shard / r["stage_pageable_rate"]
 
 
 def checkpoint_io(nbytes: float, writers: int, nodes: int, st: Storage, host_link_Bps: float,
-                  mode: str = "sync", peer_Bps_per_gpu: float | None = None) -> CheckpointIO:
+                  mode: str = "sync", peer_Bps_per_gpu: float | None = None, *, saver: str = "torch_save",
+                  staging: str = "pinned", page_cache: PageCache | None = None) -> CheckpointIO:
     """Save/restore times of a checkpoint of ``nbytes`` (module docstring). host_link_Bps: the GPU's
-    CPU<->GPU link peak per direction (hwdb GPU.host_link_bw_per_dir)."""
-    if mode not in MODES:
-        raise ValueError(f"checkpoint mode must be one of {MODES}, got {mode!r}")
+    CPU<->GPU link peak per direction (hwdb GPU.host_link_bw_per_dir). ``saver``: torch_save (returns
+    with data still in the page cache; safe after its fsync) or dcp (FileSystemWriter fsyncs every file
+    before returning). ``page_cache``: the host's (None: written through, no page cache)."""
+    _check_choice("mode", mode, MODES)
+    _check_choice("saver", saver, SAVERS)
     if nbytes < 0 or writers < 1 or nodes < 1:
         raise ValueError(f"need bytes >= 0, writers >= 1, nodes >= 1; got {nbytes}, {writers}, {nodes}")
     _positive("host_link_Bps", host_link_Bps)
     r, shard = io_rates(), nbytes / writers
-    stage = shard / (host_link_Bps * r["d2h_pinned_fraction"])
+    stage = stage_s(shard, host_link_Bps, staging)
     if mode == "in_memory":
         return _in_memory(nbytes, writers, st.name, stage, shard, peer_Bps_per_gpu)
-    write = _tier_write_s(nbytes, writers, st, nodes, r)
-    restore = nbytes / st.job_bandwidth("read", nodes) + shard / r["load_extra_rate"]
+    wb = _shard_writeback(shard, writers, nodes, st, saver, page_cache)
+    restore = nbytes / st.job_bandwidth("read", nodes) + shard / r[_LOAD_RATE[saver]]
+    block = wb.return_s if saver == "torch_save" else wb.durable_s
     if mode == "sync":
-        return CheckpointIO(mode, st.name, nbytes, writers, 0.0, write, write, write, restore)
-    return CheckpointIO(mode, st.name, nbytes, writers, stage, write, stage, stage + write, restore)
+        return CheckpointIO(mode, st.name, nbytes, writers, 0.0, block, block, wb.durable_s, restore, saver,
+                            wb.dirty_bytes)
+    return CheckpointIO(mode, st.name, nbytes, writers, stage, wb.durable_s, stage, stage + wb.durable_s, restore,
+                        saver, wb.dirty_bytes)
+
+
+def _shard_writeback(shard: float, writers: int, nodes: int, st: Storage, saver: str,
+                     cache: PageCache | None) -> WriteBack:
+    """One writer's shard: its software rate fills, its share of the job's write bandwidth drains, its
+    share of its node's page cache (writers spread evenly over the nodes) holds the dirty data."""
+    drain = st.job_bandwidth("write", nodes) / writers
+    per_node = max(1.0, writers / nodes)
+    share = None if cache is None else PageCache(cache.memory_bytes / per_node, cache.dirty_ratio,
+                                                 cache.dirty_background_ratio, cache.dirty_expire_s,
+                                                 cache.dirty_writeback_s)
+    return writeback(shard, io_rates()[_SAVE_RATE[saver]], drain, share)
 
 
 def _in_memory(nbytes: float, writers: int, name: str, stage: float, shard: float,
@@ -321,20 +463,23 @@ def _node_facts(hw: Any, gpus: int) -> tuple[Any, int, float | None]:
 
 def estimate_storage(workload: Any, hw: Any = "h100_sxm", tier: str | Storage | None = None, *,
                      storage_write_GBps: float | None = None, storage_read_GBps: float | None = None,
-                     loader: LoaderSpec = LoaderSpec(), checkpoint: str = "sync", stack: Any = None,
+                     loader: LoaderSpec = LoaderSpec(), checkpoint: str = "sync", saver: str = "torch_save",
+                     staging: str = "pinned", page_cache: PageCache | None = None, stack: Any = None,
                      overrides: Any = None, reliability: Any = None, est: Any = None) -> StorageReport:
     """estimate() of a training workload (or the given ``est`` of it) plus its data loading and
     checkpoint I/O on ``tier`` (a key of hwdb/data/storage, or measured bandwidths in GB/s per node),
-    and the run's goodput at the Daly interval. ``reliability``: SI overrides of ReliabilityParams."""
+    and the run's goodput at the Daly interval. ``saver`` / ``staging`` / ``page_cache``: see
+    checkpoint_io. ``reliability``: SI overrides of ReliabilityParams."""
     if not hasattr(workload, "mbs"):
         raise ValueError("estimate_storage: a training workload is needed (inference has no data loader "
                          "or checkpoints)")
     st = storage(tier, storage_write_GBps, storage_read_GBps)
     est = est if est is not None else estimate(workload, hw, stack, overrides)
     gpu, nodes, peer = _node_facts(hw, est.gpus)
-    ld = loader_estimate(est.tokens / est.gpus, est.step_time_s, st, loader, est.gpus, nodes)
+    ld = loader_estimate(est.tokens / est.gpus, est.step_time_s, st, loader, est.gpus, nodes, workload.seq)
     nbytes = checkpoint_bytes(workload)
-    io = checkpoint_io(nbytes, checkpoint_writers(workload), nodes, st, gpu.host_link_bw_per_dir, checkpoint, peer)
+    io = checkpoint_io(nbytes, checkpoint_writers(workload), nodes, st, gpu.host_link_bw_per_dir, checkpoint, peer,
+                       saver=saver, staging=staging, page_cache=page_cache)
     rel = run_reliability(est.gpus, nodes, nbytes, reliability_params(reliability), None, io)
     return StorageReport(est, ld, io, rel)
 

@@ -143,3 +143,48 @@ def test_compare_rows_split_and_errors():
     save = max(10e9 / R["torch_save_rate"], 10e9 / 1e9)
     assert rows[1].predicted_s == pytest.approx(save) and rows[1].error == pytest.approx(save / 20.0 - 1)
     assert not math.isnan(rows[2].error)
+
+
+def test_writeback_page_cache_hand_computed_and_bad_input():
+    pc = S.PageCache(100e9)                                   # B = 10 GB, H = 20 GB (kernel defaults)
+    small = S.writeback(4e9, 1e9, 2e9, pc)                    # under B: all of it dirty at return
+    assert small.return_s == pytest.approx(4.0) and small.durable_s == pytest.approx(4.0 + 2.0)
+    big = S.writeback(15e9, 1e9, 2e9, pc)                     # fill <= drain: dirty held at B
+    assert big.dirty_bytes == pytest.approx(10e9) and big.durable_s == pytest.approx(15.0 + 5.0)
+    long = S.writeback(40e9, 1e9, 2e9, pc)                    # past expire + writeback: fill x 5 s left
+    assert long.dirty_bytes == pytest.approx(5e9)
+    fast = S.writeback(30e9, 4e9, 1e9, pc)                    # fill > drain: reaches H, then held to drain
+    t_h = 10e9 / 4e9 + 10e9 / 3e9
+    assert fast.return_s == pytest.approx(t_h + (30e9 - 4e9 * t_h) / 1e9) and fast.dirty_bytes == pytest.approx(20e9)
+    through = S.writeback(4e9, 1e9, 2e9, None)
+    assert through.return_s == through.durable_s == pytest.approx(4.0)
+    with pytest.raises(ValueError, match="dirty_ratio"):
+        S.PageCache(1e9, dirty_ratio=20)
+    with pytest.raises(ValueError, match="dirty_background_ratio must be <="):
+        S.PageCache(1e9, dirty_ratio=0.1, dirty_background_ratio=0.2)
+    with pytest.raises(ValueError, match="drain_Bps"):
+        S.writeback(1e9, 1e9, 0.0, pc)
+
+
+def test_dcp_saver_blocks_until_durable_torch_save_returns_first():
+    st, pc = S.Storage("d", read_Bps_per_node=2e9, write_Bps_per_node=2e9), S.PageCache(100e9)
+    ts = S.checkpoint_io(8e9, 1, 1, st, 64e9, "sync", saver="torch_save", page_cache=pc)
+    dcp = S.checkpoint_io(8e9, 1, 1, st, 64e9, "sync", saver="dcp", page_cache=pc)
+    assert ts.blocking_s < ts.persist_s and dcp.blocking_s == dcp.persist_s
+    assert dcp.blocking_s == pytest.approx(8e9 / R["dcp_save_rate"] + 8e9 / 2e9)
+    asy = S.checkpoint_io(8e9, 1, 1, st, 64e9, "async", saver="dcp", staging="pageable", page_cache=pc)
+    assert asy.blocking_s == pytest.approx(8e9 / R["stage_pageable_rate"])
+    with pytest.raises(ValueError, match="saver"):
+        S.checkpoint_io(8e9, 1, 1, st, 64e9, "sync", saver="pickle")
+    with pytest.raises(ValueError, match="staging"):
+        S.checkpoint_io(8e9, 1, 1, st, 64e9, "async", staging="gds")
+
+
+def test_loader_tokenizer_kind_and_per_sample_cost():
+    st = S.Storage("d", read_Bps_per_node=1e12)
+    py = S.LoaderSpec(format="text", workers=2, tokenizer="python_bpe", text_bytes_per_token=3.0)
+    e = S.loader_estimate(2048 * 10, 1.0, st, py, tokens_per_sample=2048)
+    want = (2048 * 10 * 3.0 / R["tokenize_rate_per_core_python_bpe"] + 10 * R["loader_sample_s"]) / 2
+    assert e.cpu_s == pytest.approx(want)
+    with pytest.raises(ValueError, match="tokenizer"):
+        S.LoaderSpec(format="text", tokenizer="sentencepiece")
