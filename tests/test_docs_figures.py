@@ -41,6 +41,7 @@ def test_unmarked_percentages_are_found():
     assert unmarked_percentages(text) == ["3.2 %"]
 
 
+@pytest.mark.slow              # the figures fixture: every comparison the prose quotes
 @pytest.mark.parametrize("page", sorted(PAGES))
 def test_marked_figures_are_the_generated_ones(page, figures):
     assert stale(PAGES[page], figures) == []

@@ -23,6 +23,7 @@ except ImportError:  # pragma: no cover - CI installs it (.ci/run, the test extr
 
 MARKS = [   # each browser test file: pytestmark = MARKS
     pytest.mark.browser,
+    pytest.mark.slow,           # an app server and Chromium per file: the longest files, started first
     pytest.mark.skipif(not Path(CHROMIUM).exists(), reason=f"no {CHROMIUM} (apt-get install chromium; .ci/run does)"),
     pytest.mark.skipif(sync_playwright is None, reason="playwright not installed (pip install -e '.[test]')"),
 ]

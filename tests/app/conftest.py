@@ -6,6 +6,8 @@ import pytest
 
 import mechsim.app
 
+from page_kit import settle
+
 APP_DIR = Path(mechsim.app.__file__).parent
 
 
@@ -28,19 +30,8 @@ def page_test():
 
 @pytest.fixture
 def settled():
-    """``settle`` as a fixture: a test file cannot import it from ``conftest`` under pytest-xdist
-    (another folder's conftest module may hold that name in the worker)."""
+    """``page_kit.settle`` as a fixture (test files may also import it from page_kit)."""
     return settle
-
-
-def settle(at, timeout: float = 120):
-    """Wait for the jobs a page started (app/jobs.py: it drew a progress line), then rerun it, as
-    the page's own poll does in a browser."""
-    from mechsim.app import jobs
-    while jobs.running():
-        jobs.wait_all(timeout)
-        at.run()
-    return at
 
 
 # The browser tests' fixtures (tests/app/test_browser_*.py): module-scoped, so each file has its own

@@ -105,9 +105,8 @@ def test_serving_curves_targets():
     assert {s.y0 for s in fig.layout.shapes} == {500.0, 30.0}
 
 
-def test_validation_errors_shows_thresholds():
-    v = cached.run_validation()
-    summary, limits = v.summary, v.limits
+def test_validation_errors_shows_thresholds(measured):
+    summary, limits = measured.summary, measured.limits
     fig = figures.validation_errors(summary, limits)
     thr = next(t for t in fig.data if t.name == "threshold")
     assert dict(zip(thr.x, thr.y)) == {k: limits[k]["mape"] * 100 for (k, s) in summary if s == "held_out" and k in limits}
@@ -144,8 +143,8 @@ def test_error_text_names_the_field():
     assert common.error_text(KeyError("no such thing")) == "no such thing"
 
 
-def test_published_scatter_has_one_trace_per_system_and_the_band():
-    rows = cached.run_published().rows
+def test_published_scatter_has_one_trace_per_system_and_the_band(published):
+    rows = published.rows
     fig = figures.published_scatter(rows)
     systems = {r.system for r in rows}
     names = [t.name for t in fig.data]
@@ -154,9 +153,8 @@ def test_published_scatter_has_one_trace_per_system_and_the_band():
     assert pts == len(rows)
 
 
-def test_published_rows_carry_memory_where_the_source_gives_it():
-    p = cached.run_published()
-    recs = {r["row"]: r for r in tables.published_rows(p.rows, p.sources)}
+def test_published_rows_carry_memory_where_the_source_gives_it(published):
+    recs = {r["row"]: r for r in tables.published_rows(published.rows, published.sources)}
     titan = [r for k, r in recs.items() if k.startswith("torchtitan")]
     assert titan and all(r["published_peak_GiB"] > 50 and r["predicted_peak_GiB"] > 0 for r in titan)
     assert all(r["memory_error"] == pytest.approx(r["predicted_peak_GiB"] / r["published_peak_GiB"] - 1) for r in titan)

@@ -1,12 +1,13 @@
-"""The layer-kernel lower bound of the plan search (sim/search_bounds.py) and the pruned search's
-equivalence with estimating every plan (sim/search.py)."""
+"""The layer-kernel lower bound of the plan search (sim/search_bounds.py): below the estimate of every
+plan of eight spaces. The pruned search's equivalence with estimating every plan (sim/search.py) is
+tests/sim/test_search_pruned.py."""
 
 import pytest
 
 from mechsim.model import TrainingWorkload, preset
 from mechsim.sim import cluster as C
 from mechsim.sim.estimate import calibrated_stack, estimate
-from mechsim.sim.search import enumerate_plans, search_plans
+from mechsim.sim.search import enumerate_plans
 from mechsim.sim.search_bounds import LayerBound, uniform_layers
 from mechsim.sim.search_space import Bounds, SearchSpace
 from mechsim.sim.stacks import get_stack
@@ -51,6 +52,7 @@ def space_bounds(request):
     return _space_bounds(*SPACES[request.param])
 
 
+@pytest.mark.slow
 def test_layer_bound_is_below_every_estimate(space_bounds):
     """A true lower bound: <= the estimate on every plan of the space (and so it prunes nothing
     that could enter the table); tighter than the FLOP bound on almost every plan. (Also checked
@@ -74,31 +76,3 @@ def test_no_layer_bound_where_layers_differ():
     base = TrainingWorkload(model=preset("deepseek-v3"), seq=4096, precision="bf16", stack="megatron_te")
     st = calibrated_stack(cl.sys.gpu, get_stack("megatron_te"))
     assert LayerBound(base, st, cl.sys.gpu, cl).step_lb(base) is None
-
-
-def _rows(res):
-    return [(r.plan, r.step_time_s, r.memory_bytes, r.why) for r in res.rows]
-
-
-@pytest.mark.parametrize("model,cluster,gbs,seq,top,space", [
-    ("llama3-8b", C.Cluster(system="hgx_h100", nodes=2), 64, 4096, 10, SearchSpace(mbs=(1, 2))),
-    ("llama3-8b", C.Cluster(system="hgx_b200", nodes=2), 128, 8192, 1, SearchSpace(zero=(0, 1))),
-    ("mixtral-8x7b", C.Cluster(system="hgx_h100", nodes=2), 32, 4096, 5, SearchSpace(mbs=(1, 2), max_pp=4)),
-])
-def test_pruned_search_equals_estimating_every_plan(model, cluster, gbs, seq, top, space):
-    """Exhaustive (bound="none": every plan that fits estimated) vs pruned by the FLOP bound vs
-    pruned by the layer bound: the same rows, step times, memory and why-lines; the layer bound
-    estimates fewer plans than the FLOP bound."""
-    full, flops, layer = (search_plans(model, cluster, gbs, seq, top=top, constraints=space, bound=b)
-                          for b in ("none", "flops", "layer"))
-    assert full.counts.pruned_by_bound == 0 and len(full.rows) == top
-    assert _rows(layer) == _rows(flops) == _rows(full)
-    assert layer.counts.estimated < flops.counts.estimated <= full.counts.estimated
-    for r in (flops, layer):
-        c = r.counts
-        assert c.enumerated == c.invalid_total + c.not_fitting + c.dominated + c.pruned_by_bound + c.estimated
-
-
-def test_unknown_bound_is_refused():
-    with pytest.raises(ValueError, match="bound"):
-        search_plans("llama3-8b", C.Cluster(system="hgx_h100", nodes=1), 32, 4096, bound="exact")

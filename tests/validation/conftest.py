@@ -2,11 +2,9 @@
 
 import pytest
 
-from mechsim.validation.analysis.compare import compare
-
 
 @pytest.fixture(scope="session")
-def committed_comparison():
-    """``compare()`` of the committed records: (rows, unused), computed once and shared (seconds each)."""
-    rows, unused = compare()
-    return tuple(rows), tuple(unused)
+def committed_comparison(measured):
+    """``compare()`` of the committed records: (rows, unused), computed once and shared (seconds each):
+    the rows and unused records of the session's ``measured_comparison()`` (tests/conftest.py)."""
+    return measured.rows, measured.unused
