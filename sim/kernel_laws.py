@@ -9,13 +9,15 @@ is bound by the rows' latency, not by HBM:
                                                                    walks (row_elements)
     waves = max(1, rows / (rows_per_sm x SMs))      (rows_per_sm rows resident per SM: at least
                                                      one row's latency; beyond, a row throughput)
-    c = col_s when a row is a whole number of vectors, misaligned_col_s otherwise (the kernel
-        falls back to scalar loads): 4 elements for the norms (vectorized_layer_norm_kernel's
-        vec_size), 16 bytes for softmax (its ILP)
+    c = col_s, or misaligned_col_s for softmax_warp_forward rows that are not a whole number of
+        16-byte vectors (scalar loads; col_cost)
     fixed_s: the norms' per-kernel cost (softmax's is inside its calibrated element rates: 0)
 
 one parameter set per family: rowkernel.softmax_warp (softmax_warp_forward, cols <= 2048),
-rowkernel.softmax_block (the 1024-thread block kernels), rowkernel.layer_norm, rowkernel.rms_norm.
+rowkernel.softmax_block (the 1024-thread block kernels), rowkernel.layer_norm, rowkernel.rms_norm
+(vectorized_layer_norm_kernel: rows of a whole number of 4 elements), rowkernel.norm_rowwise
+(RowwiseMomentsCUDAKernel + LayerNormForwardCUDAKernel, every other row length, layer or RMS
+norm: x read twice, its row_s / col_s / fixed_s the pair's; norm_family).
 
 GEMM tile law (gemm_law; used by sim/kernels.gemm_efficiency where the data has gemm.law.*).
 cuBLAS picks, per shape, a CTA tile (tm, tn) and a split of K (kernel names of the sweep's
@@ -109,12 +111,12 @@ ELEMENTWISE_FRACTION = "memory.elementwise_flop_fraction"
 
 VECTOR_BYTES = 16
 NORM_VEC = 4
-NORMS = ("layer_norm", "rms_norm")
-ROW_FIELDS = ("row_s", "col_s", "rows_per_sm", "misaligned_col_s", "fixed_s")
+ROWWISE = "norm_rowwise"     # RowwiseMomentsCUDAKernel + LayerNormForwardCUDAKernel (norm_family)
 GEMM_LAW = "gemm.law.sm_load_bw"
 SPLITS = np.array([1.0, 2.0, 3.0, 4.0, 6.0, 8.0, 12.0, 16.0, 24.0, 32.0])
 PARTIAL_BYTES = 4.0          # split-K partial sums are fp32
 GEMV_FLOOR = "gemm.law.gemv_floor_s"
+GEMV_LOAD = "gemm.law.sm_load_bw_gemv"
 
 
 def causal_tiles(s: np.ndarray, bm: np.ndarray, bn: np.ndarray) -> np.ndarray:
@@ -182,7 +184,7 @@ def gemm_law(m: np.ndarray, n: np.ndarray, k: np.ndarray, b: np.ndarray, elem_by
              out_bytes: np.ndarray, frac: np.ndarray, misaligned: np.ndarray, align_bytes: np.ndarray,
              simt: np.ndarray, peak: np.ndarray, sm_count: int, hbm_bandwidth: float,
              eff: Efficiency, memory_s: np.ndarray | float = 0.0, kernels: np.ndarray | float = 1.0,
-             clock_fraction: float = 1.0) -> tuple[np.ndarray, np.ndarray]:
+             clock_fraction: float = 1.0, bf16: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
     """(efficiency = 2 M N K batch / (peak x t_main), fixed seconds = launch cost + t_reduce) of the
     GEMM tile law (module docstring) for each row; ``frac`` is the dtype's peak fraction, ``peak``
     the dense FLOP/s of the row's dtype; ``misaligned`` rows (tensor-core dtypes whose leading
@@ -212,13 +214,14 @@ def gemm_law(m: np.ndarray, n: np.ndarray, k: np.ndarray, b: np.ndarray, elem_by
     ks = np.ceil(k3 / s)
     ctas = np.ceil(m3 / tm) * np.ceil(n3 / tn) * b3 * s
     waves = np.ceil(ctas / sm_count)
-    out = np.where(s > 1, PARTIAL_BYTES, out_bytes[:, None, None])
+    partials = (s > 1) | fp32_partials(m, n, b, misaligned, align_bytes, bf16, sm_count)[:, None, None]
+    out = np.where(partials, PARTIAL_BYTES, out_bytes[:, None, None])
     epilogue = tm * tn * out / store[:, None, None]
     k_over = np.where(misaligned | simt, eff.get("gemm.law.k_overhead_mma_sync"), eff.get("gemm.k_overhead"))
     loop = (ks + k_over[:, None, None]) * step
     serial = (misaligned | simt)[:, None, None]      # multistage mma.sync / sgemm: loop, then epilogue
     main = waves * np.where(serial, loop + epilogue, np.maximum(loop, epilogue))
-    reduce = np.where(s > 1, eff.get("gemm.law.splitk_reduce_s") + s * m3 * n3 * b3 * PARTIAL_BYTES / hbm_bandwidth,
+    reduce = np.where(partials, eff.get("gemm.law.splitk_reduce_s") + s * m3 * n3 * b3 * PARTIAL_BYTES / hbm_bandwidth,
                       0.0)
     # sgemm runs only the SIMT tiles, the tensor-core dtypes only theirs; split-K (a splitKreduce_kernel
     # after the GEMM) only on the cutlass / sgemm paths: the aligned nvjet kernels never split K in the
@@ -230,6 +233,11 @@ def gemm_law(m: np.ndarray, n: np.ndarray, k: np.ndarray, b: np.ndarray, elem_by
     if GEMV_FLOOR in eff.params:   # a vector operand: cuBLAS's gemv kernels (gemvx), a launch floor of their own
         gemv = ((np.minimum(m, n) == 1) & (elem_bytes >= 2))[:, None, None]
         launch = np.where(gemv, eff.get(GEMV_FLOOR), launch)
+        if GEMV_LOAD in eff.params:   # ... streaming the matrix through every SM, no tiles, no split
+            main = np.where(gemv, ((m * k + k * n) * b * elem_bytes / (sm_count * eff.get(GEMV_LOAD)))[:, None, None],
+                            main)
+            reduce = np.where(gemv, 0.0, reduce)
+            ok = ok & (~gemv | (s == 1))
     per_kernel = launch + reduce
     col = lambda a: np.broadcast_to(np.asarray(a, dtype=float), (len(m),))[:, None, None]  # noqa: E731
     charged = np.maximum(main / clock_fraction, col(memory_s)) + col(kernels) * per_kernel
@@ -237,6 +245,21 @@ def gemm_law(m: np.ndarray, n: np.ndarray, k: np.ndarray, b: np.ndarray, elem_by
     rows = np.arange(len(m))
     pick = lambda a: np.broadcast_to(a, charged.shape).reshape(len(m), -1)[rows, best]  # noqa: E731
     return 2.0 * m * n * k * b / (peak * pick(main)), pick(per_kernel)
+
+def fp32_partials(m: np.ndarray, n: np.ndarray, b: np.ndarray, misaligned: np.ndarray, align_bytes: np.ndarray,
+                  bf16: np.ndarray | None, sm_count: int) -> np.ndarray:
+    """Rows whose GEMM writes fp32 partials and converts them in a splitKreduce_kernel even unsplit:
+    bf16 with a 2-byte-aligned (odd) K or N and fewer 64 x 64 output tiles than SMs, where cuBLAS runs
+    cutlass_75_tensorop_s1688gemm_bf16_64x64 (fp32 output) + splitKreduce_kernel at any K (15 of 15
+    such shapes in the H200 sweep's 8d0cdde4 kernel names, K = 2 .. 20,499; its bf16-output twin
+    cutlass_75_tensorop_bf16_s1688gemm_bf16 at more tiles, 8 of 9 without a reduce; fp16 has an
+    fp16-output kernel there; M = 17 .. 4,060)."""
+    if bf16 is None:
+        return np.zeros(len(m), dtype=bool)
+    few = np.ceil(m / 64.0) * np.ceil(n / 64.0) * b < sm_count
+    # M <= 16: cuBLAS's small-n kernels (gemmSN_TN_kernel: bf16 m6 n3 k9, fp32 m8 n10 k23, m11 n303 k3)
+    return bf16 & misaligned & (align_bytes <= 2) & few & (m > 16) & (n > 1)
+
 
 def has_row_law(eff: Efficiency, fam: str) -> bool:
     return f"rowkernel.{fam}.row_s" in eff.params
@@ -248,9 +271,19 @@ def row_latency_s(rows: float, cols: float, elem_bytes: float, sm_count: int, ef
         return 0.0
     p = f"rowkernel.{fam}."
     waves = max(1.0, rows / max(eff.get(p + "rows_per_sm") * sm_count, 1e-9))
-    aligned = cols % NORM_VEC == 0 if fam in NORMS else (cols * elem_bytes) % VECTOR_BYTES == 0
-    c = eff.get(p + ("col_s" if aligned else "misaligned_col_s"))
-    return waves * (eff.get(p + "row_s") + row_elements(cols, fam) * c)
+    return waves * (eff.get(p + "row_s") + row_elements(cols, fam) * eff.get(p + col_cost(cols, elem_bytes, fam)))
+
+
+def col_cost(cols: float, elem_bytes: float, fam: str) -> str:
+    """The per-element cost a row of ``cols`` pays: misaligned_col_s only where the kernel falls back
+    to scalar loads for a row that is not a whole number of vectors (softmax_warp_forward: 16 bytes);
+    the norms' misaligned rows run other kernels (norm_family), and the 1024-thread softmax kernels
+    load an unaligned head of the row scalar and the rest by vectors (cunn_SoftMaxForward's shift:
+    fp32 t13 cols 44,585 takes 16.8 us, on the line through the aligned rows' 7.2 us at 12,820 and
+    10.4 us at 23,448 columns)."""
+    if fam != "softmax_warp" or (cols * elem_bytes) % VECTOR_BYTES == 0:
+        return "col_s"
+    return "misaligned_col_s"
 
 
 def row_elements(cols: float, fam: str) -> float:
@@ -271,11 +304,18 @@ def softmax_family(cols: float, elem_bytes: float) -> str:
 
 
 def norm_family(op) -> str | None:
-    """'layer_norm' / 'rms_norm' for a one-kernel forward norm op built with its (rows, cols)
-    (model/microops.row_norm: a layer norm also reads its bias), None otherwise."""
+    """The row-law family of a forward F.layer_norm / F.rms_norm op built with its (rows, cols)
+    (model/microops.row_norm: a layer norm also reads its bias), None for other ops.
+    torch's layer_norm_kernel.cu runs vectorized_layer_norm_kernel (one kernel, a row per block)
+    only when the row is a whole number of vec_size = 4 elements; otherwise it runs
+    RowwiseMomentsCUDAKernel then LayerNormForwardCUDAKernel (both for layer and RMS norms, a
+    block per row each, scalar loads): x read twice, two launches (kernel names of the H200
+    sweep's 8d0cdde4 run: every odd-d F.layer_norm / F.rms_norm ran the pair): 'norm_rowwise'."""
     if op.kind != "norm" or op.phase != "fwd" or op.kernels != 1 or not isinstance(op.shape, RowShape):
         return None
     rows, cols = op.shape.rows, op.shape.cols
+    if cols % NORM_VEC:
+        return ROWWISE
     e = DTYPE_BYTES[op.dtype]
     return "layer_norm" if op.bytes_read >= rows * cols * e + 2 * cols * e else "rms_norm"
 
@@ -296,7 +336,8 @@ def apply_row_laws(t, compute: np.ndarray, memory: np.ndarray, fixed: np.ndarray
             if fam is None or not has_row_law(eff, fam):
                 continue
             rows, cols = op.shape.rows, op.shape.cols
-            memory[i] = op.bytes_total / (hw.hbm_bandwidth * eff.get("memory.fused_norm_fraction"))
+            again = rows * cols * DTYPE_BYTES[op.dtype] if fam == ROWWISE else 0.0   # the moments pass reads x
+            memory[i] = (op.bytes_total + again) / (hw.hbm_bandwidth * eff.get("memory.fused_norm_fraction"))
         if fam is None or not has_row_law(eff, fam):
             continue
         lat = row_latency_s(rows, cols, DTYPE_BYTES[op.dtype], hw.sm_count, eff, fam) / hw.clock_fraction

@@ -101,7 +101,7 @@ def gemm_law_rows(t: OpTable, is_mm: np.ndarray, hw: "HwRates", eff: Efficiency)
     return gemm_law(g.M, g.N, g.K, g.batch, elem, out, _peak_fraction(dt, eff), (al < 16) & ~simt, al,
                     simt, hw.tensor_peak[dt], hw.sm_count, hw.hbm_bandwidth, eff,
                     memory_s=gemm_memory_s(t.bytes[is_mm], hw, eff), kernels=t.kernels[is_mm],
-                    clock_fraction=hw.clock_fraction)
+                    clock_fraction=hw.clock_fraction, bf16=dt == DTYPES.index("bf16"))
 
 
 def gemm_memory_s(nbytes: np.ndarray, hw: "HwRates", eff: Efficiency) -> np.ndarray:

@@ -37,8 +37,9 @@ from ..records import iter_records, run_paths
 class Group:
     kinds: tuple[str, ...]                     # row kinds (compare.row_kind) the parameters act on
     start: dict[str, tuple[float, str]]        # parameter -> (start value, unit)
-    fixed: dict[str, tuple[object, str, str]] = field(default_factory=dict)   # not fitted: (value, unit, note)
+    fixed: dict[str, tuple] = field(default_factory=dict)   # not fitted: (value, unit, note[, kind])
     balance: bool = False                      # each kind's records weigh as much in all as another's
+    max_nfev: int = 40                         # least_squares' function evaluations
 
 
 # CTA tiles (M x N) of the GEMM kernels cuBLAS ran for the sweep's calibration half (kernel names in
@@ -51,11 +52,15 @@ GEMM_SIMT_TILES = [[128, 128], [128, 64], [64, 128], [64, 64], [128, 32], [32, 1
 
 GROUPS = {
     "rows": Group(("softmax_sweep", "norm_sweep", "cross_entropy_sweep", "softmax", "norm", "cross_entropy"), {
-        **{f"rowkernel.{f}.{p}": v for f in ("softmax_warp", "softmax_block", "layer_norm", "rms_norm")
+        **{f"rowkernel.{f}.{p}": v for f in ("softmax_warp", "softmax_block", "layer_norm", "rms_norm", "norm_rowwise")
            for p, v in (("row_s", (2e-6, "s")), ("col_s", (2e-10, "s")), ("rows_per_sm", (8.0, "1")),
                         ("misaligned_col_s", (5e-10, "s")), ("fixed_s", (1e-6, "s")))
-           if not (p == "fixed_s" and f.startswith("softmax"))},
-    }),
+           # misaligned_col_s: softmax_warp_forward's scalar path only (sim/kernel_laws.col_cost)
+           if not (p == "fixed_s" and f.startswith("softmax")) and not (p == "misaligned_col_s" and f != "softmax_warp")
+           and (f, p) != ("softmax_block", "rows_per_sm")},
+    }, fixed={"rowkernel.softmax_block.rows_per_sm": (2.0, "1", "rows resident per SM of the 1024-thread softmax "
+                                                      "block kernels: 2,048 threads per SM (Hopper) / 1,024", "derived")},
+        max_nfev=120),
     "gemm": Group(("gemm_sweep", "gemm"), {
         "gemm.misaligned_fraction": (0.3, "1"), "gemm.misaligned_fraction_8b": (0.5, "1"),
         "gemm.k_overhead": (160.0, "1"), "gemm.fixed_s": (3e-6, "s"),
@@ -73,7 +78,7 @@ GROUPS = {
         "gemm.law.sm_load_bw_simt": (5.0e10, "B/s"),
         "gemm.law.sm_store_bw": (2.0e10, "B/s"),
         "gemm.law.splitk_reduce_s": (2.0e-6, "s"), "gemm.law.floor_s": (1.8e-6, "s"),
-        "gemm.law.gemv_floor_s": (2.0e-6, "s"), "gemm.fixed_s": (2.0e-6, "s"),
+        "gemm.law.gemv_floor_s": (2.0e-6, "s"), "gemm.fixed_s": (2.0e-6, "s"), "gemm.law.sm_load_bw_gemv": (2.5e10, "B/s"),
         "gemm.law.k_overhead_mma_sync": (20.0, "1"), "gemm.law.mma_sync_fraction": (0.5, "1"),
         **{f"gemm.peak_fraction_{d}": (0.7, "1") for d in ("bf16", "fp16", "fp8", "tf32", "fp32")},
     }, fixed={"gemm.k_overhead": (163.298, "1", "K steps of the aligned (nvjet) kernels' pipeline fill: the "
@@ -132,13 +137,16 @@ def upper_bounds(names: list[str]) -> np.ndarray:
     return np.array([0.0 if "fraction" in n.rsplit(".", 1)[-1] else np.inf for n in names])
 
 
-def fit(group: str, gpu: str = "h200_sxm", subsample: int | None = None) -> tuple[dict[str, float], float, float, int]:
+def fit(group: str, gpu: str = "h200_sxm", subsample: int | None = None,
+        from_start: bool = False) -> tuple[dict[str, float], float, float, int]:
     """(fitted values, calibration MAPE before, after, records). ``subsample``: keep every sweep
-    record and that many of the other kinds' (seeded shuffle), for speed."""
+    record and that many of the other kinds' (seeded shuffle), for speed. ``from_start``: begin at
+    the group's start values, not the data's (a parameter the data holds near 0 has no gradient
+    in log space)."""
     g = GROUPS[group]
     base = est.efficiency(est.resolve_gpu(gpu))
     names = list(g.start)
-    x0 = np.log([float(base.get(n)) if n in base.params else g.start[n][0] for n in names])
+    x0 = np.log([float(base.get(n)) if n in base.params and not from_start else g.start[n][0] for n in names])
     recs = calibration_records(g.kinds, gpu)
     if subsample is not None:
         other = [r for r in recs if not row_kind(r[1]).endswith("_sweep")]
@@ -149,7 +157,7 @@ def fit(group: str, gpu: str = "h200_sxm", subsample: int | None = None) -> tupl
     hi = upper_bounds(names)
     sol = least_squares(lambda x: sw * residuals(names, x, base, recs, g.fixed), np.minimum(x0, hi - 1e-6),
                         bounds=(-np.inf, hi), loss="soft_l1", f_scale=0.05, x_scale=1.0, diff_step=2e-2,
-                        max_nfev=40)
+                        max_nfev=g.max_nfev)
     mape = lambda r: float(np.mean(np.abs(np.exp(r) - 1.0)))  # noqa: E731
     return dict(zip(names, np.exp(sol.x).tolist())), mape(r0), mape(sol.fun / sw), len(recs)
 
@@ -161,9 +169,9 @@ def write(values: dict[str, float], group: str, runs: str, n: int, gpu: str = "h
                 "kind": "calibrated", "note": f"fitted by validation/fit_laws.py --group {group} on {n} "
                 f"calibration records (random-shape sweep half + committed calibration split)"}
             for k, v in values.items()}
-    recs.update({k: {"value": v, "unit": u, "source": f"calibration:{runs}",
-                     "kind": "calibrated" if k == "gemm.k_overhead" else "measured", "note": note}
-                 for k, (v, u, note) in GROUPS[group].fixed.items()})
+    recs.update({k: {"value": f[0], "unit": f[1], "source": f"calibration:{runs}",
+                     "kind": f[3] if len(f) > 3 else "calibrated" if k == "gemm.k_overhead" else "measured", "note": f[2]}
+                 for k, f in GROUPS[group].fixed.items()})
     path = EFFICIENCY_DIR / f"{gpu}.toml"
     root = {k: v for k, v in recs.items() if is_root_dotted(path, k)}
     set_root_records(path, root)
@@ -216,8 +224,9 @@ def main(argv=None) -> int:
     p.add_argument("--group", choices=sorted(GROUPS), required=True)
     p.add_argument("--write", action="store_true")
     p.add_argument("--subsample", type=int, default=None, help="other kinds' records kept (all sweep records are)")
+    p.add_argument("--from-start", action="store_true", help="begin at the group's start values, not the data's")
     a = p.parse_args(argv)
-    values, before, after, n = fit(a.group, subsample=a.subsample)
+    values, before, after, n = fit(a.group, subsample=a.subsample, from_start=a.from_start)
     for k, v in values.items():
         print(f"{k:42s} {v:.6g}")
     print(f"calibration MAPE {before:.1%} -> {after:.1%} over {n} records")
