@@ -7,6 +7,7 @@ mechanism) keeps a whole Llama 3 70B step estimate in the tens of microseconds.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from itertools import chain
 
 import numpy as np
 
@@ -112,12 +113,13 @@ def block_starts(count: np.ndarray, phase: np.ndarray | None = None) -> np.ndarr
     n = len(count)
     if n == 0:
         return np.zeros(0, dtype=np.int64)
-    phase = np.zeros(n) if phase is None else phase
-    starts, rep = [0], float(count[0])
+    cs = [float(c) for c in count.tolist()]   # Python floats: indexing numpy scalars is slower
+    ph = [0] * n if phase is None else phase.tolist()
+    starts, rep = [0], cs[0]
     for i in range(1, n):
-        c = float(count[i])
+        c = cs[i]
         lo, hi = min(rep, c), max(rep, c)
-        if phase[i] != phase[i - 1] or (lo <= 1 < hi) or lo < 1 or hi % lo:
+        if ph[i] != ph[i - 1] or (lo <= 1 < hi) or lo < 1 or hi % lo:
             starts.append(i)
             rep = c
         else:
@@ -146,39 +148,42 @@ def check_op(op: Op) -> None:
         raise ValueError(f"op {op.name!r}: kind {op.kind} needs shape {need}, got {type(op.shape).__name__}")
 
 
-def _field(ops: tuple[Op, ...], shape: type, name: str) -> np.ndarray:
-    return np.array([getattr(o.shape, name) if isinstance(o.shape, shape) else 0 for o in ops], dtype=float)
+_KIND_AT = {k: i for i, k in enumerate(KINDS)}
+_PHASE_AT = {k: i for i, k in enumerate(PHASES)}
+_DTYPE_AT = {k: i for i, k in enumerate(DTYPES)}
+_NO_GEMM, _NO_ATTN = (1, 1, 1, 1), (0, 0, 0, 0, 0, 0, 0, 0, 1.0)
+# Column order of _row: kind, phase, dtype, flops, bytes, bytes_written, count, kernels, rows, cols,
+# strided elements, strided class, GEMM M N K batch, attention B Hq Hkv Sq Skv Dqk Dv causal window.
+_GEMM_AT, _ATTN_AT = 12, 16
+
+
+def _row(o: Op) -> tuple:
+    """One op's numbers in _row's column order (shapes of other kinds: the neutral values)."""
+    s, kind = o.shape, o.kind
+    g = (s.M, s.N, s.K, s.batch) if kind == "matmul" and isinstance(s, GemmShape) else _NO_GEMM
+    a = (s.B, s.Hq, s.Hkv, s.Sq, s.Skv, s.Dqk, s.Dv, int(s.causal), s.window_frac) \
+        if kind == "attention" and isinstance(s, AttentionShape) else _NO_ATTN
+    r = (s.rows, s.cols) if isinstance(s, RowShape) and _is_row_softmax(o) else (0, 0)
+    st = (s.elements, s.strided_class) if isinstance(s, StridedShape) else (0, 0)
+    return (_KIND_AT[kind], _PHASE_AT[o.phase], _DTYPE_AT[o.dtype], o.flops, o.bytes_read + o.bytes_written,
+            o.bytes_written, o.count, o.kernels, *r, *st, *g, *a)
 
 
 def build_table(ops: tuple[Op, ...]) -> OpTable:
     """Columns of ``ops`` (the one place shape records become arrays); raises ValueError naming
-    an op with an unknown kind/phase/dtype or the wrong shape record (check_op)."""
+    an op with an unknown kind/phase/dtype or the wrong shape record (check_op). One pass over
+    the ops into one float array whose rows are the columns (each a contiguous copy)."""
     for op in ops:
         check_op(op)
-    count = np.array([o.count for o in ops], dtype=float)
-    dtype = np.array([DTYPES.index(o.dtype) for o in ops], dtype=np.int64)
-    phase = np.array([PHASES.index(o.phase) for o in ops], dtype=np.int64)
-    gemm = GemmColumns.of([o.shape_as(GemmShape) if o.kind == "matmul" else None for o in ops])
-    row = [o.shape_as(RowShape) if _is_row_softmax(o) else None for o in ops]
-    return OpTable(
-        ops=ops,
-        kind=np.array([KINDS.index(o.kind) for o in ops], dtype=np.int64),
-        phase=phase,
-        dtype=dtype,
-        flops=np.array([o.flops for o in ops], dtype=float),
-        bytes=np.array([o.bytes_read + o.bytes_written for o in ops], dtype=float),
-        bytes_written=np.array([o.bytes_written for o in ops], dtype=float),
-        count=count,
-        kernels=np.array([o.kernels for o in ops], dtype=float),
-        gemm=gemm,
-        attn=AttnColumns.of([o.shape_as(AttentionShape) if o.kind == "attention" else None for o in ops]),
-        block_starts=block_starts(count, phase),
-        align_bytes=leading_dim_alignment(gemm, dtype),
-        rows=np.array([r.rows if r else 0 for r in row], dtype=float),
-        cols=np.array([r.cols if r else 0 for r in row], dtype=float),
-        strided_elems=_field(ops, StridedShape, "elements"),
-        strided_class=_field(ops, StridedShape, "strided_class"),
-    )
+    width = _ATTN_AT + 9
+    a = np.fromiter(chain.from_iterable(map(_row, ops)), dtype=float, count=len(ops) * width)
+    a = a.reshape(len(ops), width).T.copy()
+    kind, phase, dtype = (a[i].astype(np.int64) for i in range(3))
+    gemm = GemmColumns(*(a[_GEMM_AT + i] for i in range(4)))
+    return OpTable(ops=ops, kind=kind, phase=phase, dtype=dtype, flops=a[3], bytes=a[4], bytes_written=a[5],
+                   count=a[6], kernels=a[7], gemm=gemm, attn=AttnColumns(*(a[_ATTN_AT + i] for i in range(9))),
+                   block_starts=block_starts(a[6], phase), align_bytes=leading_dim_alignment(gemm, dtype),
+                   rows=a[8], cols=a[9], strided_elems=a[10], strided_class=a[11])
 
 
 def _is_row_softmax(op: Op) -> bool:
