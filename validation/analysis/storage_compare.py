@@ -16,10 +16,10 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from ...sim.storage import checkpoint_io, storage
+from ...sim.storage import LoaderSpec, PageCache, checkpoint_io, loader_estimate, storage
 
 RECORDS = Path(__file__).resolve().parents[1] / "experiments" / "records"
-CALIBRATION_MODELS = {"llama3.2-3b"}      # torch_save_rate / load_extra_rate were fitted on these
+CALIBRATION_MODELS = {"llama3.2-3b", "random shapes (seed 0)"}   # torch.save rates (3B), DCP rates (random shapes)
 PCIE_GEN5_X16_BPS = 64e9                  # the H200's host link per direction (hwdb h200_sxm pcie_bandwidth_per_dir)
 
 
@@ -36,22 +36,64 @@ class Row:
 
 
 def record_storage(rec: dict):
-    """The Storage a user of this machine states: the record's measured disk rates."""
+    """The Storage a user of this machine states: the record's measured disk rates (write = the fsync
+    drain of its buffered raw write, the rate writeback reaches the device; read = cold buffered read)."""
     raw = rec["sections"]["raw_disk"]
-    return storage(None, raw["buffered_write"]["GBps"], raw["buffered_read_cold"]["GBps"])
+    bw = raw["buffered_write"]
+    return storage(None, bw["bytes"] / (bw["durable_s"] - bw["return_s"]) / 1e9, raw["buffered_read_cold"]["GBps"])
+
+
+def record_page_cache(rec: dict) -> PageCache:
+    """The host's page cache as its record states it: MemTotal and the vm.dirty ratios read there."""
+    env = rec["env"]
+    return PageCache(int(env["mem_total"].split()[0]) * 1024, int(env["vm_dirty_ratio"]) / 100,
+                     int(env["vm_dirty_background_ratio"]) / 100)
+
+
+def _split(sec: dict) -> str:
+    return "calibration" if sec["model"] in CALIBRATION_MODELS else "held-out"
 
 
 def rows_of(rec: dict) -> list[Row]:
     st, out = record_storage(rec), []
+    pc = record_page_cache(rec) if "mem_total" in rec["env"] else None
     for key, sec in rec["sections"].items():
-        ts = sec.get("torch_save_load") if key.startswith("checkpoint_") and isinstance(sec, dict) else None
-        if not ts or "error" in ts:
+        if not (key.startswith("checkpoint_") and isinstance(sec, dict)):
             continue
-        io = checkpoint_io(sec["state_bytes"], 1, 1, st, PCIE_GEN5_X16_BPS, "sync")
-        split = "calibration" if sec["model"] in CALIBRATION_MODELS else "held-out"
-        out += [Row(f"{sec['model']} torch.save returned", split, io.write_s, ts["save_return_s"]),
-                Row(f"{sec['model']} torch.save durable (fsync)", split, io.persist_s, ts["save_durable_s"]),
-                Row(f"{sec['model']} torch.load cold -> cuda", split, io.restore_s, ts["load_cold_s"])]
+        m, n, split = sec["model"], sec["state_bytes"], _split(sec)
+        ts, d, a = (sec.get(k) for k in ("torch_save_load", "dcp_sync", "dcp_async"))
+        if ts and "error" not in ts:
+            io = checkpoint_io(n, 1, 1, st, PCIE_GEN5_X16_BPS, "sync", page_cache=pc)
+            out += [Row(f"{m} torch.save returned", split, io.blocking_s, ts["save_return_s"]),
+                    Row(f"{m} torch.save durable (fsync)", split, io.persist_s, ts["save_durable_s"]),
+                    Row(f"{m} torch.load cold -> cuda", split, io.restore_s, ts["load_cold_s"])]
+        if d and "error" not in d:
+            io = checkpoint_io(n, 1, 1, st, PCIE_GEN5_X16_BPS, "sync", saver="dcp", page_cache=pc)
+            out.append(Row(f"{m} dcp.save (durable)", split, io.blocking_s, d["blocking_s"]))
+            if "load_cold_s" in d.get("load", {}):
+                out.append(Row(f"{m} dcp.load cold", split, io.restore_s, d["load"]["load_cold_s"]))
+        if a and "error" not in a:
+            io = checkpoint_io(n, 1, 1, st, PCIE_GEN5_X16_BPS, "async", saver="dcp", staging="pageable", page_cache=pc)
+            out += [Row(f"{m} dcp.async_save blocking", split, io.blocking_s, a["blocking_s"]),
+                    Row(f"{m} dcp.async_save durable", split, io.persist_s, a["total_s"])]
+    return out + loader_rows(rec, st)
+
+
+def loader_rows(rec: dict, st) -> list[Row]:
+    """DataLoader tokens/s as 1 / (seconds per token) rows: predicted = tokens / load_s of loader_estimate."""
+    out = []
+    for c in rec["sections"].get("data_loading", {}).get("loaders", []):
+        if "tokens_per_s" not in c:
+            continue
+        text = c["case"].startswith("text")
+        spec = (LoaderSpec(format="text", workers=c["workers"], tokenizer=c["case"][5:],
+                           text_bytes_per_token=c["chunk_bytes"] / c["seq"]) if text else
+                LoaderSpec(workers=c["workers"], vocab=65536 if "uint16" in c["case"] else 1 << 17))
+        tokens = c["seq"] * 100.0
+        e = loader_estimate(tokens, 1e9, st, spec, tokens_per_sample=None if text else c["seq"])
+        calib = c["case"] == "pretok_uint16" and c["workers"] == 1
+        out.append(Row(f"loader {c['case']} w{c['workers']} (s per Mtok)", "calibration" if calib else "held-out",
+                       e.load_s / tokens * 1e6, 1e6 / c["tokens_per_s"]))
     return out
 
 
