@@ -8,16 +8,19 @@ Data loading, per step and GPU (loader workers run beside the step):
                                         (uint16), else 4 (uint32); raw text: text bytes/token;
                                         images: bytes per sample)
     read_s    = bytes x gpus / job read bandwidth
-    cpu_s     = text: bytes / (workers x tokenize rate per core); images: samples / (workers x
-                decode rate per core); pre-tokenised: 0
+    cpu_s     = (text: bytes / tokenize rate per core of the tokenizer class; images: samples /
+                decode rate per core; + samples x loader_sample_s when the sample length is known) / workers
     load_s    = max(read_s, cpu_s)                     (reading and tokenising overlap in workers)
     exposed_s = load_s with no prefetch (workers = 0 or prefetch = 0), else max(0, load_s - step)
 
 Checkpoints (bytes = weights + optimizer state, sim.reliability.checkpoint_bytes; each of the
 ``writers`` ranks writes bytes / writers: one data-parallel replica without ZeRO, every GPU with it):
-    sync      blocking = persist = max(shard / torch_save_rate, bytes / job write bandwidth)
-    async     blocking = shard / (pinned D2H)  [torch DCP async_save, Megatron async save]
-              persist  = blocking + max(shard / torch_save_rate, bytes / job write bandwidth)
+    write     = writeback(shard, saver rate, job write bandwidth / writers, page cache share): return
+                and durable times of a buffered write (Linux dirty thresholds; no page cache given:
+                written through, max(shard / saver rate, bytes / job write bandwidth))
+    sync      torch_save: blocking = return, persist = durable; dcp: blocking = persist = durable
+    async     blocking = staging copy (pinned buffer: host link x d2h_pinned_fraction; fresh pageable:
+              stage_pageable_rate)  [torch DCP async_save, Megatron async save]; persist = + durable
     in_memory blocking = shard / (pinned D2H); persist = blocking + shard / peer bandwidth per GPU
               (a copy in a peer node's host memory, GEMINI / ByteRobust style)
     restore   = bytes / job read bandwidth + shard / load_extra_rate   (from the tier)
