@@ -1,4 +1,4 @@
-"""Host synchronisation of dropless MoE layers (Megatron-Core + TransformerEngine).
+"""Host time of MoE layers (Megatron-Core + TransformerEngine): dropless syncs and token drop.
 
 A dropless MoE layer needs its token counts on the host before it can go on: the all-to-all
 dispatcher's split sizes and the grouped GEMM's ``m_splits`` are host lists (Megatron-Core
@@ -12,9 +12,19 @@ forward and micro-batch (between two syncs):
 
 H_layer = host seconds to issue the work between two syncs (one transformer layer's forward),
 G_layer = GPU seconds of that forward (the stage's forward per micro-batch, compute and exposed
-communication, over its MoE layers). The backward reuses the counts (no sync). Token drop with
-padding to capacity, or sync-free routing (device-side counts: paged stash + full-iteration CUDA
-graphs), removes the term. Parameters per stack in sim/data/moe.toml.
+communication, over its MoE layers). The backward reuses the counts (no sync). Sync-free routing
+(device-side counts: paged stash + full-iteration CUDA graphs) removes the term; token drop keeps
+its host part (below). Parameters per stack in sim/data/moe.toml.
+
+Token drop padded to capacity (capacity_factor set) has static shapes, so no sync, but its layers
+pay the same per-layer host time: exposed = max(0, H_layer - G_layer) (no t_sync). The sources
+measure the two modes alike on one plan wherever neither is the release regression: H100
+Qwen3-30B token drop 13.61 s vs dropless 14.44 s per step
+(https://github.com/NVIDIA-NeMo/Megatron-Bridge/issues/949) and GB200 Qwen3-30B 25.09 token
+drop vs 25.11 dropless within 4 % (validation/published). Only sync-free routing (full-iteration CUDA graphs) removes
+the host time. The form is wrong at mbs 1: the B200 Qwen3-30B 25.09 token-drop row (mbs 1) runs
+in 4.7 ms per layer forward + backward, less than H_layer alone (validation LOG, "MoE host time
+whether or not the layer syncs").
 
 H_layer = h_layer + h_expert x E_local. TransformerEngine's GroupedLinear (the expert fc1 and fc2)
 works per local expert on the host: torch.split by m_splits, a Python loop of per-expert weight
@@ -65,15 +75,19 @@ def host_fwd_layer_s(p: dict[str, float], local_experts: int) -> float:
     return p["host_fwd_layer_s"] + p["host_fwd_expert_s"] * local_experts
 
 
-def dropless_sync_per_mb_s(moe, stack_key: str, moe_layers: int, fwd_per_mb_s: float, ep: int = 1) -> float:
-    """Exposed host-sync seconds of one micro-batch's forward on a stage with ``moe_layers``
-    MoE layers, ``moe.n_experts / ep`` experts per GPU (the MoE config ``moe`` decides whether
-    the layers sync; module docstring)."""
+def moe_host_exposed_per_mb_s(moe, stack_key: str, moe_layers: int, fwd_per_mb_s: float, ep: int = 1) -> float:
+    """Exposed host seconds of one micro-batch's forward on a stage with ``moe_layers`` MoE
+    layers, ``moe.n_experts / ep`` experts per GPU: per layer t_sync + max(0, H - G) where the
+    layers sync (dropless), max(0, H - G) under token drop, none sync-free (module docstring)."""
     p = moe_params(stack_key)
-    if moe is None or not moe.host_syncs or moe_layers <= 0 or p is None:
+    if moe is None or moe.sync_free or moe_layers <= 0 or p is None:
         return 0.0
     h = host_fwd_layer_s(p, max(1, moe.n_experts // ep))
-    return moe_layers * sync_exposed_s(h, fwd_per_mb_s / moe_layers, p["sync_s"])
+    return moe_layers * sync_exposed_s(h, fwd_per_mb_s / moe_layers, p["sync_s"] if moe.host_syncs else 0.0)
+
+
+# the name sim/distributed.step_parts calls it by
+dropless_sync_per_mb_s = moe_host_exposed_per_mb_s
 
 
 def flex_node_scales(n_experts: int, top_k: int, ep: int, per_domain: int) -> tuple[float, float]:

@@ -1,4 +1,4 @@
-"""Dropless MoE host syncs (sim/moe.py) in the multi-GPU step."""
+"""MoE host time (sim/moe.py: dropless syncs, token drop) in the multi-GPU step."""
 
 import pytest
 
@@ -22,7 +22,10 @@ def test_per_microbatch_sync_counts_layers_and_respects_the_config():
     got = moe.dropless_sync_per_mb_s(m, "megatron_te", 48, 48 * 1e-3, ep=8)
     h = p["host_fwd_layer_s"] + 16 * p["host_fwd_expert_s"]          # 128 experts / ep 8
     assert got == pytest.approx(48 * (p["sync_s"] + max(0.0, h - 1e-3)))
-    assert moe.dropless_sync_per_mb_s(m.model_copy(update={"capacity_factor": 1.0}), "megatron_te", 48, 0.05) == 0.0
+    # token drop: the same host time, no sync (sim/moe.py docstring)
+    drop = moe.dropless_sync_per_mb_s(m.model_copy(update={"capacity_factor": 1.0}), "megatron_te", 48, 48e-3, ep=8)
+    assert drop == pytest.approx(48 * max(0.0, h - 1e-3)) and drop == pytest.approx(got - 48 * p["sync_s"])
+    assert moe.dropless_sync_per_mb_s(m.model_copy(update={"capacity_factor": 1.0}), "megatron_te", 48, 1.0, ep=8) == 0.0   # GPU-bound: nothing
     assert moe.dropless_sync_per_mb_s(m.model_copy(update={"sync_free": True}), "megatron_te", 48, 0.05) == 0.0
     assert moe.dropless_sync_per_mb_s(m, "eager", 48, 0.05) == 0.0          # no entry for the stack
     assert moe.dropless_sync_per_mb_s(None, "megatron_te", 48, 0.05) == 0.0
