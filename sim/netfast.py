@@ -16,6 +16,9 @@ twins in sim/cluster.py stay the readable reference the tests compare against.
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Sequence
+from typing import cast, overload
+
 import numpy as np
 
 from ..model.parallel import Parallelism
@@ -77,7 +80,7 @@ def layout(par: Parallelism, cluster: C.Cluster, kind: str) -> C.GroupLayout:
     return _layout(cluster, kind, key, par)
 
 
-def _layout(cluster, kind, key, par):
+def _layout(cluster: C.Cluster, kind: str, key: tuple[int, ...], par: Parallelism) -> C.GroupLayout:
     hit = _LAYOUTS.get((cluster, kind, key))
     if hit is None:
         if len(_LAYOUTS) > 4096:
@@ -86,13 +89,13 @@ def _layout(cluster, kind, key, par):
     return hit
 
 
-_LAYOUTS: dict = {}
+_LAYOUTS: dict[tuple[C.Cluster, str, tuple[int, ...]], C.GroupLayout] = {}
 
 
-class ArrayGroups:
-    """The groups of a GroupLayout as one (groups, size) array of ranks. Behaves as the tuple
-    of tuples cluster.py builds (iteration, len, indexing, equality, hash) without making
-    16,384 Python tuples per layout (that alone cost ~5 ms a layout)."""
+class ArrayGroups(Sequence[tuple[int, ...]]):
+    """The groups of a GroupLayout as one (groups, size) array of ranks. A sequence of rank
+    tuples as the tuple of tuples cluster.py builds (iteration, len, indexing, equality, hash)
+    without making 16,384 Python tuples per layout (that alone cost ~5 ms a layout)."""
 
     __slots__ = ("array", "_hash")
 
@@ -100,16 +103,22 @@ class ArrayGroups:
         self.array = array
         self._hash = hash((array.shape, array.tobytes()))
 
-    def __iter__(self):
+    def __iter__(self) -> Iterator[tuple[int, ...]]:
         return iter(map(tuple, self.array.tolist()))
 
     def __len__(self) -> int:
         return len(self.array)
 
-    def __getitem__(self, i: int) -> tuple[int, ...]:
+    @overload
+    def __getitem__(self, i: int) -> tuple[int, ...]: ...
+    @overload
+    def __getitem__(self, i: slice) -> tuple[tuple[int, ...], ...]: ...
+    def __getitem__(self, i: int | slice) -> tuple[int, ...] | tuple[tuple[int, ...], ...]:
+        if isinstance(i, slice):
+            return tuple(map(tuple, self.array[i].tolist()))
         return tuple(self.array[i].tolist())
 
-    def __eq__(self, other) -> bool:
+    def __eq__(self, other: object) -> bool:
         return isinstance(other, ArrayGroups) and np.array_equal(self.array, other.array)
 
     def __hash__(self) -> int:
@@ -125,7 +134,11 @@ def _build_layout(par: Parallelism, cluster: C.Cluster, kind: str) -> C.GroupLay
         return C.layout(par, cluster, kind)
     rails = b % cluster.gpus_per_node
     same = bool((rails == rails[:, :1, :]).all())
-    return C.GroupLayout(kind, arr.shape[1], b.shape[2], b.shape[1], same, ArrayGroups(arr))
+    # GroupLayout.groups is annotated as the tuple of tuples cluster.py builds; ArrayGroups is
+    # the same sequence of rank tuples held as one array (the cast goes once that field is
+    # annotated Sequence[tuple[int, ...]], which is what every reader of it needs)
+    groups = cast(tuple[tuple[int, ...], ...], ArrayGroups(arr))
+    return C.GroupLayout(kind, arr.shape[1], b.shape[2], b.shape[1], same, groups)
 
 
 def layouts(par: Parallelism, cluster: C.Cluster) -> dict[str, C.GroupLayout]:
@@ -133,9 +146,10 @@ def layouts(par: Parallelism, cluster: C.Cluster) -> dict[str, C.GroupLayout]:
 
 
 # ---- flows --------------------------------------------------------------------------------
+Groups = Sequence[tuple[int, ...]]   # a GroupLayout's groups: cluster.py's tuple of tuples or an ArrayGroups
 
 
-def _pairs(groups: tuple, cluster: C.Cluster, pattern: str) -> tuple[np.ndarray, np.ndarray] | None:
+def _pairs(groups: Groups, cluster: C.Cluster, pattern: str) -> tuple[np.ndarray, np.ndarray] | None:
     """(src, dst) arrays of cluster.flows, or None where not vectorized."""
     arr = groups.array if isinstance(groups, ArrayGroups) else np.asarray(groups)
     D = cluster.gpus_per_nvlink_domain
@@ -196,7 +210,7 @@ def _max_load(keys: list[np.ndarray], w: float) -> float:
     return float(np.unique(k, return_counts=True)[1].max()) * w
 
 
-def flow_rate(cluster: C.Cluster, groups, pattern: str) -> float:
+def flow_rate(cluster: C.Cluster, groups: Groups, pattern: str) -> float:
     """cluster.flow_rate, vectorized (falls back to it where not vectorized)."""
     key = (cluster, groups, pattern)
     if key not in _RATES:
@@ -206,10 +220,10 @@ def flow_rate(cluster: C.Cluster, groups, pattern: str) -> float:
     return _RATES[key]
 
 
-_RATES: dict = {}
+_RATES: dict[tuple[C.Cluster, Groups, str], float] = {}
 
 
-def _flow_rate(cluster: C.Cluster, groups: tuple, pattern: str) -> float:
+def _flow_rate(cluster: C.Cluster, groups: Groups, pattern: str) -> float:
     pairs, q = _pairs(groups, cluster, pattern), _nic_slots(cluster)
     if pairs is None or q is None:
         return C.flow_rate(cluster, tuple(groups), pattern)

@@ -43,7 +43,8 @@ from .procure_rows import ComparisonRow, OptionModel, hour_cost, infeasible
 from .procure_serving import ServingSpec, evaluate_serving
 from .procure_sizing import ModelRef, fit_gbs, node_choices, resolve_system, size
 from .reliability import ReliabilityParams, RunReliability, checkpoint_bytes, reliability_params, run_reliability
-from .search import search_plans
+from .search import PlanRow, SearchResult, search_plans
+from .search_space import SearchSpace
 
 DEFAULT_OPTIONS = ("h100", "h200", "b200", "gb200-nvl72")
 RANK_KEYS = ("cost_usd", "time_to_train_s", "energy_kwh")                   # training comparisons
@@ -99,7 +100,7 @@ class Comparison:
 
     @property
     def ranked(self) -> tuple[ComparisonRow, ...]:
-        return tuple(sorted((r for r in self.rows if r.feasible), key=lambda r: r.rank))
+        return tuple(sorted((r for r in self.rows if r.feasible), key=_rank_key))
 
     @property
     def best(self) -> ComparisonRow | None:
@@ -132,6 +133,10 @@ class Comparison:
         return json.dumps(_finite(doc), indent=indent)
 
 
+def _rank_key(r: ComparisonRow) -> float:
+    return math.inf if r.rank is None else r.rank   # compare() ranks every feasible row
+
+
 def _finite(x: Any) -> Any:
     if isinstance(x, float) and not math.isfinite(x):
         return None
@@ -143,10 +148,13 @@ def _finite(x: Any) -> Any:
 
 
 # ------------------------------------------------------------------------------- one option
-_Model, _infeasible, _hour_cost = OptionModel, infeasible, hour_cost   # shared with procure_serving.py
+Spec = TrainingSpec | ServingSpec
+Workload = str | TransformerConfig | TrainingSpec | ServingSpec | Mapping[str, Any]   # compare()'s workload
+
+
 @dataclass(frozen=True)
 class _Settings:
-    spec: TrainingSpec
+    spec: Spec
     book: PriceBook
     pricing: str
     provider: str | None
@@ -157,80 +165,92 @@ class _Settings:
     pue: float | None
     grid: float | None
     clocks: Mapping[str, float]
-    space: Any = None
+    space: SearchSpace | None = None
 
 
-def _no_plan_reason(res) -> str:
+def _training_spec(s: _Settings) -> TrainingSpec:
+    """The spec of a training comparison (the training-only steps below are never given a serving one)."""
+    if not isinstance(s.spec, TrainingSpec):
+        raise TypeError(f"expected a TrainingSpec, got {type(s.spec).__name__}")
+    return s.spec
+
+
+def _no_plan_reason(res: SearchResult) -> str:
     c = res.counts
     top = next(iter(c.invalid.items()), None)
     why = f"; most common invalid: {top[0]} (x{top[1]})" if top else ""
     return f"no plan fits: {c.not_fitting} plans over HBM, {c.invalid_total} invalid{why}"
 
 
-def _plan_workload(spec: TrainingSpec, row) -> TrainingWorkload:
+def _plan_workload(spec: TrainingSpec, row: PlanRow) -> TrainingWorkload:
     return TrainingWorkload(model=spec.config, seq=spec.seq, precision=spec.precision, stack=spec.stack,
                             parallel=row.parallel, mbs=row.mbs, grad_accum=row.grad_accum, recompute=row.recompute)
 
 
-def _evaluate(option: str, s: _Settings) -> _Model | ComparisonRow:
+def _evaluate(option: str, s: _Settings) -> OptionModel | ComparisonRow:
     """The option's model, or an infeasible row with the reason."""
-    sysobj = resolve_system(option)
+    spec, sysobj = _training_spec(s), resolve_system(option)
     bought, capex, why = size(sysobj, s.book, s.gpus, s.budget)
     if why:
-        return _infeasible(option, sysobj, why)
+        return infeasible(option, sysobj, why)
     try:
         found = [_search(sysobj, n, s) for n in node_choices(sysobj, bought, s.budget is not None)]
     except ValueError as e:
-        return _infeasible(option, sysobj, f"plan search: {e}")
+        return infeasible(option, sysobj, f"plan search: {e}")
     cluster, gbs, res = max(found, key=lambda f: f[2].best.tokens_per_s_per_gpu * f[0].gpus if f[2].best else -1)
     nodes = cluster.nodes
     if res.best is None:
-        return _infeasible(option, sysobj, _no_plan_reason(res), gpus=cluster.gpus, nodes=nodes, gbs=gbs)
+        return infeasible(option, sysobj, _no_plan_reason(res), gpus=cluster.gpus, nodes=nodes, gbs=gbs)
     clock = float(s.clocks.get(option, s.clocks.get("*", 1.0)))
-    w = _plan_workload(s.spec, res.best)
+    w = _plan_workload(spec, res.best)
     est = estimate(w, cluster, None, {"sustained_clock": clock} if clock != 1.0 else None)
     en = step_energy(est, sysobj, s.book, s.pue, s.grid)
     pm = power_model(sysobj, s.book, s.pue)
     try:
-        hour = _hour_cost(sysobj, pm, en.activity, s)
+        hour = hour_cost(sysobj, pm, en.activity, s)
     except KeyError as e:
-        return _infeasible(option, sysobj, str(e).strip("\"'"), gpus=cluster.gpus, nodes=nodes, gbs=gbs)
+        return infeasible(option, sysobj, str(e).strip("\"'"), gpus=cluster.gpus, nodes=nodes, gbs=gbs)
     base = ComparisonRow(option, sysobj.key, sysobj.gpu.key, True, gpus=cluster.gpus, nodes=nodes,
                          plan=res.best.plan, gbs=gbs, step_time_s=est.step_time_s, tokens_per_s=est.tokens_per_s,
                          tokens_per_s_per_gpu=est.tokens_per_s / est.gpus, mfu=est.mfu, sustained_clock=clock,
                          capex_usd=capex, price_source=hour.source)
-    m = _Model(base, est.tokens_per_s, cluster.gpus_per_node, checkpoint_bytes(w), hour, en, pm, s.params,
-               bought - nodes)
+    m = OptionModel(base, est.tokens_per_s, cluster.gpus_per_node, checkpoint_bytes(w), hour, en, pm, s.params,
+                    bought - nodes)
     return _costed(m, s)
 
 
-def _search(sysobj, nodes: int, s: _Settings):
+def _search(sysobj: hwdb.System, nodes: int, s: _Settings) -> tuple[Cluster, int, SearchResult]:
     """(cluster, gbs, SearchResult) of the fastest plan on ``nodes`` nodes."""
-    cluster = Cluster(system=sysobj.key, nodes=nodes)
-    gbs = fit_gbs(s.spec.gbs, cluster.gpus)
-    return cluster, gbs, search_plans(s.spec.config, cluster, gbs, s.spec.seq, s.spec.precision, s.spec.stack,
+    spec, cluster = _training_spec(s), Cluster(system=sysobj.key, nodes=nodes)
+    gbs = fit_gbs(spec.gbs, cluster.gpus)
+    return cluster, gbs, search_plans(spec.config, cluster, gbs, spec.seq, spec.precision, spec.stack,
                                       top=1, constraints=s.space)
 
 
-def _run(m: _Model, s: _Settings, price: float = 1.0, tput: float = 1.0, fail: float = 1.0) -> tuple[RunReliability, RunCost]:
+def _run(m: OptionModel, s: _Settings, price: float = 1.0, tput: float = 1.0,
+         fail: float = 1.0) -> tuple[RunReliability, RunCost]:
     r = m.row
+    if m.params is None or m.energy is None:
+        raise ValueError(f"{r.option}: a training option carries its reliability params and step energy")
     params = replace(m.params, failure_rate_scale=m.params.failure_rate_scale * fail)
     rel = run_reliability(r.gpus, r.nodes, m.ckpt_bytes, params, m.gpus_per_node)
     rel = replace(rel, spare_nodes=max(rel.spare_nodes, m.idle_nodes))
     hour = replace(m.hour, capex=m.hour.capex * price, hosting=m.hour.hosting * price, cloud=m.hour.cloud * price)
-    run = training_run(s.spec.tokens, m.tokens_per_s * tput, rel, hour, m.energy.facility_power_w / r.gpus,
+    run = training_run(_training_spec(s).tokens, m.tokens_per_s * tput, rel, hour, m.energy.facility_power_w / r.gpus,
                        m.pm.facility_power_w(0.0), m.gpus_per_node, m.energy.usd_per_kwh, m.energy.grid_g_per_kwh)
     return rel, run
 
 
-def _costed(m: _Model, s: _Settings) -> _Model | ComparisonRow:
+def _costed(m: OptionModel, s: _Settings) -> OptionModel | ComparisonRow:
     rel, run = _run(m, s)
+    part = run.breakdown
     row = replace(m.row, spare_gpus=run.spare_gpus, goodput=run.goodput, job_mtbf_h=rel.job_mtbf_s / 3600,
                   interruptions_per_day=rel.interruptions_per_day, checkpoint_interval_s=rel.interval_s,
                   checkpoint_write_s=rel.write_s, burn_in_failures=rel.burn_in_failures,
                   time_to_train_s=run.wall_s, gpu_hours=run.gpu_hours, usd_per_gpu_hour=m.hour.total,
                   cost_usd=run.cost_usd, energy_kwh=run.energy_kwh, co2_kg=run.co2_kg,
-                  **{f"cost_{k}_usd": v for k, v in run.breakdown.items()},
+                  cost_capex_usd=part["capex"], cost_hosting_usd=part["hosting"], cost_energy_usd=part["energy"],
+                  cost_cloud_usd=part["cloud"],
                   avg_power_kw=run.energy_kwh / (run.wall_s / 3600) if run.feasible else math.nan,
                   tokens_per_usd=run.tokens_per_usd, tokens_per_kwh=run.tokens_per_kwh)
     if not run.feasible:
@@ -246,7 +266,7 @@ def _ranks(values: Mapping[str, float]) -> dict[str, int]:
     return {k: i + 1 for i, k in enumerate(order)}
 
 
-def _scaled(m: _Model, s: _Settings, rank_by: str, price: float = 1.0, tput: float = 1.0,
+def _scaled(m: OptionModel, s: _Settings, rank_by: str, price: float = 1.0, tput: float = 1.0,
             fail: float = 1.0) -> tuple[float, float, float]:
     """(cost, time, rank metric) of an option with its price, throughput or failure rate scaled."""
     if isinstance(s.spec, ServingSpec):
@@ -259,7 +279,7 @@ def _scaled(m: _Model, s: _Settings, rank_by: str, price: float = 1.0, tput: flo
     return run.cost_usd, run.wall_s, val
 
 
-def _sensitivity(models: list[_Model], s: _Settings, rank_by: str, swing: float) -> list[SensitivityRow]:
+def _sensitivity(models: list[OptionModel], s: _Settings, rank_by: str, swing: float) -> list[SensitivityRow]:
     base = {m.row.option: getattr(m.row, rank_by) for m in models}
     base_rank = _ranks(base)
     out = []
@@ -278,7 +298,7 @@ def _sensitivity(models: list[_Model], s: _Settings, rank_by: str, swing: float)
     return out
 
 
-def _assumptions(book: PriceBook, s: _Settings, models: list[_Model]) -> tuple[dict, ...]:
+def _assumptions(book: PriceBook, s: _Settings, models: list[OptionModel]) -> tuple[dict, ...]:
     """Every price/default used, with its source's title and url, plus the hwdb power specs."""
     used = {"finance.amortization_years", "finance.interest_rate", "finance.hosting", "finance.electricity",
             "pue.default", "grid.default", *(f"reliability.{k}" for k in book.reliability),
@@ -303,7 +323,7 @@ def _assumptions(book: PriceBook, s: _Settings, models: list[_Model]) -> tuple[d
 
 
 # ------------------------------------------------------------------------------- public entry point
-def _spec(workload: Any, tokens: float | None) -> TrainingSpec | ServingSpec:
+def _spec(workload: Workload, tokens: float | None) -> Spec:
     if isinstance(workload, ServingSpec):
         return workload
     if isinstance(workload, TrainingSpec):
@@ -327,13 +347,13 @@ def _book(prices: PriceBook | Mapping[str, Any] | None) -> PriceBook:
     return prices if isinstance(prices, PriceBook) else load_prices().with_overrides(prices)
 
 
-def compare(workload: Any, options: Sequence[str] = DEFAULT_OPTIONS, *, tokens: float | None = None,
+def compare(workload: Workload, options: Sequence[str] = DEFAULT_OPTIONS, *, tokens: float | None = None,
             gpus: int | None = None, budget: float | None = None, pricing: str = "owned",
             prices: PriceBook | Mapping[str, Any] | None = None, provider: str | None = None,
             plan: str | None = "on_demand", reliability: Mapping[str, float] | None = None,
             sustained_clock: float | Mapping[str, float] = 1.0, pue: float | None = None,
             grid_g_per_kwh: float | None = None, rank_by: str | None = None, swing: float = 0.2,
-            space: Any = None) -> Comparison:
+            space: SearchSpace | None = None) -> Comparison:
     """Compare hardware options for a training token budget or a serving job (module docstring).
 
     workload: preset name (with ``tokens``), TransformerConfig, TrainingSpec, ServingSpec, or a dict of
@@ -352,16 +372,18 @@ def compare(workload: Any, options: Sequence[str] = DEFAULT_OPTIONS, *, tokens: 
                   sustained_clock, pue, grid_g_per_kwh, rank_by, swing)
     s = replace(s, space=space)
     evaluated = [(evaluate_serving if serving else _evaluate)(o, s) for o in options]
-    models = [e for e in evaluated if isinstance(e, _Model)]
+    models = [e for e in evaluated if isinstance(e, OptionModel)]
     ranks = _ranks({m.row.option: getattr(m.row, rank_by) for m in models})
-    rows = tuple(replace(e.row, rank=ranks[e.row.option]) if isinstance(e, _Model) else e for e in evaluated)
-    return Comparison(spec.name, math.nan if serving else spec.tokens, pricing, rank_by, budget, rows,
+    rows = tuple(replace(e.row, rank=ranks[e.row.option]) if isinstance(e, OptionModel) else e for e in evaluated)
+    return Comparison(spec.name, spec.tokens if isinstance(spec, TrainingSpec) else math.nan, pricing, rank_by, budget, rows,
                       tuple(_sensitivity(models, s, rank_by, swing)), _assumptions(s.book, s, models),
                       "serving" if serving else "training")
 
 
-def _settings(spec, options, gpus, budget, pricing, prices, provider, plan, reliability, clock, pue, grid,
-              rank_by, swing) -> _Settings:
+def _settings(spec: Spec, options: Sequence[str], gpus: int | None, budget: float | None, pricing: str,
+              prices: PriceBook | Mapping[str, Any] | None, provider: str | None, plan: str | None,
+              reliability: Mapping[str, float] | None, clock: float | Mapping[str, float], pue: float | None,
+              grid: float | None, rank_by: str, swing: float) -> _Settings:
     if pricing not in ("owned", "cloud"):
         raise ValueError(f"pricing: expected 'owned' or 'cloud', got {pricing!r}")
     if rank_by not in RANK_KEYS + SERVING_RANK_KEYS:
@@ -371,7 +393,7 @@ def _settings(spec, options, gpus, budget, pricing, prices, provider, plan, reli
     if len(set(options)) != len(options):
         raise ValueError(f"options: duplicates in {list(options)}")
     serving = isinstance(spec, ServingSpec)
-    if gpus is None and budget is None and not (serving and spec.rate):
+    if gpus is None and budget is None and not (isinstance(spec, ServingSpec) and spec.rate):
         raise ValueError("give gpus (GPUs per option) or budget (USD)" + (" or a request rate" if serving else ""))
     if (rank_by in SERVING_RANK_KEYS) != serving:
         raise ValueError(f"rank_by: {rank_by!r} does not apply to a {'serving' if serving else 'training'} comparison")
