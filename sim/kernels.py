@@ -3,7 +3,7 @@
 Every kernel is bound by the slower of two times (the roofline):
     compute_s = flops / (peak_flops[dtype] * efficiency)
     memory_s  = bytes / (hbm_bandwidth * bandwidth_fraction)
-    gpu_s     = max(compute_s, memory_s) + kernels * fixed_s
+    gpu_s     = max(compute_s, memory_s) + kernels * fixed_s   (forward attention: once a call)
 where ``efficiency`` carries the mechanisms peaks hide: tile and wave quantization
 across the SMs and K-depth for GEMMs, the attention kernel family's achieved
 fraction, and the fixed per-kernel ramp/tail time. All efficiencies come from
@@ -361,7 +361,11 @@ def kernel_times(t: OpTable, hw: HwRates, eff: Efficiency, attention_impl: str) 
     peak = np.where(is_at, hw.tensor_peak[DTYPES.index("bf16")], peak) * hw.clock_fraction
     compute = t.flops / (peak * efficiency)
     memory = streaming_memory_s(t, hw, eff)
-    fixed = t.kernels * _fixed_s(t, eff, attention_impl)
+    # a forward attention op's fixed cost is per call: the standalone decode records calibrate it with
+    # one kernel a call (model/microops.attention), so it holds cuDNN's split-KV lean_reduction that
+    # the workload's decode op counts as a second kernel (LOG "Step categories: ... split-KV decode
+    # attention"); the backward's helper kernels (dot(dO, O), dq convert, GQA sums) each pay theirs
+    fixed = np.where(is_at & (t.phase != BWD), 1.0, t.kernels) * _fixed_s(t, eff, attention_impl)
     if mm_fixed is not None:
         fixed[is_mm] = t.kernels[is_mm] * mm_fixed
     if has_at:

@@ -68,12 +68,20 @@ LIBRARY_KERNEL_FRACTION = float(load_toml(DATA / "host_ops.toml")["library_kerne
 HOST_SYNC_S = float(load_toml(DATA / "host_sync.toml")["host_sync_s"]["value"])
 
 
-def host_dispatches(t: OpTable) -> np.ndarray:
+def host_dispatches(t: OpTable, grouped_gemm: bool = False) -> np.ndarray:
     """Eager kernels' host cost per op instance in units of one kernel's launch cost: a matmul or
-    attention op's kernels after its first (split-K reduce, split-KV combine) are launched inside
-    the library call and cost LIBRARY_KERNEL_FRACTION of one (sim/data/host_ops.toml); every other
-    kernel is its own aten call."""
-    lib = np.maximum(t.kernels - 1.0, 0.0) * ((t.kind == MATMUL) | (t.kind == ATTENTION))
+    attention op's kernels after its calls' first (split-K reduce, split-KV combine) are launched
+    inside the library call and cost LIBRARY_KERNEL_FRACTION of one (sim/data/host_ops.toml); every
+    other kernel is its own aten call. A per-expert GEMM op (kernels = batch > 1: one GEMM per
+    expert) is ``batch`` calls when Python loops over the experts (the eager MoE loops, a
+    SequentialMLP: ``xe @ w[e]`` per expert, launch/moe_loop records), one library call when the
+    stack's ``grouped_gemm`` launches them from C++ (TE GroupedLinear's multi-stream GEMMs)."""
+    mm = t.kind == MATMUL
+    calls = np.ones(len(t.kernels))
+    if not grouped_gemm:
+        b = t.gemm.batch
+        calls = np.where(mm & (b > 1) & (t.kernels >= b), b, 1.0)
+    lib = np.maximum(t.kernels - calls, 0.0) * (mm | (t.kind == ATTENTION))
     return t.kernels - lib * (1.0 - LIBRARY_KERNEL_FRACTION)
 
 
@@ -82,7 +90,7 @@ def host_times(t: OpTable, stack: Stack) -> np.ndarray:
     if stack.graphs:
         return np.zeros(len(t.ops))
     per_kernel = np.where(t.phase == BWD, stack.launch_host_bwd_s, stack.launch_host_s)
-    return host_dispatches(t) * per_kernel
+    return host_dispatches(t, "grouped_gemm" in stack.fused) * per_kernel
 
 
 def block_bounds(count: np.ndarray, starts: np.ndarray | None = None) -> list[tuple[int, int]]:

@@ -96,3 +96,21 @@ def test_cudnn_attention_launch_unchanged():
     a = _decode(32, 8192)
     ctas, splits, fill, packed = (x[0] for x in attention_launch(a, np.zeros(1), 132, EFF, "cudnn"))
     assert ctas == attention_ctas(a, 128.0)[0] == 32 * 32 and splits == 1 and fill == 1 and not packed
+
+
+def test_forward_attention_fixed_cost_is_once_a_call():
+    """A split-KV decode forward (2 kernels: fprop + combine) pays the per-call fixed cost the
+    standalone one-kernel records calibrate, once; a backward's helper kernels each pay theirs."""
+    import dataclasses
+
+    from mechsim.model.microops import attention
+    from mechsim.sim.estimate import efficiency, hw_rates, resolve_gpu
+    from mechsim.sim.kernels import kernel_times
+
+    one = attention(1, 32, 8, 1, 2048, 128, False)
+    bwd = attention(1, 32, 8, 512, 512, 128, True, "bwd")
+    ops = (one, dataclasses.replace(one, kernels=2), dataclasses.replace(bwd, kernels=3), bwd)
+    g = resolve_gpu("h200_sxm")
+    k = kernel_times(build_table(ops), hw_rates(g, 1.0), efficiency(g), "cudnn")
+    assert k.fixed_s[0] == pytest.approx(k.fixed_s[1]) and k.fixed_s[0] > 0
+    assert k.fixed_s[2] == pytest.approx(3 * k.fixed_s[3])

@@ -86,3 +86,23 @@ def test_library_kernels_cost_a_fraction_of_a_dispatch():
     assert t.kernels[q] == 2 and d[q] == pytest.approx(1 + LIBRARY_KERNEL_FRACTION)
     assert d[norm] == t.kernels[norm] > 1
     assert np.allclose(host_times(t, st), d * st.launch_host_s)
+
+
+def test_per_expert_gemms_of_a_python_loop_are_calls():
+    """An eager MoE loop's expert GEMMs (kernels = batch = experts hit: ``xe @ w[e]`` per expert) are
+    each an aten call; the same op under a stack whose grouped GEMM launches them from C++ is one
+    call plus library launches."""
+    from mechsim.model import MoEConfig, TrainingWorkload, TransformerConfig
+    from mechsim.sim.estimate import calibrated_stack, prepare, resolve_gpu
+    from mechsim.sim.launch import LIBRARY_KERNEL_FRACTION, host_dispatches
+    from mechsim.sim.stacks import get_stack
+
+    cfg = TransformerConfig(name="m", n_layers=1, d_model=256, n_heads=4, n_kv_heads=2, ffn=512, vocab=512,
+                            moe=MoEConfig(n_experts=8, top_k=2, expert_ffn=512, impl="loop_modules"))
+    w = TrainingWorkload(model=cfg, mbs=1, seq=256, precision="amp_bf16", optimizer="adamw", stack="eager")
+    st = calibrated_stack(resolve_gpu("h200_sxm"), get_stack("eager"))
+    t = prepare(w, st.fused).table
+    i = [o.name for o in t.ops].index("layer/moe/experts/down")
+    assert t.kernels[i] == t.gemm.batch[i] == 8
+    assert host_dispatches(t)[i] == 8
+    assert host_dispatches(t, grouped_gemm=True)[i] == pytest.approx(1 + 7 * LIBRARY_KERNEL_FRACTION)

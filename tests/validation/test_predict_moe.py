@@ -25,3 +25,20 @@ def test_the_plain_loop_costs_more_than_the_stack_form():
     plain, stack = (predict(_rec(i, "train"), ENV) for i in ("loop_stacked", "stack"))
     assert plain > 1.1 * stack
     assert predict(_rec("loop_modules", "prefill"), ENV) > predict(_rec("stack", "prefill"), ENV)
+
+
+def _loop_rec(impl: str, e: int) -> dict:
+    p = {"mode": "moe_loop", "impl": impl, "n_experts": e, "top_k": 2, "d_model": 64, "expert_ffn": 128, "tokens": 256}
+    return {"case_id": f"launch/moe_loop/{impl}/e{e}", "kind": "launch", "params": p,
+            "extra": {"sync_roundtrip_s": 20e-6}}
+
+
+def test_moe_loop_host_grows_per_expert_by_its_kernels_and_syncs():
+    """launch/moe_loop: the block's host issue time; loop_modules pays one sync per expert, the
+    stacked loop three per layer; both add the same per-expert kernels' launches at every E."""
+    from mechsim.validation.analysis.compare import row_kind
+    t = {(i, e): predict(_loop_rec(i, e), ENV) for i in ("loop_stacked", "loop_modules") for e in (4, 8, 16)}
+    for i in ("loop_stacked", "loop_modules"):
+        d1, d2 = (t[i, 8] - t[i, 4]) / 4, (t[i, 16] - t[i, 8]) / 8
+        assert 150e-6 < d1 < 2e-3 and abs(d2 / d1 - 1) < 0.05
+    assert row_kind(_loop_rec("loop_stacked", 4)) == "moe_loop_host"

@@ -34,10 +34,10 @@ from ..records import iter_records, run_paths
 from ..trace.families import classify
 from ..trace.report import KIND_CATEGORY
 from .compare import DATA_DIR, split_of
-from .predict import (NotPredicted, gpu_key, host_scale, host_scaled_stack, inference_workload,
+from .predict import (NotPredicted, gpu_key, host_scale, host_scaled_stack, inference_workload, moe_workload,
                       train_workload)
 
-STEP_KINDS = ("train_step", "prefill", "decode")
+STEP_KINDS = ("train_step", "prefill", "decode", "moe_step")
 CATEGORIES = ("gemm", "attention", "memory", "communication", "host")
 # A step is host-bound where the GPU idles >= this share of its timed median: there the idle is
 # launch gaps and its error is relative to itself ("host"); in a GPU-bound step the idle is a few
@@ -113,6 +113,8 @@ def step_estimate(rec: dict, run: dict, profiled: bool = False) -> Any:
         w = train_workload(p)
     elif rec["kind"] in ("prefill", "decode"):
         w = inference_workload(p, rec["kind"])
+    elif rec["kind"] == "moe_step":
+        w = moe_workload(p)
     else:
         raise NotPredicted(f"kind {rec['kind']!r} is not a step")
     st = host_scaled_stack(w.stack, gpu, scale)
@@ -161,10 +163,13 @@ def mode_of(case_id: str) -> str:
     return f"{parts[0]}/{parts[2]}" if len(parts) > 2 else parts[0]
 
 
-def summary(steps: list[StepCategories]) -> dict[tuple[str, str], dict[str, float]]:
-    """MAPE and signed mean error per (step kind/mode, category), with the row count."""
+def summary(steps: list[StepCategories], split: str | None = None) -> dict[tuple[str, str], dict[str, float]]:
+    """MAPE and signed mean error per (step kind/mode, category), with the row count; ``split``:
+    only the records of that split ('held_out', 'calibration')."""
     acc: dict[tuple[str, str], list[float]] = {}
     for s in steps:
+        if split is not None and s.split != split:
+            continue
         for r in s.rows:
             acc.setdefault((mode_of(s.case_id), r.category), []).append(r.error)
     return {k: {"n": len(v), "mape": sum(abs(e) for e in v) / len(v), "mean": sum(v) / len(v)}
@@ -177,8 +182,12 @@ def text_table(steps: list[StepCategories]) -> str:
              "kernels; host = timed median - profiled busy, relative where the step is host-bound (idle >= "
              f"{HOST_BOUND_SHARE:.0%}), else idle_pts: points of the step)",
              f"{'step kind/mode':22s} {'category':14s} {'n':>3s} {'MAPE':>7s} {'mean':>7s}"]
+    held = summary(steps, "held_out")
+    lines[-1] += f" {'held-out n':>10s} {'MAPE':>7s} {'mean':>7s}"
     for (mode, cat), st in summary(steps).items():
-        lines.append(f"{mode:22s} {cat:14s} {st['n']:3d} {st['mape'] * 100:6.1f}% {st['mean'] * 100:+6.1f}%")
+        h = held.get((mode, cat))
+        ho = f" {h['n']:10d} {h['mape'] * 100:6.1f}% {h['mean'] * 100:+6.1f}%" if h else ""
+        lines.append(f"{mode:22s} {cat:14s} {st['n']:3d} {st['mape'] * 100:6.1f}% {st['mean'] * 100:+6.1f}%{ho}")
     tail = sum(s.tail_s for s in steps) / max(sum(s.step_measured_s for s in steps), 1e-30)
     unknown = sum(s.unknown_s for s in steps) / max(sum(s.step_measured_s for s in steps), 1e-30)
     lines.append(f"outside the top-40 kernels: {tail * 100:.1f} % of step time; unmatched kernel names: {unknown * 100:.2f} %")

@@ -111,6 +111,8 @@ def row_kind(rec: dict) -> str:
         # host-bound eager steps whose records carry their machine start's probe
         # (validation/runners/cases_host.py): judged on their own against the host targets
         return f"{'decode_eager' if rec['kind'] == 'decode' else rec['kind']}_host"
+    if rec["kind"] == "launch" and rec["params"].get("mode") == "moe_loop":
+        return "moe_loop_host"   # an eager MoE block's host issue time (runners/cases_moe.run_loop_host)
     if rec["kind"] == "decode":
         return "decode_graph" if rec["params"].get("mode") == "graph" else "decode_eager"
     if rec["kind"] == "train_step" and rec["params"].get("compile"):

@@ -318,6 +318,31 @@ def predict_moe(p: dict, gpu: str, host_scale: float = 1.0) -> float:
     return estimate(w, gpu, host_scaled_stack(w.stack, gpu, host_scale)).step_time_s
 
 
+# The eager MoE loops' host syncs per layer forward (model/moe_impl.py): bincount's min().cpu(),
+# max().item() and .tolist() in loop_stacked; one torch.where (nonzero) per expert in loop_modules.
+LOOP_SYNCS = {"loop_stacked": lambda e: 3, "loop_modules": lambda e: e}
+
+
+def predict_moe_loop(p: dict, gpu: str, host_scale: float = 1.0, sync_s: float = 20e-6) -> float:
+    """launch/moe_loop (runners/cases_moe.run_loop_host): one tiny MoE block's forward + backward,
+    wall time on an otherwise idle GPU = the host issuing its kernels (the estimate's
+    ``layer/moe/*`` ops, x the stack's launch costs at the record's host speed) + its syncs' round
+    trips. Outside those ops the runner issues, forward, one autocast cast per weight (3 E + the
+    router), x.to(bf16), .float() and .sum(); backward their gradients' casts, the ones fill,
+    the .float() backward and x.grad's accumulate."""
+    from ...model import MoEConfig
+    e = p["n_experts"]
+    cfg = TransformerConfig(name="moe_loop", n_layers=1, d_model=p["d_model"], n_heads=4, n_kv_heads=2,
+                            ffn=p["expert_ffn"], vocab=512, max_seq=8192,
+                            moe=MoEConfig(n_experts=e, top_k=p["top_k"], expert_ffn=p["expert_ffn"], impl=p["impl"]))
+    w = TrainingWorkload(model=cfg, mbs=1, seq=p["tokens"], precision="amp_bf16", optimizer="adamw", stack="eager")
+    st = host_scaled_stack("eager", gpu, host_scale)
+    moe = [o for o in estimate(w, gpu, st).ops if o.name.startswith("layer/moe/")]
+    kf = sum(o.kernels * o.count for o in moe if o.phase == "fwd") + 3 * e + 1 + 3
+    kb = sum(o.kernels * o.count for o in moe if o.phase == "bwd") + 3 * e + 1 + 4
+    return kf * st.launch_host_s + kb * st.launch_host_bwd_s + LOOP_SYNCS[p["impl"]](e) * sync_s
+
+
 PREDICTORS = {
     "moe_step": predict_moe,
     "memory": predict_memory, "launch": predict_launch, "gemm": predict_gemm,
@@ -362,6 +387,9 @@ def predict(record: dict, env: dict, run: dict | None = None) -> float:
         if kind == "gemm":
             x0 = run_start_loads(run, gpu_key(env)).get(record["case_id"], 0.0) if run else 0.0
             return predict_gemm(p, gpu_key(env), timed_window_s(record.get("timing")), x0)
+        if kind == "launch" and p.get("mode") == "moe_loop":   # the record's own probe and sync round trip
+            ex = record.get("extra", {})
+            return predict_moe_loop(p, gpu_key(env), host_scale(run, record), ex.get("sync_roundtrip_s") or 20e-6)
         if kind in HOST_BOUND_KINDS:
             return PREDICTORS[kind](p, gpu_key(env), host_scale(run, record, gpu_key(env)))
         return PREDICTORS[kind](p, gpu_key(env))
