@@ -386,15 +386,33 @@ def dcp_load(sd: dict, d: Path) -> dict:
     return {"load_cold_s": time.perf_counter() - t0, "into": "the existing GPU tensors (in place)"}
 
 
-def staging(sd: dict) -> dict:
+def staging(sd: dict, f: Path | None = None) -> dict:
     """The GPU -> host copy of the whole state alone: into fresh pageable tensors (t.cpu(), what a
-    stager without a cache does), and into pinned buffers allocated once (alloc timed apart)."""
+    stager without a cache does) twice (the second into guest pages the first freed), and into pinned
+    buffers allocated once (alloc timed apart). With ``f``: the host-resident copy written alone by
+    torch.save (return and fsync timed), the write half of a DCP save without its D2H half."""
     ts = tensors(sd)
     sync()
     t0 = time.perf_counter()
     fresh = [t.cpu() for t in ts]
     t1 = time.perf_counter()
+    out = {"bytes": sum(t.numel() * t.element_size() for t in ts), "fresh_pageable_s": t1 - t0}
+    if f is not None:
+        with DirtySampler() as ds:
+            t2 = time.perf_counter()
+            torch.save(fresh, f)
+            t3 = time.perf_counter()
+            ds.mark("returned")
+            fsync_path(f)
+            t4 = time.perf_counter()
+        out["host_save"] = {"return_s": t3 - t2, "durable_s": t4 - t2, "dirty": ds.record(40)}
+        f.unlink()
     del fresh
+    t0 = time.perf_counter()
+    fresh = [t.cpu() for t in ts]
+    out["fresh_pageable_again_s"] = time.perf_counter() - t0
+    del fresh
+    t1 = time.perf_counter()
     pinned = [torch.empty(t.shape, dtype=t.dtype, pin_memory=True) for t in ts]
     t2 = time.perf_counter()
     for h, t in zip(pinned, ts):
@@ -402,8 +420,7 @@ def staging(sd: dict) -> dict:
     sync()
     t3 = time.perf_counter()
     del pinned
-    return {"bytes": sum(t.numel() * t.element_size() for t in ts), "fresh_pageable_s": t1 - t0,
-            "pinned_alloc_s": t2 - t1, "pinned_copy_s": t3 - t2}
+    return {**out, "pinned_alloc_s": t2 - t1, "pinned_copy_s": t3 - t2}
 
 
 def d2h_rates(dev: str) -> dict:
@@ -429,7 +446,7 @@ STATES: dict[str, dict] = {}
 # "Storage and checkpoint I/O on the H200 VM (2026-12-02)": torch.save returns at 0.79 GB/s, the fsync
 # tail <= 13 GB at 2.3 GB/s, torch.load 1 / 1.82 + 1 / 4.13 GB/s), not from the raw disk rate (the
 # first run's guard assumed the disk rate and skipped DCP and the loaders). DCP is taken as torch.save.
-ITEM_S_PER_GB = {"torch_save_load": 2.5, "dcp_sync": 2.5, "dcp_async": 2.0, "staging": 0.6}
+ITEM_S_PER_GB = {"torch_save_load": 2.5, "dcp_sync": 2.5, "dcp_async": 2.0, "staging": 2.3}
 
 
 def checkpoint_item(name: str, item: str, work: Path, dev: str, budget: float) -> dict | None:
@@ -438,12 +455,12 @@ def checkpoint_item(name: str, item: str, work: Path, dev: str, budget: float) -
         STATES[name] = train_state(name, dev)
     sd = STATES[name]
     n = state_bytes(sd)
-    if not fits(f"{name}.{item}", ITEM_S_PER_GB[item] * n / 1e9 + 2.0, budget, 0 if item == "staging" else n, work):
+    if not fits(f"{name}.{item}", ITEM_S_PER_GB[item] * n / 1e9 + 2.0, budget, n, work):
         return None
     if item == "torch_save_load":
         return attempt(torch_save_load, sd, work / f"{name}.pt", dev)
     if item == "staging":
-        return attempt(staging, sd) if dev.startswith("cuda") else None
+        return attempt(staging, sd, work / f"{name}_host.pt") if dev.startswith("cuda") else None
     return attempt(dcp_then_drop, sd, work / f"dcp_{name}_{item}", item == "dcp_async", item == "dcp_sync")
 
 

@@ -272,12 +272,52 @@ def data_loading(work: Path, fits: Callable[[str, float], bool], secs: float = 1
         toks["hf_bpe"] = tok_path
     except ImportError as e:
         out["bpe"] = {"error": f"tokenizers not available: {e}"}
+    out["cpu_scaling"] = attempt(cpu_scaling, merges, docs[:60])
     ids = np.array([i for d in ids for i in d], dtype=np.int64)
     loaders(work, corpus, toks, ids, fits, out, secs)
     return out
 
 
 PY_BPE_MERGES = 8000
+
+
+def _scaling_child(merges, docs, barrier, q) -> None:
+    enc = PythonBPE(merges).encode
+    barrier.wait()
+    t0 = time.perf_counter()
+    for d in docs:
+        enc(d)
+    q.put(time.perf_counter() - t0)
+
+
+def cpu_scaling(merges: list, docs: list[str], counts: tuple[int, ...] = (1, 2, 4, 8, 16)) -> dict:
+    """The same pure-Python tokenising work (fresh cache each) in N processes started together: each
+    process's seconds, so the per-core rate with N cores busy is measured apart from the DataLoader."""
+    import multiprocessing as mp
+    ctx, out = mp.get_context("fork"), {"bytes_per_process": sum(len(d.encode()) for d in docs), "runs": []}
+    for n in [c for c in counts if c <= (os.cpu_count() or 1)]:
+        barrier, q = ctx.Barrier(n), ctx.Queue()
+        ps = [ctx.Process(target=_scaling_child, args=(merges, docs, barrier, q)) for _ in range(n)]
+        for p in ps:
+            p.start()
+        secs = sorted(q.get(timeout=60) for _ in ps)
+        for p in ps:
+            p.join()
+        out["runs"].append({"processes": n, "s": secs})
+    out["lscpu"] = _lscpu()
+    return out
+
+
+def _lscpu() -> dict:
+    import subprocess
+    try:
+        txt = subprocess.run(["lscpu"], capture_output=True, text=True, timeout=10).stdout
+    except (OSError, subprocess.SubprocessError):
+        return {}
+    keep = ("Thread(s) per core", "Core(s) per socket", "Socket(s)", "Model name", "CPU max MHz", "L3 cache",
+            "Hypervisor vendor", "NUMA node(s)")
+    return {k.strip(): v.strip() for k, v in (ln.split(":", 1) for ln in txt.splitlines() if ":" in ln)
+            if k.strip() in keep}
 
 
 def write_shard(path: Path, ids: np.ndarray, dtype, nbytes: int) -> None:
@@ -290,7 +330,7 @@ def loaders(work: Path, corpus: Path, toks: dict[str, Path], ids: np.ndarray, fi
             info: dict, secs: float) -> list:
     seq, batch = 2048, 8
     cases = []
-    for kind, workers in (("python_bpe", (1, 4, 8)), ("hf_bpe", (1, 4))):
+    for kind, workers in (("python_bpe", (1, 2, 4, 8)), ("hf_bpe", (1, 2, 4))):
         if kind in toks:
             rate_rec = info["python_bpe_rate_1core" if kind == "python_bpe" else "bpe_rate_1core"]
             chunk = int(seq * rate_rec["bytes_per_token"] * 1.15)
@@ -299,7 +339,7 @@ def loaders(work: Path, corpus: Path, toks: dict[str, Path], ids: np.ndarray, fi
     for dt in (np.uint16, np.uint32):
         write_shard(work / f"shard_{dt.__name__}.bin", ids, dt, GiB // 2)
     cases += [(f"pretok_{dt.__name__}", w, None, lambda dt=dt: ShardDataset(work / f"shard_{dt.__name__}.bin", dt, seq))
-              for dt, w in ((np.uint16, 1), (np.uint32, 1), (np.uint16, 4), (np.uint32, 4))]
+              for dt, w in ((np.uint16, 1), (np.uint32, 1), (np.uint16, 2), (np.uint16, 4), (np.uint32, 4))]
     out = info.setdefault("loaders", [])
     for name, w, chunk, make in cases:
         if not fits(f"loader.{name}.w{w}", secs + 1.5):
