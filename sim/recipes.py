@@ -302,16 +302,18 @@ def recipe_workload(name: str, *, model, parallel: Mapping[str, Any] | None = No
     if pp > 1 and vp == 1 and "vp" not in par and s.get("vp", 1) != 1:
         par["vp"] = vp = s["vp"]
     grad_bytes = 2 if out.get("grad_reduce_dtype", fields.get("grad_reduce_dtype")) == "bf16" else 4
-    par = {**_recipe_parallel(par, s, cfg.n_layers, pp, vp, grad_bytes), **par}
+    par = {**recipe_parallel(par, s, cfg.n_layers, pp, vp, grad_bytes), **par}
     if vp > 1 and "schedule" not in par:
         par["schedule"] = "interleaved"
     return TrainingWorkload(**{**out, **fields, "model": _recipe_model(cfg, s), "parallel": Parallelism(**par)})
 
 
-def _recipe_parallel(par: Mapping[str, Any], s: Mapping[str, Any], n_layers: int, pp: int, vp: int,
-                     grad_elem_bytes: int = 4) -> dict:
-    """Parallelism fields the recipe sets (sp, TP overlap, zero, etp, DDP bucket size in bytes of
-    ``grad_elem_bytes``-byte gradients, an uneven pipeline split)."""
+def recipe_parallel(par: Mapping[str, Any], s: Mapping[str, Any], n_layers: int, pp: int, vp: int,
+                    grad_elem_bytes: int = 4) -> dict:
+    """Parallelism fields the recipe settings ``s`` set for the given fields ``par`` (sp, TP overlap,
+    zero, etp, DDP bucket size in bytes of ``grad_elem_bytes``-byte gradients, an uneven pipeline
+    split: the recipe's layout, else the embedding / loss-aware split). recipe_workload and the
+    published-row path (validation/analysis/published_compare) both take them from here."""
     upd: dict[str, Any] = {}
     if "sequence_parallel" in s:
         rule = s["sequence_parallel"]

@@ -21,7 +21,7 @@ from ...model import TrainingWorkload
 from ...sim import overlap
 from ...sim.cluster import Cluster
 from ...sim.estimate import estimate
-from ...sim.recipes import Recipe, UnstatedFact, recipe_for_software, training_stack
+from ...sim.recipes import Recipe, UnstatedFact, recipe_for_software, recipe_parallel, training_stack
 from .published import CALIBRATION_FILE, load_published, published_sources
 from ...sim._toml import load_toml
 
@@ -178,7 +178,9 @@ def _sp(row, s: dict) -> bool:
 
 
 def _fill(row, s: dict) -> dict:
-    """Parallelism fields the row does not publish, from its recipe settings ``s``."""
+    """Parallelism fields the row does not publish: vp, cp and dp from its recipe settings ``s`` and
+    its GPUs, FSDP settings, and what the recipe sets (sim/recipes.recipe_parallel: sp, TP overlap,
+    zero, etp, DDP bucket, uneven pipeline split)."""
     fill: dict = {"vp": s["vp"]} if row.vp is None else {}
     if row.cp is None and "cp" in s:
         fill["cp"] = s["cp"]
@@ -188,43 +190,36 @@ def _fill(row, s: dict) -> dict:
             raise ValueError(f"gpus={row.gpus} is not tp*pp*cp={mp} x an integer")
         fill["dp"] = row.gpus // mp          # every GPU not in a model-parallel group is a data-parallel rank
     if row.sp is None:
-        fill["sp"] = _sp(row, s)
-    sp = _sp(row, s)
-    overlap_rule = s.get("tp_comm_overlap", False)
-    fill["tp_comm_overlap"] = sp if overlap_rule == "with_sp" else bool(overlap_rule)
-    if row.zero is None:
-        if "zero" not in s:
-            raise UnstatedFact("zero: not published and the recipe sets no optimizer sharding")
-        fill["zero"] = s["zero"]
+        _sp(row, s)                          # says which fact is missing when the recipe has no rule
+    if row.zero is None and "zero" not in s:
+        raise UnstatedFact("zero: not published and the recipe sets no optimizer sharding")
+    published = {k: getattr(row, k) for k in ("tp", "pp", "dp", "sp", "zero") if getattr(row, k) is not None}
+    given = {**published, **fill}
+    grad_bytes = 2 if grad_reduce_dtype_for(s, _PRECISION.get(row.precision, "bf16")) == "bf16" else 4
+    rec = recipe_parallel(given, s, row.transformer_config().n_layers, row.pp or 1, row.vp or fill["vp"], grad_bytes)
+    fill.update({k: v for k, v in rec.items() if k not in published})
     zero = row.zero if row.zero is not None else fill["zero"]
-    dp = row.dp or fill.get("dp", 1)
     if zero == 3 and "fsdp_param_dtype" in s:
         fill["fsdp_param_dtype"] = s["fsdp_param_dtype"]
         # torch pipeline schedules keep FSDP units gathered under PP (overlap.fsdp_keep_unsharded_under_pp)
         fill["fsdp_keep_unsharded"] = bool(overlap.fsdp_keep_unsharded_under_pp(stack_for(row)) and (row.pp or 1) > 1)
-    if "etp" in s:
-        fill["etp"] = s["etp"]
-    if "bucket_elements" in s and zero in (1, 2) and dp > 1:     # Megatron's bucket_size counts elements
-        fill["bucket_bytes"] = s["bucket_elements"] * (2 if s.get("grad_reduce_dtype") == "bf16" else 4)
     return fill
+
+
+# Parallelism fields of an uneven pipeline split (recipe_parallel sets them; applied after the row's degrees)
+SPLIT_FIELDS = ("layout", "pp_split_embedding", "pp_split_loss")
 
 
 def pipeline_split(cfg, pp: int, vp: int, settings: dict | None = None) -> dict:
     """Parallelism fields of an uneven pipeline split (none when even): the recipe's ``layout`` for
     (pp, vp) where it gives one, else the embedding / loss-aware even split of n_layers + 2 its
     ``pipeline_split = "embedding_loss"`` asks for (Megatron-Bridge account_for_embedding_in_pipeline_split
-    / account_for_loss_in_pipeline_split). Without ``settings``: the latest Megatron-Bridge recipe
-    for ``cfg.name``."""
+    / account_for_loss_in_pipeline_split; sim/recipes.recipe_parallel). Without ``settings``: the
+    latest Megatron-Bridge recipe for ``cfg.name``."""
     if settings is None:
         settings = recipe_for_software("NeMo 26.08 (Megatron-Bridge)").resolve(cfg.name, pp=pp, vp=vp)
-    L = cfg.n_layers
-    if pp == 1 or L % (pp * vp) == 0:
-        return {}
-    if "layout" in settings:
-        return {"layout": tuple(settings["layout"])}
-    if settings.get("pipeline_split") == "embedding_loss":
-        return {"pp_split_embedding": True, "pp_split_loss": True}
-    return {}
+    out = recipe_parallel({}, settings, cfg.n_layers, pp, vp)
+    return {k: out[k] for k in SPLIT_FIELDS if k in out}
 
 
 def moe_software(row, moe=None) -> dict:
@@ -278,8 +273,9 @@ def _batch(row, s: dict, dp: int) -> tuple[int, int]:
 
 def workload_for(row) -> TrainingWorkload:
     s = settings_for(row)
-    par = row.parallelism(**_fill(row, s))
-    split = pipeline_split(row.transformer_config(), par.pp, par.vp, s)
+    fill = _fill(row, s)
+    split = {k: fill.pop(k) for k in SPLIT_FIELDS if k in fill}
+    par = row.parallelism(**fill)
     if split:
         par = type(par)(**{**par.model_dump(), **split})     # re-validate
     mbs, gbs = _batch(row, s, par.dp)
