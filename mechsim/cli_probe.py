@@ -57,11 +57,14 @@ def describe(path: str, hw: str) -> str:
            f"p10-p90 {m['deep_step_host_p10_s'] * 1e6:.0f}-{m['deep_step_host_p90_s'] * 1e6:.0f} us)"] if prof.deep else []),
         *([f"probe backward   {m['deep_bwd_host_s'] * 1e6:.0f} us host issue ({dict(prof.train)['n_layers']} layers; "
            f"p10-p90 {m['deep_bwd_host_p10_s'] * 1e6:.0f}-{m['deep_bwd_host_p90_s'] * 1e6:.0f} us)"] if prof.train else []),
+        *([f"probe train fwd  {m['train_fwd_host_s'] * 1e6:.0f} us host issue with the loss (p10-p90 "
+           f"{m['train_fwd_host_p10_s'] * 1e6:.0f}-{m['train_fwd_host_p90_s'] * 1e6:.0f} us)"] if prof.has("train_fwd_host_s") else []),
         *(["read             between the job's own steps (a window profile)"] if prof.window else []),
         f"GEMM bf16        {m['gemm_1024_bf16_flop_per_s'] / 1e12:.0f} TFLOP/s at 1024^3, "
         f"{m['gemm_8192_bf16_flop_per_s'] / 1e12:.0f} TFLOP/s at 8192^3",
         f"HBM copy         {m['hbm_copy_bytes_per_s'] / 1e12:.2f} TB/s (read + write)",
         f"estimates on {hw}: host launch costs x{host.scale:.2f} of the calibrated host"
         + (f", band x{host.scale * host.spread[0]:.2f}-x{host.scale * host.spread[1]:.2f}" if host.spread != (1.0, 1.0) else "")
+        + (f", training forward x{host.train_fwd_scale:.2f}" if host.train_fwd_scale is not None else "")
         + (f", backward x{host.bwd_scale:.2f}" if host.bwd_scale is not None else "")
         + f" (--profile {path})"])

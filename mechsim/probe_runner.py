@@ -7,12 +7,13 @@ profile (format ``mechsim.host_profile/1``, docs/host.md):
 - software: torch, CUDA, cuDNN versions; gpu: name, SMs, memory;
 - measurements (SI units, unit in the name): host seconds per eager kernel launch (a
   1-element ``add_``), GPU seconds per kernel inside a CUDA graph, eager decode steps of a
-  tiny Llama-style decoder at 2 and DEEP_LAYERS layers and the backward of its TRAIN_LAYERS-deep
-  amp_bf16 training step (host issue time, interleaved over a 3.5 s window; wall time), bf16 GEMM
+  tiny Llama-style decoder at 2 and DEEP_LAYERS layers and the forward (with the loss) and the
+  backward of its TRAIN_LAYERS-deep amp_bf16 training step (host issue time, interleaved over a
+  2.5 s window; wall time), bf16 GEMM
   rates at 1024^3 and 8192^3, and device-to-device copy bandwidth; the host state over the window
   (steal, run-queue delay, thread CPU time).
 
-``HostSampler`` reads the same deep forward and backward between a job's own steps and writes a
+``HostSampler`` reads the same deep forward and training forward / backward between a job's own steps and writes a
 profile of the host states that job ran in (``window``): on a VM host that switches speed within
 seconds, a probe taken apart from the steps samples another mix of states (docs/host.md).
 
@@ -43,7 +44,7 @@ TINY = {"vocab": 512, "d_model": 64, "n_layers": 2, "n_heads": 4, "n_kv_heads": 
         "tie_embeddings": False, "max_seq": 64, "batch": 1, "ctx": 16}
 DEEP_LAYERS = 16    # the deep probe decoder: per-layer host cost of a model as deep as the ones it prices
 TRAIN_LAYERS = 8    # the backward probe's decoder (its head is ~2 % of the backward's kernels)
-SERIES_S, WARMUP_S = 3.5, 0.5
+SERIES_S, WARMUP_S = 2.5, 0.3   # cut from 3.5 / 0.5 s: a cold probe took 15.0 s (LOG "The training forward")
 GEMM_SIZES = (1024, 8192)
 COPY_BYTES = 1 << 30
 
@@ -182,12 +183,13 @@ def interleaved_series(torch: Any, calls: dict[str, tuple[Callable[[], Any], int
     """Round-robin over ``calls`` (name -> (call, burst size)) for ``seconds``: each round one
     burst of each, host seconds per call (GPU queue drained before each burst), so every series
     samples the same host states (a VM host switches speed within a few hundred ms: LOG "The
-    probe's 3 s series"). Burst size 0: the call times itself and returns its seconds."""
-    out: dict[str, list[float]] = {k: [] for k in calls}
+    probe's 3 s series"). Burst size 0: the call times itself and returns its seconds (a float,
+    or a tuple of them for a call that times several parts)."""
+    out: dict[str, list[Any]] = {k: [] for k in calls}
     end = time.perf_counter() + seconds
     while time.perf_counter() < end:
         for name, (call, inner) in calls.items():
-            out[name].append(float(call()) if inner == 0 else host_per_call_s(torch, call, inner, 1))
+            out[name].append(call() if inner == 0 else host_per_call_s(torch, call, inner, 1))
     return out
 
 
@@ -248,13 +250,16 @@ def probe_decoder(torch: Any, ref: Any, n_layers: int) -> Callable[[], object]:
     return step
 
 
-def probe_backward(torch: Any, ref: Any, n_layers: int = TRAIN_LAYERS) -> Callable[[], float]:
-    """The backward of one amp_bf16 training step (fp32 parameters, autocast bf16 forward +
-    cross-entropy, as runners/models.make_train_step) of TINY's decoder ``n_layers`` deep, batch 1,
-    TINY["ctx"] tokens, as a call returning the host seconds of ``loss.backward()`` alone (GPU
-    queue drained before it, gradients dropped after). Eager autograd runs a CUDA backward on its
-    device thread, not the caller's: on a VM whose vCPUs switch speed each on its own, the
-    backward's host speed is not the forward's (LOG "A probe of the steps' own window")."""
+def probe_train(torch: Any, ref: Any, n_layers: int = TRAIN_LAYERS) -> Callable[[], tuple[float, float]]:
+    """One amp_bf16 training step's forward + loss and backward (fp32 parameters, autocast bf16
+    forward + cross-entropy, as runners/models.make_train_step) of TINY's decoder ``n_layers`` deep,
+    batch 1, TINY["ctx"] tokens, as a call returning (host seconds of the forward with the loss,
+    host seconds of ``loss.backward()``), the GPU queue drained before each, gradients dropped after.
+    The forward records the autograd graph under autocast: it costs ~1.5x an inference-mode forward
+    per kernel (LOG "The training forward"), which the decode probe does not see. Eager autograd
+    runs a CUDA backward on its device thread, not the caller's: on a VM whose vCPUs switch speed
+    each on its own, the backward's host speed is not the forward's (LOG "A probe of the steps'
+    own window")."""
     cfg = ref.RefConfig(**{**{k: TINY[k] for k in ("vocab", "d_model", "n_heads", "n_kv_heads", "ffn",
                                                   "tie_embeddings", "max_seq")}, "n_layers": n_layers})
     torch.manual_seed(0)
@@ -263,16 +268,19 @@ def probe_backward(torch: Any, ref: Any, n_layers: int = TRAIN_LAYERS) -> Callab
         idx = torch.randint(0, cfg.vocab, (TINY["batch"], TINY["ctx"]))
         tgt = torch.randint(0, cfg.vocab, (TINY["batch"], TINY["ctx"]))
 
-    def backward() -> float:
-        with torch.autocast("cuda", dtype=torch.bfloat16):
-            loss = ref.loss_fn(m(idx), tgt)
+    def step() -> tuple[float, float]:
         torch.cuda.synchronize()
         t0 = time.perf_counter()
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            loss = ref.loss_fn(m(idx), tgt)
+        t1 = time.perf_counter()
+        torch.cuda.synchronize()
+        t2 = time.perf_counter()
         loss.backward()
-        dt = time.perf_counter() - t0
+        dt = time.perf_counter() - t2
         m.zero_grad(set_to_none=True)
-        return dt
-    return backward
+        return t1 - t0, dt
+    return step
 
 
 def _quantiles(prefix: str, series: list[float]) -> dict:
@@ -283,23 +291,23 @@ def _quantiles(prefix: str, series: list[float]) -> dict:
 
 def tiny_step_probe(torch: Any, seconds: float = SERIES_S, warmup_s: float = WARMUP_S) -> dict:
     """Eager decode steps of the tiny decoder (TINY, 2 layers) and of the same decoder
-    DEEP_LAYERS deep, and the backward of a TRAIN_LAYERS-deep training step (probe_backward),
-    interleaved round by round (bursts of 10 and 2 forwards, no sync inside a burst; one
-    backward) for ``seconds`` after ``warmup_s`` of discarded rounds (a series opens slow: LOG
-    "The probe's 3 s series"): host seconds per forward / backward, median, 10th / 90th
-    percentile and the series of each; wall seconds per synced tiny forward; and the host state
-    over the window."""
+    DEEP_LAYERS deep, and the forward and backward of a TRAIN_LAYERS-deep training step
+    (probe_train), interleaved round by round (bursts of 10 and 2 forwards, no sync inside a
+    burst; one training step) for ``seconds`` after ``warmup_s`` of discarded rounds (a series
+    opens slow: LOG "The probe's 3 s series"): host seconds per forward / backward, median, 10th /
+    90th percentile and the series of each; wall seconds per synced tiny forward; and the host
+    state over the window."""
     ref = _llama_ref()
     tiny, deep = probe_decoder(torch, ref, TINY["n_layers"]), probe_decoder(torch, ref, DEEP_LAYERS)
     calls: dict[str, tuple[Callable[[], Any], int]] = {"tiny": (tiny, 10), "deep": (deep, 2)}
     out: dict = {}
     try:
-        bwd = probe_backward(torch, ref)
-        bwd()
-        calls["bwd"] = (bwd, 0)
-    except RuntimeError as e:   # e.g. no bf16 autocast on this GPU: the profile keeps the forward probes
+        train = probe_train(torch, ref)
+        train()
+        calls["train"] = (train, 0)
+    except RuntimeError as e:   # e.g. no bf16 autocast on this GPU: the profile keeps the decode probes
         out["errors"] = {"deep_bwd_host_s": f"{type(e).__name__}: {e}"}
-    for _ in range(5):
+    for _ in range(3):
         for call, _n in calls.values():
             call()
     warm = interleaved_series(torch, calls, warmup_s)
@@ -307,8 +315,9 @@ def tiny_step_probe(torch: Any, seconds: float = SERIES_S, warmup_s: float = WAR
     series = interleaved_series(torch, calls, seconds)
     host = state.read()
     wall = host_per_call_s(torch, lambda: (tiny(), torch.cuda.synchronize()), 5, 5)
-    if "bwd" in series:
-        out.update(_quantiles("deep_bwd_host", series["bwd"]))
+    if "train" in series:
+        out.update(_quantiles("train_fwd_host", [f for f, _b in series["train"]]))
+        out.update(_quantiles("deep_bwd_host", [b for _f, b in series["train"]]))
     return {**_quantiles("tiny_step_host", series["tiny"]), **_quantiles("deep_step_host", series["deep"]), **out,
             "tiny_step_wall_s": wall, "warmup_tiny_step_host_series_s": warm["tiny"], "host_state": host}
 
@@ -320,40 +329,45 @@ def model_fields(n_layers: int) -> dict:
 
 class HostSampler:
     """The probe read between a job's own steps: each ``read()`` is one DEEP_LAYERS-deep decoder
-    forward and one probe backward (host seconds, the GPU queue drained first), so the reads see
-    the host states the job's steps run in. ``profile(base)`` is ``base`` (a profile of this
-    machine, run_probe's) with its deep forward and backward measurements taken from these reads
-    and ``window`` saying so: a profile of the job's window, not of a moment before it."""
+    forward and one probe training step's forward and backward (host seconds, the GPU queue
+    drained first), so the reads see the host states the job's steps run in. ``profile(base)`` is
+    ``base`` (a profile of this machine, run_probe's) with its deep forward, training forward and
+    backward measurements taken from these reads and ``window`` saying so: a profile of the job's
+    window, not of a moment before it."""
 
     def __init__(self, torch: Any) -> None:
         ref = _llama_ref()
         self.torch = torch
-        self.fwd, self.bwd = probe_decoder(torch, ref, DEEP_LAYERS), probe_backward(torch, ref)
+        self.fwd, self.train = probe_decoder(torch, ref, DEEP_LAYERS), probe_train(torch, ref)
         for _ in range(3):
-            self.fwd(), self.bwd()
+            self.fwd(), self.train()
         self.deep: list[float] = []
+        self.train_fwd: list[float] = []
         self.back: list[float] = []
         self.t: list[float] = []
 
-    def read(self) -> tuple[float, float]:
-        """One read: (deep forward host s, backward host s)."""
+    def read(self) -> tuple[float, float, float]:
+        """One read: (deep decode forward host s, training forward host s, backward host s)."""
         self.torch.cuda.synchronize()
         t0 = time.perf_counter()
         self.fwd()
         self.deep.append(time.perf_counter() - t0)
-        self.back.append(self.bwd())
+        f, b = self.train()
+        self.train_fwd.append(f)
+        self.back.append(b)
         self.t.append(t0)
-        return self.deep[-1], self.back[-1]
+        return self.deep[-1], f, b
 
     def profile(self, base: dict) -> dict:
         if not self.deep:
             raise RuntimeError("HostSampler.profile: no reads yet; call read() between the job's steps")
-        meas = {**base["measurements"], **_quantiles("deep_step_host", self.deep), **_quantiles("deep_bwd_host", self.back)}
+        meas = {**base["measurements"], **_quantiles("deep_step_host", self.deep),
+                **_quantiles("train_fwd_host", self.train_fwd), **_quantiles("deep_bwd_host", self.back)}
         return {**base, "measurements": meas, "deep_model": model_fields(DEEP_LAYERS),
                 "train_model": model_fields(TRAIN_LAYERS),
                 "window": {"reads": len(self.deep), "span_s": self.t[-1] - self.t[0],
                            "t_s": [t - self.t[0] for t in self.t],
-                           "what": "deep forward and backward probe read between the job's own steps"}}
+                           "what": "deep forward, training forward and backward probe read between the job's own steps"}}
 
 
 def graph_per_call_s(torch: Any, call: Callable[[], object], inner: int, reps: int) -> float:
@@ -400,9 +414,13 @@ def run_probe() -> dict:
     if not torch.cuda.is_available():
         raise RuntimeError("the probe needs an NVIDIA GPU: torch.cuda.is_available() is False")
     torch.cuda.init()
+    torch.zeros(1, device="cuda")
+    stages = {"start_s": time.perf_counter() - t0}   # import torch + CUDA context: most of a cold probe
     meas: dict = {}
     for probe in (launch_probe, tiny_step_probe, gemm_probe, copy_probe):
+        t1 = time.perf_counter()
         meas.update(probe(torch))
+        stages[probe.__name__.removesuffix("_probe") + "_s"] = time.perf_counter() - t1
     state, errors = meas.pop("host_state"), meas.pop("errors", None)
     out = {"format": FORMAT, "created_utc": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
            "host": {**host_info(), "state": state}, "software": software_info(torch), "gpu": gpu_info(torch),
@@ -411,7 +429,7 @@ def run_probe() -> dict:
         out["train_model"] = model_fields(TRAIN_LAYERS)
     if errors:
         out["errors"] = errors
-    return {**out, "probe_s": time.perf_counter() - t0}
+    return {**out, "probe_s": time.perf_counter() - t0, "probe_stages_s": stages}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -428,7 +446,8 @@ def main(argv: list[str] | None = None) -> int:
     m = prof["measurements"]
     print(f"wrote {path}: {prof['host']['cpu_model']}, eager launch {m['launch_eager_host_s'] * 1e6:.2f} us, "
           f"tiny eager step {m['tiny_step_host_s'] * 1e6:.0f} us, {DEEP_LAYERS}-layer {m['deep_step_host_s'] * 1e6:.0f} us, "
-          + (f"{TRAIN_LAYERS}-layer backward {m['deep_bwd_host_s'] * 1e6:.0f} us, " if "deep_bwd_host_s" in m else "") +
+          + (f"{TRAIN_LAYERS}-layer training forward {m['train_fwd_host_s'] * 1e6:.0f} us, backward "
+             f"{m['deep_bwd_host_s'] * 1e6:.0f} us, " if "deep_bwd_host_s" in m else "") +
           f"probe {prof['probe_s']:.1f} s")
     return 0
 

@@ -7,7 +7,10 @@ per GPU machine in sim/data/efficiency) times ``Host.scale``:
   eager step (host issue time) / the same step's predicted host time on the calibrated stack, and
   where the profile has the probe backward, the backward's launch costs scale by its own measured /
   predicted ratio (eager autograd issues the backward from another thread, whose vCPU runs at its
-  own speed); the band then carries the probe series' own spread;
+  own speed), and where it has the probe training forward, a training step's forward (and
+  optimizer) launch costs scale by that forward's ratio (a forward that records the autograd graph
+  under autocast costs ~1.5x an inference-mode forward per kernel); the band then carries the probe
+  series' own spread;
 - on a system whose hwdb record names its CPU: the CPU record's ``launch_scale``;
 - otherwise the default host: sim/data/host_spread.toml's ``default_cpu`` at the committed probes'
   median speed (``center``).
@@ -49,6 +52,7 @@ MEASUREMENTS = ("launch_eager_host_s", "launch_graph_gpu_s", "tiny_step_host_s",
                 "gemm_1024_bf16_flop_per_s", "gemm_8192_bf16_flop_per_s", "hbm_copy_bytes_per_s")
 DEEP_MEASUREMENTS = ("deep_step_host_s", "deep_step_host_p10_s", "deep_step_host_p90_s")   # with deep_model
 BWD_MEASUREMENTS = ("deep_bwd_host_s", "deep_bwd_host_p10_s", "deep_bwd_host_p90_s")   # with train_model
+TRAIN_FWD_MEASUREMENTS = ("train_fwd_host_s", "train_fwd_host_p10_s", "train_fwd_host_p90_s")   # optional, with train_model
 
 
 class ProfileError(ValueError):
@@ -67,11 +71,14 @@ class HostProfile:
     tiny: tuple[tuple[str, int], ...]
     measurements: tuple[tuple[str, float], ...]
     deep: tuple[tuple[str, int], ...] = ()   # the deep probe decoder's dims, () in profiles without it
-    train: tuple[tuple[str, int], ...] = ()  # the probe backward's decoder dims, () in profiles without it
+    train: tuple[tuple[str, int], ...] = ()  # the probe training step's decoder dims, () in profiles without it
     window: bool = False   # read between a job's own steps (probe_runner.HostSampler)
 
     def get(self, name: str) -> float:
         return dict(self.measurements)[name]
+
+    def has(self, name: str) -> bool:
+        return any(k == name for k, _v in self.measurements)
 
     @property
     def step(self) -> tuple[float, tuple[tuple[str, int], ...]]:
@@ -120,6 +127,8 @@ def parse_profile(obj: Any, where: str = "<profile>") -> HostProfile:
         d = _table(obj, "train_model", where)
         train = tuple((k, int(_number(d, k, where, "train_model."))) for k in TINY_FIELDS)
         m += tuple((k, _number(meas, k, where, "measurements.")) for k in BWD_MEASUREMENTS)
+        if any(k in meas for k in TRAIN_FWD_MEASUREMENTS):   # profiles written before it have none
+            m += tuple((k, _number(meas, k, where, "measurements.")) for k in TRAIN_FWD_MEASUREMENTS)
     return HostProfile(where, str(host.get("cpu_model") or "unknown CPU"), str(host.get("boot_id") or ""),
                        str(gpu.get("name") or "unknown GPU"), str(sw.get("torch") or ""), t, m, deep, train,
                        isinstance(obj.get("window"), dict))
@@ -160,10 +169,18 @@ class Host:
     spread: tuple[float, float]
     source: str   # "probe", "cpu" (a system's CPU record), "default", "stack" (a Stack given as is)
     bwd_scale: float | None = None   # the backward's own scale (a probe backward), None: ``scale``
+    train_fwd_scale: float | None = None   # a training forward's scale (a probe training forward), None: ``scale``
 
     def apply(self, st: Stack) -> Stack:
         """``st`` with its host launch costs x scale, the backward's x bwd_scale (sim/launch.on_host)."""
         return on_host(st, self.scale, self.bwd_scale)
+
+    def for_workload(self, workload: Any) -> Host:
+        """The host as ``workload`` meets it: a training step's forward (and its optimizer step,
+        priced at the forward's launch cost) at ``train_fwd_scale`` where the probe measured one."""
+        if self.train_fwd_scale is None or not isinstance(workload, TrainingWorkload):
+            return self
+        return dataclasses.replace(self, scale=self.train_fwd_scale)
 
 
 @functools.cache
@@ -232,19 +249,23 @@ def probe_host(prof: HostProfile, gpu: Any) -> Host:
     series' 10th / 90th percentile over its median where the profile has the deep series (a VM
     host switches speed within seconds and the probe saw how far: LOG "Why the probe did not
     predict"), else none; bwd_scale = the probe backward's median over its prediction where the
-    profile has it (LOG "A probe of the steps' own window"), else the forward's scale."""
+    profile has it (LOG "A probe of the steps' own window"), else the forward's scale;
+    train_fwd_scale = the probe training forward's median over its prediction where the profile
+    has it (LOG "The training forward"), else none."""
     measured, dims = prof.step
     scale = measured / reference_tiny_host_s(gpu, dims)
-    bwd = prof.get("deep_bwd_host_s") / reference_bwd_host_s(gpu, prof.train) if prof.train else None
+    bwd = prof.get("deep_bwd_host_s") / reference_train_host_s(gpu, prof.train, "bwd") if prof.train else None
+    tfwd = (prof.get("train_fwd_host_s") / reference_train_host_s(gpu, prof.train, "fwd")
+            if prof.train and prof.has("train_fwd_host_s") else None)
     boot = f", boot {prof.boot_id[:8]}" if prof.boot_id else ""
     spread = (1.0, 1.0)
     if prof.deep:
         spread = (min(1.0, prof.get("deep_step_host_p10_s") / measured), max(1.0, prof.get("deep_step_host_p90_s") / measured))
     seen = f", seen x{scale * spread[0]:.2f}-x{scale * spread[1]:.2f}" if spread != (1.0, 1.0) else ""
-    back = f", backward x{bwd:.2f}" if bwd is not None else ""
+    back = (f", training forward x{tfwd:.2f}" if tfwd is not None else "") + (f", backward x{bwd:.2f}" if bwd is not None else "")
     when = ", read between the job's steps" if prof.window else ""
     return Host(f"probed: {prof.cpu_model} ({prof.path}{boot}{when}), host x{scale:.2f}{seen}{back}", scale, spread,
-                "probe", bwd)
+                "probe", bwd, tfwd)
 
 
 @functools.lru_cache(maxsize=64)
@@ -263,11 +284,11 @@ def reference_tiny_host_s(gpu: Any, tiny: tuple[tuple[str, int], ...]) -> float:
     return float(np.dot(host_times(t, st), t.count))
 
 
-@functools.lru_cache(maxsize=64)
-def reference_bwd_host_s(gpu: Any, dims: tuple[tuple[str, int], ...]) -> float:
-    """Predicted host seconds to issue the probe backward (probe_runner.probe_backward: an
-    amp_bf16 training step's backward of the probe decoder ``dims``, batch 1, ``ctx`` tokens)
-    on ``gpu``'s calibrated eager stack."""
+@functools.lru_cache(maxsize=128)
+def reference_train_host_s(gpu: Any, dims: tuple[tuple[str, int], ...], phase: str) -> float:
+    """Predicted host seconds to issue ``phase`` ("fwd": the forward with the loss, "bwd") of
+    the probe training step (probe_runner.probe_train: an amp_bf16 training step of the probe
+    decoder ``dims``, batch 1, ``ctx`` tokens) on ``gpu``'s calibrated eager stack."""
     d = dict(dims)
     cfg = TransformerConfig(name="probe_train", n_layers=d["n_layers"], d_model=d["d_model"], n_heads=d["n_heads"],
                             n_kv_heads=d["n_kv_heads"], ffn=d["ffn"], vocab=d["vocab"], tie_embeddings=False,
@@ -275,8 +296,8 @@ def reference_bwd_host_s(gpu: Any, dims: tuple[tuple[str, int], ...]) -> float:
     w = TrainingWorkload(model=cfg, mbs=1, seq=d["ctx"], precision="amp_bf16", optimizer="adamw", stack="eager")
     st = calibrated_stack(gpu, get_stack("eager"))
     t = prepare(w, st.fused).table
-    bwd = t.phase == PHASES.index("bwd")
-    return float(np.dot(host_times(t, st)[bwd], t.count[bwd]))
+    sel = t.phase == PHASES.index(phase)
+    return float(np.dot(host_times(t, st)[sel], t.count[sel]))
 
 
 # ---- the band ---------------------------------------------------------------------------
@@ -330,7 +351,7 @@ def estimate(workload: Any, hw: Any = "h100_sxm", stack: str | Stack | None = No
         workload = with_recipe(workload, recipe, hw=hw)
     gpu = gpu_of(hw)
     explicit = isinstance(stack, Stack)
-    host = host_for(hw, gpu, profile, explicit)
+    host = host_for(hw, gpu, profile, explicit).for_workload(workload)
     st = stack if isinstance(stack, Stack) else calibrated_stack(gpu, get_stack(stack or workload.stack))
     on = stack_on_host(st, host.scale, host.bwd_scale)
     est = estimate_at(workload, hw, on, overrides, **kw)
@@ -340,6 +361,19 @@ def estimate(workload: Any, hw: Any = "h100_sxm", stack: str | Stack | None = No
         step_time(workload, hw, stack_on_host(st, host.scale * f, None if host.bwd_scale is None else host.bwd_scale * f),
                   overrides, **kw), host.spread)
     return est.with_band(with_host(est.error_band, host, swing))
+
+
+def host_phase_s(workload: Any, hw: Any = "h100_sxm", profile: Any = None) -> dict[str, float]:
+    """Predicted host seconds to issue each phase's kernels (sim/optable.PHASES: "fwd" with the
+    loss, "bwd", "optimizer") of an eager ``workload`` on the host ``estimate`` assumes, to set
+    beside a step's measured phase split (validation/analysis/host_validate.phase_rows)."""
+    gpu = gpu_of(hw)
+    host = host_for(hw, gpu, profile).for_workload(workload)
+    st = calibrated_stack(gpu, get_stack(workload.stack))
+    on = stack_on_host(st, host.scale, host.bwd_scale)
+    t = prepare(workload, on.fused).table
+    ht = host_times(t, on) * t.count
+    return {ph: float(ht[t.phase == i].sum()) for i, ph in enumerate(PHASES)}
 
 
 def host_issue_s(est: Any, stack: Stack, table: Any = None) -> float:

@@ -48,6 +48,13 @@ def bwd_profile(bwd_step_s: float, deep_step_s: float = 12e-3) -> dict:
     return p
 
 
+def train_profile(fwd_step_s: float, bwd_step_s: float = 0.02) -> dict:
+    p = bwd_profile(bwd_step_s)
+    p["measurements"].update(train_fwd_host_s=fwd_step_s, train_fwd_host_p10_s=0.8 * fwd_step_s,
+                             train_fwd_host_p90_s=1.2 * fwd_step_s)
+    return p
+
+
 def write(tmp_path: Path, obj: object, name: str = "p.json") -> Path:
     path = tmp_path / name
     probe_runner.write_json_atomic(path, obj) if isinstance(obj, dict) else path.write_text(str(obj))
@@ -134,16 +141,9 @@ def test_profile_written_on_the_gpu_machine_round_trips(tmp_path, capsys):
     assert "as the probe saw this host" in capsys.readouterr().out
 
 
-def test_probe_backward_sets_the_backward_scale(tmp_path):
-    """A profile with the probe backward scales the backward's launch costs by its own measured /
-    predicted ratio: a training step moves with it, a decode step (no backward) does not."""
-    gpu = resolve_gpu("h200_sxm")
-    ref = host.reference_bwd_host_s(gpu, TRAIN)
-    assert ref > 0
-    fast, slow = (host.load_profile(write(tmp_path, bwd_profile(f * ref), f"b{f}.json")) for f in (0.5, 1.5))
-    assert host.probe_host(fast, gpu).bwd_scale == pytest.approx(0.5)
-    assert host.probe_host(slow, gpu).bwd_scale == pytest.approx(1.5)
-    assert host.probe_host(fast, gpu).scale == host.probe_host(slow, gpu).scale
+def train_moves_decode_does_not(fast, slow):
+    """A 1B eager training step is slower on ``slow`` than on ``fast``, an 8B eager decode step is
+    not; returns the training workload."""
     w = mechsim.TrainingWorkload(model=mechsim.preset("llama3.2-1b"), mbs=1, seq=256, stack="eager")
     t_fast, t_slow = (mechsim.estimate(w, "h200_sxm", profile=p).step_time_s for p in (fast, slow))
     assert t_slow > 1.2 * t_fast
@@ -151,7 +151,49 @@ def test_probe_backward_sets_the_backward_scale(tmp_path):
                                   context_len=513, stack="eager")
     assert mechsim.estimate(d, "h200_sxm", profile=fast).step_time_s == pytest.approx(
         mechsim.estimate(d, "h200_sxm", profile=slow).step_time_s)
+    return w
+
+
+def test_probe_backward_sets_the_backward_scale(tmp_path):
+    """A profile with the probe backward scales the backward's launch costs by its own measured /
+    predicted ratio: a training step moves with it, a decode step (no backward) does not."""
+    gpu = resolve_gpu("h200_sxm")
+    ref = host.reference_train_host_s(gpu, TRAIN, "bwd")
+    assert ref > 0
+    fast, slow = (host.load_profile(write(tmp_path, bwd_profile(f * ref), f"b{f}.json")) for f in (0.5, 1.5))
+    assert host.probe_host(fast, gpu).bwd_scale == pytest.approx(0.5)
+    assert host.probe_host(slow, gpu).bwd_scale == pytest.approx(1.5)
+    assert host.probe_host(fast, gpu).scale == host.probe_host(slow, gpu).scale
+    w = train_moves_decode_does_not(fast, slow)
     assert "backward x0.50" in mechsim.estimate(w, "h200_sxm", profile=fast).error_band.host
+
+
+def test_probe_training_forward_sets_the_training_forward_scale(tmp_path, capsys):
+    """A profile with the probe training forward scales a training step's forward launch costs by
+    its measured / predicted ratio; a decode step keeps the decode probe's scale; profiles written
+    before the field (train_model without it) still load, without the scale."""
+    gpu = resolve_gpu("h200_sxm")
+    ref = host.reference_train_host_s(gpu, TRAIN, "fwd")
+    assert 0 < ref < host.reference_train_host_s(gpu, TRAIN, "bwd")
+    fast, slow = (host.load_profile(write(tmp_path, train_profile(f * ref), f"f{f}.json")) for f in (0.5, 2.0))
+    assert host.probe_host(fast, gpu).train_fwd_scale == pytest.approx(0.5)
+    assert host.probe_host(slow, gpu).train_fwd_scale == pytest.approx(2.0)
+    assert host.probe_host(host.load_profile(write(tmp_path, bwd_profile(0.02), "old.json")), gpu).train_fwd_scale is None
+    w = train_moves_decode_does_not(fast, slow)
+    assert "training forward x2.00" in mechsim.estimate(w, "h200_sxm", profile=slow).error_band.host
+    assert main(["probe", "--show", str(write(tmp_path, train_profile(ref), "t.json"))]) == 0
+    assert "probe train fwd" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("mutate, field", [
+    (lambda p: p["measurements"].pop("train_fwd_host_p90_s"), "measurements.train_fwd_host_p90_s"),
+    (lambda p: p["measurements"].update(train_fwd_host_s=0.0), "measurements.train_fwd_host_s"),
+])
+def test_malformed_probe_training_forward_one_line_error(tmp_path, mutate, field):
+    p = train_profile(0.01)
+    mutate(p)
+    with pytest.raises(host.ProfileError, match=f"field '{field}'.*mechsim probe"):
+        host.load_profile(write(tmp_path, p))
 
 
 def test_window_profile_names_its_reads(tmp_path, capsys):
@@ -237,3 +279,14 @@ def test_default_profile_path_is_user_data_dir():
     assert probe_runner.default_profile_path().name == "host_profile.json"
     assert "mechsim" in str(probe_runner.default_profile_path())
     json.dumps(profile())   # the fixture itself is plain JSON
+
+
+def test_host_phase_split_follows_the_probe_scales(tmp_path):
+    """host_phase_s: the forward's host seconds move with the probe training forward, the
+    backward's with the probe backward, and the three phases sum to the step's host issue."""
+    gpu = resolve_gpu("h200_sxm")
+    ref = host.reference_train_host_s(gpu, TRAIN, "fwd")
+    w = mechsim.TrainingWorkload(model=mechsim.preset("llama3.2-1b"), mbs=1, seq=256, stack="eager")
+    one, two = (host.host_phase_s(w, "h200_sxm", profile=train_profile(f * ref)) for f in (1.0, 2.0))
+    assert two["fwd"] == pytest.approx(2 * one["fwd"]) and two["bwd"] == pytest.approx(one["bwd"])
+    assert set(one) == {"fwd", "bwd", "optimizer"} and all(v > 0 for v in one.values())

@@ -125,7 +125,7 @@ def mean_profile(window: dict) -> dict:
     throughput) follows; on a bimodal host the median of either jumps between the two states
     when about half the window is slow."""
     meas = dict(window["measurements"])
-    for key in ("deep_step_host", "deep_bwd_host"):
+    for key in ("deep_step_host", "train_fwd_host", "deep_bwd_host"):
         series = meas.get(f"{key}_series_s")
         if series:
             meas[f"{key}_s"] = sum(series) / len(series)
@@ -162,6 +162,40 @@ def host_rows(paths: list[Path]) -> list[HostRow]:
         pooled = pooled_window_profile(recs[0]["extra"]["host_profile"], recs)
         rows += [host_row(run, rec, rec["extra"].get("window_profile") or pooled) for rec in recs]
     return rows
+
+
+@dataclass(frozen=True)
+class PhaseRow:
+    """A training record's host issue time per phase (median of its samples' recorded split,
+    runners/cases_host.phased_train_step) beside the prediction with its window profile."""
+    boot: str
+    case_id: str
+    measured_s: tuple[float, float, float]    # forward with the loss, backward, optimizer step + zero_grad
+    predicted_s: tuple[float, float, float]
+
+
+def phase_rows(paths: list[Path]) -> list[PhaseRow]:
+    from ...sim.host import host_phase_s
+    out = []
+    for run, rec in iter_records(paths):
+        e = rec.get("extra", {})
+        split = (e.get("host_phase_samples_s") or {}).get("samples")
+        if rec["kind"] != "train_step" or not split or not e.get("window_profile"):
+            continue
+        meas = tuple(sorted(x[i] for x in split)[len(split) // 2] for i in range(3))
+        pred = host_phase_s(workload_of(rec), gpu_key(run["env"]), profile=e["window_profile"])
+        out.append(PhaseRow(e["host_profile"]["host"].get("boot_id") or "?", rec["case_id"], meas,  # type: ignore[arg-type]
+                            (pred["fwd"], pred["bwd"], pred["optimizer"])))
+    return out
+
+
+def phase_report(rows: list[PhaseRow]) -> str:
+    lines = [f"{'boot':8s} {'train case (host issue ms, measured / window-probe prediction)':44s} "
+             f"{'forward':>15s} {'backward':>15s} {'optimizer':>15s}"]
+    for r in rows:
+        cells = [f"{m * 1e3:5.1f}/{p * 1e3:5.1f} {p / m - 1:+4.0%}" for m, p in zip(r.measured_s, r.predicted_s)]
+        lines.append(f"{r.boot[:8]:8s} {r.case_id:44s} " + " ".join(f"{c:>15s}" for c in cells))
+    return "\n".join(lines)
 
 
 def summary(rows: list[HostRow]) -> dict:
@@ -226,12 +260,15 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--data", default=str(DATA_DIR))
     ap.add_argument("--cases", action="store_true", help="one line per record")
+    ap.add_argument("--phases", action="store_true", help="training records' host time per phase, measured and predicted")
     args = ap.parse_args(argv)
     rows = host_rows(run_paths([args.data]))
     if not rows:
         print("error: no records with extra.host_profile under " + args.data, file=sys.stderr)
         return 2
     print(report(rows, args.cases))
+    if args.phases:
+        print(phase_report(phase_rows(run_paths([args.data]))))
     return 0
 
 

@@ -13,6 +13,13 @@ torch + standard library only; ~15 s on an H200 after start-up. Writes one JSON 
   for 4 s (every class sees the same host states); and the kernels one call launches
   (torch.profiler): the host price of a second kernel inside one aten op (split-K reduce,
   split-KV combine) against that of an op.
+- ``train_modes``: where a training step's host time goes, for the probe's 8-layer training
+  decoder (ctx 16) and the 0.5B shape (seq 256): the forward in inference mode (bf16 weights, as
+  a decode step), under no_grad + autocast, with autograd recording (bf16 weights, no autocast),
+  with autograd recording under autocast (fp32 weights: the training forward), the same with the
+  loss, the backward, and the fused AdamW step, interleaved round by round for 3 s, each with its
+  kernels per call (torch.profiler): the host price per kernel of recording the autograd graph,
+  of autocast, of the optimizer step (LOG "The training forward").
 
     python3 validation/experiments/host_state.py --out host_state.json
 """
@@ -127,6 +134,55 @@ def kernels_per_call(calls: dict) -> dict:
     return out
 
 
+def train_modes(ref, name: str, dims: dict, seq: int) -> dict:
+    """name/mode -> (call, burst size) of one model's training-step parts (module docstring)."""
+    cfg = ref.RefConfig(**dims, max_seq=max(seq, 64))
+    torch.manual_seed(0)
+    with torch.device("cuda"):
+        m32 = ref.Llama(cfg)
+        m16 = ref.Llama(cfg).to(torch.bfloat16)
+        idx = torch.randint(0, cfg.vocab, (1, seq))
+        tgt = torch.randint(0, cfg.vocab, (1, seq))
+    amp = lambda: torch.autocast("cuda", dtype=torch.bfloat16)  # noqa: E731
+
+    def inf_bf16():
+        with torch.inference_mode():
+            m16(idx)
+
+    def nograd_amp():
+        with torch.no_grad(), amp():
+            m32(idx)
+
+    def grad_bf16():
+        m16(idx)
+
+    def grad_amp():
+        with amp():
+            m32(idx)
+
+    def grad_amp_loss():
+        with amp():
+            ref.loss_fn(m32(idx), tgt)
+
+    def backward() -> float:   # times itself: the forward before it is not the backward's
+        with amp():
+            loss = ref.loss_fn(m32(idx), tgt)
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        loss.backward()
+        return time.perf_counter() - t0
+
+    grad_bf16()   # the models' cached RoPE tables made outside inference mode, so autograd may save them
+    opt = torch.optim.AdamW(m32.parameters(), lr=1e-6, fused=True)
+    backward()   # leaves the gradients the optimizer step reads
+
+    calls = {"fwd_inference_bf16": inf_bf16, "fwd_nograd_autocast": nograd_amp, "fwd_grad_bf16": grad_bf16,
+             "fwd_grad_autocast": grad_amp, "fwd_grad_autocast_loss": grad_amp_loss, "optimizer_step": opt.step}
+    out = {f"{name}/{k}": (v, 1) for k, v in calls.items()}
+    out[f"{name}/backward"] = (backward, 0)
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", required=True)
@@ -143,22 +199,42 @@ def main(argv: list[str] | None = None) -> int:
         call()
     torch.cuda.synchronize()
     out = {"host": PR.host_info(), "software": PR.software_info(torch), "gpu": PR.gpu_info(torch)}
-    out["state_series"] = state_series(dec[2], 4.0)
+    out["state_series"] = state_series(dec[2], 2.0)
     cpus = sorted(os.sched_getaffinity(0))
     out["pinned"] = pinned(dec[2], [cpus[i] for i in sorted({0, len(cpus) // 4, len(cpus) // 2,
                                                             (3 * len(cpus)) // 4, len(cpus) - 1})], 0.6)
     st = PR.HostState()
-    series = PR.interleaved_series(torch, calls, 4.0)
+    series = PR.interleaved_series(torch, calls, 3.0)
     out["op_classes"] = {k: {"median_s": PR.median(v), "n": len(v), "series_s": v} for k, v in series.items()}
     out["op_classes_state"] = st.read()
     try:
         out["kernels_per_call"] = kernels_per_call({**ops, "decoder_2l": (dec[2], 1)})
     except Exception as e:  # noqa: BLE001 - the timings above are kept
         out["kernels_per_call"] = {"error": f"{type(e).__name__}: {e}"}
+    try:
+        tm = {**train_modes(ref, "probe8", {k: PR.TINY[k] for k in ("vocab", "d_model", "n_heads", "n_kv_heads", "ffn",
+                                                                     "tie_embeddings")} | {"n_layers": PR.TRAIN_LAYERS},
+                            PR.TINY["ctx"]),
+              **train_modes(ref, "0p5b", {"vocab": 151936, "d_model": 896, "n_layers": 24, "n_heads": 14, "n_kv_heads": 2,
+                                          "ffn": 4864, "tie_embeddings": True}, 256)}   # runners/models.SHAPES["0p5b"]
+        for call, _n in tm.values():
+            call()
+        st = PR.HostState()
+        ts = PR.interleaved_series(torch, tm, 3.0)
+        out["train_modes"] = {k: {"median_s": PR.median(v), "n": len(v), "series_s": v} for k, v in ts.items()}
+        out["train_modes_state"] = st.read()
+        kern = kernels_per_call({k: v for k, v in tm.items() if v[1]})
+        for k, v in kern.items():
+            out["train_modes"][k]["kernels"] = v["kernels"]
+        del tm
+    except Exception as e:  # noqa: BLE001 - the timings above are kept
+        out["train_modes"] = {"error": f"{type(e).__name__}: {e}"}
     out["wall_s"] = time.perf_counter() - t0
     PR.write_json_atomic(Path(args.out), out)
     med = {k: f"{v['median_s'] * 1e6:.1f}" for k, v in out["op_classes"].items()}
-    print(f"wrote {args.out} in {out['wall_s']:.1f} s; host us per call: {med}")
+    tmed = {k: f"{v['median_s'] * 1e6:.0f} us/{v.get('kernels', '?')} kernels" for k, v in out["train_modes"].items()
+            if isinstance(v, dict)}
+    print(f"wrote {args.out} in {out['wall_s']:.1f} s; host us per call: {med}; training parts: {tmed}")
     return 0
 
 

@@ -16,8 +16,8 @@ timed round-robin, one sample of each per round in a seeded shuffled order, for 
 seconds (a VM host switches speed within a few hundred ms, LOG "The probe's 3 s series": one
 case timed in 0.3 s reads one host state, the probe another; over rounds every case's median
 and the probe's median sample the same states). Before each sample the tiny probe decoder
-(2 layers, cases_inference.PairedProbe), its 16-layer twin and the probe backward are read
-(probe_runner.HostSampler); extra["window_profile"] is the profile of those reads, pooled over
+(2 layers, cases_inference.PairedProbe), its 16-layer twin and the probe training step's forward
+and backward are read (probe_runner.HostSampler); extra["window_profile"] is the profile of those reads, pooled over
 the session: a probe of the cases' own window. Training samples also record their forward /
 backward / optimizer host split and the CPU each busy thread of the process ran on. With
 MECHSIM_HOSTVAL_INTERLEAVE=0 each case runs alone as before (cases_inference.run_decode /
@@ -134,6 +134,7 @@ class Step:
         self.issue: list[float] = []
         self.t: list[float] = []
         self.deep: list[float] = []
+        self.train_fwd: list[float] = []
         self.bwd: list[float] = []
         self.phases: list[list[float]] = []    # training: [forward, backward, optimizer + zero_grad] host s
         self.threads: list[list[dict]] = []    # training: the process's busy threads over the sample
@@ -202,8 +203,9 @@ def busy_threads(before: dict, after: dict) -> list[dict]:
 def _sample(st: Step, sampler, log: list | None) -> None:
     torch.cuda.synchronize()
     st.paired()
-    deep, bwd = sampler.read()
+    deep, train_fwd, bwd = sampler.read()
     st.deep.append(deep)
+    st.train_fwd.append(train_fwd)
     st.bwd.append(bwd)
     torch.cuda.synchronize()
     ticks = thread_ticks() if log is not None else None
@@ -260,6 +262,8 @@ def _record(st: Step, prof: dict, session: dict, window: dict, rounds: int, t0: 
                                    "t_s": [t - t0 for t in st.t]},
                    "host_issue_samples_s": st.issue, "host_issue_s": sorted(st.issue)[len(st.issue) // 2],
                    "host_deep_probe_s": {"samples": st.deep, "n_layers": DEEP_LAYERS, "unit": "s per forward"},
+                   "host_train_fwd_probe_s": {"samples": st.train_fwd, "n_layers": window["train_model"]["n_layers"],
+                                              "unit": "s per training forward with the loss"},
                    "host_bwd_probe_s": {"samples": st.bwd, "n_layers": window["train_model"]["n_layers"],
                                         "unit": "s per backward"},
                    "host_profile": prof, "window_profile": window}
