@@ -305,7 +305,7 @@ def recipe_workload(name: str, *, model, parallel: Mapping[str, Any] | None = No
     par = {**recipe_parallel(par, s, cfg.n_layers, pp, vp, grad_bytes), **par}
     if vp > 1 and "schedule" not in par:
         par["schedule"] = "interleaved"
-    return TrainingWorkload(**{**out, **fields, "model": _recipe_model(cfg, s), "parallel": Parallelism(**par)})
+    return TrainingWorkload(**{**out, **fields, "model": recipe_model(cfg, s), "parallel": Parallelism(**par)})
 
 
 def recipe_parallel(par: Mapping[str, Any], s: Mapping[str, Any], n_layers: int, pp: int, vp: int,
@@ -334,9 +334,9 @@ def recipe_parallel(par: Mapping[str, Any], s: Mapping[str, Any], n_layers: int,
     return upd
 
 
-def _recipe_model(cfg, s: Mapping[str, Any]):
-    """The model with the recipe's MoE dispatcher / capacity / sync-free / a2a overlap and MLA
-    up-projection recompute."""
+def recipe_model(cfg, s: Mapping[str, Any]):
+    """The model with the MoE dispatcher / capacity / sync-free / a2a overlap and MLA up-projection
+    recompute of recipe settings ``s`` (recipe_workload and the published-row path)."""
     if cfg.moe is not None:
         upd = {k: s[k] for k in ("dispatcher", "capacity_factor", "sync_free", "a2a_overlap") if k in s}
         if upd:

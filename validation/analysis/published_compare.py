@@ -21,7 +21,7 @@ from ...model import TrainingWorkload
 from ...sim import overlap
 from ...sim.cluster import Cluster
 from ...sim.estimate import estimate
-from ...sim.recipes import Recipe, UnstatedFact, recipe_for_software, recipe_parallel, training_stack
+from ...sim.recipes import Recipe, UnstatedFact, recipe_for_software, recipe_model, recipe_parallel, training_stack
 from .published import CALIBRATION_FILE, load_published, published_sources
 from ...sim._toml import load_toml
 
@@ -223,16 +223,14 @@ def pipeline_split(cfg, pp: int, vp: int, settings: dict | None = None) -> dict:
 
 
 def moe_software(row, moe=None) -> dict:
-    """MoEConfig fields for how the row's release runs its MoE layers (recipe settings: dispatcher,
-    token-drop capacity factor, sync-free full-iteration graphs, EP all-to-all overlap)."""
-    s = settings_for(row)
-    return {"dispatcher": s.get("dispatcher", "alltoall"), "capacity_factor": s.get("capacity_factor"),
-            "sync_free": bool(s.get("sync_free", False)), "a2a_overlap": bool(s.get("a2a_overlap", False))}
-
-
-def mla_software(row, mla=None) -> dict:
-    """MLAConfig fields for how the row's release runs its MLA layers (recipe mla_recompute_up_proj)."""
-    return {"recompute_up_proj": bool(settings_for(row).get("mla_recompute_up_proj", False))}
+    """How the row's release runs its MoE layers: the MoEConfig fields its recipe settings give
+    (sim/recipes.recipe_model: dispatcher, token-drop capacity factor, sync-free full-iteration
+    graphs, EP all-to-all overlap)."""
+    m = recipe_model(row.transformer_config(), settings_for(row)).moe
+    if m is None:
+        raise ValueError(f"row {row.id!r}: the model has no MoE layers")
+    return {"dispatcher": m.dispatcher, "capacity_factor": m.capacity_factor, "sync_free": m.sync_free,
+            "a2a_overlap": m.a2a_overlap}
 
 
 def mtp_layers_for(row, cfg) -> int:
@@ -282,11 +280,7 @@ def workload_for(row) -> TrainingWorkload:
     ga = gbs // (mbs * par.dp)
     if not ga or gbs % (mbs * par.dp):
         raise ValueError(f"gbs={gbs} is not mbs={mbs} x dp={par.dp} x an integer")
-    cfg = row.transformer_config()
-    if cfg.moe is not None:
-        cfg = cfg.model_copy(update={"moe": cfg.moe.model_copy(update=moe_software(row))})
-    if cfg.mla is not None:
-        cfg = cfg.model_copy(update={"mla": cfg.mla.model_copy(update=mla_software(row))})
+    cfg = recipe_model(row.transformer_config(), s)
     if mtp := mtp_layers_for(row, cfg):
         cfg = cfg.model_copy(update={"mtp_layers": mtp})
     seq = row.seq or s.get("seq")
