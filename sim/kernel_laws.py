@@ -236,7 +236,12 @@ def gemm_law(m: np.ndarray, n: np.ndarray, k: np.ndarray, b: np.ndarray, elem_by
         if GEMV_LOAD in eff.params:   # ... streaming the matrix through every SM, no tiles, no split
             main = np.where(gemv, ((m * k + k * n) * b * elem_bytes / (sm_count * eff.get(GEMV_LOAD)))[:, None, None],
                             main)
-            reduce = np.where(gemv, 0.0, reduce)
+            # x [M, K] times a weight vector (N = 1, M > 1) with a long K: cuBLAS splits each dot product
+            # over K and sums the parts in a second kernel (dot_kernel + reduce_1Block_kernel, gemv2T +
+            # splitKreduce_kernel: 4 of 4 such shapes with K >= 3,241 in the H200 sweeps' kernel names;
+            # K <= 6 and M = 1 rows ran one gemvx / gemv2T kernel)
+            split_dot = ((n == 1) & (m > 1) & (k >= eff.get("gemm.splitk_min_k")))[:, None, None]
+            reduce = np.where(gemv, np.where(split_dot, eff.get("gemm.law.splitk_reduce_s"), 0.0), reduce)
             ok = ok & (~gemv | (s == 1))
     per_kernel = launch + reduce
     col = lambda a: np.broadcast_to(np.asarray(a, dtype=float), (len(m),))[:, None, None]  # noqa: E731
@@ -320,6 +325,33 @@ def norm_family(op) -> str | None:
     return "layer_norm" if op.bytes_read >= rows * cols * e + 2 * cols * e else "rms_norm"
 
 
+MOMENTS_BLOCKS_PER_SM = 4.0   # RowwiseMomentsCUDAKernel: kCUDABlockReduceNumThreads = 512 threads per row's block,
+                              # 2,048 threads per SM (Hopper)
+PAIR_RATE = "rowkernel.norm_rowwise.fwd_rate"
+
+
+def has_pair_law(eff: Efficiency) -> bool:
+    return PAIR_RATE in eff.params
+
+
+def rowwise_pair_s(rows: float, cols: float, sm_count: int, eff: Efficiency) -> float:
+    """RowwiseMomentsCUDAKernel + LayerNormForwardCUDAKernel (norm_family's 'norm_rowwise') one after
+    the other, each a block per row:
+
+        moments = ceil(rows / (4 x SMs)) x (row_s + cols x col_s)    (Welford per element: a latency per
+                  element of the block, the same in bf16 and fp32; 4 blocks of 512 threads resident per SM)
+        forward = max(rows x cols / fwd_rate, cols x fwd_col_s)      (an element rate over all SMs; one
+                  row's block alone walks its row at fwd_col_s)
+
+    (kernel times of the H200 sweeps' profiled cases: moments bf16 t48626 d1178 340.9 us = 93 waves x
+    3.7 us, bf16 t1168 d19899 62.1 us = 3 waves x 20.7 us; forward 0.3-0.46e12 elements/s over many rows,
+    fp32 t124 d26539 29.1 us alone)."""
+    p = "rowkernel.norm_rowwise."
+    waves = math.ceil(max(rows, 1.0) / (MOMENTS_BLOCKS_PER_SM * sm_count))
+    moments = waves * (eff.get(p + "row_s") + cols * eff.get(p + "col_s"))
+    return moments + max(rows * cols / eff.get(PAIR_RATE), cols * eff.get(p + "fwd_col_s"))
+
+
 def apply_row_laws(t, compute: np.ndarray, memory: np.ndarray, fixed: np.ndarray, hw, eff: Efficiency) -> None:
     """Row-kernel laws (module docstring) on the forward softmax and fused-norm rows of ``t``, in
     place: the rows' latency on the compute side (it follows the SM clock), a fused norm's
@@ -340,8 +372,11 @@ def apply_row_laws(t, compute: np.ndarray, memory: np.ndarray, fixed: np.ndarray
             memory[i] = (op.bytes_total + again) / (hw.hbm_bandwidth * eff.get("memory.fused_norm_fraction"))
         if fam is None or not has_row_law(eff, fam):
             continue
-        lat = row_latency_s(rows, cols, DTYPE_BYTES[op.dtype], hw.sm_count, eff, fam) / hw.clock_fraction
-        compute[i] = max(compute[i], lat)
+        if fam == ROWWISE and has_pair_law(eff):
+            compute[i] = rowwise_pair_s(rows, cols, hw.sm_count, eff) / hw.clock_fraction
+        else:
+            lat = row_latency_s(rows, cols, DTYPE_BYTES[op.dtype], hw.sm_count, eff, fam) / hw.clock_fraction
+            compute[i] = max(compute[i], lat)
         fixed[i] = row_fixed_s(eff, fam)
 
 
