@@ -10,7 +10,9 @@ Data loading, per step and GPU (loader workers run beside the step):
     read_s    = bytes x gpus / job read bandwidth
     cpu_s     = (text: bytes / tokenize rate per core of the tokenizer class; images: samples /
                 decode rate per core; + samples x loader_sample_s when the sample length is known) / workers
-    load_s    = max(read_s, cpu_s)                     (reading and tokenising overlap in workers)
+    main_s    = samples x loader_main_sample_s      (workers >= 1: the main process takes every batch
+                                                    from the workers' queues, one sample at a time)
+    load_s    = max(read_s, cpu_s, main_s)          (reading, tokenising and hand-over overlap)
     exposed_s = load_s with no prefetch (workers = 0 or prefetch = 0), else max(0, load_s - step)
 
 Checkpoints (bytes = weights + optimizer state, sim.reliability.checkpoint_bytes; each of the
@@ -161,7 +163,8 @@ class LoaderEstimate:
     load_s: float
     step_s: float
     exposed_s: float
-    bound: str                   # "storage" | "cpu"
+    bound: str                   # "storage" | "cpu" | "main" (the main process's hand-over)
+    main_s: float = 0.0
 
     @property
     def total(self) -> float:
@@ -225,10 +228,21 @@ def loader_estimate(tokens_per_gpu: float, step_s: float, st: Storage, spec: Loa
     b = tokens_per_gpu * bytes_per_token(spec)
     read = b * gpus / st.job_bandwidth("read", nodes)
     cpu = loader_cpu_s(spec, tokens_per_gpu, tokens_per_sample)
-    load = max(read, cpu)
+    main = loader_main_s(spec, tokens_per_gpu, tokens_per_sample)
+    load = max(read, cpu, main)
     exposed = load if spec.workers == 0 or spec.prefetch == 0 else max(0.0, load - step_s)
-    return LoaderEstimate(spec.format, bytes_per_token(spec), b, read, cpu, load, step_s, exposed,
-                          "storage" if read >= cpu else "cpu")
+    bound = "storage" if read >= max(cpu, main) else ("cpu" if cpu >= main else "main")
+    return LoaderEstimate(spec.format, bytes_per_token(spec), b, read, cpu, load, step_s, exposed, bound, main)
+
+
+def loader_main_s(spec: LoaderSpec, tokens: float, tokens_per_sample: float | None) -> float:
+    """Seconds the main process spends taking ``tokens`` from worker processes (unpickling each batch's
+    shared-memory handles, rebuilding the tensors): samples x loader_main_sample_s; 0 without workers
+    (the work is then in loader_cpu_s) or when the sample length is unknown."""
+    if spec.workers == 0 or tokens_per_sample is None:
+        return 0.0
+    _positive("tokens_per_sample", tokens_per_sample)
+    return tokens / tokens_per_sample * io_rates()["loader_main_sample_s"]
 
 
 # ------------------------------------------------------------------ checkpoints
@@ -342,7 +356,6 @@ class CheckpointIO:
 
 
 SAVERS = ("torch_save", "dcp")
-_SAVE_RATE = {"torch_save": "torch_save_rate", "dcp": "dcp_save_rate"}          # sim/data/storage.toml keys
 _LOAD_RATE = {"torch_save": "load_extra_rate", "dcp": "dcp_load_extra_rate"}
 STAGING = ("pinned", "pageable")
 
@@ -361,6 +374,20 @@ def stage_s(shard: float, host_link_Bps: float, staging: str = "pinned") -> floa
     return shard / (host_link_Bps * r["d2h_pinned_fraction"]) if staging == "pinned" else shard / r["stage_pageable_rate"]
 
 
+def fill_rate(saver: str, resident: Literal["gpu", "host"] = "gpu") -> float:
+    """B/s at which a saver puts one writer's bytes into the page cache. From host memory (the staged
+    copy an async save writes in the background): host_write_rate. From the GPU: torch.save its own
+    measured rate (pageable D2H + pickling + zip records); DCP copies each tensor to fresh host memory
+    and then writes it, one after the other: 1 / (1 / stage_pageable_rate + 1 / host_write_rate)."""
+    _check_choice("saver", saver, SAVERS)
+    r = io_rates()
+    if resident == "host":
+        return r["host_write_rate"]
+    if saver == "torch_save":
+        return r["torch_save_rate"]
+    return 1.0 / (1.0 / r["stage_pageable_rate"] + 1.0 / r["host_write_rate"])
+
+
 def checkpoint_io(nbytes: float, writers: int, nodes: int, st: Storage, host_link_Bps: float,
                   mode: str = "sync", peer_Bps_per_gpu: float | None = None, *, saver: str = "torch_save",
                   staging: str = "pinned", page_cache: PageCache | None = None) -> CheckpointIO:
@@ -377,26 +404,35 @@ def checkpoint_io(nbytes: float, writers: int, nodes: int, st: Storage, host_lin
     stage = stage_s(shard, host_link_Bps, staging)
     if mode == "in_memory":
         return _in_memory(nbytes, writers, st.name, stage, shard, peer_Bps_per_gpu)
-    wb = _shard_writeback(shard, writers, nodes, st, saver, page_cache)
     restore = nbytes / st.job_bandwidth("read", nodes) + shard / r[_LOAD_RATE[saver]]
-    block = wb.return_s if saver == "torch_save" else wb.durable_s
     if mode == "sync":
+        wb = _shard_writeback(shard, writers, nodes, st, fill_rate(saver), page_cache)
+        block = wb.return_s if saver == "torch_save" else wb.durable_s
         return CheckpointIO(mode, st.name, nbytes, writers, 0.0, block, block, wb.durable_s, restore, saver,
                             wb.dirty_bytes)
+    # async: the background writer reads the staged host copy, which holds its node's memory meanwhile
+    wb = _shard_writeback(shard, writers, nodes, st, fill_rate(saver, "host"), page_cache, held_bytes=shard)
     return CheckpointIO(mode, st.name, nbytes, writers, stage, wb.durable_s, stage, stage + wb.durable_s, restore,
                         saver, wb.dirty_bytes)
 
 
-def _shard_writeback(shard: float, writers: int, nodes: int, st: Storage, saver: str,
-                     cache: PageCache | None) -> WriteBack:
-    """One writer's shard: its software rate fills, its share of the job's write bandwidth drains, its
-    share of its node's page cache (writers spread evenly over the nodes) holds the dirty data."""
+def _shard_writeback(shard: float, writers: int, nodes: int, st: Storage, fill_Bps: float,
+                     cache: PageCache | None, held_bytes: float = 0.0) -> WriteBack:
+    """One writer's shard: its saver fills at fill_Bps, its share of the job's write bandwidth drains,
+    its share of its node's page cache (writers spread evenly over the nodes) holds the dirty data. The
+    kernel sizes the dirty thresholds from free + reclaimable memory, so ``held_bytes`` the writer keeps
+    in anonymous memory meanwhile (an async save's staged copy) shrink them."""
     drain = st.job_bandwidth("write", nodes) / writers
     per_node = max(1.0, writers / nodes)
-    share = None if cache is None else PageCache(cache.memory_bytes / per_node, cache.dirty_ratio,
-                                                 cache.dirty_background_ratio, cache.dirty_expire_s,
-                                                 cache.dirty_writeback_s)
-    return writeback(shard, io_rates()[_SAVE_RATE[saver]], drain, share)
+    if cache is None:
+        return writeback(shard, fill_Bps, drain, None)
+    free = cache.memory_bytes / per_node - held_bytes
+    if free <= 0:
+        raise ValueError(f"checkpoint: a staged shard of {held_bytes / GB:.1f} GB does not fit the "
+                         f"{cache.memory_bytes / per_node / GB:.1f} GB of host memory per writer")
+    share = PageCache(free, cache.dirty_ratio, cache.dirty_background_ratio, cache.dirty_expire_s,
+                      cache.dirty_writeback_s)
+    return writeback(shard, fill_Bps, drain, share)
 
 
 def _in_memory(nbytes: float, writers: int, name: str, stage: float, shard: float,

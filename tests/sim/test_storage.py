@@ -71,7 +71,8 @@ def test_sync_async_in_memory_hand_computed():
     assert sync.restore_s == pytest.approx(n / 2e9 + n / R["load_extra_rate"])
     asy = S.checkpoint_io(n, 1, 1, st, link, "async")
     assert asy.blocking_s == pytest.approx(n / (link * R["d2h_pinned_fraction"]))
-    assert asy.persist_s == pytest.approx(asy.blocking_s + sync.write_s)
+    # the background write reads the staged host copy (host_write_rate), not the GPU (torch_save_rate)
+    assert asy.persist_s == pytest.approx(asy.blocking_s + max(n / R["host_write_rate"], n / 1e9))
     with pytest.raises(ValueError, match="peer"):
         S.checkpoint_io(n, 1, 1, st, link, "in_memory")
     mem = S.checkpoint_io(n, 4, 2, st, link, "in_memory", peer_Bps_per_gpu=50e9)
@@ -133,7 +134,7 @@ def test_cli_storage_section_and_one_line_errors(capsys):
 
 
 def test_compare_rows_split_and_errors():
-    rec = {"env": {"boot_id": "x"}, "sections": {
+    rec = {"env": {"boot_id": "ca6a2801-x"}, "sections": {
         "raw_disk": {"buffered_write": {"bytes": 1e9, "return_s": 0.5, "durable_s": 1.5}, "buffered_read_cold": {"GBps": 2.0}},
         "checkpoint_3b": {"model": "llama3.2-3b", "state_bytes": 10e9, "torch_save_load": {
             "save_return_s": 10.0, "save_durable_s": 20.0, "load_cold_s": 5.0}},
@@ -143,6 +144,8 @@ def test_compare_rows_split_and_errors():
     save = max(10e9 / R["torch_save_rate"], 10e9 / 1e9)     # no mem_total: written through at the 1 GB/s drain
     assert rows[1].predicted_s == pytest.approx(save) and rows[1].error == pytest.approx(save / 20.0 - 1)
     assert not math.isnan(rows[2].error)
+    rec["env"]["boot_id"] = "0123abcd"                       # another machine start: every row held out
+    assert {r.split for r in rows_of(rec)} == {"held-out start"}
 
 
 def test_writeback_page_cache_hand_computed_and_bad_input():
@@ -171,9 +174,12 @@ def test_dcp_saver_blocks_until_durable_torch_save_returns_first():
     ts = S.checkpoint_io(8e9, 1, 1, st, 64e9, "sync", saver="torch_save", page_cache=pc)
     dcp = S.checkpoint_io(8e9, 1, 1, st, 64e9, "sync", saver="dcp", page_cache=pc)
     assert ts.blocking_s < ts.persist_s and dcp.blocking_s == dcp.persist_s
-    assert dcp.blocking_s == pytest.approx(8e9 / R["dcp_save_rate"] + 8e9 / 2e9)
+    fill = 1 / (1 / R["stage_pageable_rate"] + 1 / R["host_write_rate"])     # D2H then write, per tensor
+    assert dcp.blocking_s == pytest.approx(8e9 / fill + 8e9 / 2e9)
     asy = S.checkpoint_io(8e9, 1, 1, st, 64e9, "async", saver="dcp", staging="pageable", page_cache=pc)
     assert asy.blocking_s == pytest.approx(8e9 / R["stage_pageable_rate"])
+    # background write from the staged host copy, all under B = 0.1 x (100 - 8) GB: dirty at return, then fsync
+    assert asy.persist_s == pytest.approx(asy.blocking_s + 8e9 / R["host_write_rate"] + 8e9 / 2e9)
     with pytest.raises(ValueError, match="saver"):
         S.checkpoint_io(8e9, 1, 1, st, 64e9, "sync", saver="pickle")
     with pytest.raises(ValueError, match="staging"):
@@ -188,3 +194,22 @@ def test_loader_tokenizer_kind_and_per_sample_cost():
     assert e.cpu_s == pytest.approx(want)
     with pytest.raises(ValueError, match="tokenizer"):
         S.LoaderSpec(format="text", tokenizer="sentencepiece")
+
+
+def test_main_process_hand_over_caps_a_many_worker_loader():
+    st, n = S.Storage("d", read_Bps_per_node=1e12), 2048 * 1000
+    one = S.loader_estimate(n, 1.0, st, S.LoaderSpec(workers=1, vocab=32000), tokens_per_sample=2048)
+    assert one.bound == "cpu" and one.cpu_s == pytest.approx(1000 * R["loader_sample_s"])
+    many = S.loader_estimate(n, 1.0, st, S.LoaderSpec(workers=16, vocab=32000), tokens_per_sample=2048)
+    assert many.bound == "main" and many.load_s == pytest.approx(1000 * R["loader_main_sample_s"])
+    assert many.main_s > many.cpu_s
+    sync = S.loader_estimate(n, 1.0, st, S.LoaderSpec(workers=0, vocab=32000), tokens_per_sample=2048)
+    assert sync.main_s == 0.0                      # no workers: the per-sample cost is all in cpu_s
+
+
+def test_async_staged_copy_shrinks_the_dirty_threshold():
+    st, pc = S.Storage("d", read_Bps_per_node=2e9, write_Bps_per_node=2e9), S.PageCache(100e9)
+    big = S.checkpoint_io(20e9, 1, 1, st, 64e9, "async", saver="dcp", staging="pageable", page_cache=pc)
+    assert big.dirty_bytes == pytest.approx(0.1 * (100e9 - 20e9))      # B of what the 20 GB copy leaves
+    with pytest.raises(ValueError, match="does not fit"):
+        S.checkpoint_io(120e9, 1, 1, st, 64e9, "async", saver="dcp", staging="pageable", page_cache=pc)

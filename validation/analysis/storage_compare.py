@@ -2,9 +2,16 @@
 
 Predictions go through sim.storage with the tier the machine has: a Storage built from the record's own
 raw-disk rates (buffered write + fsync, cold buffered read), as a user who measured their disk would
-state them (storage_write_GBps / storage_read_GBps). The software rates (sim/data/storage.toml
-torch_save_rate, load_extra_rate) were fitted on the 3B case of the 2026-12-02 record, so its 3B rows
-are calibration and its 1B rows held out.
+state them (storage_write_GBps / storage_read_GBps). Splits (which rows fitted which sim/data/storage.toml
+rate; every other row is held out):
+
+    boot ca6a2801 (20261202T0125Z)  3B torch.save / torch.load     torch_save_rate, load_extra_rate
+    boot de664bc9 (20261202T1446Z)  random-shape dcp.async_save    stage_pageable_rate (blocking),
+                                                                   host_write_rate (durable)
+                                    random-shape dcp.load          dcp_load_extra_rate
+                                    loader pretok_uint16 w1 / w4   loader_sample_s / loader_main_sample_s
+    the random-shape synchronous dcp.save is "check": its state was a calibration one, the row fitted nothing
+    (its fill rate is composed of the two async rates). Records of any other machine start: "held-out start".
 
     python -m mechsim.validation.storage_compare [RECORD.json ...]
 """
@@ -19,7 +26,11 @@ from pathlib import Path
 from ...sim.storage import LoaderSpec, PageCache, checkpoint_io, loader_estimate, storage
 
 RECORDS = Path(__file__).resolve().parents[1] / "experiments" / "records"
-CALIBRATION_MODELS = {"llama3.2-3b", "random shapes (seed 0)"}   # torch.save rates (3B), DCP rates (random shapes)
+CALIBRATION = {("ca6a2801", "llama3.2-3b"): {"torch.save returned", "torch.save durable (fsync)",
+                                                    "torch.load cold -> cuda"},
+               ("de664bc9", "random shapes (seed 0)"): {"dcp.async_save blocking", "dcp.async_save durable",
+                                                             "dcp.load cold"}}
+CALIBRATION_LOADERS = {("de664bc9", "pretok_uint16", 1), ("de664bc9", "pretok_uint16", 4)}
 PCIE_GEN5_X16_BPS = 64e9                  # the H200's host link per direction (hwdb h200_sxm pcie_bandwidth_per_dir)
 
 
@@ -50,32 +61,50 @@ def record_page_cache(rec: dict) -> PageCache:
                      int(env["vm_dirty_background_ratio"]) / 100)
 
 
-def _split(sec: dict) -> str:
-    return "calibration" if sec["model"] in CALIBRATION_MODELS else "held-out"
+def _stamp(rec: dict) -> str:
+    """The record's machine start: the first 8 hex digits of its boot id."""
+    return str(rec.get("env", {}).get("boot_id", ""))[:8]
+
+
+def _splitter(rec: dict):
+    """split(model, what): calibration / check / held-out (a calibration record) / held-out start."""
+    stamp = _stamp(rec)
+    known = {s for s, _ in CALIBRATION} | {s for s, _, _ in CALIBRATION_LOADERS}
+
+    def split(model: str, what: str) -> str:
+        if stamp not in known:
+            return "held-out start"
+        fitted = CALIBRATION.get((stamp, model))
+        if fitted is None:
+            return "held-out"
+        return "calibration" if what in fitted else "check"
+    return split
 
 
 def rows_of(rec: dict) -> list[Row]:
-    st, out = record_storage(rec), []
+    st, out, split_of = record_storage(rec), [], _splitter(rec)
     pc = record_page_cache(rec) if "mem_total" in rec["env"] else None
     for key, sec in rec["sections"].items():
         if not (key.startswith("checkpoint_") and isinstance(sec, dict)):
             continue
-        m, n, split = sec["model"], sec["state_bytes"], _split(sec)
+        m, n = sec["model"], sec["state_bytes"]
         ts, d, a = (sec.get(k) for k in ("torch_save_load", "dcp_sync", "dcp_async"))
+        found: list[tuple[str, float, float]] = []
         if ts and "error" not in ts:
             io = checkpoint_io(n, 1, 1, st, PCIE_GEN5_X16_BPS, "sync", page_cache=pc)
-            out += [Row(f"{m} torch.save returned", split, io.blocking_s, ts["save_return_s"]),
-                    Row(f"{m} torch.save durable (fsync)", split, io.persist_s, ts["save_durable_s"]),
-                    Row(f"{m} torch.load cold -> cuda", split, io.restore_s, ts["load_cold_s"])]
+            found += [("torch.save returned", io.blocking_s, ts["save_return_s"]),
+                      ("torch.save durable (fsync)", io.persist_s, ts["save_durable_s"]),
+                      ("torch.load cold -> cuda", io.restore_s, ts["load_cold_s"])]
         if d and "error" not in d:
             io = checkpoint_io(n, 1, 1, st, PCIE_GEN5_X16_BPS, "sync", saver="dcp", page_cache=pc)
-            out.append(Row(f"{m} dcp.save (durable)", split, io.blocking_s, d["blocking_s"]))
+            found.append(("dcp.save (durable)", io.blocking_s, d["blocking_s"]))
             if "load_cold_s" in d.get("load", {}):
-                out.append(Row(f"{m} dcp.load cold", split, io.restore_s, d["load"]["load_cold_s"]))
+                found.append(("dcp.load cold", io.restore_s, d["load"]["load_cold_s"]))
         if a and "error" not in a:
             io = checkpoint_io(n, 1, 1, st, PCIE_GEN5_X16_BPS, "async", saver="dcp", staging="pageable", page_cache=pc)
-            out += [Row(f"{m} dcp.async_save blocking", split, io.blocking_s, a["blocking_s"]),
-                    Row(f"{m} dcp.async_save durable", split, io.persist_s, a["total_s"])]
+            found += [("dcp.async_save blocking", io.blocking_s, a["blocking_s"]),
+                      ("dcp.async_save durable", io.persist_s, a["total_s"])]
+        out += [Row(f"{m} {what}", split_of(m, what), p, meas) for what, p, meas in found]
     return out + loader_rows(rec, st)
 
 
@@ -90,19 +119,22 @@ def loader_rows(rec: dict, st) -> list[Row]:
                            text_bytes_per_token=c["chunk_bytes"] / c["seq"]) if text else
                 LoaderSpec(workers=c["workers"], vocab=65536 if "uint16" in c["case"] else 1 << 17))
         tokens = c["seq"] * 100.0
-        e = loader_estimate(tokens, 1e9, st, spec, tokens_per_sample=None if text else c["seq"])
-        calib = c["case"] == "pretok_uint16" and c["workers"] == 1
-        out.append(Row(f"loader {c['case']} w{c['workers']} (s per Mtok)", "calibration" if calib else "held-out",
+        e = loader_estimate(tokens, 1e9, st, spec, tokens_per_sample=None if text else c["seq"])   # text: tokenising binds
+        stamp = _stamp(rec)
+        known = any(s == stamp for s, _, _ in CALIBRATION_LOADERS)
+        split = ("calibration" if (stamp, c["case"], c["workers"]) in CALIBRATION_LOADERS else
+                 "held-out" if known else "held-out start")
+        out.append(Row(f"loader {c['case']} w{c['workers']} (s per Mtok)", split,
                        e.load_s / tokens * 1e6, 1e6 / c["tokens_per_s"]))
     return out
 
 
 def report(paths: list[Path]) -> str:
-    lines = [f"{'case':<44} {'split':<12} {'pred s':>8} {'meas s':>8} {'error':>7}"]
+    lines = [f"{'case':<46} {'split':<14} {'pred s':>8} {'meas s':>8} {'error':>7}"]
     for p in paths:
         rec = json.loads(Path(p).read_text())
         lines.append(f"# {Path(p).name} (boot {rec['env'].get('boot_id', '?')[:8]})")
-        lines += [f"{r.case:<44} {r.split:<12} {r.predicted_s:8.2f} {r.measured_s:8.2f} {r.error:+7.1%}"
+        lines += [f"{r.case:<46} {r.split:<14} {r.predicted_s:8.2f} {r.measured_s:8.2f} {r.error:+7.1%}"
                   for r in rows_of(rec)]
     return "\n".join(lines)
 
