@@ -131,3 +131,26 @@ def test_more_hbm_bandwidth_never_slows_mixtrals_fp32_expert_gemms() -> None:
     assert inv.check_spec(c, ("hbm_bandwidth",), 8.45274) is None
     c = inv.train_case("mixtral-8x7b", 4, 4096, 7, "fp32", "full", "eager", 1, 1, 1, 0, False, "hgx_h100", 1)
     assert inv.check_spec(c, ("hbm_bandwidth",), 31.1877) is None
+
+
+def test_a_vector_operand_streams_the_matrix_at_about_hbm_speed() -> None:
+    """fp32 m1 n37115 k5516 (gemv2T, 222 us measured on H200): the matrix streamed, not tiled."""
+    t = estimate_op(gemm(1, 37115, 5516, "fp32"), "h200_sxm").time_s
+    assert 1.6e-4 < t < 2.8e-4
+
+
+def test_a_long_dot_against_a_weight_vector_pays_a_second_kernel() -> None:
+    short = estimate_op(gemm(64, 1, 256, "fp32"), "h200_sxm").fixed_s
+    long = estimate_op(gemm(64, 1, 4096, "fp32"), "h200_sxm").fixed_s
+    assert long > short
+
+
+def test_the_two_kernel_norm_pays_the_moments_waves() -> None:
+    """RowwiseMomentsCUDAKernel: 4 blocks of 512 threads per SM, so one more row past 4 x 132 rows
+    starts another wave; the pair's time grows with rows and columns."""
+    from mechsim.sim import estimate as est
+    from mechsim.sim.kernel_laws import rowwise_pair_s
+    eff = est.efficiency(est.resolve_gpu("h200_sxm"))
+    one, two = rowwise_pair_s(528, 20001, 132, eff), rowwise_pair_s(529, 20001, 132, eff)
+    assert two > 1.5 * one
+    assert rowwise_pair_s(100000, 301, 132, eff) > rowwise_pair_s(50000, 301, 132, eff) > rowwise_pair_s(50000, 101, 132, eff)

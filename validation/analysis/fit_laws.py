@@ -57,7 +57,8 @@ GROUPS = {
                         ("misaligned_col_s", (5e-10, "s")), ("fixed_s", (1e-6, "s")))
            # misaligned_col_s: softmax_warp_forward's scalar path only (sim/kernel_laws.col_cost)
            if not (p == "fixed_s" and f.startswith("softmax")) and not (p == "misaligned_col_s" and f != "softmax_warp")
-           and (f, p) != ("softmax_block", "rows_per_sm")},
+           and (f, p) not in (("softmax_block", "rows_per_sm"), ("norm_rowwise", "rows_per_sm"))},
+        "rowkernel.norm_rowwise.fwd_rate": (4e11, "1/s"), "rowkernel.norm_rowwise.fwd_col_s": (1e-9, "s"),
     }, fixed={"rowkernel.softmax_block.rows_per_sm": (2.0, "1", "rows resident per SM of the 1024-thread softmax "
                                                       "block kernels: 2,048 threads per SM (Hopper) / 1,024", "derived")},
         max_nfev=120),
