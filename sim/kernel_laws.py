@@ -17,7 +17,8 @@ one parameter set per family: rowkernel.softmax_warp (softmax_warp_forward, cols
 rowkernel.softmax_block (the 1024-thread block kernels), rowkernel.layer_norm, rowkernel.rms_norm
 (vectorized_layer_norm_kernel: rows of a whole number of 4 elements), rowkernel.norm_rowwise
 (RowwiseMomentsCUDAKernel + LayerNormForwardCUDAKernel, every other row length, layer or RMS
-norm: x read twice, its row_s / col_s / fixed_s the pair's; norm_family).
+norm: x read twice; norm_family), timed as the two kernels in turn where the data has
+rowkernel.norm_rowwise.fwd_rate (rowwise_pair_s).
 
 GEMM tile law (gemm_law; used by sim/kernels.gemm_efficiency where the data has gemm.law.*).
 cuBLAS picks, per shape, a CTA tile (tm, tn) and a split of K (kernel names of the sweep's
