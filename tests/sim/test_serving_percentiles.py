@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 
 from mechsim.sim.serving.latency import LatencyModel, percentile_key, percentiles, ttft_mean
+from mechsim.sim.serving import latency
 
 N_REQUESTS, WARMUP = 40_000, 4_000
 
@@ -81,3 +82,22 @@ def test_percentile_names():
 def test_an_unstable_replica_has_no_finite_percentile():
     m = LatencyModel(10.0, 0.2, 0.2, 1.0, 0.02, 0.02, (100.0,))
     assert percentiles(m).ttft_p99_s == float("inf")
+
+
+@pytest.mark.parametrize("D, P", [(0.02, 0.05), (0.005, 0.2), (0.05, 0.01)])
+@pytest.mark.parametrize("rho", [0.98, 0.99, 0.995])
+def test_heavy_traffic_limit_law_matches_the_exact_solve(D, P, rho):
+    """From rho 0.98 the moment-matched negative binomial stands for the exact stationary law:
+    TTFT p50 / p90 / p99 within 0.2 % (latency._heavy_traffic)."""
+    m = latency.LatencyModel(rho / P, P, P, 1.0, D, D / 32, (100.0,))
+    J = latency._chain_size(m)
+    j = np.arange(J)
+    X = m.iteration_s + m.prefill_per_request_s * j
+    exact = latency._stationary_pgf(m, J)
+    nb = latency._negative_binomial(m, j)
+    laws = [latency.IterationLaw(X, p / p.sum(), m.rate_per_s * X) for p in (exact, nb)]
+    hi = latency._ttft_fixed(m) + 8.0 * latency.ttft_mean(m) + float(X[-1])
+    for q in (0.5, 0.9, 0.99):
+        e, b = (latency._bisect(lambda t, w=w, q=q: latency._ttft_cdf(m, w, t) - q, latency._ttft_fixed(m), hi, 60)
+                for w in laws)
+        assert abs(b / e - 1.0) < 2e-3
