@@ -30,7 +30,7 @@ from ..model.parallel import GROUPS
 from . import netfast, overlap, pipeline, zero3_2021
 from .cluster import Cluster
 from .kernels import KernelTimes, kernel_times
-from .moe import dropless_sync_per_mb_s, flex_node_scales
+from .moe import moe_host_exposed_per_mb_s, flex_node_scales
 from .network import op_time
 from .offload import step_offload
 from .optable import KINDS, PHASES, OpTable
@@ -354,7 +354,7 @@ def step_parts(t: OpTable, k: KernelTimes, gpu_s: np.ndarray, c: CommTimes, par,
         ep = dualpipe_ep_exposed_s(sum(crit["ep"]), fwd + bwd, *a2a)
         crit["ep"] = (ep / 2, ep / 2)
     t_f = (fwd + sum(v[0] for v in crit.values())) / m
-    sync = dropless_sync_per_mb_s(moe, stack_key, moe_layers_per_microbatch(t, m), t_f, par.ep)
+    sync = moe_host_exposed_per_mb_s(moe, stack_key, moe_layers_per_microbatch(t, m), t_f, par.ep)
     t_f += sync
     hide_f += sync * m   # the GPU waits on the host sync while NCCL's stream runs on (as launch idle)
     t_b = (bwd + sum(v[1] for v in crit.values())) / m

@@ -86,9 +86,6 @@ def moe_host_exposed_per_mb_s(moe, stack_key: str, moe_layers: int, fwd_per_mb_s
     return moe_layers * sync_exposed_s(h, fwd_per_mb_s / moe_layers, p["sync_s"] if moe.host_syncs else 0.0)
 
 
-# the name sim/distributed.step_parts calls it by
-dropless_sync_per_mb_s = moe_host_exposed_per_mb_s
-
 
 def flex_node_scales(n_experts: int, top_k: int, ep: int, per_domain: int) -> tuple[float, float]:
     """(inter_scale, intra_scale): DeepEP / HybridEP's internode dispatch and combine relative to

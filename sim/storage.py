@@ -33,6 +33,7 @@ H200 VM, validation/runners/storage_io.py).
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 from dataclasses import dataclass
@@ -430,9 +431,7 @@ def _shard_writeback(shard: float, writers: int, nodes: int, st: Storage, fill_B
     if free <= 0:
         raise ValueError(f"checkpoint: a staged shard of {held_bytes / GB:.1f} GB does not fit the "
                          f"{cache.memory_bytes / per_node / GB:.1f} GB of host memory per writer")
-    share = PageCache(free, cache.dirty_ratio, cache.dirty_background_ratio, cache.dirty_expire_s,
-                      cache.dirty_writeback_s)
-    return writeback(shard, fill_Bps, drain, share)
+    return writeback(shard, fill_Bps, drain, dataclasses.replace(cache, memory_bytes=free))
 
 
 def _in_memory(nbytes: float, writers: int, name: str, stage: float, shard: float,

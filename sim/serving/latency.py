@@ -91,10 +91,15 @@ class IterationLaw:
         return w / w.sum()
 
 
-def _chain_size(m: LatencyModel) -> int:
-    """States kept: the mean admitted count plus 14 of its standard deviations (moments below)."""
+def _reach(m: LatencyModel) -> int:
+    """The admitted count's reach: its mean plus 14 of its standard deviations (moments below)."""
     mu = m.rate_per_s * m.iteration_s / (1.0 - m.rho)
-    return int(min(mu + 14.0 * math.sqrt(mu / (1.0 - m.rho ** 2) + 1.0) + 20, MAX_STATES))
+    return int(mu + 14.0 * math.sqrt(mu / (1.0 - m.rho ** 2) + 1.0) + 20)
+
+
+def _chain_size(m: LatencyModel) -> int:
+    """States kept: the reach, at most MAX_STATES."""
+    return min(_reach(m), MAX_STATES)
 
 
 @functools.lru_cache(maxsize=512)
@@ -105,7 +110,7 @@ def iteration_law(m: LatencyModel) -> IterationLaw:
     J = _chain_size(m)
     j = np.arange(J)
     X = m.iteration_s + m.prefill_per_request_s * j
-    pi = _negative_binomial(m, j) if _heavy_traffic(m, J) else _stationary_pgf(m, J)
+    pi = _negative_binomial(m, j) if _heavy_traffic(m) else _stationary_pgf(m, J)
     if pi is None:
         T = poisson_pmf(j[None, :], m.rate_per_s * X[:, None])
         T /= T.sum(axis=1, keepdims=True)
@@ -132,15 +137,13 @@ PGF_MAX_WORK = 4e6         # points x compositions above which a heavy-traffic c
 HEAVY_TRAFFIC_RHO = 0.98   # rho from which the limit law is used (see _heavy_traffic)
 
 
-def _pgf_points(m: LatencyModel, J: int) -> int:
-    """Unit-circle points of the generating-function solve: a power of two >= twice the law's reach."""
-    rho = m.rho
-    mu = m.rate_per_s * m.iteration_s / (1.0 - rho)
-    reach = max(J, int(mu + 14.0 * math.sqrt(mu / (1.0 - rho ** 2) + 1.0) + 20))
-    return 1 << max(6, (2 * reach - 1).bit_length())
+def _pgf_points(m: LatencyModel) -> int:
+    """Unit-circle points of the generating-function solve: a power of two >= twice the law's reach
+    (at least 64)."""
+    return 1 << max(6, (2 * _reach(m) - 1).bit_length())
 
 
-def _heavy_traffic(m: LatencyModel, J: int, tol: float = 1e-10) -> bool:
+def _heavy_traffic(m: LatencyModel, tol: float = 1e-10) -> bool:
     """Near saturation the exact solve costs points x compositions ~ (1 - rho)^-2 (the law widens,
     the compositions converge at rate rho): 0.5 s a call at rho 0.993, inside a rate bisection of 30.
     There the chain is a near-critical Galton-Watson process with immigration, whose stationary law
@@ -152,7 +155,7 @@ def _heavy_traffic(m: LatencyModel, J: int, tol: float = 1e-10) -> bool:
     if not HEAVY_TRAFFIC_RHO <= rho < 1.0:
         return False
     compositions = math.log(tol / 2.0) / math.log(rho)
-    return _pgf_points(m, J) * compositions > PGF_MAX_WORK
+    return _pgf_points(m) * compositions > PGF_MAX_WORK
 
 
 def _stationary_pgf(m: LatencyModel, J: int, tol: float = 1e-10) -> np.ndarray | None:
@@ -169,7 +172,7 @@ def _stationary_pgf(m: LatencyModel, J: int, tol: float = 1e-10) -> np.ndarray |
     rho, lam_d = m.rho, m.rate_per_s * m.iteration_s
     if not 0.0 <= rho < 1.0:
         return None
-    n = _pgf_points(m, J)
+    n = _pgf_points(m)
     if n > PGF_MAX_POINTS:
         return None
     z = np.exp(2j * np.pi * np.arange(n) / n)

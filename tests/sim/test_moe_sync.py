@@ -19,16 +19,16 @@ def test_sync_exposed_formula():
 def test_per_microbatch_sync_counts_layers_and_respects_the_config():
     m = preset("qwen3-30b-a3b").moe
     p = moe.moe_params("megatron_te")
-    got = moe.dropless_sync_per_mb_s(m, "megatron_te", 48, 48 * 1e-3, ep=8)
+    got = moe.moe_host_exposed_per_mb_s(m, "megatron_te", 48, 48 * 1e-3, ep=8)
     h = p["host_fwd_layer_s"] + 16 * p["host_fwd_expert_s"]          # 128 experts / ep 8
     assert got == pytest.approx(48 * (p["sync_s"] + max(0.0, h - 1e-3)))
     # token drop: the same host time, no sync (sim/moe.py docstring)
-    drop = moe.dropless_sync_per_mb_s(m.model_copy(update={"capacity_factor": 1.0}), "megatron_te", 48, 48e-3, ep=8)
+    drop = moe.moe_host_exposed_per_mb_s(m.model_copy(update={"capacity_factor": 1.0}), "megatron_te", 48, 48e-3, ep=8)
     assert drop == pytest.approx(48 * max(0.0, h - 1e-3)) and drop == pytest.approx(got - 48 * p["sync_s"])
-    assert moe.dropless_sync_per_mb_s(m.model_copy(update={"capacity_factor": 1.0}), "megatron_te", 48, 1.0, ep=8) == 0.0   # GPU-bound: nothing
-    assert moe.dropless_sync_per_mb_s(m.model_copy(update={"sync_free": True}), "megatron_te", 48, 0.05) == 0.0
-    assert moe.dropless_sync_per_mb_s(m, "eager", 48, 0.05) == 0.0          # no entry for the stack
-    assert moe.dropless_sync_per_mb_s(None, "megatron_te", 48, 0.05) == 0.0
+    assert moe.moe_host_exposed_per_mb_s(m.model_copy(update={"capacity_factor": 1.0}), "megatron_te", 48, 1.0, ep=8) == 0.0   # GPU-bound: nothing
+    assert moe.moe_host_exposed_per_mb_s(m.model_copy(update={"sync_free": True}), "megatron_te", 48, 0.05) == 0.0
+    assert moe.moe_host_exposed_per_mb_s(m, "eager", 48, 0.05) == 0.0          # no entry for the stack
+    assert moe.moe_host_exposed_per_mb_s(None, "megatron_te", 48, 0.05) == 0.0
 
 
 def _w(**moe_fields) -> TrainingWorkload:
@@ -67,7 +67,7 @@ def test_host_time_grows_with_the_local_experts():
     """TE GroupedLinear works per local expert on the host: fewer experts per GPU (larger ep),
     less host time per layer, never below h_layer; ep must leave at least one expert."""
     m, p = preset("qwen3-30b-a3b").moe, moe.moe_params("megatron_te")
-    t = [moe.dropless_sync_per_mb_s(m, "megatron_te", 48, 48e-6, ep=e) for e in (4, 8, 16, 32)]
+    t = [moe.moe_host_exposed_per_mb_s(m, "megatron_te", 48, 48e-6, ep=e) for e in (4, 8, 16, 32)]
     assert t == sorted(t, reverse=True) and t[0] > t[-1]
     assert t[1] - t[2] == pytest.approx(48 * 8 * p["host_fwd_expert_s"])
     assert moe.host_fwd_layer_s(p, 1) == pytest.approx(p["host_fwd_layer_s"] + p["host_fwd_expert_s"])

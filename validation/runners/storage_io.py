@@ -323,23 +323,30 @@ def sync() -> None:
         torch.cuda.synchronize()
 
 
-def torch_save_load(sd: dict, f: Path, dev: str) -> dict:
-    sync()
+def timed_save(obj, f: Path, keep: int = 120) -> dict:
+    """torch.save(obj, f) then fsync, under a DirtySampler: seconds to return and to durable, the
+    Dirty + Writeback record (``keep`` samples)."""
     with DirtySampler() as ds:
         t0 = time.perf_counter()
-        torch.save(sd, f)
+        torch.save(obj, f)
         t1 = time.perf_counter()
         ds.mark("returned")
         fsync_path(f)
         t2 = time.perf_counter()
+    return {"return_s": t1 - t0, "durable_s": t2 - t0, "dirty": ds.record(keep)}
+
+
+def torch_save_load(sd: dict, f: Path, dev: str) -> dict:
+    sync()
+    saved = timed_save(sd, f)
     drop_cache(f)
     t3 = time.perf_counter()
     back = torch.load(f, map_location=dev, weights_only=True)
     sync()
     t4 = time.perf_counter()
     del back
-    out = {"file_bytes": f.stat().st_size, "save_return_s": t1 - t0, "save_durable_s": t2 - t0,
-           "load_cold_s": t4 - t3, "load_to": dev, "dirty": ds.record()}
+    out = {"file_bytes": f.stat().st_size, "save_return_s": saved["return_s"], "save_durable_s": saved["durable_s"],
+           "load_cold_s": t4 - t3, "load_to": dev, "dirty": saved["dirty"]}
     f.unlink()
     return out
 
@@ -398,14 +405,7 @@ def staging(sd: dict, f: Path | None = None) -> dict:
     t1 = time.perf_counter()
     out = {"bytes": sum(t.numel() * t.element_size() for t in ts), "fresh_pageable_s": t1 - t0}
     if f is not None:
-        with DirtySampler() as ds:
-            t2 = time.perf_counter()
-            torch.save(fresh, f)
-            t3 = time.perf_counter()
-            ds.mark("returned")
-            fsync_path(f)
-            t4 = time.perf_counter()
-        out["host_save"] = {"return_s": t3 - t2, "durable_s": t4 - t2, "dirty": ds.record(40)}
+        out["host_save"] = timed_save(fresh, f, keep=40)
         f.unlink()
     del fresh
     t0 = time.perf_counter()
