@@ -175,8 +175,9 @@ def build(c: dict, dev: str):
 
 def run(cases: list[dict], out: Path) -> dict:
     dev = "cuda"
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
-    from env import collect_env  # noqa: PLC0415 - the runners' shared helper, torch needed
+    # the runners' shared helper (torch needed, so imported here): the script is run by its path,
+    # so its own folder is sys.path[0] (validation/README.md)
+    from env import collect_env  # noqa: PLC0415
     rec = {"kind": "counters_manifest", "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
            "env": collect_env(dev), "cases": []}
     fns = []
