@@ -53,3 +53,21 @@ def test_paired_probe_follows_the_median_sample():
     assert paired_probe_s(mp, timing) == 1.2                       # median sample 0.022 ran after 1.2
     assert paired_probe_s({"mean": 2.0}, timing) == 2.0
     assert paired_probe_s({**mp, "samples": [1.0, 3.0, 2.0, 4.0]}, {"samples_s": [1, 3, 2, 4]}) == 2.5
+
+
+def test_a_record_with_a_window_probe_is_predicted_with_it_through_the_public_api():
+    """Records of runners/cases_host.py carry the probe of their session's window; validation
+    predicts them with ``estimate(..., profile=window)`` exactly as a user with that probe would,
+    training records too (not at the decode probe's single launch scale)."""
+    import json
+    from pathlib import Path
+    from mechsim import estimate
+    from mechsim.validation.analysis.predict import inference_workload, predict, train_workload
+    run = json.loads((Path(__file__).parents[2] / "validation/data/h200/20261202T192354Z_full_29bae5.json").read_text())
+    kinds = set()
+    for rec in run["records"]:
+        window = rec["extra"]["window_profile"]
+        w = train_workload(rec["params"]) if rec["kind"] == "train_step" else inference_workload(rec["params"], "decode")
+        assert predict(rec, run["env"], run) == estimate(w, "h200_sxm", profile=window).step_time_s
+        kinds.add(rec["kind"])
+    assert kinds == {"decode", "train_step"}

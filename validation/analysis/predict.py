@@ -370,6 +370,15 @@ def predict_data_parallel(p: dict, gpu: str, world: int) -> float:
 HOST_BOUND_KINDS = ("train_step", "prefill", "decode", "moe_step")
 
 
+def predict_with_profile(record: dict, gpu: str, profile: dict) -> float:
+    """A host-bound eager record predicted through the public ``profile=`` argument with the
+    `mechsim probe` profile its runner took over the session's window (extra.window_profile),
+    as a user predicts with the probe of their machine; the same call as host_validate's."""
+    p = record["params"]
+    w = train_workload(p) if record["kind"] == "train_step" else inference_workload(p, "decode")
+    return estimate(w, gpu, profile=profile).step_time_s
+
+
 def predict(record: dict, env: dict, run: dict | None = None) -> float:
     """Predicted seconds for one record (at the host speed it ran with, from ``run``'s
     probes); NotPredicted with a reason otherwise."""
@@ -390,6 +399,9 @@ def predict(record: dict, env: dict, run: dict | None = None) -> float:
         if kind == "launch" and p.get("mode") == "moe_loop":   # the record's own probe and sync round trip
             ex = record.get("extra", {})
             return predict_moe_loop(p, gpu_key(env), host_scale(run, record), ex.get("sync_roundtrip_s") or 20e-6)
+        window = record.get("extra", {}).get("window_profile")
+        if window and kind in ("train_step", "decode"):   # the session window's own probe (runners/cases_host.py)
+            return predict_with_profile(record, gpu_key(env), window)
         if kind in HOST_BOUND_KINDS:
             return PREDICTORS[kind](p, gpu_key(env), host_scale(run, record, gpu_key(env)))
         return PREDICTORS[kind](p, gpu_key(env))
