@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import functools
 from collections import defaultdict
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal
 
@@ -243,7 +244,8 @@ class GroupLayout:
     per_domain  GPUs of one group inside one NVLink domain
     domains     NVLink domains one group spans (size = per_domain x domains)
     same_rails  members in different domains sit at the same local GPU index (same NIC rail)
-    groups      member GPU ranks of every group of this kind (Megatron order)
+    groups      member GPU ranks of every group of this kind (Megatron order): a sequence of
+                rank tuples (this module's tuple of tuples, or netfast's ArrayGroups), hashable
     """
 
     kind: str
@@ -251,7 +253,7 @@ class GroupLayout:
     per_domain: int
     domains: int
     same_rails: bool
-    groups: tuple[tuple[int, ...], ...] = field(repr=False, compare=True)
+    groups: Sequence[tuple[int, ...]] = field(repr=False, compare=True)
 
 
 def _coords(par: Parallelism, rank: int) -> tuple[int, int, int, int]:
@@ -393,7 +395,7 @@ def _capacity(g: nx.DiGraph, link: tuple) -> float:
 
 
 @functools.lru_cache(maxsize=256)
-def flow_rate(cluster: Cluster, groups: tuple, pattern: Pattern) -> float:
+def flow_rate(cluster: Cluster, groups: Sequence[tuple[int, ...]], pattern: Pattern) -> float:
     """Bytes/s each inter-domain flow gets when all flows of the pattern run at once.
 
     rate = min over links of capacity / (flows on the link) (equal shares: every flow of a
