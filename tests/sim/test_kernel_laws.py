@@ -13,7 +13,7 @@ import pytest
 from mechsim import estimate_op
 from mechsim.model.microops import attention, gemm, unary
 from mechsim.sim.kernel_laws import causal_tiles
-from mechsim.validation.analysis.fit_laws import is_root_dotted, set_root_records
+from mechsim.validation.analysis.fit_laws import is_root_dotted, set_root_records, write_records
 
 H200 = "h200_sxm"
 
@@ -84,6 +84,25 @@ def test_the_fit_writer_keeps_root_dotted_keys_at_the_root(tmp_path) -> None:
     assert d["gemm"]["fixed_s"]["value"] == 5.0 and d["gemm"]["law"]["floor_s"]["value"] == 4.0
     assert d["memory"]["floor_s"]["value"] == 2.0 and d["rowkernel"]["rms_norm"]["row_s"]["value"] == 3.0
     assert d["gemm"]["law"]["tiles"]["value"] == [[64, 8], [8, 64]]
+
+
+def test_the_fit_writer_keeps_comments_order_and_unchanged_records_byte_for_byte(tmp_path) -> None:
+    """tomlkit writer: re-writing the records a file holds leaves its bytes unchanged (comments, the
+    root records' `{ value = ... }` spacing, key order); a changed record is updated in place."""
+    f = tmp_path / "eff.toml"
+    text = ('# header comment\narch = "hopper"\n\ngemm.fixed_s = { value = 1.0, unit = "s", source = "x", kind = "measured" }\n'
+            'gemm.law.tiles = { value = [[64, 8], [8, 64]], unit = "1", source = "x", kind = "measured" }\n\n'
+            '[rowkernel.rms_norm]\n# a table comment\nrow_s = {value = 3e-07, unit = "s", source = "x", kind = "measured"}\n')
+    f.write_text(text)
+    d = tomllib.loads(text)
+    write_records(f, {"gemm.fixed_s": d["gemm"]["fixed_s"], "gemm.law.tiles": d["gemm"]["law"]["tiles"],
+                      "rowkernel.rms_norm.row_s": d["rowkernel"]["rms_norm"]["row_s"]})
+    assert f.read_text() == text
+    write_records(f, {"gemm.fixed_s": {**d["gemm"]["fixed_s"], "value": 2.0}, "rowkernel.rms_norm.col_s": {"value": 1e-10}})
+    out = f.read_text()
+    assert out.replace("value = 2.0", "value = 1.0").startswith(text.split("[rowkernel")[0])
+    assert "# a table comment" in out and tomllib.loads(out)["rowkernel"]["rms_norm"]["col_s"]["value"] == 1e-10
+    assert not list(tmp_path.glob(".*.tmp"))   # written atomically: no stray temp file
 
 
 @pytest.mark.parametrize("b,h,s,d", [(2, 16, 512, 128), (1, 4, 130, 256), (1, 32, 4096, 128), (8, 8, 2048, 64)])

@@ -17,16 +17,19 @@ a few cases of another mechanism do not drag the fit). Predictions go through va
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import random
 import tomllib
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
+import tomlkit
 from scipy.optimize import least_squares
 
 from ...sim import estimate as est
+from ...sim._toml import COUNT_KEY, count_records, load_toml
+from ...sim.atomic import write_text_atomic
 from ...sim.calibration import EFFICIENCY_DIR
 from .compare import DATA_DIR, row_kind, split_of
 from .predict import NotPredicted, gpu_key, predict
@@ -164,7 +167,9 @@ def fit(group: str, gpu: str = "h200_sxm", subsample: int | None = None,
 
 
 def write(values: dict[str, float], group: str, runs: str, n: int, gpu: str = "h200_sxm") -> None:
-    from ...sim._toml import update_records
+    """Write a fit's values (and the group's fixed parameters) into the GPU's efficiency file in one
+    atomic write: root-level dotted records stay at the root (set_root_records), the others go to
+    their [table] (fields of an existing record that are not given are kept)."""
     units = GROUPS[group].start
     recs = {k: {"value": float(f"{v:.6g}"), "unit": units[k][1], "source": f"calibration:{runs}",
                 "kind": "calibrated", "note": f"fitted by validation/fit_laws.py --group {group} on {n} "
@@ -173,11 +178,29 @@ def write(values: dict[str, float], group: str, runs: str, n: int, gpu: str = "h
     recs.update({k: {"value": f[0], "unit": f[1], "source": f"calibration:{runs}",
                      "kind": f[3] if len(f) > 3 else "calibrated" if k == "gemm.k_overhead" else "measured", "note": f[2]}
                  for k, f in GROUPS[group].fixed.items()})
-    path = EFFICIENCY_DIR / f"{gpu}.toml"
+    write_records(EFFICIENCY_DIR / f"{gpu}.toml", recs)
+
+
+def write_records(path, recs: dict[str, dict]) -> None:
+    """Set the dotted-name records ``recs`` in the TOML at ``path`` through tomlkit (comments, key
+    order and the formatting of untouched records kept) and write it atomically (sim/atomic.py)."""
+    path = Path(path)
+    doc = _parse(path)
     root = {k: v for k, v in recs.items() if is_root_dotted(path, k)}
-    set_root_records(path, root)
-    if len(root) < len(recs):
-        update_records(path, {k: v for k, v in recs.items() if k not in root})
+    _set_root(doc, root)
+    for name, fields in recs.items():
+        if name not in root:
+            *tables, leaf = name.split(".")
+            container = doc
+            for t in tables:
+                if t not in container:
+                    container[t] = tomlkit.table()
+                container = container[t]
+            if leaf in container:
+                _update_inline(container[leaf], {**dict(container[leaf]), **fields})
+            else:
+                container[leaf] = _inline(fields)
+    _dump(path, doc)
 
 
 def is_root_dotted(path, name: str) -> bool:
@@ -185,7 +208,7 @@ def is_root_dotted(path, name: str) -> bool:
     before any [table] header): tomlkit would put a new key of such a table under a fresh header
     and thereby move every root key after it into that table."""
     head = name.split(".")[0]
-    for line in path.read_text(encoding="utf-8").splitlines():
+    for line in Path(path).read_text(encoding="utf-8").splitlines():
         if line.startswith("["):
             return False
         if line.startswith(f"{head}."):
@@ -193,31 +216,64 @@ def is_root_dotted(path, name: str) -> bool:
     return False
 
 
-def _toml_value(v) -> str:
-    if isinstance(v, str):
-        return json.dumps(v)
-    if isinstance(v, (list, tuple)):
-        return "[" + ", ".join(_toml_value(x) for x in v) + "]"
-    return repr(v)
-
-
 def set_root_records(path, recs: dict[str, dict]) -> None:
     """Replace or add root-level dotted records ``name = {value = ..., ...}`` in the TOML at
-    ``path`` (new ones after the last root-level key); the result must parse."""
-    lines = path.read_text(encoding="utf-8").splitlines()
-    first_table = next((i for i, ln in enumerate(lines) if ln.startswith("[")), len(lines))
+    ``path`` (tomlkit; new ones after the last root-level key, before the first [table] header),
+    written atomically; the result must parse."""
+    path = Path(path)
+    doc = _parse(path)
+    _set_root(doc, recs)
+    _dump(path, doc)
+
+
+def _parse(path: Path) -> tomlkit.TOMLDocument:
+    load_toml(path)   # refuse to build on an empty, malformed or cut-short file
+    return tomlkit.parse(path.read_text(encoding="utf-8"))
+
+
+def _set_root(doc: tomlkit.TOMLDocument, recs: dict[str, dict]) -> None:
+    """An existing record is updated in place (its formatting kept; fields not given dropped);
+    a new one is added as a dotted key at the end of the root table."""
     for name, fields in recs.items():
-        text = f"{name} = {{ " + ", ".join(f"{k} = {_toml_value(v)}" for k, v in fields.items()) + " }"
-        at = next((i for i, ln in enumerate(lines[:first_table]) if ln.startswith(f"{name} = ")), None)
-        if at is None:
-            last = max((i for i, ln in enumerate(lines[:first_table]) if "=" in ln), default=first_table - 1)
-            lines.insert(last + 1, text)
-            first_table += 1
+        *tables, leaf = name.split(".")
+        container = doc
+        for t in tables:
+            container = container.get(t) if hasattr(container, "get") else None
+            if container is None:
+                break
+        if container is not None and leaf in container:
+            _update_inline(container[leaf], fields, drop_others=True)
         else:
-            lines[at] = text
-    out = "\n".join(lines) + "\n"
-    tomllib.loads(out)
-    path.write_text(out, encoding="utf-8")
+            doc.add(tomlkit.key(name.split(".")), _inline(fields))
+
+
+def _update_inline(table, fields: dict, drop_others: bool = False) -> None:
+    """Set ``fields`` of an inline-table record in place, skipping equal values (so the text of an
+    unchanged record stays byte for byte)."""
+    if drop_others:
+        for k in [k for k in table if k not in fields]:
+            del table[k]
+    for k, v in fields.items():
+        if k not in table or _plain(table[k]) != v:
+            table[k] = v
+
+
+def _plain(item):
+    return item.unwrap() if hasattr(item, "unwrap") else item
+
+
+def _inline(fields: dict) -> tomlkit.items.InlineTable:
+    t = tomlkit.inline_table()
+    t.update(fields)
+    return t
+
+
+def _dump(path: Path, doc: tomlkit.TOMLDocument) -> None:
+    if COUNT_KEY in doc:
+        doc[COUNT_KEY] = count_records(doc.unwrap())
+    text = tomlkit.dumps(doc)
+    tomllib.loads(text)   # what we write must read back
+    write_text_atomic(path, text)
 
 
 def main(argv=None) -> int:
