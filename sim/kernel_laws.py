@@ -381,6 +381,53 @@ def apply_row_laws(t, compute: np.ndarray, memory: np.ndarray, fixed: np.ndarray
         fixed[i] = row_fixed_s(eff, fam)
 
 
+SOFTMAX = KINDS.index("softmax")
+NLL_ITER = "rowkernel.nll.iter_s"
+NLL_MIN_THREADS, NLL_MAX_THREADS = 32, 1024
+
+
+def nll_threads(rows: float) -> int:
+    """Threads of the one block torch 2.x launches for nll_loss_forward_reduce_cuda_kernel_2d
+    (aten/src/ATen/native/cuda/Loss.cu nll_loss_threads): clamp(2^round(log2(rows / 16)), 32, 1024),
+    rows / 16 in integer division."""
+    q = int(rows) // 16
+    if q < 1:
+        return NLL_MIN_THREADS
+    return int(min(max(1 << math.floor(math.log2(q) + 0.5), NLL_MIN_THREADS), NLL_MAX_THREADS))
+
+
+def nll_reduce_s(rows: float, eff: Efficiency) -> float:
+    """nll_loss_forward_reduce_cuda_kernel_2d (F.cross_entropy's mean nll): ONE block whose threads
+    walk the rows in turn, each step a dependent chain (target[i] -> the gathered logit
+    input[i x V + target] -> shared-memory accumulate), so
+
+        t = ceil(rows / nll_threads(rows)) x iter_s
+
+    (a latency per step, not bytes / bandwidth: the kernel times of the H200 sweeps' profiled cross
+    entropies rise with rows / threads and fall back where the thread count doubles, at rows 736,
+    1,456, 2,912, 5,808, 11,600: fp32 t1429 25.5 us (64 threads, 23 steps), t1552 17.0 us (128, 13),
+    t13958 18.0 us (1024, 14); bf16 and fp32 alike, about 1.1 us a step)."""
+    return math.ceil(max(rows, 1.0) / nll_threads(rows)) * eff.get(NLL_ITER)
+
+
+def nll_rows(t) -> np.ndarray:
+    """Indices of the nll reduce ops in ``t``: forward softmax-kind ops without a RowShape that write
+    one fp32 scalar per kernel (model/chains.cross_entropy's Kern(T, 12 T, 4): the loss); their rows
+    are their FLOPs (one per row in that Kern)."""
+    return np.flatnonzero((t.kind == SOFTMAX) & (t.phase == 0) & (t.rows == 0) & (t.kernels == 1)
+                          & (t.bytes_written == 4.0) & (t.flops >= 1.0))
+
+
+def apply_nll_law(t, compute: np.ndarray, fixed: np.ndarray, eff: Efficiency) -> None:
+    """The nll reduce kernel (nll_reduce_s) on the compute side, in place; its fixed cost is the
+    one-block launch floor (memory.floor_s)."""
+    if NLL_ITER not in eff.params:
+        return
+    for i in nll_rows(t):
+        compute[i] = max(compute[i], nll_reduce_s(float(t.flops[i]), eff))
+        fixed[i] = eff.get("memory.floor_s")
+
+
 def apply_elementwise_rate(t, compute: np.ndarray, eff: Efficiency) -> None:
     """Elementwise rows' compute side / memory.elementwise_flop_fraction (module docstring), in place."""
     if ELEMENTWISE_FRACTION not in eff.params:

@@ -19,8 +19,8 @@ import numpy as np
 from ..model.ops import DTYPE_BYTES
 from .calibration import Efficiency
 from .optable import DTYPES, KINDS, AttnColumns, GemmColumns, OpTable, leading_dim_alignment
-from .kernel_laws import (apply_elementwise_rate, apply_row_laws, causal_factor, dense_peaks, gemm_law, has_causal_law,
-                          has_gemm_law)
+from .kernel_laws import (apply_elementwise_rate, apply_nll_law, apply_row_laws, causal_factor, dense_peaks, gemm_law,
+                          has_causal_law, has_gemm_law)
 from .rowkernels import softmax_fwd_s
 
 MATMUL, ATTENTION, REDUCTION = KINDS.index("matmul"), KINDS.index("attention"), KINDS.index("reduction")
@@ -382,6 +382,7 @@ def kernel_times(t: OpTable, hw: HwRates, eff: Efficiency, attention_impl: str) 
         memory[brows] = t.bytes[brows] / (hw.hbm_bandwidth * eff.get("rowsoftmax.bw_fraction"))
     if "rowkernel.softmax_block.row_s" in eff.params:   # row latency of few/short rows (sim/kernel_laws.py)
         apply_row_laws(t, compute, memory, fixed, hw, eff)
+    apply_nll_law(t, compute, fixed, eff)        # F.cross_entropy's one-block nll reduce (sim/kernel_laws.py)
     return KernelTimes(compute, memory, fixed, np.maximum(compute, memory) + fixed, efficiency)
 
 

@@ -173,3 +173,22 @@ def test_the_two_kernel_norm_pays_the_moments_waves() -> None:
     one, two = rowwise_pair_s(528, 20001, 132, eff), rowwise_pair_s(529, 20001, 132, eff)
     assert two > 1.5 * one
     assert rowwise_pair_s(100000, 301, 132, eff) > rowwise_pair_s(50000, 301, 132, eff) > rowwise_pair_s(50000, 101, 132, eff)
+
+
+def test_nll_reduce_is_one_block_whose_threads_step_through_the_rows() -> None:
+    """nll_loss_forward_reduce_cuda_kernel_2d: one block of clamp(2^round(log2(rows / 16)), 32, 1024)
+    threads (torch's nll_loss_threads), ceil(rows / threads) dependent steps: the time falls where the
+    thread count doubles (H200 kernel times: fp32 t1429 25.5 us, t1552 17.0 us)."""
+    from mechsim.model.microops import cross_entropy_chain
+    from mechsim.sim.kernel_laws import nll_threads
+
+    assert [nll_threads(r) for r in (5, 262, 735, 736, 1455, 1456, 11599, 11600, 10**6)] == \
+        [32, 32, 32, 64, 64, 128, 512, 1024, 1024]
+
+    def nll_us(t: int) -> float:
+        op = next(o for o in cross_entropy_chain(t, 32000) if o.name == "loss/cross_entropy")
+        return t_us(op)
+
+    assert nll_us(300) > 5.0                            # a single block: far above the ~2 us of a streamed gather
+    assert nll_us(1440) > 1.5 * nll_us(1460)            # 23 steps of 64 threads vs 12 steps of 128
+    assert nll_us(1460) == pytest.approx(nll_us(1536), rel=0.01)   # 12 steps each

@@ -3,6 +3,7 @@ calibration half of the random-shape sweeps, together with the committed calibra
 of the same kinds, and write them to the efficiency data.
 
     python -m mechsim.validation.fit_laws --group rows [--write]     # softmax + fused norms + CE
+    python -m mechsim.validation.fit_laws --group nll [--write]      # cross-entropy's one-block nll reduce
     python -m mechsim.validation.fit_laws --group gemm [--write]        # the grid-era GEMM terms
     python -m mechsim.validation.fit_laws --group gemm_law --subsample 400 [--write]    # kernel_laws.gemm_law
     python -m mechsim.validation.fit_laws --group attention [--write]   # fractions + causal tiles
@@ -65,6 +66,7 @@ GROUPS = {
     }, fixed={"rowkernel.softmax_block.rows_per_sm": (2.0, "1", "rows resident per SM of the 1024-thread softmax "
                                                       "block kernels: 2,048 threads per SM (Hopper) / 1,024", "derived")},
         max_nfev=120),
+    "nll": Group(("cross_entropy_sweep", "cross_entropy"), {"rowkernel.nll.iter_s": (1.0e-6, "s")}),
     "gemm": Group(("gemm_sweep", "gemm"), {
         "gemm.misaligned_fraction": (0.3, "1"), "gemm.misaligned_fraction_8b": (0.5, "1"),
         "gemm.k_overhead": (160.0, "1"), "gemm.fixed_s": (3e-6, "s"),
