@@ -38,10 +38,10 @@ from .stacks import Stack
 @dataclass(frozen=True)
 class LaunchTimes:
     host_s: np.ndarray       # per-instance host issue time of each op
-    gpu_s: np.ndarray        # per-instance GPU time incl. graph gaps
+    gpu_s: np.ndarray        # per-instance GPU (kernel) time
     step_s: float            # wall time of the step (tandem-queue bound)
     gpu_busy_s: float        # sum of GPU time
-    idle_s: float            # step_s - gpu_busy_s: GPU waiting for the host
+    idle_s: float            # step_s - gpu_busy_s: GPU waiting for the host or between graphed kernels
 
 
 def on_host(stack: Stack, scale: float, bwd_scale: float | None = None) -> Stack:
@@ -215,9 +215,11 @@ def queue_step_time(t: OpTable, host: np.ndarray, gpu: np.ndarray) -> float:
 
 
 def launch_times(t: OpTable, gpu_s: np.ndarray, stack: Stack) -> LaunchTimes:
+    """The tandem queue of ``t`` on ``stack``. A replayed CUDA graph leaves the GPU idle
+    stack.launch_graph_s between its kernels: the queue's GPU side carries it, the kernels'
+    busy time does not, so it shows as idle (launch overhead), not in a category."""
     host = host_times(t, stack)
-    gpu = gpu_s + (t.kernels * stack.launch_graph_s if stack.graphs else 0.0)
-    step = queue_step_time(t, host, gpu)
-    busy = float(np.dot(gpu, t.count))
-    step = max(step, busy)
-    return LaunchTimes(host, gpu, step, busy, step - busy)
+    queued = gpu_s + (t.kernels * stack.launch_graph_s if stack.graphs else 0.0)
+    step = max(queue_step_time(t, host, queued), float(np.dot(queued, t.count)))
+    busy = float(np.dot(gpu_s, t.count))
+    return LaunchTimes(host, gpu_s, step, busy, step - busy)

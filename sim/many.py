@@ -240,11 +240,12 @@ def _evaluate_group(ts: list[Timing], out: np.ndarray) -> None:
         ps = power_states(gemm, att, gemm_power, mem, window, gpu.key, gpu.boost_clock_hz, r, impl)
     if ps is not None:
         k = at_compute_speed(t, k, ps.speed[point], ps.attention_speed[point])
-    gpu_row = k.gpu_s + np.concatenate([g for _, g in launch])
-    step, busy_l = _tandem(host_row, gpu_row, t.count, t.block_starts, point, lens, n)
-    step = np.maximum(step, busy_l)
+    gpu_row = k.gpu_s + np.concatenate([g for _, g in launch])   # the queue's GPU side: kernels + graph gaps
+    step, queued = _tandem(host_row, gpu_row, t.count, t.block_starts, point, lens, n)
+    per_op = k.gpu_s * t.count
+    busy_l = segment_sum(per_op, point, n)
+    step = np.maximum(step, queued)
     idle = step - busy_l
-    per_op = gpu_row * t.count
     nc, nph = len(CATEGORIES), len(PHASES)
     by_cat = np.bincount(point * nc + categories(t, k), weights=per_op, minlength=n * nc).reshape(n, nc)
     by_cat[:, CATEGORIES.index("launch_overhead")] = idle

@@ -17,7 +17,7 @@ twins in sim/cluster.py stay the readable reference the tests compare against.
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from typing import cast, overload
+from typing import overload
 
 import numpy as np
 
@@ -134,10 +134,7 @@ def _build_layout(par: Parallelism, cluster: C.Cluster, kind: str) -> C.GroupLay
         return C.layout(par, cluster, kind)
     rails = b % cluster.gpus_per_node
     same = bool((rails == rails[:, :1, :]).all())
-    # GroupLayout.groups is annotated as the tuple of tuples cluster.py builds; ArrayGroups is
-    # the same sequence of rank tuples held as one array (the cast goes once that field is
-    # annotated Sequence[tuple[int, ...]], which is what every reader of it needs)
-    groups = cast(tuple[tuple[int, ...], ...], ArrayGroups(arr))
+    groups = ArrayGroups(arr)   # the sequence of rank tuples GroupLayout.groups is, held as one array
     return C.GroupLayout(kind, arr.shape[1], b.shape[2], b.shape[1], same, groups)
 
 

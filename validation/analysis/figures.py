@@ -1,7 +1,7 @@
 """Figures quoted in prose (README.md, docs/*.md), computed from their generated sources.
 
 Prose never types a validation figure: it marks it, ``<!-- fig:KEY -->12.2 %<!-- /fig -->``, and
-``python -m mechsim.validation.update_readme`` writes the value. tests/test_docs_figures.py fails
+``python -m mechsim.validation.analysis.update_readme`` writes the value. tests/test_docs_figures.py fails
 when a marked figure differs from what the key computes now, when a key is unknown, and when the
 README quotes a percentage outside a marker, a generated table or a code block.
 

@@ -1,6 +1,6 @@
 """Regenerate the accuracy and noise tables of validation/README.md from the data.
 
-    python -m mechsim.validation.update_readme
+    python -m mechsim.validation.analysis.update_readme
 
 Figures in the README are never typed by hand: this rewrites the text between the
 <!-- accuracy:begin/end --> and <!-- spread:begin/end --> markers (and, in the top-level README,

@@ -7,25 +7,21 @@ wall time, the caching allocator's device allocations / frees and retries during
 does not carry, and a cudaFree synchronizes the device), and the synchronizing calls torch's sync
 debug mode reports per step. One JSON file to ``--out``.
 
-    python validation/experiments/moe_step_host.py --out /tmp/moe_step_host.json
+    PYTHONPATH=validation/runners python3 validation/experiments/moe_step_host.py --out /tmp/moe_step_host.json
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import sys
 import time
 import warnings
 from pathlib import Path
 
-RUNNERS = Path(__file__).resolve().parents[1] / "runners"
-sys.path.insert(0, str(RUNNERS))
+import torch
 
-import torch  # noqa: E402
-
-from cases_moe import build_moe_model  # noqa: E402
-from models import batch, host_phase_times, make_optimizer, make_train_step  # noqa: E402
+from cases_moe import build_moe_model   # runners/ on PYTHONPATH (the module docstring's command)
+from models import batch, host_phase_times, make_optimizer, make_train_step
 
 CASES = [("rand23_0", "loop_stacked", 2, 2048), ("rand23_0", "loop_modules", 2, 2048),
          ("mix_m", "loop_stacked", 1, 2048), ("mix_s", "loop_modules", 1, 1024)]
