@@ -9,12 +9,19 @@ is bound by the rows' latency, not by HBM:
                                                                    walks (row_elements)
     waves = max(1, rows / (rows_per_sm x SMs))      (rows_per_sm rows resident per SM: at least
                                                      one row's latency; beyond, a row throughput)
+          = ceil(rows / SMs)                        (the 1024-thread softmax blocks: co-resident rows
+                                                     share the SM's throughput, SM_SHARED_ROWS)
     c = col_s, or misaligned_col_s for softmax_warp_forward rows that are not a whole number of
-        16-byte vectors (scalar loads; col_cost)
-    fixed_s: the norms' per-kernel cost (softmax's is inside its calibrated element rates: 0)
+        16-byte vectors (scalar loads; col_cost), + elem_bytes x col_byte_s where the family has
+        it (the 1024-thread softmax blocks in the H200 sweeps' kernel times: an fp32 row 0.4-0.45 ns
+        per element and SM, a bf16 row 0.20-0.25 ns with log_softmax's epilogue; with softmax's,
+        one exp more per element, 0.29-0.35 ns: not in the calibration half, not modelled)
+    fixed_s: the norms' per-kernel cost; the 1024-thread softmax kernels' launch and ramp
+             (rowkernel.softmax_block / softmax_reg.fixed_s; the warp kernel's is inside its rate)
 
 one parameter set per family: rowkernel.softmax_warp (softmax_warp_forward, cols <= 2048),
-rowkernel.softmax_block (the 1024-thread block kernels), rowkernel.layer_norm, rowkernel.rms_norm
+rowkernel.softmax_reg (cunn_SoftMaxForwardReg: its rows at sim/rowkernels' rate, a fixed cost here),
+rowkernel.softmax_block (cunn_SoftMaxForward, cunn_SoftMaxForwardSmem), rowkernel.layer_norm, rowkernel.rms_norm
 (vectorized_layer_norm_kernel: rows of a whole number of 4 elements), rowkernel.norm_rowwise
 (RowwiseMomentsCUDAKernel + LayerNormForwardCUDAKernel, every other row length, layer or RMS
 norm: x read twice; norm_family), timed as the two kernels in turn where the data has
@@ -268,16 +275,32 @@ def fp32_partials(m: np.ndarray, n: np.ndarray, b: np.ndarray, misaligned: np.nd
 
 
 def has_row_law(eff: Efficiency, fam: str) -> bool:
-    return f"rowkernel.{fam}.row_s" in eff.params
+    """Whether the data has the family's row law, or (softmax_reg: its per-row time is sim/rowkernels'
+    rate over its slots) at least its fixed cost."""
+    return f"rowkernel.{fam}.row_s" in eff.params or f"rowkernel.{fam}.fixed_s" in eff.params
 
 
 def row_latency_s(rows: float, cols: float, elem_bytes: float, sm_count: int, eff: Efficiency, fam: str) -> float:
     """waves x (row_s + cols x c) of one row kernel (module docstring); 0 without data."""
-    if not has_row_law(eff, fam):
+    if f"rowkernel.{fam}.row_s" not in eff.params:
         return 0.0
     p = f"rowkernel.{fam}."
-    waves = max(1.0, rows / max(eff.get(p + "rows_per_sm") * sm_count, 1e-9))
-    return waves * (eff.get(p + "row_s") + row_elements(cols, fam) * eff.get(p + col_cost(cols, elem_bytes, fam)))
+    if fam in SM_SHARED_ROWS:
+        waves = float(math.ceil(max(rows, 1.0) / sm_count))
+    else:
+        waves = max(1.0, rows / max(eff.get(p + "rows_per_sm") * sm_count, 1e-9))
+    c = eff.get(p + col_cost(cols, elem_bytes, fam))
+    if p + "col_byte_s" in eff.params:   # a part of each element's cost per byte an SM loads
+        c += elem_bytes * eff.get(p + "col_byte_s")
+    return waves * (eff.get(p + "row_s") + row_elements(cols, fam) * c)
+
+
+# Row families whose resident rows share one SM's throughput: torch's 1024-thread softmax blocks
+# (cunn_SoftMaxForward / Smem / Reg; two resident per SM) run a row in the time two co-resident rows
+# take each, so a kernel takes ceil(rows / SMs) rows' worth (kernel times of the H200 sweeps: bf16
+# cols 51,095 at 15 rows 14.8 us, cols 41,411 at 183 rows 27.0 us = 2 x 13.5; Reg<8> bf16 cols 8,038
+# at 57 rows 4.6 us, cols 7,778 at 147 rows 8.8 us = 2 x 4.4), not rows / (2 x SMs) of one row's time.
+SM_SHARED_ROWS = frozenset({"softmax_block", "softmax_reg"})
 
 
 def col_cost(cols: float, elem_bytes: float, fam: str) -> str:
@@ -305,8 +328,12 @@ def row_fixed_s(eff: Efficiency, fam: str) -> float:
 
 
 def softmax_family(cols: float, elem_bytes: float) -> str:
-    """The row-law family of torch's softmax forward for rows of ``cols`` (sim/rowkernels.py)."""
-    return "softmax_warp" if softmax_kernel(int(cols), int(elem_bytes)) == "warp" else "softmax_block"
+    """The row-law family of torch's softmax forward for rows of ``cols`` (sim/rowkernels.py):
+    softmax_warp_forward, cunn_SoftMaxForwardReg ('softmax_reg': the row held in registers, one
+    load), or the 1024-thread kernels that walk the row three times (cunn_SoftMaxForward from L2,
+    cunn_SoftMaxForwardSmem from shared memory: 'softmax_block')."""
+    kernel = softmax_kernel(int(cols), int(elem_bytes))
+    return {"warp": "softmax_warp", "reg": "softmax_reg"}.get(kernel, "softmax_block")
 
 
 def norm_family(op) -> str | None:

@@ -22,7 +22,13 @@ reach HBM bandwidth: a warp or block per row serialises load -> reduce -> exp ->
 -> store, so their time is set by an element rate per family (latency-bound), e.g. bf16
 and fp32 rows of 2048 take the same 41 us. Time of one kernel:
 
-    t = max(hbm_bytes / (HBM * bw_fraction), rows * cols / elem_rate[family])
+    t = max(hbm_bytes / (HBM * bw_fraction), rows * cols / elem_rate[warp])           warp
+    t = max(hbm_bytes / (HBM * bw_fraction), ceil(rows / SMs) * slots * SMs / elem_rate[family])
+                                                                                    reg, smem
+
+(the 1024-thread blocks: an SM's co-resident rows share its throughput, so a kernel of few rows
+takes whole rows per SM: Reg<8> bf16 147 x 7,778 8.8 us = 2 x its 57-row 4.6 us; slots = the
+k x 1024 values Reg<k> walks, masked past the row, or the smem kernel's cols: row_slots)
 
 (the warp kernel has its own bandwidth fraction: one warp per row with a serial load ->
 reduce -> store chain keeps fewer bytes in flight; fp32 rows of 512-2048 run at ~3.3 TB/s
@@ -74,7 +80,19 @@ def softmax_fwd_s(rows: int, cols: int, elem_bytes: float, out_bytes: float, hbm
     frac = eff.get("rowsoftmax.warp_bw_fraction") if fam == "warp" and "rowsoftmax.warp_bw_fraction" in eff.params \
         else eff.get("rowsoftmax.bw_fraction")
     t_bw = (read + write) / (hbm_bandwidth * frac)
-    return max(t_bw, n / elem_rate(fam, cols, eff))
+    if fam == "warp":
+        return max(t_bw, n / elem_rate(fam, cols, eff))
+    # a 1024-thread block per row: an SM runs its rows' worth in turn (co-resident rows share its
+    # throughput), ceil(rows / SMs) rows, each walking its slots at the SM's share of the rate
+    per_row = row_slots(fam, cols) * sm_count / elem_rate(fam, cols, eff)
+    return max(t_bw, math.ceil(rows / sm_count) * per_row)
+
+
+def row_slots(fam: str, cols: int) -> float:
+    """Elements one row's block walks: cunn_SoftMaxForwardReg<k> holds k = ceil(cols / 1024) values
+    per thread of its 1024 and runs all k x 1024 slots, masked past the row (H200 kernel times: Reg<3>
+    rows of 2,211 and of 3,072 columns both take 1.3-1.4 us per row); the smem kernel walks the row."""
+    return float(math.ceil(cols / BLOCK_THREADS) * BLOCK_THREADS) if fam == "reg" else float(cols)
 
 
 def elem_rate(fam: str, cols: int, eff: Efficiency) -> float:

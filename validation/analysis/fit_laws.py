@@ -4,6 +4,7 @@ of the same kinds, and write them to the efficiency data.
 
     python -m mechsim.validation.fit_laws --group rows [--write]     # softmax + fused norms + CE
     python -m mechsim.validation.fit_laws --group nll [--write]      # cross-entropy's one-block nll reduce
+    python -m mechsim.validation.fit_laws --group softmax [--write]  # the 1024-thread softmax blocks' row law
     python -m mechsim.validation.fit_laws --group gemm [--write]        # the grid-era GEMM terms
     python -m mechsim.validation.fit_laws --group gemm_law --subsample 400 [--write]    # kernel_laws.gemm_law
     python -m mechsim.validation.fit_laws --group attention [--write]   # fractions + causal tiles
@@ -54,18 +55,29 @@ GEMM_LAW_TILES = [[256, 128], [128, 256], [128, 128], [128, 64], [64, 128], [64,
 GEMM_SIMT_TILES = [[128, 128], [128, 64], [64, 128], [64, 64], [128, 32], [32, 128], [64, 32], [32, 64], [32, 32]]
 
 
+TABLE_ENTRY = "#"   # "name#k": the rate of entry k of a [[k, rate], ...] table parameter (rowsoftmax.reg_elem_rates)
+SOFTMAX_RESIDENT = [(f"rowkernel.{f}.rows_per_sm", (2.0, "1", "rows resident per SM of the 1024-thread softmax "
+                                                     "block kernels: 2,048 threads per SM (Hopper) / 1,024", "derived"))
+                    for f in ("softmax_block", "softmax_reg")]
+
+
 GROUPS = {
     "rows": Group(("softmax_sweep", "norm_sweep", "cross_entropy_sweep", "softmax", "norm", "cross_entropy"), {
         **{f"rowkernel.{f}.{p}": v for f in ("softmax_warp", "softmax_block", "layer_norm", "rms_norm", "norm_rowwise")
            for p, v in (("row_s", (2e-6, "s")), ("col_s", (2e-10, "s")), ("rows_per_sm", (8.0, "1")),
                         ("misaligned_col_s", (5e-10, "s")), ("fixed_s", (1e-6, "s")))
            # misaligned_col_s: softmax_warp_forward's scalar path only (sim/kernel_laws.col_cost)
-           if not (p == "fixed_s" and f.startswith("softmax")) and not (p == "misaligned_col_s" and f != "softmax_warp")
+           if not (p == "fixed_s" and f == "softmax_warp") and not (p == "misaligned_col_s" and f != "softmax_warp")
            and (f, p) not in (("softmax_block", "rows_per_sm"), ("norm_rowwise", "rows_per_sm"))},
+        "rowkernel.softmax_block.col_byte_s": (7e-11, "s"), "rowkernel.softmax_reg.fixed_s": (1e-6, "s"),
         "rowkernel.norm_rowwise.fwd_rate": (4e11, "1/s"), "rowkernel.norm_rowwise.fwd_col_s": (1e-9, "s"),
-    }, fixed={"rowkernel.softmax_block.rows_per_sm": (2.0, "1", "rows resident per SM of the 1024-thread softmax "
-                                                      "block kernels: 2,048 threads per SM (Hopper) / 1,024", "derived")},
-        max_nfev=120),
+    }, fixed=dict(SOFTMAX_RESIDENT), max_nfev=120),
+    "softmax": Group(("softmax_sweep", "softmax", "cross_entropy_sweep", "cross_entropy"), {
+        **{f"rowkernel.softmax_block.{p}": v for p, v in (("row_s", (1e-7, "s")), ("col_s", (5e-11, "s")),
+                                                          ("col_byte_s", (7e-11, "s")), ("fixed_s", (3e-6, "s")))},
+        "rowkernel.softmax_reg.fixed_s": (1e-6, "s"),   # its rows: sim/rowkernels' rate over the slots
+        **{f"rowsoftmax.reg_elem_rates{TABLE_ENTRY}{k}": (3e11, "1/s") for k in (3, 6, 8)}},
+        fixed=dict(SOFTMAX_RESIDENT)),
     "nll": Group(("cross_entropy_sweep", "cross_entropy"), {"rowkernel.nll.iter_s": (1.0e-6, "s")}),
     "gemm": Group(("gemm_sweep", "gemm"), {
         "gemm.misaligned_fraction": (0.3, "1"), "gemm.misaligned_fraction_8b": (0.5, "1"),
@@ -121,9 +133,28 @@ def weights(recs, balance: bool) -> np.ndarray:
     return w * len(w) / w.sum()
 
 
+def table_values(values: dict[str, float], base) -> dict:
+    """``values`` with every "name#k" entry folded into its table (the others of the table as ``base``
+    has them)."""
+    out = {k: v for k, v in values.items() if TABLE_ENTRY not in k}
+    for k, v in values.items():
+        if TABLE_ENTRY in k:
+            name, key = k.split(TABLE_ENTRY)
+            table = out.get(name) or [list(r) for r in base.get(name)]
+            out[name] = [[r[0], v] if str(r[0]) == key else r for r in table]
+    return out
+
+
+def start_value(name: str, base):
+    if TABLE_ENTRY in name:
+        table, key = name.split(TABLE_ENTRY)
+        return next(float(r[1]) for r in base.get(table) if str(r[0]) == key)
+    return float(base.get(name))
+
+
 def residuals(names: list[str], x: np.ndarray, base, recs, fixed: dict | None = None) -> np.ndarray:
-    eff = base.with_values({**{k: v[0] for k, v in (fixed or {}).items()}, **dict(zip(names, np.exp(x).tolist()))},
-                           "fit")
+    eff = base.with_values({**{k: v[0] for k, v in (fixed or {}).items()},
+                            **table_values(dict(zip(names, np.exp(x).tolist())), base)}, "fit")
     orig = est.efficiency
     est.efficiency = lambda gpu: eff if gpu.key == base.key else orig(gpu)
     try:
@@ -152,7 +183,8 @@ def fit(group: str, gpu: str = "h200_sxm", subsample: int | None = None,
     g = GROUPS[group]
     base = est.efficiency(est.resolve_gpu(gpu))
     names = list(g.start)
-    x0 = np.log([float(base.get(n)) if n in base.params and not from_start else g.start[n][0] for n in names])
+    x0 = np.log([start_value(n, base) if (n.split(TABLE_ENTRY)[0] in base.params and not from_start
+                                         or TABLE_ENTRY in n) else g.start[n][0] for n in names])
     recs = calibration_records(g.kinds, gpu)
     if subsample is not None:
         other = [r for r in recs if not row_kind(r[1]).endswith("_sweep")]
@@ -172,11 +204,13 @@ def write(values: dict[str, float], group: str, runs: str, n: int, gpu: str = "h
     """Write a fit's values (and the group's fixed parameters) into the GPU's efficiency file in one
     atomic write: root-level dotted records stay at the root (set_root_records), the others go to
     their [table] (fields of an existing record that are not given are kept)."""
-    units = GROUPS[group].start
-    recs = {k: {"value": float(f"{v:.6g}"), "unit": units[k][1], "source": f"calibration:{runs}",
-                "kind": "calibrated", "note": f"fitted by validation/fit_laws.py --group {group} on {n} "
+    units = {k.split(TABLE_ENTRY)[0]: v for k, v in GROUPS[group].start.items()}
+    base = est.efficiency(est.resolve_gpu(gpu))
+    recs = {k: {"value": v if isinstance(v, list) else float(f"{v:.6g}"), "unit": units[k][1],
+                "source": f"calibration:{runs}", "kind": "calibrated",
+                "note": f"fitted by validation/fit_laws.py --group {group} on {n} "
                 f"calibration records (random-shape sweep half + committed calibration split)"}
-            for k, v in values.items()}
+            for k, v in table_values({k: float(f"{v:.6g}") for k, v in values.items()}, base).items()}
     recs.update({k: {"value": f[0], "unit": f[1], "source": f"calibration:{runs}",
                      "kind": f[3] if len(f) > 3 else "calibrated" if k == "gemm.k_overhead" else "measured", "note": f[2]}
                  for k, f in GROUPS[group].fixed.items()})
