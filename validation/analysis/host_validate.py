@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .compare import DATA_DIR
-from .predict import gpu_key, inference_workload, train_workload
+from .predict import gpu_key, host_workload as workload_of
 from ..records import iter_records, run_paths
 
 
@@ -87,11 +87,6 @@ class HostRow:
     def covered(self) -> bool:
         """The measurement lies in the band printed around the no-probe prediction."""
         return -self.band_fast <= self.measured_s / self.default_s - 1 <= self.band
-
-
-def workload_of(rec: dict):
-    p = rec["params"]
-    return train_workload(p) if rec["kind"] == "train_step" else inference_workload(p, "decode")
 
 
 def paired_profile(prof: dict, rec: dict) -> dict | None:

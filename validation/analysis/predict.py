@@ -374,9 +374,13 @@ def predict_with_profile(record: dict, gpu: str, profile: dict) -> float:
     """A host-bound eager record predicted through the public ``profile=`` argument with the
     `mechsim probe` profile its runner took over the session's window (extra.window_profile),
     as a user predicts with the probe of their machine; the same call as host_validate's."""
-    p = record["params"]
-    w = train_workload(p) if record["kind"] == "train_step" else inference_workload(p, "decode")
-    return estimate(w, gpu, profile=profile).step_time_s
+    return estimate(host_workload(record), gpu, profile=profile).step_time_s
+
+
+def host_workload(rec: dict):
+    """The workload of a host-bound record of runners/cases_host.py: its training step, else its decode step."""
+    p = rec["params"]
+    return train_workload(p) if rec["kind"] == "train_step" else inference_workload(p, "decode")
 
 
 def predict(record: dict, env: dict, run: dict | None = None) -> float:
