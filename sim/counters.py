@@ -46,7 +46,7 @@ from .optable import KINDS
 from .kernel_laws import has_row_law, norm_family, softmax_family
 from .power import calibration_clock, clock_params
 from .results import OpEstimate
-from .rowkernels import elem_rate, softmax_kernel
+from .rowkernels import elem_rate, row_slots, softmax_kernel
 from .stacks import Stack, get_stack
 
 UNITS = ("tensor", "sm", "hbm", "l2")
@@ -111,6 +111,9 @@ class L2Params:
     throughput_Bps: float
     writeback_fraction: float
     gemm_reuse: float
+    norm_blocks_per_sm: float = math.nan      # vectorized norm rows resident per SM (their re-read in flight)
+    reg_sm_s_per_slot: float = math.nan       # SM work of the one-pass 1024-thread softmax per slot
+    block_sm_s_per_element: float = math.nan  # SM work of the three-pass softmax per element
 
 
 @functools.lru_cache(maxsize=8)
@@ -119,8 +122,10 @@ def l2_params(arch: str) -> L2Params | None:
     raw = load_toml(DATA / "counters.toml").get(arch)
     if raw is None:
         return None
+    opt = lambda k: float(raw[k]["value"]) if k in raw else math.nan  # noqa: E731
     return L2Params(float(raw["l2_throughput"]["value"]) * 1e12, float(raw["l2_writeback_fraction"]["value"]),
-                    float(raw["gemm_l2_reuse"]["value"]))
+                    float(raw["gemm_l2_reuse"]["value"]), opt("norm_blocks_per_sm"),
+                    opt("softmax_reg_sm_s_per_slot"), opt("softmax_block_sm_s_per_element"))
 
 
 def tensor_peak_at_boost(gpu, dtype: str) -> float:
@@ -141,16 +146,30 @@ def _mufu_at_boost(gpu) -> float:
         return math.inf
 
 
-def dram_read_bytes(op: Op, sm_count: int, eff) -> float:
-    """Bytes read from DRAM with caches flushed: the op's reads, and the three-pass softmax's two
-    re-reads where its rows in flight overflow the L2 share left to them (sim/rowkernels.py)."""
+def dram_read_bytes(op: Op, sm_count: int, eff, cap: float | None = None, norm_blocks_per_sm: float = math.nan) -> float:
+    """Bytes read from DRAM with caches flushed: the op's reads, and the re-reads of a row kernel
+    that walks its rows more than once (the three-pass softmax twice more, the vectorized norm once
+    more: its moments pass, then the normalising pass) where its rows in flight overflow ``cap``, the
+    L2 share a profiled kernel keeps (l2_writeback_fraction x L2). Past it the L2 (LRU) has evicted
+    a row before its next pass comes back, so the re-reads all miss: a cliff, not a slope (H200
+    counters, calibration and development runs: norms 1.9-23.8 MB in flight re-read 1.00-1.01x of x,
+    50.5 MB 1.99x; log_softmax 7-8 MB 1.00x, 135-146 MB 2.98-3.00x). Without ``cap`` (no counter data
+    for the GPU) the three-pass softmax keeps the time model's L2 share (sim/rowkernels.py)."""
     s = op.shape
-    if op.kind == "softmax" and op.phase == "fwd" and isinstance(s, RowShape):
-        e = DTYPE_BYTES[op.dtype]
-        if softmax_kernel(int(s.cols), int(e)) == "block":
-            in_flight = min(s.rows, 2 * sm_count) * s.cols * e
+    if not isinstance(s, RowShape) or op.phase != "fwd":
+        return op.bytes_read
+    e = DTYPE_BYTES[op.dtype]
+    row = s.cols * e
+    if op.kind == "softmax" and softmax_kernel(int(s.cols), int(e)) == "block":
+        in_flight = min(s.rows, 2 * sm_count) * row
+        if cap is None:
             miss = max(0.0, 1.0 - eff.get("rowsoftmax.l2_resident_bytes") / in_flight)
-            return op.bytes_read * (1.0 + 2.0 * miss)
+        else:
+            miss = 1.0 if in_flight > cap else 0.0
+        return op.bytes_read * (1.0 + 2.0 * miss)
+    if cap is not None and math.isfinite(norm_blocks_per_sm) and norm_family(op) in ("layer_norm", "rms_norm"):
+        in_flight = min(s.rows, norm_blocks_per_sm * sm_count) * row
+        return op.bytes_read + (s.rows * row if in_flight > cap else 0.0)
     return op.bytes_read
 
 
@@ -197,14 +216,37 @@ def l2_bytes(op: Op, sm_count: int, eff, attention_impl: str, gemm_reuse: float 
     return op.bytes_read + op.bytes_written
 
 
-def _sm_time(op: Op, compute_s: float, eff) -> float:
-    """Seconds of SM-pipe work of one instance: the roofline's compute side, and for a one-pass
-    forward softmax its element rate where that, not HBM, sets the time (sim/rowkernels.py)."""
+def _sm_time(op: Op, compute_s: float, eff, lp: L2Params | None = None) -> float:
+    """Seconds of SM-pipe work of one instance (at sm__throughput = 100 % of the whole GPU): the
+    roofline's compute side; for a one-pass warp softmax its element rate where that, not HBM, sets
+    the time (sim/rowkernels.py); for the 1024-thread softmax blocks (Reg, Smem, the three-pass
+    kernel) the work their code issues per slot / element (sim/data/counters.toml), not their row
+    law's time: that law is a latency per row the SM's co-resident rows share (kernel_laws.
+    SM_SHARED_ROWS), which a profiler reads as a partly busy SM, not as busy pipes."""
     s = op.shape
     if op.kind != "softmax" or op.phase != "fwd" or not isinstance(s, RowShape):
         return compute_s
     fam = softmax_kernel(int(s.cols), int(DTYPE_BYTES[op.dtype]))
-    return compute_s if fam == "block" else max(compute_s, s.rows * s.cols / elem_rate(fam, int(s.cols), eff))
+    if fam == "warp":
+        return max(compute_s, s.rows * s.cols / elem_rate(fam, int(s.cols), eff))
+    if lp is None:
+        return compute_s
+    if fam == "block" and math.isfinite(lp.block_sm_s_per_element):
+        return s.rows * s.cols * lp.block_sm_s_per_element
+    if fam in ("reg", "smem") and math.isfinite(lp.reg_sm_s_per_slot):
+        return s.rows * row_slots(fam, int(s.cols)) * lp.reg_sm_s_per_slot
+    return compute_s
+
+
+def _counts_own_fill(op: Op, lp: L2Params | None) -> bool:
+    """Whether _sm_time already is the work of the op's rows (a 1024-thread softmax block with its
+    work per element in the data): then no row fill scales it."""
+    s = op.shape
+    if lp is None or op.kind != "softmax" or op.phase != "fwd" or not isinstance(s, RowShape):
+        return False
+    fam = softmax_kernel(int(s.cols), int(DTYPE_BYTES[op.dtype]))
+    return (fam == "block" and math.isfinite(lp.block_sm_s_per_element)) or \
+        (fam in ("reg", "smem") and math.isfinite(lp.reg_sm_s_per_slot))
 
 
 def _row_fill(op: Op, sm_count: int, eff) -> float:
@@ -250,7 +292,8 @@ def counters_of(op: Op, e: OpEstimate, hw: Any, attention_impl: str = "fa2",
         raise ValueError(f"time_s: op {op.name!r} has no GPU time ({e.time_s!r} s); counters need a timed op")
     lp = l2_params(gpu.arch)
     cap = (lp.writeback_fraction if lp else 1.0) * float(gpu.l2_bytes)
-    read = dram_read_bytes(op, int(gpu.sm_count), eff)
+    read = dram_read_bytes(op, int(gpu.sm_count), eff, cap if lp else None,
+                           lp.norm_blocks_per_sm if lp else math.nan)
     dram = dram_bytes(op, cap, read)
     l2b = l2_bytes(op, int(gpu.sm_count), eff, attention_impl, lp.gemm_reuse if lp else 1.0)
     l2 = (l2b + read) / (t * lp.throughput_Bps) if lp else math.nan
@@ -262,7 +305,8 @@ def counters_of(op: Op, e: OpEstimate, hw: Any, attention_impl: str = "fa2",
         tensor = op.flops / (t_pipe * peak)
         sm = _exps(op) / (t * _mufu_at_boost(gpu)) if op.kind == "attention" else 0.0
     else:
-        tensor, sm = 0.0, _sm_time(op, e.compute_s / n, eff) / t * _row_fill(op, int(gpu.sm_count), eff)
+        fill = 1.0 if _counts_own_fill(op, lp) else _row_fill(op, int(gpu.sm_count), eff)
+        tensor, sm = 0.0, _sm_time(op, e.compute_s / n, eff, lp) / t * fill
     regime = "resident" if op.bytes_read + op.bytes_written <= cap else "streaming"
     return OpCounters(op.name, op.kind, op.phase, t, tensor, sm, hbm, l2, dram, l2b,
                       binding_unit(tensor, sm, hbm), regime, e.bound)

@@ -115,3 +115,45 @@ def test_zero_time_op_is_refused_clearly():
     e = mechsim.estimate_op(op, "h200")
     with pytest.raises(ValueError, match="time_s"):
         counters.counters_of(op, dataclasses.replace(e, time_s=0.0), "h200")
+
+
+def _eff():
+    return mechsim.sim.estimate.efficiency(mechsim.sim.estimate.resolve_gpu("h200"))
+
+
+def test_three_pass_softmax_rereads_from_dram_only_past_the_l2_share():
+    # cunn_SoftMaxForward (fp32 rows of 16,384 and 65,536: neither fits the 48 KiB smem kernel) keeps
+    # 2 x 132 rows in flight: 17 MB fits the L2 share C (0.56 x 60 MiB = 35 MB), its two re-reads hit;
+    # 69 MB does not, and LRU evicts every row before its next pass: all three passes come from DRAM
+    cap = counters.l2_params("hopper").writeback_fraction * 60 * 2**20
+    fits, spills = softmax(264, 16384, "fp32"), softmax(264, 65536, "fp32")
+    assert counters.dram_read_bytes(fits, 132, _eff(), cap) == pytest.approx(fits.bytes_read)
+    assert counters.dram_read_bytes(spills, 132, _eff(), cap) == pytest.approx(3 * spills.bytes_read)
+
+
+def test_vectorized_norm_rereads_x_past_the_l2_share():
+    # vectorized_layer_norm_kernel, 16 rows resident per SM: fp32 rows of 8,192 (32 KB) put 69 MB in
+    # flight, past C: x is read twice from DRAM; rows of 1,024 (8.6 MB in flight) re-read from L2
+    cap = counters.l2_params("hopper").writeback_fraction * 60 * 2**20
+    big, small = row_norm(4096, 8192, "fp32", "rms_norm"), row_norm(4096, 1024, "fp32", "rms_norm")
+    assert counters.dram_read_bytes(big, 132, _eff(), cap, 16) == pytest.approx(big.bytes_read + 4096 * 8192 * 4)
+    assert counters.dram_read_bytes(small, 132, _eff(), cap, 16) == pytest.approx(small.bytes_read)
+    assert counters.dram_read_bytes(big, 132, _eff(), None, 16) == pytest.approx(big.bytes_read)   # no counter data
+
+
+def test_block_softmax_sm_is_its_work_not_its_row_latency():
+    # the 1024-thread softmax kernels' time is a latency per row the SM's co-resident rows share; the SM
+    # pipes are busy for the work the code issues: per slot (Reg<k>: k x 1024 per row) or per element
+    lp = counters.l2_params("hopper")
+    reg = softmax(20000, 3000, "fp32")                      # Reg<3>: 3,072 slots a row
+    c = mechsim.op_counters(reg, "h200")
+    assert c.sm * c.time_s == pytest.approx(20000 * 3072 * lp.reg_sm_s_per_slot)
+    block = softmax(2000, 65536, "fp32")                    # three-pass cunn_SoftMaxForward
+    c = mechsim.op_counters(block, "h200")
+    assert c.sm * c.time_s == pytest.approx(2000 * 65536 * lp.block_sm_s_per_element)
+    assert c.binding == "hbm"                               # its rows spill the L2: three reads stream
+
+
+def test_block_softmax_without_counter_data_keeps_the_time_split():
+    c = mechsim.op_counters(softmax(20000, 3000, "fp32"), "a100_sxm_80gb")
+    assert 0.0 < c.sm <= 1.0 + 1e-9
