@@ -9,15 +9,17 @@ profiled kernel runs alone, at the boost clock):
              (t_cal: the time at the calibrated rate, f_cal the clock it was measured at: a
              compute-bound kernel's pipe cycles do not change with the clock; pipe_clock_hz)
     sm     = SM-pipe seconds / t x row fill     other ops: the compute side (element rates, row
-             latency) and a one-pass softmax's element rate; row fill = rows / (rows per SM x SMs)
+             latency) and a one-pass warp softmax's element rate; row fill = rows / (rows per SM x SMs)
              of a row kernel, at most 1 (few rows leave SMs idle: latency)
+           = rows x slots x SM work per slot / t   the 1024-thread softmax blocks (Reg, Smem, the
+             three-pass kernel: sim/data/counters.toml), whose row law is a shared latency, not work
            = exponentials / (t x MUFU rate)    attention
     hbm    = dram_bytes / (t x HBM peak)
     l2     = (l2 request bytes + DRAM read bytes) / (t x L2 throughput)   (sim/data/counters.toml:
              every byte read from DRAM passes the L2 twice, as a fill and as the request it serves)
 
 dram_bytes is what a profiler counts with its caches flushed before the kernel: every byte read
-comes from DRAM once; written bytes stay in L2 (write-back) until the kernel's footprint
+comes from DRAM once (a row kernel's re-reads too once its rows in flight overflow C: dram_read_bytes); written bytes stay in L2 (write-back) until the kernel's footprint
 (read + written) passes the L2's write-back capacity, and the evicted share of them reaches DRAM:
     dram_bytes = read + written x max(0, footprint - C) / footprint,  C = l2_writeback_fraction x L2
 l2 request bytes: a GEMM re-reads A once per column of tiles and B once per row of tiles (the CTA
