@@ -92,8 +92,9 @@ def test_a_user_gets_the_published_rows_workload_from_the_recipe():
 def test_settings_come_from_the_release_not_the_row():
     rows = {r.id: r for r in load_published()}
     # the 24.x launcher turns TE's cuDNN attention off (NVTE_FUSED_ATTN: 0): FlashAttention-2 for every model
-    for rid in ("nemo2407-pretrain-llama3-8b-8g", "nemo2407-pretrain-gpt3-175b-512g", "nemo-longseq-h100-llama2-7b-4k"):
+    for rid in ("nemo2407-pretrain-llama3-8b-8g", "nemo2407-sft-llama2-7b-8g", "nemo-longseq-h100-llama2-7b-4k"):
         assert settings_for(rows[rid])["stack"] == "megatron_te_fa2", rid
+    assert settings_for(rows["nemo2407-pretrain-gpt3-175b-512g"])["stack"] == "megatron_te"  # its example sets NVTE_FUSED_ATTN=1
     assert settings_for(rows["nemo25.02-h100-gpt3-175b-512g"])["stack"] == "megatron_te"    # NeMo 2.0, no launcher
     assert settings_for(rows["nemo25.04-gb200-llama3-8b-8g"])["stack"] == "megatron_te"
     assert settings_for(rows["torchtitan-h100-t5-405b-512g-r2"])["vp"] == 2       # interleaved, no split points
