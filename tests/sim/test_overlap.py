@@ -105,8 +105,22 @@ def test_tp_is_exposed_by_default_and_overlap_hides_a_fraction():
     e = tp_exposure(3e-3, 0.7, contention=0.1)
     assert (e.exposed_s, e.hidden_s, e.slowdown_s) == pytest.approx((0.9e-3, 2.1e-3, 0.21e-3))
     assert tp_overlap_fraction("eager") == 0.0 and tp_overlap_fraction("megatron_te") == 0.0
-    assert tp_overlap_fraction("megatron_te_tp_comm_overlap") > 0
     assert tp_overlap_fraction("no_such_stack") == 0.0
+
+
+def test_every_per_stack_overlap_table_names_a_stack():
+    """A per-stack entry whose key is no stack is read by nothing (the old 0.7 TP placeholder was one)."""
+    from mechsim.sim._toml import load_toml
+    from mechsim.sim.overlap import OVERLAP_FILE
+    from mechsim.sim.stacks import list_stacks
+    stacks, t = set(list_stacks()), load_toml(OVERLAP_FILE)
+    tables = {"tp_overlap": t["tp_overlap"], "ddp.after_backward": t["ddp"]["after_backward"],
+              "ddp.overlap_param_gather": t["ddp"]["overlap_param_gather"], "fsdp.python_hooks": t["fsdp"]["python_hooks"],
+              "fsdp.persistent_root": t["fsdp"]["persistent_root"],
+              "fsdp.keep_unsharded_under_pp": t["fsdp"]["keep_unsharded_under_pp"], "pp.blocking": t["pp"]["blocking"],
+              "pp.scatter_gather": t["pp"]["scatter_gather"], "zero3.sync_per_tensor": t["zero3"]["sync_per_tensor"]}
+    bad = sorted(f"{name}.{k}" for name, tab in tables.items() for k in tab if k not in stacks)
+    assert not bad, f"overlap.toml entries naming no stack of stacks.toml: {bad}"
 
 
 def test_userbuffers_overlap_exposes_one_chunk_plus_the_contention_of_the_rest():
