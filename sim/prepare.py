@@ -26,6 +26,7 @@ from .kernels import ATTENTION, MATMUL, HwRates, KernelTimes, gemm_efficiency
 from .launch import LaunchTimes
 from .memory import memory_components
 from .optable import DTYPES, KINDS, PHASES, GemmColumns, OpTable, build_table
+from .power import clock_params
 from .results import CATEGORIES, OpEstimate, evict_oldest
 from .stacks import Stack, get_stack
 
@@ -247,11 +248,33 @@ def gemm_power_weight(t: OpTable, k: KernelTimes, gpu) -> float:
 
 
 def gemm_power_weights(t: OpTable, k: KernelTimes, gpu, rows: np.ndarray) -> np.ndarray:
-    """Of the GEMM rows ``rows`` (a mask): dynamic power per second over the 8192^3 reference
-    GEMM's, the efficiency (tensor-core utilisation) over the reference's, at most 1 (measured:
+    """Of the GEMM rows ``rows`` (a mask): dynamic power per tensor-busy second over the 8192^3
+    reference GEMM's at the same clock,
+
+        w = clip(e / e_ref, w_mem, 1)
+
+    e / e_ref the efficiency (tensor-core utilisation) over the reference's, at most 1 (measured:
     shapes at 0.68-0.86 of the per-clock peak hold the cap at 1,650-1,470 MHz, record
-    20261130T2320Z_gemm_shape_clocks_h200)."""
-    return np.minimum(k.efficiency[rows] / reference_gemm_efficiency(gpu)[t.dtype[rows]], 1.0)
+    20261130T2320Z_gemm_shape_clocks_h200), and at least w_mem, the memory-bound activity weight
+    (power.toml [activity], sim/power.clock_params): a GEMM's tensor-busy second also streams its
+    operands through L2 and HBM, so it draws at least what a memory-bound second draws (component
+    powers add, tensor work only adds to them: activity-based GPU power, Hong & Kim, "An
+    integrated GPU power and performance model", ISCA 2010).
+
+    Why it matters: a memory-bound GEMM draws w G(f)/G(f_gemm) over its tensor-busy share c' (c/m
+    of its time, with_tensor_power) and w_mem over the rest, so its draw changes with c' at
+    (w G(f)/G(f_gemm) / speed(f) - w_mem) per second (power_states divides GEMM power by the
+    speed). Unfloored, the expert GEMMs of mixtral decode b64 on grand_teton_h100 (e / e_ref
+    0.06-0.13) had it negative: more FLOP peak (smaller c, the same m) raised the step's power,
+    1,839 -> 1,834 MHz and 1.2 ppm slower at +30 % (validation LOG 2026-12-03). With w >= w_mem
+    it is >= 0 wherever G(f)/G(f_gemm) >= speed(f), which holds on f_gemm <= f <= f_boost for
+    every clock-modelled GPU (tests/sim/test_power_monotone.py): less tensor time in the same
+    HBM-bound time never raises the draw. The floor is exact at the GEMM cap clock (G ratio 1);
+    above it a floored second draws w_mem G(f)/G(f_gemm) > w_mem (no f-independent floor below
+    w_mem speed(f_gemm) stays monotone: the fixed point's weights do not see f). GPUs without a clock model: no floor (no power state)."""
+    params = clock_params(gpu.key)
+    floor = params[1] if params is not None else 0.0
+    return np.clip(k.efficiency[rows] / reference_gemm_efficiency(gpu)[t.dtype[rows]], floor, 1.0)
 
 
 def memory_bound_gemms(t: OpTable, k: KernelTimes) -> np.ndarray:
