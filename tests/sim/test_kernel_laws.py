@@ -192,3 +192,29 @@ def test_nll_reduce_is_one_block_whose_threads_step_through_the_rows() -> None:
     assert nll_us(300) > 5.0                            # a single block: far above the ~2 us of a streamed gather
     assert nll_us(1440) > 1.5 * nll_us(1460)            # 23 steps of 64 threads vs 12 steps of 128
     assert nll_us(1460) == pytest.approx(nll_us(1536), rel=0.01)   # 12 steps each
+
+
+def test_sgemm_splits_k_into_short_slices() -> None:
+    """fp32 m4 n4 k880 ran cutlass_80_simt_sgemm_64x64 + splitKreduce_kernel on H200 (6.2 us measured,
+    held-out sweep case); one 32 x 32 CTA walking all 880 K steps alone was charged 15.5 us."""
+    est = estimate_op(gemm(4, 4, 880, "fp32"), H200)
+    assert 3.5e-6 < est.time_s < 9.0e-6
+    assert est.fixed_s > estimate_op(gemm(4, 4, 8, "fp32"), H200).fixed_s   # the reduce kernel is paid
+
+
+def test_split_k_slices_only_on_the_mma_sync_and_sgemm_paths() -> None:
+    from mechsim.sim.calibration import efficiency_for
+    from mechsim.sim.kernel_laws import SPLIT_SLICE, split_ok
+    eff = efficiency_for(H200, "hopper")
+    slice_k = eff.get(SPLIT_SLICE)
+    ks = np.array([slice_k - 1.0, slice_k, 4 * slice_k])[None, None, :]
+    ok = split_ok(np.broadcast_to(ks, (2, 1, 3)), np.array([True, False]), eff)
+    assert ok[0, 0].tolist() == [False, True, True]
+    assert not ok[1].any()
+
+
+def test_a_one_cta_sgemm_launches_below_the_tensor_core_floor() -> None:
+    """One-CTA CUDA-core kernels (fp32 m3 n5 k4 gemmSN_TN_kernel 1.8 us on H200) against the tensor-core
+    ones (tf32 m7 n3 k3 xmma 3.0 us)."""
+    fp32, tf32 = t_us(gemm(3, 5, 4, "fp32")), t_us(gemm(7, 3, 3, "tf32"))
+    assert fp32 < 2.6 < tf32
