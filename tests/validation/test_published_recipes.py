@@ -95,6 +95,9 @@ def test_settings_come_from_the_release_not_the_row():
     for rid in ("nemo2407-pretrain-llama3-8b-8g", "nemo2407-sft-llama2-7b-8g", "nemo-longseq-h100-llama2-7b-4k"):
         assert settings_for(rows[rid])["stack"] == "megatron_te_fa2", rid
     assert settings_for(rows["nemo2407-pretrain-gpt3-175b-512g"])["stack"] == "megatron_te"  # its example sets NVTE_FUSED_ATTN=1
+    # the launcher's PEFT examples: virtual stages on the SFT pipelines only
+    assert [settings_for(rows[f"nemo2407-{k}"])["vp"] for k in ("sft-llama2-13b-8g", "sft-llama2-70b-16g",
+                                                                "lora-llama2-70b-8g", "sft-llama2-7b-8g")] == [10, 20, 1, 1]
     assert settings_for(rows["nemo25.02-h100-gpt3-175b-512g"])["stack"] == "megatron_te"    # NeMo 2.0, no launcher
     assert settings_for(rows["nemo25.04-gb200-llama3-8b-8g"])["stack"] == "megatron_te"
     assert settings_for(rows["torchtitan-h100-t5-405b-512g-r2"])["vp"] == 2       # interleaved, no split points
