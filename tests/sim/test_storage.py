@@ -213,3 +213,27 @@ def test_async_staged_copy_shrinks_the_dirty_threshold():
     assert big.dirty_bytes == pytest.approx(0.1 * (100e9 - 20e9))      # B of what the 20 GB copy leaves
     with pytest.raises(ValueError, match="does not fit"):
         S.checkpoint_io(120e9, 1, 1, st, 64e9, "async", saver="dcp", staging="pageable", page_cache=pc)
+
+
+def test_loader_diagnosis_phases_hand_computed():
+    # two workers, batches of two samples of 10 tokens (us): the steady window starts when batch 1 (worker 1's
+    # first) arrives at 700 and ends at the last arrival, 1200
+    from mechsim.validation.analysis.storage_compare import diagnosis_report, loader_phases
+    rows = [[0, 600, 10, [[0, 100, 300, 150], [0, 300, 500, 150]]],
+            [600, 700, 10, [[1, 100, 300, 150], [1, 300, 500, 150]]],
+            [700, 1100, 20, [[0, 600, 800, 100], [0, 800, 1000, 100]]],
+            [1100, 1200, 20, [[1, 700, 900, 100], [1, 960, 1100, 120]]]]
+    run = {"case": "text_python_bpe", "variant": "base", "workers": 2, "persistent": False,
+           "passes": [{"iter_us": 0, "end_us": 1250, "batches": rows}]}
+    ph = loader_phases(run, 10)
+    assert ph.startup_s == pytest.approx(600e-6) and ph.steady_s == pytest.approx(500e-6)
+    assert ph.tokens_per_s == pytest.approx(4 * 10 / 500e-6)
+    assert ph.worker_busy == pytest.approx((300 + 340) / 2 / 500)      # time inside __getitem__ in the window
+    assert ph.encode_us == pytest.approx(105) and ph.encode_late_over_early == pytest.approx(1.2)
+    assert ph.other_us == pytest.approx((100 + 100 + 100 + 20) / 4)
+    assert ph.batch_gap_us == pytest.approx((100 + 200) / 2)          # 500 -> 600 (worker 0), 500 -> 700 (worker 1)
+    assert ph.delivery_ms == pytest.approx(0.1) and ph.main_wait_ms == pytest.approx(0.25)
+    assert ph.main_cpu_ms == pytest.approx(0.02)
+    report = diagnosis_report({"seq": 10, "runs": [run, {"case": "x", "workers": 4, "variant": "unordered",
+                                                         "error": "no in_order"}]})
+    assert "text_python_bpe" in report and "no in_order" in report

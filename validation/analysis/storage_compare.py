@@ -14,10 +14,13 @@ rate; every other row is held out):
     (its fill rate is composed of the two async rates). Records of any other machine start: "held-out start".
 
     python -m mechsim.validation.storage_compare [RECORD.json ...]
+    python -m mechsim.validation.analysis.storage_compare --diagnose RECORD.loader_diagnosis.json[.gz]
+        (storage_io.py --loader-diagnose: where a multi-worker loader's time goes, docs/storage.md)
 """
 
 from __future__ import annotations
 
+import gzip
 import json
 import sys
 from dataclasses import dataclass
@@ -129,6 +132,93 @@ def loader_rows(rec: dict, st) -> list[Row]:
     return out
 
 
+# ------------------------------------------------------------------ loader diagnosis
+@dataclass(frozen=True)
+class LoaderPhases:
+    """Where one timed DataLoader run's time went (validation/runners/storage_loader.loader_timeline), over
+    its steady window: from the arrival of the batch that completes every worker's first one to the last."""
+
+    case: str
+    variant: str
+    workers: int
+    startup_s: float          # iter() -> the first batch in the main process
+    steady_s: float
+    tokens_per_s: float       # delivered in the steady window
+    worker_busy: float        # mean share of the window a worker spent inside __getitem__
+    encode_us: float          # per sample (0 for shards)
+    encode_late_over_early: float   # second half of the window over the first (< 1: a warming cache)
+    other_us: float           # __getitem__ less the encode (read, tensor, the timing tail)
+    batch_gap_us: float       # a worker's idle time between its batches: collate + put + waiting for an index
+    delivery_ms: float        # a batch's last sample done -> the main process has it (queue + hand-over)
+    main_wait_ms: float       # per batch: the main process inside next()
+    main_cpu_ms: float        # per batch: its CPU time there
+    passes: tuple[tuple[float, float], ...] = ()   # epochs runs: (wall s, first batch s) per epoch
+
+
+def _mean(xs) -> float:
+    xs = list(xs)
+    return sum(xs) / len(xs) if xs else float("nan")
+
+
+def loader_phases(run: dict, seq: int) -> LoaderPhases:
+    """LoaderPhases of one run of a .loader_diagnosis.json (times in us)."""
+    w, p0 = max(int(run["workers"]), 1), run["passes"][0]
+    rows = p0["batches"]
+    t_s = rows[min(w, len(rows)) - 1][1]
+    t_e = rows[-1][1]
+    steady = [r for r in rows if r[1] > t_s]
+    span = max(t_e - t_s, 1)
+    samples = [smp for r in steady for smp in r[3]]
+    busy: dict[int, float] = {}
+    for wid, a, b, _ in (smp for r in rows for smp in r[3]):
+        busy[wid] = busy.get(wid, 0.0) + max(0, min(b, t_e) - max(a, t_s))
+    half = t_s + span / 2
+    early = _mean(e for _, a, _, e in samples if a < half)
+    late = _mean(e for _, a, _, e in samples if a >= half)
+    per_worker: dict[int, list[tuple[int, int, int]]] = {}     # (first start, last end, arrival) per batch
+    for r in rows:
+        per_worker.setdefault(r[3][0][0], []).append((min(x[1] for x in r[3]), max(x[2] for x in r[3]), r[1]))
+    gaps = [nxt[0] - prev[1] for bs in per_worker.values() for prev, nxt in zip(sorted(bs), sorted(bs)[1:])
+            if nxt[2] > t_s]
+    passes = tuple(((q["end_us"] - q["iter_us"]) / 1e6, (q["batches"][0][1] - q["iter_us"]) / 1e6)
+                   for q in run["passes"] if q["batches"]) if run.get("epochs") else ()
+    return LoaderPhases(run["case"], run["variant"] + (f" epochs persistent={run['persistent']}" if run.get("epochs") else ""),
+                        int(run["workers"]), (rows[0][1] - p0["iter_us"]) / 1e6, span / 1e6,
+                        len(samples) * seq / (span / 1e6), sum(busy.values()) / (len(busy) or 1) / span,
+                        _mean(e for *_, e in samples), late / early if early else float("nan"),
+                        _mean(b - a - e for _, a, b, e in samples), _mean(gaps),
+                        _mean(r[1] - max(x[2] for x in r[3]) for r in steady) / 1e3,
+                        _mean(r[1] - r[0] for r in steady) / 1e3, _mean(r[2] for r in steady) / 1e3, passes)
+
+
+def load_diagnosis(path: Path) -> dict:
+    raw = Path(path).read_bytes()
+    return json.loads(gzip.decompress(raw) if str(path).endswith(".gz") else raw)
+
+
+def diagnosis_report(diag: dict) -> str:
+    """One line per timed run (LoaderPhases), then the tokenizer probes and the epoch passes."""
+    seq = int(diag.get("seq", 2048))
+    lines = [f"{'case':<16} {'w':>2} {'variant':<34} {'Mtok/s':>7} {'busy':>5} {'enc us':>7} {'late/early':>10} "
+             f"{'other us':>8} {'gap us':>7} {'deliv ms':>8} {'wait ms':>7} {'cpu ms':>6} {'start s':>7}"]
+    for run in diag.get("runs", []):
+        if "error" in run or not run.get("passes") or not run["passes"][0]["batches"]:
+            lines.append(f"{run.get('case', '?'):<16} {run.get('workers', 0):>2} {run.get('variant', '?'):<34} "
+                         f"{run.get('error', 'no batches')}")
+            continue
+        ph = loader_phases(run, seq)
+        lines.append(f"{ph.case:<16} {ph.workers:>2} {ph.variant:<34} {ph.tokens_per_s / 1e6:7.3f} {ph.worker_busy:5.2f} "
+                     f"{ph.encode_us:7.0f} {ph.encode_late_over_early:10.2f} {ph.other_us:8.0f} {ph.batch_gap_us:7.0f} "
+                     f"{ph.delivery_ms:8.2f} {ph.main_wait_ms:7.2f} {ph.main_cpu_ms:6.2f} {ph.startup_s:7.3f}"
+                     + ("  epochs (wall s, first batch s): " + ", ".join(f"({a:.3f}, {b:.3f})" for a, b in ph.passes)
+                        if ph.passes else ""))
+    pr = diag.get("tokenizer_probes", {})
+    if "parent_s" in pr:
+        lines.append(f"tokenizer probe, {pr['bytes'] / 1e6:.2f} MB fresh cache: parent {pr['parent_s'][0]:.3f} s, "
+                     f"forked child {pr['forked_child_s']:.3f} s, parent again {pr['parent_s'][1]:.3f} s")
+    return "\n".join(lines)
+
+
 def report(paths: list[Path]) -> str:
     lines = [f"{'case':<46} {'split':<14} {'pred s':>8} {'meas s':>8} {'error':>7}"]
     for p in paths:
@@ -140,7 +230,13 @@ def report(paths: list[Path]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    paths = [Path(a) for a in (argv or [])] or sorted(RECORDS.glob("*_storage_io_*.json"))
+    argv = list(argv or [])
+    if argv[:1] == ["--diagnose"]:
+        if len(argv) != 2:
+            raise SystemExit("usage: storage_compare --diagnose RECORD.loader_diagnosis.json[.gz]")
+        print(diagnosis_report(load_diagnosis(Path(argv[1]))))
+        return 0
+    paths = [Path(a) for a in argv] or sorted(RECORDS.glob("*_storage_io_*.json"))
     print(report(paths))
     return 0
 

@@ -4,6 +4,8 @@ torch + numpy + the standard library (and ``tokenizers`` when the machine has it
 atomically after every section so a run stopped at its time limit still returns what it measured:
 
     python validation/runners/storage_io.py --out $OUT/storage_io.json [--dir PATH] [--budget-s 115]
+    python validation/runners/storage_io.py --out $OUT/storage_io.json --only-loader --loader-diagnose 4 --budget-s 420
+        (the loader cases, then per-sample timed runs into $OUT/storage_io.loader_diagnosis.json: about 4 min)
 
 1. Environment: CPU count, memory, disk device (lsblk, /sys/block), file system, free space, boot id.
 2. Raw disk: sequential write of large buffered writes + fsync (return and durable times), the same
@@ -54,16 +56,25 @@ SHAPES = {  # Llama-3.2 (tied embeddings): vocab, d_model, layers, heads, kv hea
 }
 T0 = time.monotonic()
 REC: dict = {"kind": "storage_io", "sections": {}, "skipped": []}
+DIAG: dict = {}          # --loader-diagnose: per-sample timelines, written beside the record (diag_path)
 
 
 # ------------------------------------------------------------------ bookkeeping
+def diag_path(path: Path) -> Path:
+    """Where --loader-diagnose's timelines go: beside the record, <stem>.loader_diagnosis.json."""
+    return path.with_name(path.stem + ".loader_diagnosis.json")
+
+
 def save_record(path: Path) -> None:
-    tmp = path.with_suffix(".tmp")
-    with open(tmp, "w", encoding="utf-8") as f:
-        json.dump(REC, f, indent=1, default=str)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    for obj, dest, indent in ((REC, path, 1), (DIAG, diag_path(path), None)):
+        if obj is DIAG and not DIAG:
+            continue
+        tmp = dest.with_suffix(".tmp")
+        with open(tmp, "w", encoding="utf-8") as f:
+            json.dump(obj, f, indent=indent, default=str)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, dest)
 
 
 def left_s(budget: float) -> float:
@@ -496,6 +507,10 @@ def main() -> int:
     ap.add_argument("--only-loader", action="store_true", help="environment, raw disk skipped, data loading only")
     ap.add_argument("--no-loader", action="store_true", help="skip the data-loading section")
     ap.add_argument("--loader-secs", type=float, default=1.2, help="seconds timed per loader case")
+    ap.add_argument("--loader-diagnose", type=float, default=0.0, metavar="SECS",
+                    help="after the loader cases, timed runs of SECS each (per-sample worker timings, per-batch "
+                         "main-process waits, variants: switch interval, file_system sharing, unordered, gc.freeze; "
+                         "two epochs with and without persistent workers) into <out stem>.loader_diagnosis.json")
     a = ap.parse_args()
     if unknown := sorted(set(a.models.split(",")) - set(SHAPES) - {"", "rand"}):
         ap.error(f"--models: unknown {unknown}; known: rand, {', '.join(SHAPES)}")
@@ -545,7 +560,10 @@ def loader_section(a, out: Path, work: Path) -> None:
     def fits_and_save(name: str, need: float) -> bool:
         save_record(out)
         return fits(name, need, a.budget_s)
-    res = attempt(data_loading, work, fits_and_save, a.loader_secs, sec)
+    if a.loader_diagnose > 0:
+        DIAG.update({"kind": "storage_io_loader_diagnosis", "record": Path(out).name, "boot_id": REC["env"].get("boot_id")})
+    res = attempt(data_loading, work, fits_and_save, a.loader_secs, sec, a.loader_diagnose,
+                  DIAG if a.loader_diagnose > 0 else None)
     if "error" in res:
         sec["error"] = res["error"]
 

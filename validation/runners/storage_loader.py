@@ -201,7 +201,11 @@ class TextDataset(torch.utils.data.Dataset):
     def __getitem__(self, i: int) -> torch.Tensor:
         with open(self.path, "rb") as f:
             f.seek(i * self.chunk)
-            ids = self.encoder()(f.read(self.chunk).decode(errors="ignore"))[: self.seq + 1]
+            text = f.read(self.chunk).decode(errors="ignore")
+        enc = self.encoder()
+        t0 = time.monotonic_ns()
+        ids = enc(text)[: self.seq + 1]
+        self.encode_ns = time.monotonic_ns() - t0       # read by TimedDataset (loader_diagnosis)
         ids += [0] * (self.seq + 1 - len(ids))
         return torch.tensor(ids, dtype=torch.int64)
 
@@ -242,7 +246,8 @@ def loader_throughput(ds, workers: int, batch: int, seq: int, seconds: float, sh
             "main_cpu_s": cpu, "shuffle": shuffle}
 
 
-def data_loading(work: Path, fits: Callable[[str, float], bool], secs: float = 1.2, out: dict | None = None) -> dict:
+def data_loading(work: Path, fits: Callable[[str, float], bool], secs: float = 1.2, out: dict | None = None,
+                 diagnose_secs: float = 0.0, diagnosis: dict | None = None) -> dict:
     """Fills ``out`` (returned) as it goes, so a caller saving it from ``fits`` keeps partial results.
     Per-core rates are timed in this process on a fresh tokenizer (cold cache), over random chunks of
     the corpus (as the shuffled text loader reads it)."""
@@ -275,6 +280,8 @@ def data_loading(work: Path, fits: Callable[[str, float], bool], secs: float = 1
     out["cpu_scaling"] = attempt(cpu_scaling, merges, docs[:60])
     ids = np.array([i for d in ids for i in d], dtype=np.int64)
     loaders(work, corpus, toks, ids, fits, out, secs)
+    if diagnose_secs > 0 and diagnosis is not None:
+        attempt(loader_diagnosis, work, corpus, toks, fits, diagnose_secs, out, merges, docs, diagnosis)
     return out
 
 
@@ -348,4 +355,189 @@ def loaders(work: Path, corpus: Path, toks: dict[str, Path], ids: np.ndarray, fi
             drop_cache(work / f"shard_{name.split('_')[1]}.bin")
         out.append({"case": name, "chunk_bytes": chunk,
                     **attempt(loader_throughput, make(), w, batch, seq, secs, name.startswith("text"))})
+    return out
+
+
+
+# ------------------------------------------------------------------ loader diagnosis
+# Why multi-worker loaders deliver less than workers x the 1-worker rate (docs/storage.md, "What the loader
+# records cannot tell apart"). Each run below records, per sample, what the worker spent and when, and per
+# batch, what the main process spent and waited, so the candidates separate:
+#   worker-side: a worker busy all the window but slower per byte than 1 worker (its tokenizer cache sees
+#                1/W of the stream; a forked process slower than the parent: gc_freeze; host contention)
+#   hand-over:   workers idle between samples while the main process waits per batch (queue get, unpickling,
+#                the fd of each batch's shared memory fetched from the worker's resource-sharer thread, which
+#                needs the worker's GIL: switch, fs_share)
+#   ordering:    workers idle because the in-order main process waits for a straggler (unordered)
+#   start-up:    iter() to each worker's first batch, and per epoch without persistent workers (epochs)
+DIAG_TAIL = 4            # int64 appended to each sample: worker id, getitem start, getitem end (monotonic ns), encode ns
+
+
+class TimedDataset(torch.utils.data.Dataset):
+    """``ds``'s samples with DIAG_TAIL int64 appended (one tensor: the batch keeps one shared-memory storage,
+    so the hand-over costs what the untimed loader's does)."""
+
+    def __init__(self, ds) -> None:
+        self.ds = ds
+        self.base = getattr(ds, "dataset", ds)      # a Subset's dataset keeps the encode time
+
+    def __len__(self) -> int:
+        return len(self.ds)
+
+    def __getitem__(self, i: int) -> torch.Tensor:
+        t0 = time.monotonic_ns()
+        x = self.ds[i]
+        t1 = time.monotonic_ns()
+        info = torch.utils.data.get_worker_info()
+        tail = torch.tensor([info.id if info else -1, t0, t1, getattr(self.base, "encode_ns", 0)], dtype=torch.int64)
+        return torch.cat([x, tail])
+
+
+def _diag_worker_init(log: str, switch_s: float | None, freeze: bool, worker_id: int) -> None:
+    """Runs first in each worker: its start time (monotonic ns) to ``log``; the variant's setting."""
+    if switch_s is not None:
+        sys.setswitchinterval(switch_s)
+    if freeze:
+        import gc
+        gc.freeze()     # objects inherited from the parent leave the collector's generations (no traversal)
+    with open(log, "a") as f:
+        f.write(f"{worker_id} {os.getpid()} {time.monotonic_ns()}\n")
+
+
+VARIANTS = {             # name: (DataLoader keywords, switch interval in workers, gc.freeze in workers, sharing)
+    "base": ({}, None, False, None),
+    "switch": ({}, 1e-4, False, None),          # GIL hand-over to the worker's feeder / resource-sharer threads
+    "fs_share": ({}, None, False, "file_system"),   # shared memory by file name: no fd fetched from the worker
+    "unordered": ({"in_order": False}, None, False, None),   # torch >= 2.6: batches as they come
+    "gc_freeze": ({}, None, True, None),
+}
+
+
+def loader_timeline(ds, workers: int, batch: int, seconds: float, shuffle: bool, variant: str, log: Path,
+                    epochs: int = 0, persistent: bool = False) -> dict:
+    """One DataLoader run with per-sample and per-batch timings (monotonic ns, this host's clock for every
+    process). seconds > 0: one pass until ``seconds`` after iter(); epochs > 0: that many full passes over
+    ``ds`` (a Subset), each from its own iter() (start-up included: without persistent workers every epoch
+    starts its workers again)."""
+    kw, switch_s, freeze, sharing = VARIANTS[variant]
+    import functools
+    import inspect
+    if "in_order" in kw and "in_order" not in inspect.signature(torch.utils.data.DataLoader).parameters:
+        return {"variant": variant, "error": f"this torch ({torch.__version__}) DataLoader has no in_order"}
+    old_sharing = torch.multiprocessing.get_sharing_strategy()
+    if sharing:
+        torch.multiprocessing.set_sharing_strategy(sharing)
+    log.write_text("")
+    try:
+        dl = torch.utils.data.DataLoader(
+            TimedDataset(ds), batch_size=batch, num_workers=workers, prefetch_factor=4 if workers else None,
+            shuffle=shuffle, generator=torch.Generator().manual_seed(0) if shuffle else None,
+            worker_init_fn=functools.partial(_diag_worker_init, str(log), switch_s, freeze) if workers else None,
+            persistent_workers=persistent and workers > 0, **kw)
+        passes, main_cpu0, t_ref = [], time.process_time(), time.monotonic_ns()
+        us = lambda t: (t - t_ref) // 1000  # noqa: E731 - every time in us after the first iter()
+        for _ in range(max(epochs, 1)):
+            t_iter = time.monotonic_ns()
+            it, rows = iter(dl), []
+            while True:
+                a, ca = time.monotonic_ns(), time.thread_time_ns()
+                try:
+                    b = next(it)
+                except StopIteration:
+                    break
+                g, cg = time.monotonic_ns(), time.thread_time_ns()
+                tail = [[w, us(t0), us(t1), e // 1000] for w, t0, t1, e in b[:, -DIAG_TAIL:].tolist()]
+                rows.append([us(a), us(g), (cg - ca) // 1000, tail])
+                if epochs == 0 and g - t_iter > seconds * 1e9:
+                    break
+            t_end = time.monotonic_ns()
+            del it
+            passes.append({"iter_us": us(t_iter), "end_us": us(t_end), "batches": rows})
+        starts = [ln.split() for ln in log.read_text().splitlines() if ln.strip()]
+        return {"variant": variant, "workers": workers, "batch": batch, "shuffle": shuffle, "persistent": persistent,
+                "sharing": torch.multiprocessing.get_sharing_strategy(), "switch_s": switch_s, "gc_freeze": freeze,
+                "main_cpu_s": time.process_time() - main_cpu0,
+                "worker_starts": [[int(w), int(p), us(int(t))] for w, p, t in starts], "passes": passes,
+                "fields": {"worker_starts": "[worker id, pid, start us]", "batches": [
+                    "main next() called us", "main got batch us", "main thread cpu us in next()",
+                    "per sample [worker id, getitem start us, getitem end us, encode us]"]}}
+    finally:
+        torch.multiprocessing.set_sharing_strategy(old_sharing)
+
+
+def _probe_child(merges, docs, q) -> None:
+    t0 = time.perf_counter()
+    enc = PythonBPE(merges).encode
+    for d in docs:
+        enc(d)
+    q.put(time.perf_counter() - t0)
+
+
+def tokenizer_probes(merges: list, docs: list[str]) -> dict:
+    """The same fresh-cache Python BPE work in this process, in a forked child, and here again: a forked
+    process slower than its parent (the DataLoader's workers are forked children) shows as child > parent;
+    the two parent runs give the spread on this machine start."""
+    import multiprocessing as mp
+    ctx = mp.get_context("fork")
+
+    def here() -> float:
+        t0 = time.perf_counter()
+        enc = PythonBPE(merges).encode
+        for d in docs:
+            enc(d)
+        return time.perf_counter() - t0
+    out = {"bytes": sum(len(d.encode()) for d in docs), "parent_s": [here()]}
+    q = ctx.Queue()
+    p = ctx.Process(target=_probe_child, args=(merges, docs, q))
+    p.start()
+    out["forked_child_s"] = q.get(timeout=120)
+    p.join()
+    out["parent_s"].append(here())
+    return out
+
+
+def loader_diagnosis(work: Path, corpus: Path, toks: dict[str, Path], fits: Callable[[str, float], bool],
+                     secs: float, info: dict, merges: list, docs: list[str], out: dict) -> dict:
+    """Timed runs (loader_timeline) of the cases whose multi-worker rate the model misses, each variant once;
+    then two epochs over a small subset with and without persistent workers. Fills ``out`` as it goes
+    (times in us after each run's first iter(); storage_io.py writes it beside the record)."""
+    seq, batch = 2048, 8
+    import multiprocessing as mp
+    out.update(secs=secs, seq=seq, batch=batch, torch=torch.__version__, python=sys.version.split()[0],
+               mp_start_method=mp.get_start_method(allow_none=True), switch_interval_s=sys.getswitchinterval(),
+               sharing_strategy=torch.multiprocessing.get_sharing_strategy(),
+               chunk_bytes={c["case"]: c["chunk_bytes"] for c in info.get("loaders", []) if c.get("chunk_bytes")})
+    out["tokenizer_probes"] = attempt(tokenizer_probes, merges, docs[:60])
+    out["runs"] = runs = []
+    log = work / "worker_starts.txt"
+
+    def make(case: str):
+        if case.startswith("text_"):
+            kind = case[5:]
+            rate_rec = info["python_bpe_rate_1core" if kind == "python_bpe" else "bpe_rate_1core"]
+            chunk = int(seq * rate_rec["bytes_per_token"] * 1.15)        # as loaders() sizes it
+            return TextDataset(corpus, chunk, seq, str(toks[kind]), kind)
+        dt = case.split("_")[1]
+        drop_cache(work / f"shard_{dt}.bin")
+        return ShardDataset(work / f"shard_{dt}.bin", getattr(np, dt), seq)
+    plan = [(c, w, v) for c, ws in (("text_python_bpe", (1, 4, 8)), ("text_hf_bpe", (1, 4)),
+                                    ("pretok_uint16", (1, 2, 4))) for w in ws
+            for v in (("base",) if w == 1 else tuple(VARIANTS))]
+    plan = [(c, w, v) for c, w, v in plan if c[5:] in toks or not c.startswith("text_")]
+    for case, w, variant in plan:
+        if not fits(f"diagnosis.{case}.w{w}.{variant}", secs + 2.0):
+            continue
+        window = secs if case.startswith("text") else max(1.0, secs / 4)    # shards: ~15k samples/s, keep it small
+        runs.append({"case": case, "workers": w, "window_s": window,
+                     **attempt(loader_timeline, make(case), w, batch, window, case.startswith("text"), variant, log)})
+    for case, w in (("text_python_bpe", 4), ("pretok_uint16", 2)):
+        if case.startswith("text_") and case[5:] not in toks:
+            continue
+        sub = torch.utils.data.Subset(make(case), range(w * batch * (12 if case.startswith("text") else 120)))
+        for persistent in (False, True):
+            if not fits(f"diagnosis.{case}.w{w}.epochs.persistent={persistent}", 2 * secs + 3.0):
+                continue
+            runs.append({"case": case, "workers": w, "epochs": 2,
+                         **attempt(loader_timeline, sub, w, batch, 0.0, case.startswith("text"), "base", log,
+                                   2, persistent)})
     return out
