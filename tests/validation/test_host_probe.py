@@ -71,3 +71,25 @@ def test_a_record_with_a_window_probe_is_predicted_with_it_through_the_public_ap
         assert predict(rec, run["env"], run) == estimate(w, "h200_sxm", profile=window).step_time_s
         kinds.add(rec["kind"])
     assert kinds == {"decode", "train_step"}
+
+
+def test_an_moe_step_record_with_a_window_probe_is_predicted_with_it():
+    """runners/cases_host.py times eager MoE training steps in the same rounds: such a record is
+    predicted as its MoE workload (predict.moe_workload) with the window profile, through the public API."""
+    import copy
+    import json
+    from pathlib import Path
+    from mechsim import estimate
+    from mechsim.validation.analysis.compare import row_kind
+    from mechsim.validation.analysis.predict import moe_workload, predict
+    data = Path(__file__).parents[2] / "validation/data/h200"
+    window = json.loads((data / "20261202T192354Z_full_29bae5.json").read_text())["records"][0]["extra"]["window_profile"]
+    run = next(r for f in sorted(data.glob("*.json")) for r in [json.loads(f.read_text())]
+               if any(x["kind"] == "moe_step" and x["params"]["mode"] == "train" for x in r["records"]))
+    rec = copy.deepcopy(next(x for x in run["records"] if x["kind"] == "moe_step" and x["params"]["mode"] == "train"))
+    without = predict(rec, run["env"], run)
+    rec["extra"]["window_profile"] = window
+    rec["params"]["tags"] = ["hostval"]
+    got = predict(rec, run["env"], run)
+    assert got == estimate(moe_workload(rec["params"]), "h200_sxm", profile=window).step_time_s
+    assert got != without and row_kind(rec) == "moe_step_host"

@@ -175,7 +175,7 @@ def phase_rows(paths: list[Path]) -> list[PhaseRow]:
     for run, rec in iter_records(paths):
         e = rec.get("extra", {})
         split = (e.get("host_phase_samples_s") or {}).get("samples")
-        if rec["kind"] != "train_step" or not split or not e.get("window_profile"):
+        if rec["kind"] not in ("train_step", "moe_step") or not split or not e.get("window_profile"):
             continue
         meas = tuple(sorted(x[i] for x in split)[len(split) // 2] for i in range(3))
         pred = host_phase_s(workload_of(rec), gpu_key(run["env"]), profile=e["window_profile"])

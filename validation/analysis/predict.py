@@ -378,8 +378,11 @@ def predict_with_profile(record: dict, gpu: str, profile: dict) -> float:
 
 
 def host_workload(rec: dict):
-    """The workload of a host-bound record of runners/cases_host.py: its training step, else its decode step."""
+    """The workload of a host-bound record of runners/cases_host.py: its training step (an MoE one
+    for kind moe_step), else its decode step."""
     p = rec["params"]
+    if rec["kind"] == "moe_step":
+        return moe_workload(p)
     return train_workload(p) if rec["kind"] == "train_step" else inference_workload(p, "decode")
 
 
@@ -404,7 +407,7 @@ def predict(record: dict, env: dict, run: dict | None = None) -> float:
             ex = record.get("extra", {})
             return predict_moe_loop(p, gpu_key(env), host_scale(run, record), ex.get("sync_roundtrip_s") or 20e-6)
         window = record.get("extra", {}).get("window_profile")
-        if window and kind in ("train_step", "decode"):   # the session window's own probe (runners/cases_host.py)
+        if window and kind in ("train_step", "decode", "moe_step"):   # the session window's own probe (runners/cases_host.py)
             return predict_with_profile(record, gpu_key(env), window)
         if kind in HOST_BOUND_KINDS:
             return PREDICTORS[kind](p, gpu_key(env), host_scale(run, record, gpu_key(env)))

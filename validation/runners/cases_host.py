@@ -2,7 +2,8 @@
 
 The eager decode of three Llama-style sizes (the Qwen2.5-0.5B layer shape, Llama-3.2-3B,
 Llama-3-8B; random bf16 weights, every layer) at batch 1, 4, 16, 64, and eager training steps of
-the 0.5B shape: the steps whose speed the CPU that launches the kernels sets. Context lengths
+the 0.5B shape, and eager MoE training steps of three seeded shapes (MOE_SHAPES) in both loop
+implementations of runners/cases_moe.py: the steps whose speed the CPU that launches the kernels sets. Context lengths
 (decode) and sequence lengths (training) are drawn at random from a seeded generator
 (MECHSIM_HOSTVAL_SEED, default 0; recorded in params) so each machine start sees new shapes.
 
@@ -11,7 +12,7 @@ read from MECHSIM_HOST_PROFILE when that names a file (a probe run as its own pr
 suite, as a user runs it), else probed once in this process; extra["session_profile"] is the
 probe run in this process just before the cases.
 
-Interleaved (MECHSIM_HOSTVAL_INTERLEAVE=1, the default): all 14 cases are built up front and
+Interleaved (MECHSIM_HOSTVAL_INTERLEAVE=1, the default): all 20 cases are built up front and
 timed round-robin, one sample of each per round in a seeded shuffled order, for ~ROUNDS_S
 seconds (a VM host switches speed within a few hundred ms, LOG "The probe's 3 s series": one
 case timed in 0.3 s reads one host state, the probe another; over rounds every case's median
@@ -25,7 +26,7 @@ cases_e2e.run_train).
 
     python3 validation/runners/run_suite.py --suite full --match hostval
 
-Estimated ~60 s on an H200 after start-up (model builds ~10 s, session probe ~10 s, rounds ~30 s).
+Estimated ~70 s on an H200 after start-up (model builds ~15 s, session probe ~10 s, rounds ~30 s).
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ from pathlib import Path
 
 import torch
 
+import cases_moe
 from cases_e2e import train_case
 from cases_inference import (MAX_SEQ, PairedProbe, _base, _tokens, add_model_probe, kv_caches, release_all,
                              release_caches, run_decode)
@@ -51,6 +53,11 @@ DECODE_MODELS = ("0p5b", "3b", "8b")
 BATCHES = (1, 4, 16, 64)
 CTX_RANGE = (128, 4096)
 TRAIN_MODEL, TRAIN_SEQS = "0p5b", (128, 1024)
+# eager MoE training steps of seeded shapes of their own (cases_moe.random_shapes; no constant was
+# chosen on them), both loop implementations: timed in the same rounds, so each record carries the
+# window probe of the host states it ran in (their backward issues ~2x a dense step's kernels per layer)
+MOE_SHAPES = cases_moe.random_shapes(seed=29, n=3)
+cases_moe.MOE_SHAPES.update({k: {f: v for f, v in s.items() if f not in ("mbs", "seq")} for k, s in MOE_SHAPES.items()})
 TAG = "hostval"
 ROUNDS_S, MAX_ROUNDS, DECODE_STEPS = 30.0, 40, 3   # round-robin budget; decode steps per sample
 DEEP_LAYERS = 16   # as probe_runner.DEEP_LAYERS
@@ -119,6 +126,17 @@ def train_cases(s: int) -> list[Case]:
     return out
 
 
+def moe_cases(s: int) -> list[Case]:
+    out = []
+    for name, r in MOE_SHAPES.items():
+        for impl in cases_moe.IMPLS:
+            c = cases_moe.train_case(name, impl, r["mbs"], r["seq"], tags=(TAG,))
+            c.params.update(seed=s)
+            run = c.run
+            out.append(Case(c.case_id, c.kind, c.params, lambda ctx, run=run: with_profile(run(ctx)), c.est_s))
+    return out
+
+
 def interleave() -> bool:
     return os.environ.get("MECHSIM_HOSTVAL_INTERLEAVE", "1") != "0"
 
@@ -179,6 +197,17 @@ def _train_steps(ctx: Ctx, cases: list[Case], logs: list[list]) -> list:
             for c, log in zip(cases, logs)]
 
 
+def _moe_steps(ctx: Ctx, cases: list[Case], logs: list[list]) -> list:
+    """One MoE model, fused AdamW and phased step per case (fp32 params, autocast bf16, as cases_moe.run_train)."""
+    out = []
+    for c, log in zip(cases, logs):
+        p = c.params
+        cfg, model = cases_moe.build_moe_model(p["model"], p["impl"], p["seq"], ctx.device, torch.float32)
+        opt, _impl = make_optimizer(model)
+        out.append(phased_train_step(model, opt, *batch(cfg, p["mbs"], p["seq"], ctx.device), ctx.device_type, log))
+    return out
+
+
 def thread_ticks() -> dict[str, tuple[str, int, int]]:
     """tid -> (name, CPU it last ran on, utime + stime jiffies) of every thread of this process."""
     out = {}
@@ -224,7 +253,7 @@ def _sample(st: Step, sampler, log: list | None) -> None:
         st.threads.append(busy_threads(ticks, thread_ticks()))
 
 
-def run_session(ctx: Ctx, decode: list[Case], train: list[Case]) -> dict:
+def run_session(ctx: Ctx, decode: list[Case], train: list[Case], moe: list[Case] = ()) -> dict:
     """Every case's record (case_id -> result dict), timed round-robin (module docstring)."""
     prof = start_profile()
     session = _probe_module().run_probe() if os.environ.get("MECHSIM_HOST_PROFILE") else prof
@@ -234,6 +263,9 @@ def run_session(ctx: Ctx, decode: list[Case], train: list[Case]) -> dict:
     steps = [Step(c, _decode_step(ctx, models, c.params), DECODE_STEPS) for c in decode]
     logs: list[list] = [[] for _ in train]
     steps += [Step(c, f, 1) for c, f in zip(train, _train_steps(ctx, train, logs))]
+    moe_logs: list[list] = [[] for _ in moe]
+    steps += [Step(c, f, 1) for c, f in zip(moe, _moe_steps(ctx, list(moe), moe_logs))]
+    logs += moe_logs
     log_of = {id(st): log for st, log in zip(steps[len(decode):], logs)}
     sampler = _probe_module().HostSampler(torch)
     for st in steps:
@@ -279,10 +311,10 @@ def _record(st: Step, prof: dict, session: dict, window: dict, rounds: int, t0: 
     return result(timing, extra)
 
 
-def _take(ctx: Ctx, case_id: str, decode: list[Case], train: list[Case]) -> dict:
+def _take(ctx: Ctx, case_id: str, decode: list[Case], train: list[Case], moe: list[Case]) -> dict:
     if "out" not in _SESSION and "error" not in _SESSION:
         try:
-            _SESSION["out"] = run_session(ctx, decode, train)
+            _SESSION["out"] = run_session(ctx, decode, train, moe)
         except Exception as e:  # noqa: BLE001 - every case of the session reports it, none re-runs it
             _SESSION["error"] = RuntimeError(f"interleaved session failed: {type(e).__name__}: {e}")
             free_memory()
@@ -295,9 +327,9 @@ def _take(ctx: Ctx, case_id: str, decode: list[Case], train: list[Case]) -> dict
 def interleaved_group(s: int) -> Group:
     rng = random.Random(s)
     decode = [decode_case(m, b, rng.randint(*CTX_RANGE), s) for m in DECODE_MODELS for b in BATCHES]
-    train = train_cases(s)
+    train, moe = train_cases(s), moe_cases(s)
     cases = [Case(c.case_id, c.kind, {**c.params, "interleaved": True},
-                  lambda ctx, cid=c.case_id: _take(ctx, cid, decode, train), 4.0) for c in decode + train]
+                  lambda ctx, cid=c.case_id: _take(ctx, cid, decode, train, moe), 4.0) for c in decode + train + moe]
     return Group("hostval/interleaved", cases, teardown=lambda: (_SESSION.clear(), release_all()))
 
 
@@ -307,4 +339,4 @@ def groups(suite: str) -> list[Group]:
     s = seed()
     if interleave():
         return [interleaved_group(s)]
-    return decode_groups(s) + [Group(f"hostval/{c.case_id}", [c]) for c in train_cases(s)]
+    return decode_groups(s) + [Group(f"hostval/{c.case_id}", [c]) for c in train_cases(s) + moe_cases(s)]
