@@ -44,7 +44,7 @@ from .optable import KINDS, PHASES, AttnColumns, GemmColumns, OpTable
 from .power import power_states
 from .overrides import apply_overrides
 from .prepare import (Prepared, add_tensor_power, at_compute_speed, boost_speedup, calibrated_stack, categories,
-                      compute_bound_gemms, efficiency, gemm_power_weights, hw_rates, memory_bound_gemms, prepare,
+                      compute_bound_gemms, efficiency, gemm_floor_s, gemm_power_weights, hw_rates, memory_bound_gemms, prepare,
                       resolve_gpu, resolve_stack, step_peak, tensor_busy_s)
 from .calibration import on_clear_caches
 from .results import CATEGORIES, evict_oldest
@@ -231,6 +231,8 @@ def _evaluate_group(ts: list[Timing], out: np.ndarray) -> None:
     gemm_power, mem = add_tensor_power(gemm_power, busy - gemm - att, np.bincount(point[mb], weights=c, minlength=n),
                                        np.bincount(point[mb], weights=c * gemm_power_weights(t, k, gpu, mb),
                                                    minlength=n))
+    mm = t.kind == MATMUL
+    mem = mem + np.bincount(point[mm], weights=gemm_floor_s(t, k, gpu, mm), minlength=n)
     launch = [_launch_rows(x.p.table, x.st) for x in ts]
     host_row = np.concatenate([h for h, _ in launch])
     window = np.maximum(busy, segment_sum(host_row * t.count, point, n))

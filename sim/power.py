@@ -6,8 +6,9 @@ Power in units of the cap's headroom over idle, (P - idle) / (tdp - idle), at SM
 
 u_gemm, u_att and u_mem are the step's time shares of compute-bound GEMMs (each GEMM's time
 weighted by its efficiency over the 8192^3 reference GEMM's, "matmul_power": a GEMM that uses the
-tensor cores less draws less, but never less than w_mem, sim/prepare.gemm_power_weights), attention
-and memory-bound work
+tensor cores less draws less, sim/prepare.gemm_power_weights; one weaker than w_mem draws w_mem at
+f_gemm, its shortfall counted as memory-bound time, sim/prepare.gemm_floor_s), attention and
+memory-bound work
 (HBM-bound kernels, exposed communication); short idle time (host gaps) draws idle power inside
 the window, while idle blocks of seconds (pipeline bubbles, the exposed DP
 reduction at the step's end) leave it: the controller averages over ~0.11 s

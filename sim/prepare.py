@@ -249,32 +249,44 @@ def gemm_power_weight(t: OpTable, k: KernelTimes, gpu) -> float:
 
 def gemm_power_weights(t: OpTable, k: KernelTimes, gpu, rows: np.ndarray) -> np.ndarray:
     """Of the GEMM rows ``rows`` (a mask): dynamic power per tensor-busy second over the 8192^3
-    reference GEMM's at the same clock,
+    reference GEMM's, the efficiency (tensor-core utilisation) over the reference's, at most 1
+    (measured: shapes at 0.68-0.86 of the per-clock peak hold the cap at 1,650-1,470 MHz, record
+    20261130T2320Z_gemm_shape_clocks_h200). The part of a weak GEMM's draw that does not follow
+    the clock: gemm_floor_s."""
+    return np.minimum(k.efficiency[rows] / reference_gemm_efficiency(gpu)[t.dtype[rows]], 1.0)
 
-        w = clip(e / e_ref, w_mem, 1)
 
-    e / e_ref the efficiency (tensor-core utilisation) over the reference's, at most 1 (measured:
-    shapes at 0.68-0.86 of the per-clock peak hold the cap at 1,650-1,470 MHz, record
-    20261130T2320Z_gemm_shape_clocks_h200), and at least w_mem, the memory-bound activity weight
-    (power.toml [activity], sim/power.clock_params): a GEMM's tensor-busy second also streams its
-    operands through L2 and HBM, so it draws at least what a memory-bound second draws (component
-    powers add, tensor work only adds to them: activity-based GPU power, Hong & Kim, "An
-    integrated GPU power and performance model", ISCA 2010).
+def gemm_floor_s(t: OpTable, k: KernelTimes, gpu, rows: np.ndarray) -> np.ndarray:
+    """Of the GEMM rows ``rows`` (a mask): memory-bound-power seconds (over the count) that lift each
+    tensor-busy second b (the whole time t of a compute-bound GEMM, c t / m of a memory-bound one)
+    to at least a memory-bound second at the GEMM cap clock:
 
-    Why it matters: a memory-bound GEMM draws w G(f)/G(f_gemm) over its tensor-busy share c' (c/m
-    of its time, with_tensor_power) and w_mem over the rest, so its draw changes with c' at
-    (w G(f)/G(f_gemm) / speed(f) - w_mem) per second (power_states divides GEMM power by the
-    speed). Unfloored, the expert GEMMs of mixtral decode b64 on grand_teton_h100 (e / e_ref
-    0.06-0.13) had it negative: more FLOP peak (smaller c, the same m) raised the step's power,
-    1,839 -> 1,834 MHz and 1.2 ppm slower at +30 % (validation LOG 2026-12-03). With w >= w_mem
-    it is >= 0 wherever G(f)/G(f_gemm) >= speed(f), which holds on f_gemm <= f <= f_boost for
-    every clock-modelled GPU (tests/sim/test_power_monotone.py): less tensor time in the same
-    HBM-bound time never raises the draw. The floor is exact at the GEMM cap clock (G ratio 1);
-    above it a floored second draws w_mem G(f)/G(f_gemm) > w_mem (no f-independent floor below
-    w_mem speed(f_gemm) stays monotone: the fixed point's weights do not see f). GPUs without a clock model: no floor (no power state)."""
+        b max(0, 1 - w / w_mem)        so a tensor-busy second draws   w G(f)/G(f_gemm) + max(0, w_mem - w)
+
+    w the row's gemm_power_weights, w_mem the memory-bound activity weight (power.toml
+    [activity], sim/power.clock_params); 0 where w >= w_mem (every GEMM of the validation's
+    training steps) and for GPUs without a clock model. At f_gemm the draw is max(w, w_mem): a
+    GEMM second also streams its operands through L2 and HBM and never draws less than a
+    memory-bound second (component powers add, tensor work only adds to them: activity-based GPU
+    power, Hong & Kim, "An integrated GPU power and performance model", ISCA 2010); above f_gemm
+    only its tensor work, w, follows the clock.
+
+    Why: a memory-bound GEMM drew w G(f)/G(f_gemm) over its tensor-busy share c' and w_mem over
+    the HBM stall t - c', so its draw moved with c' at w G(f)/G(f_gemm) / speed(f) - w_mem per
+    second (power_states divides GEMM power by the speed): negative for weak GEMMs (mixtral decode
+    b64 on grand_teton_h100, experts e / e_ref 0.06-0.13), where more FLOP peak (smaller c', the
+    same t) raised the step's power: 1,839 -> 1,834 MHz and 1.2 ppm slower at +30 % (validation LOG
+    2026-12-03). With the floor it moves at w (G(f)/G(f_gemm) / speed(f) - 1) >= 0 for w < w_mem
+    (G(f)/G(f_gemm) >= speed(f) on f_gemm..f_boost for every clock-modelled GPU:
+    tests/sim/test_power_monotone.py), and a kernel choice that stretches c' at the same FLOPs
+    (c' w fixed) leaves it unchanged, where a floor on w itself (max(w, w_mem)) raised it. The
+    weights are continuous in w, so the draw is continuous in the kernel times."""
     params = clock_params(gpu.key)
-    floor = params[1] if params is not None else 0.0
-    return np.clip(k.efficiency[rows] / reference_gemm_efficiency(gpu)[t.dtype[rows]], floor, 1.0)
+    if params is None or not rows.any():
+        return np.zeros(int(np.count_nonzero(rows)))
+    w = gemm_power_weights(t, k, gpu, rows)
+    busy = (k.compute_s * k.gpu_s / np.maximum(np.maximum(k.compute_s, k.memory_s), 1e-300) * t.count)[rows]
+    return busy * np.maximum(0.0, 1.0 - w / params[1])
 
 
 def memory_bound_gemms(t: OpTable, k: KernelTimes) -> np.ndarray:
@@ -305,16 +317,18 @@ def with_tensor_power(cats: dict[str, float], t: OpTable, k: KernelTimes, gpu, m
     memory-bound power over the stall m - c, not memory-bound power over all of m. At the ridge
     (c = m) this is the compute-bound GEMM's draw, so a GEMM crossing it moves the clock
     continuously (counting it as memory-bound below the ridge made a few % more HBM bandwidth
-    flip GEMMs to full power at once and slow a throttled step). ``memory_key``: the category
-    the caller counts memory-bound GEMM time in."""
+    flip GEMMs to full power at once and slow a throttled step). Weak GEMMs (weight below w_mem)
+    draw at least memory-bound power at the GEMM cap clock: gemm_floor_s seconds are added to
+    ``memory_key``, the category the caller counts memory-bound GEMM time in."""
     rows = memory_bound_gemms(t, k)
     c = tensor_busy_s(t, k, rows)
-    if c.sum() <= 0:
+    floor = float(gemm_floor_s(t, k, gpu, t.kind == MATMUL).sum())
+    if c.sum() <= 0 and floor <= 0:
         return cats
     out = dict(cats)
     gp, mem = add_tensor_power(out.get("matmul_power", out.get("matmul_compute", 0.0)), out.get(memory_key, 0.0),
                                float(c.sum()), float(np.dot(c, gemm_power_weights(t, k, gpu, rows))))
-    out["matmul_power"], out[memory_key] = float(gp), float(mem)
+    out["matmul_power"], out[memory_key] = float(gp), float(mem) + floor
     return out
 
 
