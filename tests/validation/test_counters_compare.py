@@ -20,10 +20,15 @@ def _rows(path):
 
 
 def test_held_out_binding_unit_agreement_meets_the_goal():
-    s = cc.summary(_rows(cc.HELD_OUT))
+    s = cc.summary(_rows(cc.HELD_OUT))               # seed 4242 on a new machine start: nothing read or fitted on it
     assert s["cases"] == 40
-    assert s["agreement"] >= 0.90                    # docs/counters.md: 38/40 with the L2 re-read cliff and the softmax blocks' SM work (34/40 before; diagnosed on this run's misses, so a fresh seed owes the blind test)
+    assert s["agreement"] >= 0.90                    # docs/counters.md: 36/40
     assert s["hbm_mae_pts"] <= 10.0                  # DRAM throughput % within 10 points on average
+
+
+def test_the_diagnosed_held_out_run_still_meets_the_goal():
+    s = cc.summary(_rows(cc.DIAGNOSED))              # seed 2024: 38/40 (its misses were read to find the row mechanisms)
+    assert s["cases"] == 40 and s["agreement"] >= 0.90 and s["hbm_mae_pts"] <= 10.0
 
 
 def test_development_and_calibration_runs_still_compare():
