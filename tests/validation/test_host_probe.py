@@ -80,7 +80,7 @@ def test_an_moe_step_record_with_a_window_probe_is_predicted_with_it():
     import json
     from pathlib import Path
     from mechsim import estimate
-    from mechsim.validation.analysis.compare import row_kind
+    from mechsim.validation.analysis.compare import row_kind, split_of
     from mechsim.validation.analysis.predict import moe_workload, predict
     data = Path(__file__).parents[2] / "validation/data/h200"
     window = json.loads((data / "20261202T192354Z_full_29bae5.json").read_text())["records"][0]["extra"]["window_profile"]
@@ -93,3 +93,4 @@ def test_an_moe_step_record_with_a_window_probe_is_predicted_with_it():
     got = predict(rec, run["env"], run)
     assert got == estimate(moe_workload(rec["params"]), "h200_sxm", profile=window).step_time_s
     assert got != without and row_kind(rec) == "moe_step_host"
+    assert split_of(rec) == "held_out"   # nothing is calibrated on the hostval records
