@@ -31,6 +31,7 @@ Estimated ~70 s on an H200 after start-up (model builds ~15 s, session probe ~10
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import json
 import os
@@ -46,7 +47,7 @@ from cases_e2e import train_case
 from cases_inference import (MAX_SEQ, PairedProbe, _base, _tokens, add_model_probe, kv_caches, release_all,
                              release_caches, run_decode)
 from common import Case, Ctx, Group, free_memory, result
-from models import batch, build_model, loss_fn, make_optimizer, ref_config
+from models import _LAUNCH_APIS, _is_device_event, batch, build_model, loss_fn, make_optimizer, ref_config
 from timing import summarize
 
 DECODE_MODELS = ("0p5b", "3b", "8b")
@@ -157,6 +158,7 @@ class Step:
         self.phases: list[list[float]] = []    # training: [forward, backward, optimizer + zero_grad] host s
         self.threads: list[list[dict]] = []    # training: the process's busy threads over the sample
         self.paired: PairedProbe | None = None
+        self.profile: dict | None = None       # training: phase_profile of one step after the rounds
 
 
 def _decode_step(ctx: Ctx, models: dict, p: dict):
@@ -172,29 +174,60 @@ def _decode_step(ctx: Ctx, models: dict, p: dict):
     return call
 
 
-def phased_train_step(model, opt, idx, tgt, device_type: str, log: list):
+PHASES = ("forward", "backward", "optimizer")
+
+
+def phased_train_step(model, opt, idx, tgt, device_type: str, log: list, marks: bool = False):
     """models.make_train_step (grad_accum 1) that appends [forward + loss, backward, optimizer
-    step + zero_grad] host seconds of each call to ``log``."""
+    step + zero_grad] host seconds of each call to ``log``; ``marks``: each phase inside a
+    profiler range named by PHASES (for phase_profile; off in the timed samples)."""
+    def mark(i: int):
+        return torch.profiler.record_function(PHASES[i]) if marks else contextlib.nullcontext()
+
     def step(_r: int = 0):
         t0 = time.perf_counter()
-        with torch.autocast(device_type, dtype=torch.bfloat16):
+        with mark(0), torch.autocast(device_type, dtype=torch.bfloat16):
             loss = loss_fn(model(idx), tgt)
         t1 = time.perf_counter()
-        loss.backward()
+        with mark(1):
+            loss.backward()
         t2 = time.perf_counter()
-        opt.step()
-        opt.zero_grad(set_to_none=True)
+        with mark(2):
+            opt.step()
+            opt.zero_grad(set_to_none=True)
         log.append([t1 - t0, t2 - t1, time.perf_counter() - t2])
         return loss
     return step
+
+
+def phase_profile(step) -> dict:
+    """One profiled call of a marked training step: kernel launch API calls per phase (host side,
+    by the phase ranges' times), device kernels / memcpys / memsets and their busy time."""
+    acts = [torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA]
+    with torch.profiler.profile(activities=acts) as prof:
+        step()
+        torch.cuda.synchronize()
+    ev = list(prof.events())
+    spans = {e.name: (e.time_range.start, e.time_range.end) for e in ev if e.name in PHASES}
+    launches = [e.time_range.start for e in ev if any(k in e.name for k in _LAUNCH_APIS)]
+    dev = [e for e in ev if _is_device_event(e)]
+    return {"launch_api_calls": {ph: sum(lo <= t <= hi for t in launches) for ph, (lo, hi) in spans.items()},
+            "phase_host_us": {ph: round(hi - lo, 1) for ph, (lo, hi) in spans.items()},
+            "device_events": len(dev), "device_busy_us": round(sum(e.time_range.elapsed_us() for e in dev), 1),
+            "note": "one step under torch.profiler (its overhead inflates phase_host_us)"}
 
 
 def _train_steps(ctx: Ctx, cases: list[Case], logs: list[list]) -> list:
     cfg = ref_config(TRAIN_MODEL, max(c.params["seq"] for c in cases))
     model = build_model(cfg, ctx.device)
     opt, _impl = make_optimizer(model)
-    return [phased_train_step(model, opt, *batch(cfg, c.params["mbs"], c.params["seq"], ctx.device), ctx.device_type, log)
-            for c, log in zip(cases, logs)]
+    out = []
+    for c, log in zip(cases, logs):
+        data = batch(cfg, c.params["mbs"], c.params["seq"], ctx.device)
+        step = phased_train_step(model, opt, *data, ctx.device_type, log)
+        step.marked = phased_train_step(model, opt, *data, ctx.device_type, [], marks=True)
+        out.append(step)
+    return out
 
 
 def _moe_steps(ctx: Ctx, cases: list[Case], logs: list[list]) -> list:
@@ -204,7 +237,10 @@ def _moe_steps(ctx: Ctx, cases: list[Case], logs: list[list]) -> list:
         p = c.params
         cfg, model = cases_moe.build_moe_model(p["model"], p["impl"], p["seq"], ctx.device, torch.float32)
         opt, _impl = make_optimizer(model)
-        out.append(phased_train_step(model, opt, *batch(cfg, p["mbs"], p["seq"], ctx.device), ctx.device_type, log))
+        data = batch(cfg, p["mbs"], p["seq"], ctx.device)
+        step = phased_train_step(model, opt, *data, ctx.device_type, log)
+        step.marked = phased_train_step(model, opt, *data, ctx.device_type, [], marks=True)
+        out.append(step)
     return out
 
 
@@ -281,6 +317,12 @@ def run_session(ctx: Ctx, decode: list[Case], train: list[Case], moe: list[Case]
             _sample(st, sampler, log_of.get(id(st)))
         rounds += 1
     window = sampler.profile(prof)
+    for st in steps:   # after the rounds: the profiler's overhead touches no timed sample
+        if hasattr(st.call, "marked"):
+            try:
+                st.profile = phase_profile(st.call.marked)
+            except Exception as e:  # noqa: BLE001 - a diagnostic: the timed record stands without it
+                st.profile = {"error": f"{type(e).__name__}: {e}"}
     out = {st.case.case_id: _record(st, prof, session, window, rounds, t0, len(steps)) for st in steps}
     del steps, models, sampler
     free_memory()
@@ -299,6 +341,8 @@ def _record(st: Step, prof: dict, session: dict, window: dict, rounds: int, t0: 
                    "host_bwd_probe_s": {"samples": st.bwd, "n_layers": window["train_model"]["n_layers"],
                                         "unit": "s per backward"},
                    "host_profile": prof, "window_profile": window}
+    if st.profile:
+        extra["phase_profile"] = st.profile
     if st.phases:
         extra["host_phase_samples_s"] = {"fields": ["forward", "backward", "optimizer"], "samples": st.phases}
         extra["busy_threads"] = st.threads
