@@ -10,8 +10,21 @@ add, per target linear Y[M,N] = X[M,K] W[K,N]:
   fwd   H = X A (M x r x K), Z = H B (M x N x r), Y += Z (elementwise: reads 2 M N, writes M N)
   bwd   dH = dY B^T (M x r x N), dB = H^T dY (r x N x M), dX_a = dH A^T (M x K x r),
         dA = X^T dH (K x r x M), dX += dX_a (elementwise: reads 2 M K, writes M K)
+Both frameworks' adapter (ParallelLinearAdapter.forward) ends in ``x = x * (self.alpha / self.dim)``,
+a separate elementwise kernel even at alpha = dim (PyTorch does not elide a multiply by 1.0), and
+autograd's backward of it is a second one on dZ: "/scale" (fwd) and "/scale_dgrad" (bwd), each
+reading and writing M N bf16 elements. Dropout is off in both (adapter_dropout / dropout 0.0: the
+module holds no Dropout, or nn.Identity), so no dropout kernel is counted.
 Trainable parameters: r (K + N) per target. The adapters' own TP collectives (M x r elements)
 are not modelled (under 0.5 % of the linears' activation bytes at r = 32).
+
+Which linears carry an adapter is the framework's (TrainingWorkload.lora_targets, Megatron-Core
+module names): Megatron-Bridge's LoRA.target_modules default is all four (above). NeMo 1.x / 2.0rc
+(the NeMo 24.03 / 24.07 containers, run through NeMo-Framework-Launcher) adapts linear_qkv alone:
+nemo/collections/nlp/parts/peft_config.py get_target_modules(lora_cfg, default=("attention_qkv",))
+at NVIDIA/NeMo tag r2.0.0rc1 (579983fb) -- v1.23.0 (d2283e36) builds the LoRA config for the qkv
+projection only -- and the launcher's conf/peft/llama/sft.yaml lora_tuning at tag 24.07 (8325688d)
+sets no target_modules (source nemo_lora_qkv_only).
 """
 
 from __future__ import annotations
@@ -19,14 +32,26 @@ from __future__ import annotations
 from .ops import GemmShape, Op, Phase
 from .ops_common import Ctx, Kern, Pair, chain
 
-# Megatron-Core linear -> mechsim op name (fused concat_proj names and llama_ref's unfused ones).
-TARGETS = ("layer/attn/qkv_proj", "layer/attn/q_proj", "layer/attn/kv_proj", "layer/attn/o_proj",
-           "layer/mlp/gate_up", "layer/mlp/down")
+# Megatron-Core linear -> mechsim op names (fused concat_proj names and llama_ref's unfused ones).
+LINEAR_OPS = {"linear_qkv": ("layer/attn/qkv_proj", "layer/attn/q_proj", "layer/attn/kv_proj"),
+              "linear_proj": ("layer/attn/o_proj",),
+              "linear_fc1": ("layer/mlp/gate_up",),
+              "linear_fc2": ("layer/mlp/down",)}
+DEFAULT_TARGETS = ("linear_qkv", "linear_proj", "linear_fc1", "linear_fc2")   # Megatron-Bridge LoRA default
+TARGETS = tuple(n for t in DEFAULT_TARGETS for n in LINEAR_OPS[t])
 ADAPTER_BYTES = 2.0     # bf16 adapters and their activations
 
 
-def is_target(name: str) -> bool:
-    return name in TARGETS
+def target_ops(targets: tuple[str, ...] = DEFAULT_TARGETS) -> frozenset[str]:
+    """mechsim op names of the Megatron-Core linears ``targets``; ValueError naming the known ones."""
+    unknown = [t for t in targets if t not in LINEAR_OPS]
+    if unknown or not targets:
+        raise ValueError(f"lora_targets: unknown {unknown or 'empty list'}; use a non-empty subset of {list(LINEAR_OPS)}")
+    return frozenset(n for t in targets for n in LINEAR_OPS[t])
+
+
+def is_target(name: str, targets: tuple[str, ...] = DEFAULT_TARGETS) -> bool:
+    return name in target_ops(targets)
 
 
 def _gemm(name: str, phase: Phase, M: float, N: int, K: float, count: int, read: float, write: float) -> Op:
@@ -41,8 +66,10 @@ def adapter_pair(base: Op, rank: int) -> Pair:
     n, r, b, name = base.count, rank, ADAPTER_BYTES, base.name + "/lora"
     fwd = [_gemm(name + "/a", "fwd", M, r, K, n, b * (M * K + K * r), b * M * r),
            _gemm(name + "/b", "fwd", M, N, r, n, b * (M * r + r * N), b * M * N)]
+    fwd += chain(name + "/scale", "elementwise", "fwd", [Kern(M * N, b * M * N, b * M * N)], n, M * N, "bf16")
     fwd += chain(name + "/add", "elementwise", "fwd", [Kern(M * N, 2 * b * M * N, b * M * N)], n, M * N, "bf16")
-    bwd = [_gemm(name + "/b/dgrad", "bwd", M, r, N, n, b * (M * N + r * N), b * M * r),
+    bwd = chain(name + "/scale_dgrad", "elementwise", "bwd", [Kern(M * N, b * M * N, b * M * N)], n, M * N, "bf16")
+    bwd += [_gemm(name + "/b/dgrad", "bwd", M, r, N, n, b * (M * N + r * N), b * M * r),
            _gemm(name + "/b/wgrad", "bwd", r, N, M, n, b * (M * r + M * N), b * r * N),
            _gemm(name + "/a/dgrad", "bwd", M, K, r, n, b * (M * r + K * r), b * M * K),
            _gemm(name + "/a/wgrad", "bwd", K, r, M, n, b * (M * K + M * r), b * K * r)]
@@ -61,13 +88,13 @@ def frozen(pairs: list[Pair]) -> list[Pair]:
     return [Pair(p.fwd, [o for o in p.bwd if not is_weight_grad(o)]) for p in pairs]
 
 
-def frozen_base(layers: list[Pair], rank: int) -> list[Pair]:
+def frozen_base(layers: list[Pair], rank: int, targets: tuple[str, ...] = DEFAULT_TARGETS) -> list[Pair]:
     """The layer Pairs of a LoRA step: every base linear's wgrad dropped (all weights frozen:
     targets and the rest alike), and an adapter Pair after each target linear's Pair."""
-    out = []
+    out, names = [], target_ops(targets)
     for p in frozen(layers):
         out.append(p)
-        out += [adapter_pair(o, rank) for o in p.fwd if o.kind == "matmul" and is_target(o.name)]
+        out += [adapter_pair(o, rank) for o in p.fwd if o.kind == "matmul" and o.name in names]
     return out
 
 
@@ -88,13 +115,13 @@ def adapter_shard_sizes(name: str, N: int, K: int, rank: int, tp: int) -> tuple[
     return K * rank, rank * N // tp
 
 
-def adapter_tensor_sizes(c: Ctx, layers: list[Pair], rank: int) -> list[int]:
+def adapter_tensor_sizes(c: Ctx, layers: list[Pair], rank: int, targets: tuple[str, ...] = DEFAULT_TARGETS) -> list[int]:
     """Elements of each adapter tensor this GPU holds (A and B per target linear, per layer
     instance, sharded as adapter_shard_sizes says): the trainable parameters of a LoRA step."""
-    L, sizes = c.cfg.n_layers, []
+    L, sizes, names = c.cfg.n_layers, [], target_ops(targets)
     for p in layers:
         for o in p.fwd:
-            if o.kind == "matmul" and is_target(o.name):
+            if o.kind == "matmul" and o.name in names:
                 s = o.shape_as(GemmShape)
                 N, K = s.N, int(s.K)
                 per_layer = o.count // (c.mb * L) or 1

@@ -431,8 +431,8 @@ def training_ops(w: TrainingWorkload, fused: frozenset, split_below: int = 0) ->
     head, first = (_head(c) + _mtp(c) if c.head else []), _first(c)
     trainable = None
     if w.peft == "lora":   # frozen base (model/lora.py): no base wgrad, adapters train
-        trainable = adapter_tensor_sizes(c, layers, w.lora_rank)
-        layers, head, first = frozen_base(layers, w.lora_rank), frozen(head), [Pair(q.fwd, []) for q in first]
+        trainable = adapter_tensor_sizes(c, layers, w.lora_rank, w.lora_targets)
+        layers, head, first = frozen_base(layers, w.lora_rank, w.lora_targets), frozen(head), [Pair(q.fwd, []) for q in first]
     if recipe:
         layers.append(training_casts(c, [o for q in layers for o in q.fwd], recipe, wgrad=trainable is None))
     pp = pp_p2p(c, p.pp, w.grad_accum * p.vp)
@@ -508,4 +508,4 @@ def lora_trainable_params(w: TrainingWorkload, fused: frozenset = frozenset(), s
     if w.peft != "lora":
         return 0
     c = _ctx(w, fused, stage)
-    return sum(adapter_tensor_sizes(c, layer_pairs(c), w.lora_rank))
+    return sum(adapter_tensor_sizes(c, layer_pairs(c), w.lora_rank, w.lora_targets))

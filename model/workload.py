@@ -48,7 +48,9 @@ class TrainingWorkload(BaseModel):
       the scale known before the cast), current (per-tensor scale of this step: an amax pass
       first), mxfp8 (32-element block scales, Blackwell), blockwise (1x128 / 128x128 scales).
     peft: "lora" freezes the base model and trains rank ``lora_rank`` adapters on the layer
-      linears (model/lora.py); "none" trains every parameter.
+      linears ``lora_targets`` (Megatron-Core names linear_qkv / linear_proj / linear_fc1 /
+      linear_fc2; default all four, Megatron-Bridge's LoRA; model/lora.py); "none" trains every
+      parameter.
     grad_reduce_dtype: the dtype of Megatron's gradient buffer (main_grad) and of its DP
       reduce-scatter / all-reduce: "fp32" (grad_reduce_in_fp32=True, Megatron-Core's default)
       or "bf16" (grad_reduce_in_fp32=False, what the NeMo / Megatron-Bridge performance recipes
@@ -85,6 +87,8 @@ class TrainingWorkload(BaseModel):
     fp8_recipe: Fp8Recipe = "delayed"
     peft: Literal["none", "lora"] = "none"
     lora_rank: PositiveInt = 32
+    lora_targets: tuple[Literal["linear_qkv", "linear_proj", "linear_fc1", "linear_fc2"], ...] = (
+        "linear_qkv", "linear_proj", "linear_fc1", "linear_fc2")
     grad_reduce_dtype: Literal["fp32", "bf16"] = "fp32"
     offload: Literal["none", "optimizer", "activations"] = "none"
     offload_layers: PositiveInt | None = None
@@ -98,6 +102,8 @@ class TrainingWorkload(BaseModel):
         if self.seq > self.model.max_seq:
             raise ValueError(f"seq ({self.seq}) exceeds model max_seq ({self.model.max_seq}) of {self.model.name}")
         check_training(self.model, self.parallel, self.seq, self.grad_accum)
+        if not self.lora_targets or len(set(self.lora_targets)) != len(self.lora_targets):
+            raise ValueError(f"lora_targets: a non-empty list of distinct linears, got {list(self.lora_targets)}")
         if self.peft != "none" and self.parallel.zero == 3:
             raise ValueError("peft: LoRA with FSDP (zero 3) is not modelled")
         if self.grad_reduce_dtype == "bf16" and not train_dtypes(self.precision).main_grad:

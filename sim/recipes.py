@@ -42,7 +42,7 @@ SETTINGS: dict[str, tuple[type, ...]] = {
     "layout": (list, tuple), "etp": (int,), "dispatcher": (str,), "capacity_factor": (float,),
     "sync_free": (bool,), "a2a_overlap": (bool,), "mla_recompute_up_proj": (bool,), "attention_sinks": (bool,),
     "cudnn": (str,), "batch": (str,), "fsdp_param_dtype": (str,), "bucket_elements": (int,), "cp": (int,),
-    "packed_doc_len": (int,),
+    "packed_doc_len": (int,), "lora_targets": (list, tuple),
 }
 _RULES = {"sequence_parallel": ("with_tp",), "tp_comm_overlap": ("with_sp",), "pipeline_split": ("embedding_loss",),
           "batch": ("local_batch_over_pp",), "grad_reduce_dtype": ("bf16", "fp32"),
@@ -293,7 +293,7 @@ def recipe_workload(name: str, *, model, parallel: Mapping[str, Any] | None = No
              "task": task or ("lora" if fields.get("peft") == "lora" else "pretrain")}
     s = rec.resolve(cfg.name, **facts)
     out = {"stack": training_stack(s, tuple(techniques), rec.name)}
-    for k in ("recompute", "fp8_recipe", "mbs", "seq", "packed_doc_len"):
+    for k in ("recompute", "fp8_recipe", "mbs", "seq", "packed_doc_len", "lora_targets"):
         if k in s:
             out[k] = s[k]
     precision = fields.get("precision", TrainingWorkload.model_fields["precision"].default)

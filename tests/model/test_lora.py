@@ -1,4 +1,4 @@
-"""LoRA fine-tuning (model/lora.py): frozen base, adapters on the four layer linears."""
+"""LoRA fine-tuning (model/lora.py): frozen base, adapters on the target linears (default the four layer linears)."""
 
 import pytest
 
@@ -63,3 +63,33 @@ def test_lora_with_fsdp_is_refused():
     with pytest.raises(ValueError, match="peft"):
         TrainingWorkload(model="llama3-8b", precision="bf16", peft="lora",
                          parallel=Parallelism(dp=8, zero=3))
+
+
+def test_qkv_only_targets_adapt_only_linear_qkv():
+    """NeMo 1.x / 2.0rc LoRA (lora_targets linear_qkv): adapters and trainable parameters on qkv only."""
+    w, lora = _ops(peft="lora", lora_targets=("linear_qkv",))
+    adapted = {o.name.split("/lora")[0] for o in lora if "/lora/" in o.name}
+    assert adapted == {"layer/attn/qkv_proj"}
+    cfg = w.model
+    d, kv = cfg.d_model, cfg.n_kv_heads * cfg.head_dim
+    opt = [o for o in lora if o.kind == "optimizer"]
+    assert opt[0].shape.numel == cfg.n_layers * 32 * (d + d + 2 * kv)
+    _, four = _ops(peft="lora")
+    assert sum(o.flops for o in lora) < sum(o.flops for o in four)
+
+
+def test_adapter_output_scale_is_a_kernel_each_way():
+    """ParallelLinearAdapter.forward ends in x * (alpha / dim): one M x N multiply forward, one backward."""
+    base = Op("layer/attn/qkv_proj", "matmul", "fwd", 0.0, 0.0, 0.0, "fp8", GemmShape(4096, 6144, 4096, 1), 2, 1)
+    p = adapter_pair(base, 32)
+    fs = [o for o in p.fwd if o.name.endswith("/scale")]
+    bs = [o for o in p.bwd if o.name.endswith("/scale_dgrad")]
+    assert len(fs) == len(bs) == 1
+    assert fs[0].bytes_read == fs[0].bytes_written == 2.0 * 4096 * 6144 and fs[0].count == 2   # bf16, per instance
+
+
+def test_unknown_or_empty_lora_targets_are_refused():
+    with pytest.raises(ValueError, match="lora_targets"):
+        TrainingWorkload(model="llama3-8b", precision="bf16", peft="lora", lora_targets=())
+    with pytest.raises(ValueError):
+        TrainingWorkload(model="llama3-8b", precision="bf16", peft="lora", lora_targets=("linear_q",))

@@ -286,15 +286,16 @@ def workload_for(row) -> TrainingWorkload:
     seq = row.seq or s.get("seq")
     if seq is None:
         raise UnstatedFact("seq: not published and the recipe sets no default")
-    # LoRA rows: Megatron-Bridge's default LoRA (rank 32 on linear_qkv/proj/fc1/fc2), the
-    # llama3_70b_finetune_config(peft="lora") of its performance scripts (model/lora.py).
+    # LoRA rows: rank 32 on the recipe's lora_targets, else Megatron-Bridge's default LoRA (linear_qkv/
+    # proj/fc1/fc2), the llama3_70b_finetune_config(peft="lora") of its performance scripts (model/lora.py).
     precision = _PRECISION.get(row.precision, "bf16")
+    lora = {"lora_targets": tuple(s["lora_targets"])} if "lora_targets" in s else {}
     return TrainingWorkload(model=cfg, mbs=mbs, seq=seq, grad_accum=ga, precision=precision,
                             fp8_recipe=fp8_recipe_for(row, s), peft="lora" if row.task == "lora" else "none",
                             grad_reduce_dtype=grad_reduce_dtype_for(s, precision),
                             recompute=row.recompute or s.get("recompute", "none"), packed_doc_len=s.get("packed_doc_len"),
                             stack=training_stack(s, tuple(row.techniques or ()), row.software or ""),
-                            parallel=par)
+                            parallel=par, **lora)
 
 
 def grad_reduce_dtype_for(s: dict, precision: str) -> str:
