@@ -174,7 +174,7 @@ def _decode_step(ctx: Ctx, models: dict, p: dict):
     return call
 
 
-PHASES = ("forward", "backward", "optimizer")
+PHASES = ("mechsim.phase.forward", "mechsim.phase.backward", "mechsim.phase.optimizer")   # names no torch event has
 
 
 def phased_train_step(model, opt, idx, tgt, device_type: str, log: list, marks: bool = False):
@@ -211,7 +211,14 @@ def phase_profile(step) -> dict:
     spans = {e.name: (e.time_range.start, e.time_range.end) for e in ev if e.name in PHASES}
     launches = [e.time_range.start for e in ev if any(k in e.name for k in _LAUNCH_APIS)]
     dev = [e for e in ev if _is_device_event(e)]
+    agg: dict[str, list] = {}
+    for e in dev:
+        a = agg.setdefault(e.name[:120], [0, 0.0])
+        a[0] += 1
+        a[1] += e.time_range.elapsed_us()
+    top = sorted(agg.items(), key=lambda kv: -kv[1][1])[:40]
     return {"launch_api_calls": {ph: sum(lo <= t <= hi for t in launches) for ph, (lo, hi) in spans.items()},
+            "kernels": [{"name": n, "count": c, "total_us": round(t, 1)} for n, (c, t) in top],
             "phase_host_us": {ph: round(hi - lo, 1) for ph, (lo, hi) in spans.items()},
             "device_events": len(dev), "device_busy_us": round(sum(e.time_range.elapsed_us() for e in dev), 1),
             "note": "one step under torch.profiler (its overhead inflates phase_host_us)"}
