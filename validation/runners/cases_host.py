@@ -202,7 +202,8 @@ def phased_train_step(model, opt, idx, tgt, device_type: str, log: list, marks: 
 
 def phase_profile(step) -> dict:
     """One profiled call of a marked training step: kernel launch API calls per phase (host side,
-    by the phase ranges' times), device kernels / memcpys / memsets and their busy time."""
+    by the phase ranges' times), device kernels / memcpys / memsets and their busy time, and the
+    CPU ops (aten ops and CUDA runtime calls, every thread) by self time."""
     acts = [torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA]
     with torch.profiler.profile(activities=acts) as prof:
         step()
@@ -219,6 +220,8 @@ def phase_profile(step) -> dict:
     top = sorted(agg.items(), key=lambda kv: -kv[1][1])[:40]
     return {"launch_api_calls": {ph: sum(lo <= t <= hi for t in launches) for ph, (lo, hi) in spans.items()},
             "kernels": [{"name": n, "count": c, "total_us": round(t, 1)} for n, (c, t) in top],
+            "cpu_ops": [{"name": r.key[:120], "count": int(r.count), "self_cpu_us": round(r.self_cpu_time_total, 1)}
+                        for r in sorted(prof.key_averages(), key=lambda r: -r.self_cpu_time_total)[:40]],
             "phase_host_us": {ph: round(hi - lo, 1) for ph, (lo, hi) in spans.items()},
             "device_events": len(dev), "device_busy_us": round(sum(e.time_range.elapsed_us() for e in dev), 1),
             "note": "one step under torch.profiler (its overhead inflates phase_host_us)"}
