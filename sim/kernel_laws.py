@@ -19,6 +19,15 @@ is bound by the rows' latency, not by HBM:
     fixed_s: the norms' per-kernel cost; the 1024-thread softmax kernels' launch and ramp
              (rowkernel.softmax_block / softmax_reg.fixed_s; the warp kernel's is inside its rate)
 
+The vectorized norms (rowkernel.layer_norm / rms_norm, where the data has sm_col_s) have a second
+regime: 16 rows resident per SM (2,048 threads / 128-thread blocks) hide one another's chains, and past
+a few rows per SM the SM's work sets the time (norm_sm_s, norm_row_s):
+
+    t = max(waves x (row_s + n col_s), ceil(rows / SMs) x n x sm_col_s, HBM)
+        + ceil(rows / SMs) x serial_row_s + fixed_s
+    HBM: read + written bytes, + x once more where the rows in flight, min(rows, 16 x SMs) x row bytes,
+         overflow the L2 share l2_writeback_fraction x L2 (sim/data/counters.toml; norm_reread_bytes)
+
 one parameter set per family: rowkernel.softmax_warp (softmax_warp_forward, cols <= 2048),
 rowkernel.softmax_reg (cunn_SoftMaxForwardReg: its rows at sim/rowkernels' rate, a fixed cost here),
 rowkernel.softmax_block (cunn_SoftMaxForward, cunn_SoftMaxForwardSmem), rowkernel.layer_norm, rowkernel.rms_norm
@@ -109,6 +118,7 @@ the H200 data: Nsight Compute reads 47-50 % SM throughput where it implies 73-76
 
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
@@ -315,7 +325,62 @@ def row_latency_s(rows: float, cols: float, elem_bytes: float, sm_count: int, ef
     c = eff.get(p + col_cost(cols, elem_bytes, fam))
     if p + "col_byte_s" in eff.params:   # a part of each element's cost per byte an SM loads
         c += elem_bytes * eff.get(p + "col_byte_s")
-    return waves * (eff.get(p + "row_s") + row_elements(cols, fam) * c)
+    n = row_elements(cols, fam)
+    lat = waves * (eff.get(p + "row_s") + n * c)
+    if p + "sm_col_s" in eff.params:     # the SM's throughput over its rows' elements (norm_sm_s)
+        lat = max(lat, norm_sm_s(rows, n, sm_count, eff, fam))
+    return lat
+
+
+def norm_sm_s(rows: float, n: float, sm_count: int, eff: Efficiency, fam: str) -> float:
+    """The busiest SM's issue work over its rows' elements, ceil(rows / SMs) x n x sm_col_s: the
+    vectorized norm kernel's second regime. A lone row is a dependent chain (its 128 threads load 4
+    elements each, reduce across the block, then walk the row again to normalise: row_s + n col_s, about
+    1-1.7 ns per element in the H200 sweeps' kernel times: rms_norm bf16 t8 d12296 16.6 us, layer_norm
+    fp32 t56 d21752 37.4 us); up to rows_per_sm = 16 such blocks (2,048 threads per SM / 128) overlap
+    their chains on one SM, so past a few rows per SM the rows cost the SM's throughput instead: per
+    element (the Welford update, a division per element, and the normalise: layer_norm 0.2 ns per
+    element and SM; rms_norm's sum of squares far less) here, and per row norm_row_s."""
+    return math.ceil(max(rows, 1.0) / sm_count) * n * eff.get(f"rowkernel.{fam}.sm_col_s")
+
+
+def norm_row_s(rows: float, sm_count: int, eff: Efficiency, fam: str) -> float:
+    """ceil(rows / SMs) x serial_row_s: the per-row part of the vectorized norm's many-rows regime,
+    which its streaming does not hide (the block's launch, its two block reductions' barriers and the
+    mean / rstd between the passes: layer_norm bf16 t714400 d276 1.05 ms = 5,412 rows per SM x 195 ns,
+    of which the HBM traffic would take 0.2 ms). It is added to the kernel's fixed side: time in which
+    the SM's pipes wait (Nsight Compute: layer_norm bf16 2282 x 448, 7.3 us, sm__throughput 51 %)."""
+    return math.ceil(max(rows, 1.0) / sm_count) * eff.get(f"rowkernel.{fam}.serial_row_s")
+
+
+@functools.lru_cache(maxsize=32)
+def l2_reread_cap(gpu_key: str) -> float | None:
+    """Bytes of a row kernel's rows in flight that its later passes over them still find in L2: the
+    share of the L2 a kernel keeps, l2_writeback_fraction x L2 (sim/data/counters.toml, read by Nsight
+    Compute on an H200: 0.56 x 60 MiB = 35.2 MB; past it the re-reads of x all come from DRAM, LOG
+    "Counters: the row kernels' L2 re-read cliff"). None for a GPU without counter data for its
+    architecture (or not in hwdb): then the three-pass softmax keeps the slope of
+    rowsoftmax.l2_resident_bytes and a norm's second pass is taken to hit L2."""
+    from .counters import l2_params   # sim/counters imports this module
+    try:
+        gpu = hwdb.get_gpu(gpu_key)
+    except (KeyError, ValueError):   # hwdb.UnknownHardwareError is a ValueError
+        return None
+    lp = l2_params(gpu.arch)
+    return None if lp is None else lp.writeback_fraction * float(gpu.l2_bytes)
+
+
+def norm_reread_bytes(rows: float, cols: float, elem_bytes: float, sm_count: int, eff: Efficiency, fam: str,
+                      cap: float | None) -> float:
+    """DRAM bytes of the vectorized norm's second pass over x (its normalising loop re-reads the row
+    the moments loop read): none while its rows in flight, min(rows, rows_per_sm x SMs) x row bytes,
+    fit the L2 share ``cap`` (l2_reread_cap), all of x beyond it (LRU evicts a row before its second
+    pass: H200 counters 1.00-1.01 reads of x at 1.9-23.8 MB in flight, 1.99 at 50.5 MB)."""
+    row = cols * elem_bytes
+    resident = eff.get(f"rowkernel.{fam}.rows_per_sm") * sm_count
+    if cap is None or min(rows, resident) * row <= cap:
+        return 0.0
+    return rows * row
 
 
 # Row families whose resident rows share one SM's throughput: torch's 1024-thread softmax blocks
@@ -419,7 +484,10 @@ def apply_row_laws(t, compute: np.ndarray, memory: np.ndarray, fixed: np.ndarray
             if fam is None or not has_row_law(eff, fam):
                 continue
             rows, cols = op.shape.rows, op.shape.cols
-            again = rows * cols * DTYPE_BYTES[op.dtype] if fam == ROWWISE else 0.0   # the moments pass reads x
+            e = DTYPE_BYTES[op.dtype]
+            again = rows * cols * e if fam == ROWWISE else \
+                norm_reread_bytes(rows, cols, e, hw.sm_count, eff, fam, l2_reread_cap(hw.key)) \
+                if has_row_law(eff, fam) and f"rowkernel.{fam}.sm_col_s" in eff.params else 0.0
             memory[i] = (op.bytes_total + again) / (hw.hbm_bandwidth * eff.get("memory.fused_norm_fraction"))
         if fam is None or not has_row_law(eff, fam):
             continue
@@ -429,6 +497,8 @@ def apply_row_laws(t, compute: np.ndarray, memory: np.ndarray, fixed: np.ndarray
             lat = row_latency_s(rows, cols, DTYPE_BYTES[op.dtype], hw.sm_count, eff, fam) / hw.clock_fraction
             compute[i] = max(compute[i], lat)
         fixed[i] = row_fixed_s(eff, fam)
+        if f"rowkernel.{fam}.serial_row_s" in eff.params:   # the vectorized norms' per-row part (norm_row_s)
+            fixed[i] += norm_row_s(rows, hw.sm_count, eff, fam) / hw.clock_fraction
 
 
 SOFTMAX = KINDS.index("softmax")

@@ -218,3 +218,30 @@ def test_a_one_cta_sgemm_launches_below_the_tensor_core_floor() -> None:
     ones (tf32 m7 n3 k3 xmma 3.0 us)."""
     fp32, tf32 = t_us(gemm(3, 5, 4, "fp32")), t_us(gemm(7, 3, 3, "tf32"))
     assert fp32 < 2.6 < tf32
+
+
+def test_a_lone_norm_row_is_a_chain_and_many_rows_share_the_sms_throughput() -> None:
+    """vectorized_layer_norm_kernel's two regimes (sim/kernel_laws.row_throughput_s): a row alone walks
+    its row at about 1 ns per element (H200: rms_norm bf16 t8 d12296 16.6 us, layer_norm fp32 t56 d21752
+    37.4 us), far below HBM; thousands of short rows per SM cost their per-row work (layer_norm bf16
+    t714400 d276 1.05 ms, twice what its bytes take at HBM speed)."""
+    from mechsim.model.microops import row_norm
+    lone = t_us(row_norm(8, 12296, "bf16", "rms_norm"))
+    assert 8.0 < lone < 30.0
+    assert t_us(row_norm(56, 21752, "fp32")) > 2 * t_us(row_norm(56, 21752 // 4, "fp32"))   # the chain's length
+    many = t_us(row_norm(714400, 276, "bf16"))
+    assert 800.0 < many < 1400.0
+    assert many > 1.8 * (714400 * 276 * 2 * 2 / 4.8e12 * 1e6)
+
+
+def test_the_norms_second_pass_comes_from_dram_past_the_l2_share() -> None:
+    """Rows in flight (16 blocks per SM x 132 SMs x row bytes) past l2_writeback_fraction x L2 = 35.2 MB
+    (sim/data/counters.toml) re-read x from DRAM: one row of 16 more fp32 columns across the cliff costs
+    about half as much again; a GPU without counter data for its architecture keeps no cliff."""
+    from mechsim.model.microops import row_norm
+    from mechsim.sim.kernel_laws import l2_reread_cap
+    assert l2_reread_cap("h200_sxm") == pytest.approx(0.56 * 60 * 2**20)
+    below = t_us(row_norm(16384, 4160, "fp32", "rms_norm"))   # 2112 x 16.6 KB = 35.1 MB
+    above = t_us(row_norm(16384, 4176, "fp32", "rms_norm"))   # 35.3 MB
+    assert 1.3 < above / below < 1.6
+    assert l2_reread_cap("no_such_gpu") is None

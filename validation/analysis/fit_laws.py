@@ -70,9 +70,14 @@ SOFTMAX_RESIDENT = [(f"rowkernel.{f}.rows_per_sm", (2.0, "1", "rows resident per
                     for f in ("softmax_block", "softmax_reg")]
 
 
+NORM_RESIDENT = (16.0, "1", "vectorized_layer_norm_kernel blocks resident per SM: 2,048 threads per SM (Hopper) / "
+                 "128-thread blocks (warp_size x num_threads() / warp_size); Nsight Compute reads 16.0 "
+                 "(sim/data/counters.toml norm_blocks_per_sm)", "derived")
+
+
 GROUPS = {
     "rows": Group(("softmax_sweep", "norm_sweep", "cross_entropy_sweep", "softmax", "norm", "cross_entropy"), {
-        **{f"rowkernel.{f}.{p}": v for f in ("softmax_warp", "softmax_block", "layer_norm", "rms_norm", "norm_rowwise")
+        **{f"rowkernel.{f}.{p}": v for f in ("softmax_warp", "softmax_block", "norm_rowwise")   # layer / rms: "norm"
            for p, v in (("row_s", (2e-6, "s")), ("col_s", (2e-10, "s")), ("rows_per_sm", (8.0, "1")),
                         ("misaligned_col_s", (5e-10, "s")), ("fixed_s", (1e-6, "s")))
            # misaligned_col_s: softmax_warp_forward's scalar path only (sim/kernel_laws.col_cost)
@@ -88,6 +93,13 @@ GROUPS = {
         **{f"rowsoftmax.reg_elem_rates{TABLE_ENTRY}{k}": (3e11, "1/s") for k in (3, 6, 8)}},
         fixed=dict(SOFTMAX_RESIDENT)),
     "nll": Group(("cross_entropy_sweep", "cross_entropy"), {"rowkernel.nll.iter_s": (1.0e-6, "s")}),
+    # vectorized_layer_norm_kernel's two regimes (sim/kernel_laws.norm_sm_s, norm_row_s): a lone row's chain
+    # and the SM's work over its rows, per template (rms_norm = true / false); 16 rows resident per SM
+    "norm": Group(("norm_sweep", "norm"), {
+        f"rowkernel.{f}.{p}": v for f in ("layer_norm", "rms_norm")
+        for p, v in (("row_s", (1e-6, "s")), ("col_s", (1e-9, "s")), ("serial_row_s", (1e-7, "s")),
+                     ("sm_col_s", (2e-10, "s")), ("fixed_s", (2e-6, "s")))},
+        fixed={f"rowkernel.{f}.rows_per_sm": NORM_RESIDENT for f in ("layer_norm", "rms_norm")}, max_nfev=80),
     "gemm": Group(("gemm_sweep", "gemm"), {
         "gemm.misaligned_fraction": (0.3, "1"), "gemm.misaligned_fraction_8b": (0.5, "1"),
         "gemm.k_overhead": (160.0, "1"), "gemm.fixed_s": (3e-6, "s"),
