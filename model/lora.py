@@ -1,8 +1,8 @@
 """LoRA fine-tuning: the frozen base model plus low-rank adapters on the layer linears.
 
-Megatron-Bridge's LoRA (src/megatron/bridge/peft/lora.py; the default of its fine-tuning recipes,
-llama3_70b_finetune_config(peft="lora")): rank ``dim`` = 32 adapters on linear_qkv, linear_proj,
-linear_fc1 and linear_fc2 (LoRALinear: y = W x + B(A x) * alpha/dim). The base weights are
+Megatron-Bridge's LoRA (src/megatron/bridge/peft/lora.py, the LoRA class defaults): rank ``dim`` = 32
+adapters on the target linears, by default linear_qkv, linear_proj, linear_fc1 and linear_fc2
+(LoRALinear: y = W x + B(A x) * alpha/dim). The base weights are
 frozen (requires_grad False), so their weight-gradient GEMMs, gradient buffers, gradient sync and
 optimizer state vanish; the input gradients (dgrad) still run, to reach earlier layers. The
 adapters (ParallelLinearAdapter: plain Megatron parallel linears, bf16, outside TE's fp8 autocast)
@@ -15,11 +15,17 @@ a separate elementwise kernel even at alpha = dim (PyTorch does not elide a mult
 autograd's backward of it is a second one on dZ: "/scale" (fwd) and "/scale_dgrad" (bwd), each
 reading and writing M N bf16 elements. Dropout is off in both (adapter_dropout / dropout 0.0: the
 module holds no Dropout, or nn.Identity), so no dropout kernel is counted.
-Trainable parameters: r (K + N) per target. The adapters' own TP collectives (M x r elements)
-are not modelled (under 0.5 % of the linears' activation bytes at r = 32).
+Trainable parameters: r (K + N) per target. Not modelled: the adapters' own TP collectives under
+sequence parallelism (with TP comm overlap the adapter all-gathers its input in the forward and
+reduce-scatters its input grad; a row-parallel target's linear_out gathers its M x N output), and
+the base layer's backward input re-gather (``comm/tp/*_ag_wgrad``), which TransformerEngine skips
+for a frozen weight (layernorm_linear.py: ln_out_needs_gather = weight.requires_grad and ..., v1.8
+to v2.18) but the op list still counts.
 
 Which linears carry an adapter is the framework's (TrainingWorkload.lora_targets, Megatron-Core
-module names): Megatron-Bridge's LoRA.target_modules default is all four (above). NeMo 1.x / 2.0rc
+module names): Megatron-Bridge's LoRA.target_modules default is all four (above), but its Llama 3 70B
+performance configs override it to linear_qkv (scripts/performance/configs/llama/llama3_llm_finetune.py
+llama3_70b_lora_config_*, from commit 8b2f81eb, 2026-02-10; source mbridge_lora_qkv_perf). NeMo 1.x / 2.0rc
 (the NeMo 24.03 / 24.07 containers, run through NeMo-Framework-Launcher) adapts linear_qkv alone:
 nemo/collections/nlp/parts/peft_config.py get_target_modules(lora_cfg, default=("attention_qkv",))
 at NVIDIA/NeMo tag r2.0.0rc1 (579983fb) -- v1.23.0 (d2283e36) builds the LoRA config for the qkv

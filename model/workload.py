@@ -49,7 +49,7 @@ class TrainingWorkload(BaseModel):
       first), mxfp8 (32-element block scales, Blackwell), blockwise (1x128 / 128x128 scales).
     peft: "lora" freezes the base model and trains rank ``lora_rank`` adapters on the layer
       linears ``lora_targets`` (Megatron-Core names linear_qkv / linear_proj / linear_fc1 /
-      linear_fc2; default all four, Megatron-Bridge's LoRA; model/lora.py); "none" trains every
+      linear_fc2; default all four, the Megatron-Bridge / NeMo 2.0 LoRA class default; model/lora.py); "none" trains every
       parameter.
     grad_reduce_dtype: the dtype of Megatron's gradient buffer (main_grad) and of its DP
       reduce-scatter / all-reduce: "fp32" (grad_reduce_in_fp32=True, Megatron-Core's default)

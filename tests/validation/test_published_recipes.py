@@ -99,10 +99,12 @@ def test_settings_come_from_the_release_not_the_row():
     assert [settings_for(rows[f"nemo2407-{k}"])["vp"] for k in ("sft-llama2-13b-8g", "sft-llama2-70b-16g",
                                                                 "lora-llama2-70b-8g", "sft-llama2-7b-8g")] == [10, 20, 1, 1]
     assert settings_for(rows["nemo25.02-h100-gpt3-175b-512g"])["stack"] == "megatron_te"    # NeMo 2.0, no launcher
-    # LoRA targets: NeMo 1.x / 2.0rc adapts linear_qkv only (nemo_lora_qkv_only); NeMo 2.0 and Megatron-Bridge all four
+    # LoRA targets: NeMo 1.x / 2.0rc adapts linear_qkv only (nemo_lora_qkv_only), and so do Megatron-Bridge's
+    # Llama 3 70B performance configs (mbridge_lora_qkv_perf); NeMo 2.0's LoRA class default is all four
     four = ("linear_qkv", "linear_proj", "linear_fc1", "linear_fc2")
     assert workload_for(rows["nemo2407-lora-llama2-13b-8g"]).lora_targets == ("linear_qkv",)
-    assert workload_for(rows["mbridge-26.06-lora-h100-llama3-70b-8g-fp8"]).lora_targets == four
+    assert workload_for(rows["mbridge-26.06-lora-h100-llama3-70b-8g-fp8"]).lora_targets == ("linear_qkv",)
+    assert recipe_workload("megatron-bridge-26.06", model="llama3-8b", precision="bf16", peft="lora").lora_targets == four
     assert recipe_workload("nemo-25.02", model="llama3-8b", precision="bf16", peft="lora").lora_targets == four
     assert recipe_workload("nemo-24.07", model="llama3-8b", precision="bf16", peft="lora").lora_targets == ("linear_qkv",)
     assert settings_for(rows["nemo25.04-gb200-llama3-8b-8g"])["stack"] == "megatron_te"

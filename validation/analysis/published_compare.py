@@ -286,8 +286,8 @@ def workload_for(row) -> TrainingWorkload:
     seq = row.seq or s.get("seq")
     if seq is None:
         raise UnstatedFact("seq: not published and the recipe sets no default")
-    # LoRA rows: rank 32 on the recipe's lora_targets, else Megatron-Bridge's default LoRA (linear_qkv/
-    # proj/fc1/fc2), the llama3_70b_finetune_config(peft="lora") of its performance scripts (model/lora.py).
+    # LoRA rows: rank 32 on the recipe's lora_targets (NeMo 24.x and the Megatron-Bridge Llama 3 70B
+    # performance configs: linear_qkv), else the LoRA class default of all four linears (model/lora.py).
     precision = _PRECISION.get(row.precision, "bf16")
     lora = {"lora_targets": tuple(s["lora_targets"])} if "lora_targets" in s else {}
     return TrainingWorkload(model=cfg, mbs=mbs, seq=seq, grad_accum=ga, precision=precision,
