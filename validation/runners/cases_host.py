@@ -314,9 +314,10 @@ def run_session(ctx: Ctx, decode: list[Case], train: list[Case], moe: list[Case]
     logs += moe_logs
     log_of = {id(st): log for st, log in zip(steps[len(decode):], logs)}
     sampler = _probe_module().HostSampler(torch)
+    moe_warmup = int(os.environ.get("MECHSIM_HOSTVAL_MOE_WARMUP", "3"))   # MoE steps' warm-up calls
     for st in steps:
         st.paired = PairedProbe(ctx)
-        for _ in range(3):
+        for _ in range(moe_warmup if st.case.kind == "moe_step" else 3):
             st.call()
     torch.cuda.synchronize()
     rng, t0, rounds = random.Random(seed() + 7), time.perf_counter(), 0
@@ -341,6 +342,7 @@ def run_session(ctx: Ctx, decode: list[Case], train: list[Case], moe: list[Case]
 
 def _record(st: Step, prof: dict, session: dict, window: dict, rounds: int, t0: float, n_cases: int) -> dict:
     timing = summarize(st.samples, "events", 1)
+    st.case.params["warmup_calls"] = int(os.environ.get("MECHSIM_HOSTVAL_MOE_WARMUP", "3")) if st.case.kind == "moe_step" else 3
     vals = st.paired.values
     extra: dict = {"interleaved": {"rounds": rounds, "cases": n_cases, "steps_per_sample": st.steps,
                                    "t_s": [t - t0 for t in st.t]},
