@@ -342,7 +342,6 @@ def run_session(ctx: Ctx, decode: list[Case], train: list[Case], moe: list[Case]
 
 def _record(st: Step, prof: dict, session: dict, window: dict, rounds: int, t0: float, n_cases: int) -> dict:
     timing = summarize(st.samples, "events", 1)
-    st.case.params["warmup_calls"] = int(os.environ.get("MECHSIM_HOSTVAL_MOE_WARMUP", "3")) if st.case.kind == "moe_step" else 3
     vals = st.paired.values
     extra: dict = {"interleaved": {"rounds": rounds, "cases": n_cases, "steps_per_sample": st.steps,
                                    "t_s": [t - t0 for t in st.t]},
@@ -353,6 +352,7 @@ def _record(st: Step, prof: dict, session: dict, window: dict, rounds: int, t0: 
                    "host_bwd_probe_s": {"samples": st.bwd, "n_layers": window["train_model"]["n_layers"],
                                         "unit": "s per backward"},
                    "host_profile": prof, "window_profile": window}
+    extra["warmup_calls"] = int(os.environ.get("MECHSIM_HOSTVAL_MOE_WARMUP", "3")) if st.case.kind == "moe_step" else 3
     if st.profile:
         extra["phase_profile"] = st.profile
     if st.phases:
