@@ -34,6 +34,10 @@ UNFUSED_FORMS (also accepted in ``fused``; the opposite of a fusion, so not in F
                  since torch 2.1): the replay stops once every tensor the block's backward saved is
                  back, so a dense layer's last GEMM (the MLP down projection: what it saves is its
                  input) is not re-run (ops_train._recompute; measured: validation LOG, op_sac_step)
+  torch_ring_cp  PyTorch's context_parallel ring attention (torch.distributed.tensor.experimental):
+                 the same load-balanced steps as TransformerEngine's, but the per-step merge of the
+                 partial outputs and the gradient accumulation as eager fp32 kernels and the dK/dV
+                 ring in fp32 (ops_common.torch_ring_merge / torch_ring_grad_acc, comm.cp_ring)
 llama_ref.py (the "eager" stack) uses AdamW(fused=True): its stack lists "optimizer".
 """
 
@@ -53,7 +57,7 @@ FUSION_GROUPS: frozenset[str] = frozenset({
 })
 UNFUSED_FORMS: frozenset[str] = frozenset({"math_attention", "te_unfused_attention", "expert_streams",
                                             "grad_hooks_16bit", "ac_early_stop", "loss_parallel",
-                                            "mcore_ddp_buckets"})
+                                            "mcore_ddp_buckets", "torch_ring_cp"})
 
 
 def build_ops(w: TrainingWorkload | InferenceWorkload, fused=frozenset(), split_below: int = 0) -> tuple[Op, ...]:

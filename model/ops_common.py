@@ -343,12 +343,17 @@ def cp_ring_attention(c: Ctx, name: str, Hq: int, Hkv: int, dqk: int, dv: int, n
     runs the same steps' flash backwards on the merged out / lse and adds each step's dq into
     an fp32 accumulator and the returned dk, dv into the local ones. Measured on 2 H200s
     (validation/experiments/cp_ring_attention.py): the step kernels come within 3 % of half the
-    unsplit attention at 8K-64K; what the unsplit model misses is the split into steps."""
+    unsplit attention at 8K-64K; what the unsplit model misses is the split into steps.
+    With the stack form ``torch_ring_cp`` (PyTorch's context_parallel ring) the steps are the same
+    but the merge and the gradient accumulation are torch_ring_merge / torch_ring_grad_acc."""
     L, cp, cnt = c.S, c.cp, n * c.mb
     if kv_read is not None:
         raise ValueError("cp_ring_attention: K,V bytes follow each step's keys; kv_read is for inference")
     step0 = flash(c, name, Hq, Hkv, dqk, dv, L, L, causal_pairs(L, L), True, cnt)
     steps = flash(c, name + "/cp_step", Hq, Hkv, dqk, dv, L // 2, L, float(L // 2 * L), False, cnt * (cp - 1))
+    if c.f("torch_ring_cp"):
+        return Pair(step0.fwd + steps.fwd + torch_ring_merge(c, name, Hq, Hkv, dqk, dv, cnt),
+                    step0.bwd + steps.bwd + torch_ring_grad_acc(c, name, Hq, Hkv, dqk, cnt))
     # the merge on rank cp-1, whose peers are all earlier (every step updates its L rows)
     B, rows = c.B, c.B * L * Hq
     o_act, lse = rows * dv * c.act, rows * 4.0
@@ -358,6 +363,43 @@ def cp_ring_attention(c: Ctx, name: str, Hq: int, Hkv: int, dqk: int, dv: int, n
     acc = chain(name + "/cp_grad_acc", "elementwise", "bwd",
                 [Kern(0.0, q4 / 2 + q4 / 2 + 2 * kv, q4 / 2 + kv, 2)], cnt * (cp - 1), B * L * Hq * dqk)
     return Pair(step0.fwd + steps.fwd + merge, step0.bwd + steps.bwd + acc)
+
+
+def torch_ring_merge(c: Ctx, name: str, Hq: int, Hkv: int, dqk: int, dv: int, cnt: int) -> list[Op]:
+    """The forward merge of PyTorch's ring attention (torch/distributed/tensor/experimental/_attention.py,
+    _SDPAMerger with _ContextParallelOptions.convert_to_f32 True; torchtitan 9dec370 / torch 1963fc8,
+    2024-12), eager fp32 elementwise kernels on the merged output, for the rank whose peer steps all
+    take its whole L queries (rank cp-1: the step every rank waits for):
+        step 0       out.to(fp32)                                       reads act N, writes 4 N
+        steps 1..    block_out.to(fp32); out - block_out; sigmoid(block_lse - lse) (2 kernels on
+                     B Hq L rows); that x (out - block_out); out - it; lse - block_lse, logsigmoid,
+                     lse - it (3 row kernels): 9 kernels, reads (act + 20) N + 24 R, writes 16 N + 16 R
+        end          results(): out.to(act)                              reads 4 N, writes act N
+    (N = B L Hq dv output elements, R = B Hq L log-sum-exp rows; a rank with half steps also runs
+    _partial_update's torch.cat of the whole fp32 out, about as many bytes)."""
+    B, L, a = c.B, c.S, c.act
+    N, R = float(B * L * Hq * dv), float(B * Hq * L)
+    ends = [Kern(0.0, a * N, 4.0 * N), Kern(0.0, 4.0 * N, a * N)]
+    step = [Kern(0.0, (a + 20.0) * N + 24.0 * R, 16.0 * N + 16.0 * R, 9)]
+    return (chain(name + "/cp_merge", "elementwise", "fwd", step, cnt * (c.cp - 1), N)
+            + chain(name + "/cp_merge_cast", "elementwise", "fwd", ends, cnt, N))
+
+
+def torch_ring_grad_acc(c: Ctx, name: str, Hq: int, Hkv: int, dqk: int, cnt: int) -> list[Op]:
+    """The backward accumulation of PyTorch's ring attention (_templated_ring_attention_backward, same
+    source as torch_ring_merge): fp32 zeros_like grad_query / grad_key / grad_value; each step
+    grad_query += grad_query_ (Q fp32 += act), grad_key / grad_value updated (step 0 +=, later steps
+    the received fp32 dK/dV with the step's half added through _partial_update: += on the half and
+    torch.cat of the whole), then torch.cat of dK, dV into the fp32 buffer the all_to_all rotater
+    sends; at the end grad_query and dK/dV cast to act (Q = B L Hq dqk, K = B L Hkv dqk elements)."""
+    B, L, a = c.B, c.S, c.act
+    Q, K = float(B * L * Hq * dqk), float(B * L * Hkv * dqk)
+    ends = [Kern(0.0, 0.0, 4.0 * Q + 8.0 * K, 3), Kern(0.0, 4.0 * Q + 8.0 * K, a * Q + 2 * a * K, 2)]
+    first = [Kern(0.0, (4.0 + a) * (Q + 2 * K), 4.0 * (Q + 2 * K), 3), Kern(0.0, 8.0 * K, 8.0 * K)]
+    later = [Kern(0.0, (4.0 + a) * Q + 2 * (2.0 + a / 2) * K + 8.0 * K, 4.0 * Q + 2 * 2.0 * K + 8.0 * K, 5),
+             Kern(0.0, 8.0 * K, 8.0 * K)]
+    return (chain(name + "/cp_grad_acc", "elementwise", "bwd", later, cnt * (c.cp - 1), Q)
+            + chain(name + "/cp_grad_acc_first", "elementwise", "bwd", first + ends, cnt, Q))
 
 
 def math_attention(c: Ctx, name: str, Hq: int, Hkv: int, dqk: int, dv: int, n: int, causal: bool,

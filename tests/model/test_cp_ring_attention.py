@@ -39,3 +39,29 @@ def test_merge_and_gradient_accumulation_run_once_per_peer_step():
 def test_no_context_parallel_keeps_one_kernel_per_direction():
     ops = _core_ops(1)
     assert [o.phase for o in ops] == ["fwd", "bwd"]
+
+
+def _ops_with(cp: int, fused: frozenset, seq: int = 8192):
+    w = TrainingWorkload(model=preset("llama3-8b"), mbs=1, seq=seq, parallel=Parallelism(cp=cp, dp=1))
+    return build_ops(w, fused)
+
+
+def test_torch_ring_merges_in_eager_fp32_kernels():
+    """PyTorch's _SDPAMerger: 9 fp32 elementwise kernels per peer step on the merged output (about
+    four times the bytes of TE's fused correction), plus the fp32 casts at both ends."""
+    te = [o for o in _ops_with(4, frozenset()) if o.name.endswith("cp_merge")]
+    pt = [o for o in _ops_with(4, frozenset({"torch_ring_cp"})) if o.name.endswith("cp_merge")]
+    assert len(te) == len(pt) == 1 and pt[0].count == te[0].count
+    assert pt[0].kernels == 9
+    assert 3.0 < pt[0].bytes_total / te[0].bytes_total < 5.0
+    assert any(o.name.endswith("cp_merge_cast") for o in _ops_with(4, frozenset({"torch_ring_cp"})))
+    # the attention kernels themselves are the same load-balanced steps
+    core = lambda ops: [(o.name, o.flops, o.count) for o in ops if o.kind == "attention"]
+    assert core(_ops_with(4, frozenset())) == core(_ops_with(4, frozenset({"torch_ring_cp"})))
+
+
+def test_torch_ring_sends_dkv_in_fp32():
+    te = next(o for o in _ops_with(4, frozenset()) if o.name == "comm/cp/dkv_ring")
+    pt = next(o for o in _ops_with(4, frozenset({"torch_ring_cp"})) if o.name == "comm/cp/dkv_ring")
+    kv = next(o for o in _ops_with(4, frozenset({"torch_ring_cp"})) if o.name == "comm/cp/kv_ring")
+    assert pt.shape.bytes == 2 * te.shape.bytes == 2 * kv.shape.bytes and pt.dtype == "fp32"
