@@ -3,17 +3,8 @@
 Storage tier (hwdb/data/storage/, or a user-measured bandwidth): a job on n nodes gets
     job bandwidth = min(n x per-node bandwidth, aggregate bandwidth)
 
-Data loading, per step and GPU (loader workers run beside the step):
-    bytes     = tokens x bytes/token   (pre-tokenised shards: 2 B for a vocabulary <= 65,536
-                                        (uint16), else 4 (uint32); raw text: text bytes/token;
-                                        images: bytes per sample)
-    read_s    = bytes x gpus / job read bandwidth
-    cpu_s     = (text: bytes / tokenize rate per core of the tokenizer class; images: samples /
-                decode rate per core; + samples x loader_sample_s when the sample length is known) / workers
-    main_s    = samples x loader_main_sample_s      (workers >= 1: the main process takes every batch
-                                                    from the workers' queues, one sample at a time)
-    load_s    = max(read_s, cpu_s, main_s)          (reading, tokenising and hand-over overlap)
-    exposed_s = load_s with no prefetch (workers = 0 or prefetch = 0), else max(0, load_s - step)
+Data loading: sim/loader.py (a torch DataLoader's workers, the main process's per-batch hand-over,
+the per-epoch start-up); its names are re-exported here.
 
 Checkpoints (bytes = weights + optimizer state, sim.reliability.checkpoint_bytes; each of the
 ``writers`` ranks writes bytes / writers: one data-parallel replica without ZeRO, every GPU with it):
@@ -46,9 +37,9 @@ from .. import hwdb
 from ..model import preset, TrainingWorkload
 from .estimate import estimate, resolve_gpu
 from .reliability import checkpoint_bytes, reliability_params, run_reliability
+from .loader import (FORMATS, SHARING, TOKENIZERS, LoaderEstimate, LoaderSpec, bytes_per_token,  # noqa: F401
+                     gil_wait_s, handover_s, loader_cpu_s, loader_estimate, sample_s, startup_s, tokenize_rate)
 
-FORMATS = ("pretokenized", "text", "image")
-TOKENIZERS = ("hf_bpe", "python_bpe")     # Rust tokenizers byte-level BPE; regex + byte-level BPE in pure Python
 MODES = ("sync", "async", "in_memory")
 GB = 1e9
 
@@ -62,7 +53,7 @@ def _positive(name: str, v: float) -> None:
 def io_rates() -> dict[str, float]:
     """SI values of sim/data/storage.toml ([checkpoint] and [loader] records)."""
     raw = load_toml(DATA / "storage.toml")
-    scale = {"GB/s": GB, "MB/s": 1e6, "B": 1.0, "1": 1.0, "s": 1.0}
+    scale = {"GB/s": GB, "MB/s": 1e6, "B": 1.0, "1": 1.0, "s": 1.0, "ms": 1e-3, "us": 1e-6}
     return {k: float(r["value"]) * scale[r["unit"]] for sec in raw.values() if isinstance(sec, dict)
             for k, r in sec.items() if isinstance(r, dict) and "value" in r}
 
@@ -118,132 +109,6 @@ def storage(tier: str | Storage | None = None, write_GBps: float | None = None,
             base[f"{op}_Bps_per_node"], base[f"{op}_Bps_aggregate"] = v * GB, math.inf
             name, src = (f"{name}+measured" if name != "user" else "user"), "user"
     return Storage(name=name, source=src, **base)
-
-
-# ------------------------------------------------------------------ data loading
-@dataclass(frozen=True)
-class LoaderSpec:
-    """How a job loads data. ``workers`` = loader processes (CPU cores) per GPU, ``prefetch`` =
-    batches each worker keeps ready (torch DataLoader prefetch_factor; 0 = synchronous)."""
-
-    format: Literal["pretokenized", "text", "image"] = "pretokenized"
-    workers: int = 4
-    tokenizer: Literal["hf_bpe", "python_bpe"] = "hf_bpe"     # text: which rate class tokenises
-    prefetch: int = 2
-    vocab: int = 128256
-    sample_s: float | None = None                   # per sample per worker (default: sim/data/storage.toml)
-    text_bytes_per_token: float | None = None      # default: sim/data/storage.toml
-    tokenize_Bps_per_core: float | None = None      # default: sim/data/storage.toml
-    sample_bytes: float | None = None               # images: encoded bytes per sample (required)
-    decode_samples_per_s_per_core: float | None = None   # images (required)
-    tokens_per_sample: int | None = None            # images: tokens one sample becomes (required)
-
-    def __post_init__(self) -> None:
-        if self.format not in FORMATS:
-            raise ValueError(f"loader format must be one of {FORMATS}, got {self.format!r}")
-        if self.tokenizer not in TOKENIZERS:
-            raise ValueError(f"loader tokenizer must be one of {TOKENIZERS}, got {self.tokenizer!r}")
-        if self.workers < 0 or self.prefetch < 0 or self.vocab < 1:
-            raise ValueError(f"loader workers and prefetch must be >= 0 and vocab >= 1, got "
-                             f"{self.workers}, {self.prefetch}, {self.vocab}")
-        if self.format == "image" and None in (self.sample_bytes, self.decode_samples_per_s_per_core,
-                                                self.tokens_per_sample):
-            raise ValueError("loader format 'image' needs sample_bytes, decode_samples_per_s_per_core and "
-                             "tokens_per_sample (no sourced default)")
-
-
-@dataclass(frozen=True)
-class LoaderEstimate:
-    """Data loading of one step on one GPU (SI)."""
-
-    format: str
-    bytes_per_token: float
-    bytes_per_step: float        # per GPU
-    read_s: float
-    cpu_s: float
-    load_s: float
-    step_s: float
-    exposed_s: float
-    bound: str                   # "storage" | "cpu" | "main" (the main process's hand-over)
-    main_s: float = 0.0
-
-    @property
-    def total(self) -> float:
-        return self.exposed_s
-
-    @property
-    def hidden(self) -> bool:
-        return self.exposed_s == 0.0
-
-
-def bytes_per_token(spec: LoaderSpec) -> float:
-    """Bytes read per token: uint16 / uint32 shards, raw text bytes, or image bytes / tokens."""
-    if spec.format == "pretokenized":
-        return 2.0 if spec.vocab <= 65536 else 4.0
-    if spec.format == "text":
-        return spec.text_bytes_per_token or io_rates()["text_bytes_per_token"]
-    sample_bytes, tokens, _ = _image_fields(spec)
-    return sample_bytes / tokens
-
-
-def _image_fields(spec: LoaderSpec) -> tuple[float, float, float]:
-    """(bytes, tokens, decodes/s/core) of an image/video sample; ValueError naming what is missing."""
-    b, n, d = spec.sample_bytes, spec.tokens_per_sample, spec.decode_samples_per_s_per_core
-    if b is None or n is None or d is None:
-        raise ValueError("loader: format 'image' needs sample_bytes, tokens_per_sample and "
-                         "decode_samples_per_s_per_core")
-    return float(b), float(n), float(d)
-
-
-def loader_cpu_s(spec: LoaderSpec, tokens: float, tokens_per_sample: float | None = None) -> float:
-    """CPU seconds per step per GPU spread over ``workers`` cores (the main process if 0): tokenising
-    (text) or decoding (images), plus the DataLoader's cost per sample (fetch, collate, hand-over to
-    the main process; loader_sample_s) when ``tokens_per_sample`` is known (images: their own)."""
-    cores = max(spec.workers, 1)
-    if spec.format == "image":          # an image sample's tokens are its own, not the sequence's
-        _, image_tokens, decode_rate = _image_fields(spec)
-        work = tokens / image_tokens / decode_rate
-    elif spec.format == "text":
-        work = tokens * bytes_per_token(spec) / (spec.tokenize_Bps_per_core or tokenize_rate(spec.tokenizer))
-    else:
-        work = 0.0
-    if tokens_per_sample is not None:
-        _positive("tokens_per_sample", tokens_per_sample)
-        work += tokens / tokens_per_sample * (spec.sample_s if spec.sample_s is not None else io_rates()["loader_sample_s"])
-    return work / cores
-
-
-def tokenize_rate(tokenizer: str) -> float:
-    """Bytes of text per second one core tokenises (sim/data/storage.toml tokenize_rate_per_core_*)."""
-    if tokenizer not in TOKENIZERS:
-        raise ValueError(f"loader tokenizer must be one of {TOKENIZERS}, got {tokenizer!r}")
-    return io_rates()[f"tokenize_rate_per_core_{tokenizer}"]
-
-
-def loader_estimate(tokens_per_gpu: float, step_s: float, st: Storage, spec: LoaderSpec = LoaderSpec(),
-                    gpus: int = 1, nodes: int = 1, tokens_per_sample: float | None = None) -> LoaderEstimate:
-    """Loader time per step (module docstring) and how much of it the step cannot hide.
-    ``tokens_per_sample`` (the sequence length): counts the DataLoader's per-sample cost."""
-    if tokens_per_gpu < 0 or step_s <= 0:
-        raise ValueError(f"tokens_per_gpu must be >= 0 and step_s > 0, got {tokens_per_gpu}, {step_s}")
-    b = tokens_per_gpu * bytes_per_token(spec)
-    read = b * gpus / st.job_bandwidth("read", nodes)
-    cpu = loader_cpu_s(spec, tokens_per_gpu, tokens_per_sample)
-    main = loader_main_s(spec, tokens_per_gpu, tokens_per_sample)
-    load = max(read, cpu, main)
-    exposed = load if spec.workers == 0 or spec.prefetch == 0 else max(0.0, load - step_s)
-    bound = "storage" if read >= max(cpu, main) else ("cpu" if cpu >= main else "main")
-    return LoaderEstimate(spec.format, bytes_per_token(spec), b, read, cpu, load, step_s, exposed, bound, main)
-
-
-def loader_main_s(spec: LoaderSpec, tokens: float, tokens_per_sample: float | None) -> float:
-    """Seconds the main process spends taking ``tokens`` from worker processes (unpickling each batch's
-    shared-memory handles, rebuilding the tensors): samples x loader_main_sample_s; 0 without workers
-    (the work is then in loader_cpu_s) or when the sample length is unknown."""
-    if spec.workers == 0 or tokens_per_sample is None:
-        return 0.0
-    _positive("tokens_per_sample", tokens_per_sample)
-    return tokens / tokens_per_sample * io_rates()["loader_main_sample_s"]
 
 
 # ------------------------------------------------------------------ checkpoints
@@ -514,7 +379,8 @@ def estimate_storage(workload: Any, hw: Any = "h100_sxm", tier: str | Storage | 
     st = storage(tier, storage_write_GBps, storage_read_GBps)
     est = est if est is not None else estimate(workload, hw, stack, overrides)
     gpu, nodes, peer = _node_facts(hw, est.gpus)
-    ld = loader_estimate(est.tokens / est.gpus, est.step_time_s, st, loader, est.gpus, nodes, workload.seq)
+    ld = loader_estimate(est.tokens / est.gpus, est.step_time_s, st, loader, est.gpus, nodes, workload.seq,
+                         batch_size=workload.mbs)
     nbytes = checkpoint_bytes(workload)
     io = checkpoint_io(nbytes, checkpoint_writers(workload), nodes, st, gpu.host_link_bw_per_dir, checkpoint, peer,
                        saver=saver, staging=staging, page_cache=page_cache)

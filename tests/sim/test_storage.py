@@ -197,14 +197,101 @@ def test_loader_tokenizer_kind_and_per_sample_cost():
 
 
 def test_main_process_hand_over_caps_a_many_worker_loader():
-    st, n = S.Storage("d", read_Bps_per_node=1e12), 2048 * 1000
-    one = S.loader_estimate(n, 1.0, st, S.LoaderSpec(workers=1, vocab=32000), tokens_per_sample=2048)
-    assert one.bound == "cpu" and one.cpu_s == pytest.approx(1000 * R["loader_sample_s"])
-    many = S.loader_estimate(n, 1.0, st, S.LoaderSpec(workers=16, vocab=32000), tokens_per_sample=2048)
-    assert many.bound == "main" and many.load_s == pytest.approx(1000 * R["loader_main_sample_s"])
-    assert many.main_s > many.cpu_s
+    # shards, batches of 8, file_descriptor: P solves P = c + G t B / (W P), G = n_gil t / 2 (t < switch interval)
+    st, n = S.Storage("d", read_Bps_per_node=1e12), 2048 * 8 * 1000
+    t, c = R["loader_sample_s"], R["loader_handover_fd_s"]
+    g = R["loader_gil_acquisitions"] * t / 2
+    spec = S.LoaderSpec(workers=16, vocab=32000, batch_size=8)
+    many = S.loader_estimate(n, 1.0, st, spec, tokens_per_sample=2048)
+    p = (c + math.sqrt(c * c + 4 * g * 8 * t / 16)) / 2
+    assert many.bound == "main" and many.handover_s == pytest.approx(p) and many.load_s == pytest.approx(1000 * p)
+    assert many.main_s > many.cpu_s == pytest.approx(1000 * 8 * t / 16)
+    one = S.loader_estimate(n, 1.0, st, S.LoaderSpec(workers=1, vocab=32000, batch_size=8), tokens_per_sample=2048)
+    assert one.handover_s == pytest.approx(c + g) and one.bound == "cpu"       # sender always busy, workers bind
+    assert one.load_s == pytest.approx(1000 * 8 * t)
     sync = S.loader_estimate(n, 1.0, st, S.LoaderSpec(workers=0, vocab=32000), tokens_per_sample=2048)
-    assert sync.main_s == 0.0                      # no workers: the per-sample cost is all in cpu_s
+    assert sync.main_s == 0.0 and sync.cpu_s == pytest.approx(8000 * t)   # no workers: all of it in the step
+
+
+def test_gil_wait_bytecode_native_and_switch_interval():
+    n, tau = R["loader_gil_acquisitions"], R["python_switch_interval_s"]
+    py = S.LoaderSpec(format="text", tokenizer="python_bpe")
+    hf = S.LoaderSpec(format="text", tokenizer="hf_bpe")
+    assert S.gil_wait_s(py, 0.004) == pytest.approx(n * 0.002)                  # t < tau: the sample's residual
+    assert S.gil_wait_s(py, 0.020) == pytest.approx(n * (tau - tau * tau / 0.040))   # bytecode yields after tau
+    assert S.gil_wait_s(hf, 0.020) == pytest.approx(n * 0.010)                  # a native encode call: at its end
+    short = S.LoaderSpec(format="text", tokenizer="python_bpe", switch_interval_s=1e-4)
+    assert S.gil_wait_s(short, 0.004) < S.gil_wait_s(py, 0.004) / 10
+    assert S.gil_wait_s(S.LoaderSpec(format="text", tokenizer="hf_bpe", switch_interval_s=1e-4), 0.004) == \
+        S.gil_wait_s(hf, 0.004)                                                 # no switch inside a native call
+
+
+def test_sharing_strategy_tensors_per_batch_and_workers():
+    st, n = S.Storage("d", read_Bps_per_node=1e12), 2048 * 8 * 200
+    text = dict(format="text", tokenizer="python_bpe", text_bytes_per_token=3.0, batch_size=8)
+    rate = [n / S.loader_estimate(n, 1.0, st, S.LoaderSpec(workers=w, **text), tokens_per_sample=2048).load_s
+            for w in (1, 2, 4, 8, 16)]
+    assert rate == sorted(rate) and rate[-1] < 16 * rate[0] * 0.7               # sublinear: the hand-over binds
+    fs = S.loader_estimate(n, 1.0, st, S.LoaderSpec(workers=8, sharing="file_system", **text), tokens_per_sample=2048)
+    assert fs.handover_s == pytest.approx(R["loader_handover_fd_s"] * R["loader_handover_fs_fraction"])
+    assert fs.bound == "cpu" and n / fs.load_s > rate[3]                         # no fd fetched from a busy worker
+    one = S.loader_estimate(n, 1.0, st, S.LoaderSpec(workers=8, **text), tokens_per_sample=2048)
+    two = S.loader_estimate(n, 1.0, st, S.LoaderSpec(workers=8, tensors_per_batch=2, **text), tokens_per_sample=2048)
+    t = S.sample_s(S.LoaderSpec(**text), 2048)
+    c, g = R["loader_handover_fd_s"], S.gil_wait_s(S.LoaderSpec(**text), t)
+    assert two.handover_s == pytest.approx((2 * c + math.sqrt(4 * c * c + 8 * g * 8 * t / 8)) / 2)
+    assert two.handover_s > one.handover_s
+    with pytest.raises(ValueError, match="sharing"):
+        S.LoaderSpec(sharing="shared_memory")
+    with pytest.raises(ValueError, match="tensors_per_batch"):
+        S.LoaderSpec(tensors_per_batch=0)
+    with pytest.raises(ValueError, match="steps_per_epoch"):
+        S.LoaderSpec(steps_per_epoch=0)
+
+
+def test_epoch_start_up_and_persistent_workers():
+    st, n = S.Storage("d", read_Bps_per_node=1e12), 2048 * 8 * 10
+    base = dict(workers=4, vocab=32000, batch_size=8)
+    fresh = S.loader_estimate(n, 1.0, st, S.LoaderSpec(steps_per_epoch=100, **base), tokens_per_sample=2048)
+    kept = S.loader_estimate(n, 1.0, st, S.LoaderSpec(steps_per_epoch=100, persistent_workers=True, **base),
+                             tokens_per_sample=2048)
+    t, c = R["loader_sample_s"], R["loader_handover_fd_s"]
+    first = 8 * t + c + R["loader_gil_acquisitions"] * t / 2
+    assert kept.startup_s == pytest.approx(first)
+    assert fresh.startup_s == pytest.approx(4 * R["loader_worker_start_s"] + first)
+    assert fresh.exposed_s == pytest.approx(fresh.startup_s / 100) and fresh.load_s < 1.0     # hidden but per epoch
+    unspread = S.loader_estimate(n, 1.0, st, S.LoaderSpec(**base), tokens_per_sample=2048)
+    assert unspread.exposed_s == 0.0 and unspread.startup_s == fresh.startup_s
+
+
+def test_loader_constants_are_the_measurements_they_cite():
+    """The TOML's loader parameters recomputed from the records they name (not fitted to any other row)."""
+    from pathlib import Path
+    from mechsim.validation.analysis.storage_compare import load_diagnosis, loader_phases
+    rec_dir = Path(__file__).resolve().parents[2] / "validation" / "experiments" / "records"
+    cal = json.loads((rec_dir / "20261202T1446Z_storage_io_h200.json").read_text())
+    w4 = next(c for c in cal["sections"]["data_loading"]["loaders"] if c["case"] == "pretok_uint16" and c["workers"] == 4)
+    assert R["loader_handover_fd_s"] == pytest.approx(w4["main_cpu_s"] / (w4["samples"] / w4["batch"]), rel=1e-3)
+    diag = load_diagnosis(rec_dir / "20261203T1336Z_storage_loader_diag_h200.loader_diagnosis.json")
+    run = {(r["case"], r["workers"], r["variant"]): r for r in diag["runs"] if not r.get("epochs")}
+    py = loader_phases(run["text_python_bpe", 4, "base"], 2048)
+    g = (py.main_wait_ms - py.main_cpu_ms) / py.worker_busy
+    assert R["loader_gil_acquisitions"] == pytest.approx(g / ((py.encode_us + py.other_us) / 2e3), rel=1e-3)
+    fs, fd = (loader_phases(run["pretok_uint16", 4, v], 2048) for v in ("fs_share", "base"))
+    assert R["loader_handover_fs_fraction"] == pytest.approx(fs.main_cpu_ms / fd.main_cpu_ms, rel=2e-3)
+    starts = [s for *_, s in run["text_python_bpe", 4, "base"]["worker_starts"]]
+    assert R["loader_worker_start_s"] == pytest.approx((starts[-1] - starts[0]) / 3 / 1e6, rel=1e-3)
+    assert R["python_switch_interval_s"] == diag["switch_interval_s"]
+
+
+def test_compare_loader_rows_calibration_reproduced():
+    from pathlib import Path
+    rec_dir = Path(__file__).resolve().parents[2] / "validation" / "experiments" / "records"
+    rows = rows_of(json.loads((rec_dir / "20261202T1446Z_storage_io_h200.json").read_text()))
+    cal = [r for r in rows if r.case.startswith("loader") and r.split == "calibration"]
+    assert len(cal) == 2 and all(abs(r.error) < 0.02 for r in cal)
+    only = rows_of(json.loads((rec_dir / "20261203T1336Z_storage_loader_diag_h200.json").read_text()))
+    assert len(only) == 12 and {r.split for r in only} == {"held-out start"}    # a loader-only record, held out
 
 
 def test_async_staged_copy_shrinks_the_dirty_threshold():

@@ -9,13 +9,18 @@ rate; every other row is held out):
     boot de664bc9 (20261202T1446Z)  random-shape dcp.async_save    stage_pageable_rate (blocking),
                                                                    host_write_rate (durable)
                                     random-shape dcp.load          dcp_load_extra_rate
-                                    loader pretok_uint16 w1 / w4   loader_sample_s / loader_main_sample_s
+                                    loader pretok_uint16 w1 / w4   loader_sample_s / loader_handover_fd_s (the
+                                                                   w4 row's main CPU per batch)
+    boot 7b501b47 (20261203T1336Z loader diagnosis, --diagnose)    text_python_bpe w4 base: loader_gil_acquisitions,
+                                    loader_worker_start_s; pretok_uint16 w4 base + fs_share: loader_handover_fs_fraction
+                                    (its plain loader rows, 20261203T1336Z_storage_loader_diag_h200.json, are all held out)
     the random-shape synchronous dcp.save is "check": its state was a calibration one, the row fitted nothing
     (its fill rate is composed of the two async rates). Records of any other machine start: "held-out start".
 
-    python -m mechsim.validation.storage_compare [RECORD.json ...]
+    python -m mechsim.validation.analysis.storage_compare [RECORD.json ...]
     python -m mechsim.validation.analysis.storage_compare --diagnose RECORD.loader_diagnosis.json[.gz]
-        (storage_io.py --loader-diagnose: where a multi-worker loader's time goes, docs/storage.md)
+        (storage_io.py --loader-diagnose: where a multi-worker loader's time goes, then the model against each
+        run: throughput by variant and the per-epoch start-up; docs/storage.md)
 """
 
 from __future__ import annotations
@@ -23,10 +28,10 @@ from __future__ import annotations
 import gzip
 import json
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
-from ...sim.storage import LoaderSpec, PageCache, checkpoint_io, loader_estimate, storage
+from ...sim.storage import LoaderSpec, PageCache, checkpoint_io, loader_estimate, sample_s, startup_s, storage
 
 RECORDS = Path(__file__).resolve().parents[1] / "experiments" / "records"
 CALIBRATION = {("ca6a2801", "llama3.2-3b"): {"torch.save returned", "torch.save durable (fsync)",
@@ -34,6 +39,8 @@ CALIBRATION = {("ca6a2801", "llama3.2-3b"): {"torch.save returned", "torch.save 
                ("de664bc9", "random shapes (seed 0)"): {"dcp.async_save blocking", "dcp.async_save durable",
                                                              "dcp.load cold"}}
 CALIBRATION_LOADERS = {("de664bc9", "pretok_uint16", 1), ("de664bc9", "pretok_uint16", 4)}
+CALIBRATION_DIAGNOSIS = {("text_python_bpe", 4, "base"), ("pretok_uint16", 4, "base"), ("pretok_uint16", 4, "fs_share")}
+MACHINE_TIER = "h200_vm_disk"             # a loader-only record measured no disk: the tier this VM has
 PCIE_GEN5_X16_BPS = 64e9                  # the H200's host link per direction (hwdb h200_sxm pcie_bandwidth_per_dir)
 
 
@@ -51,7 +58,10 @@ class Row:
 
 def record_storage(rec: dict):
     """The Storage a user of this machine states: the record's measured disk rates (write = the fsync
-    drain of its buffered raw write, the rate writeback reaches the device; read = cold buffered read)."""
+    drain of its buffered raw write, the rate writeback reaches the device; read = cold buffered read);
+    a loader-only record (no raw disk section): the machine's tier."""
+    if "raw_disk" not in rec["sections"]:
+        return storage(MACHINE_TIER)
     raw = rec["sections"]["raw_disk"]
     bw = raw["buffered_write"]
     return storage(None, bw["bytes"] / (bw["durable_s"] - bw["return_s"]) / 1e9, raw["buffered_read_cold"]["GBps"])
@@ -111,20 +121,25 @@ def rows_of(rec: dict) -> list[Row]:
     return out + loader_rows(rec, st)
 
 
+def record_loader_spec(case: str, workers: int, batch: int, chunk_bytes: float | None, seq: int, **kw) -> LoaderSpec:
+    """The LoaderSpec a user states for one runner case (storage_loader.py: one int64 tensor per batch,
+    default sharing strategy unless given, prefetch 4)."""
+    if case.startswith("text"):
+        return LoaderSpec(format="text", workers=workers, tokenizer=case[5:], text_bytes_per_token=chunk_bytes / seq,
+                          batch_size=batch, prefetch=4, **kw)
+    return LoaderSpec(workers=workers, vocab=65536 if "uint16" in case else 1 << 17, batch_size=batch, prefetch=4, **kw)
+
+
 def loader_rows(rec: dict, st) -> list[Row]:
     """DataLoader tokens/s as 1 / (seconds per token) rows: predicted = tokens / load_s of loader_estimate."""
-    out = []
+    out, stamp = [], _stamp(rec)
+    known = any(s == stamp for s, _, _ in CALIBRATION_LOADERS)
     for c in rec["sections"].get("data_loading", {}).get("loaders", []):
         if "tokens_per_s" not in c:
             continue
-        text = c["case"].startswith("text")
-        spec = (LoaderSpec(format="text", workers=c["workers"], tokenizer=c["case"][5:],
-                           text_bytes_per_token=c["chunk_bytes"] / c["seq"]) if text else
-                LoaderSpec(workers=c["workers"], vocab=65536 if "uint16" in c["case"] else 1 << 17))
-        tokens = c["seq"] * 100.0
-        e = loader_estimate(tokens, 1e9, st, spec, tokens_per_sample=None if text else c["seq"])   # text: tokenising binds
-        stamp = _stamp(rec)
-        known = any(s == stamp for s, _, _ in CALIBRATION_LOADERS)
+        spec = record_loader_spec(c["case"], c["workers"], c["batch"], c.get("chunk_bytes"), c["seq"])
+        tokens = c["seq"] * c["batch"] * 100.0
+        e = loader_estimate(tokens, 1e9, st, spec, tokens_per_sample=c["seq"])
         split = ("calibration" if (stamp, c["case"], c["workers"]) in CALIBRATION_LOADERS else
                  "held-out" if known else "held-out start")
         out.append(Row(f"loader {c['case']} w{c['workers']} (s per Mtok)", split,
@@ -219,6 +234,37 @@ def diagnosis_report(diag: dict) -> str:
     return "\n".join(lines)
 
 
+MODELLED_VARIANTS = ("base", "switch", "fs_share")     # what LoaderSpec can state (sharing, switch_interval_s)
+
+
+def diagnosis_rows(diag: dict) -> list[Row]:
+    """The model against the diagnosis runs (seconds per Mtok; start-up: seconds to an epoch's first batch),
+    each run stated as a LoaderSpec (its sharing strategy and switch interval). unordered / gc_freeze are not
+    something LoaderSpec states and are left out. Splits: CALIBRATION_DIAGNOSIS, everything else held out."""
+    seq, batch, chunks, out = int(diag.get("seq", 2048)), int(diag.get("batch", 8)), diag.get("chunk_bytes", {}), []
+    st = storage(MACHINE_TIER)
+    for run in diag.get("runs", []):
+        if "error" in run or not run.get("passes") or run.get("variant") not in MODELLED_VARIANTS:
+            continue
+        spec = record_loader_spec(run["case"], run["workers"], batch, chunks.get(run["case"]), seq,
+                                  sharing=run.get("sharing", "file_descriptor"), switch_interval_s=run.get("switch_s"),
+                                  persistent_workers=bool(run.get("persistent")))
+        split = "calibration" if (run["case"], run["workers"], run["variant"]) in CALIBRATION_DIAGNOSIS and \
+            not run.get("epochs") else "held-out"
+        name = f"diag {run['case']} w{run['workers']} {run['variant']}"
+        if not run.get("epochs"):
+            ph, tokens = loader_phases(run, seq), seq * batch * 100.0
+            e = loader_estimate(tokens, 1e9, st, spec, tokens_per_sample=seq)
+            out.append(Row(f"{name} (s per Mtok)", split, e.load_s / tokens * 1e6, 1e6 / ph.tokens_per_s))
+            continue
+        t = sample_s(spec, seq)
+        for i, q in enumerate(run["passes"]):       # epoch 1: fresh workers; epoch 2: fresh unless persistent
+            first = startup_s(replace(spec, persistent_workers=spec.persistent_workers and i > 0), batch * t, t)
+            out.append(Row(f"{name} epoch {i + 1} persistent={run['persistent']} start-up s", split, first,
+                           (q["batches"][0][1] - q["iter_us"]) / 1e6))
+    return out
+
+
 def report(paths: list[Path]) -> str:
     lines = [f"{'case':<46} {'split':<14} {'pred s':>8} {'meas s':>8} {'error':>7}"]
     for p in paths:
@@ -234,9 +280,14 @@ def main(argv: list[str] | None = None) -> int:
     if argv[:1] == ["--diagnose"]:
         if len(argv) != 2:
             raise SystemExit("usage: storage_compare --diagnose RECORD.loader_diagnosis.json[.gz]")
-        print(diagnosis_report(load_diagnosis(Path(argv[1]))))
+        diag = load_diagnosis(Path(argv[1]))
+        print(diagnosis_report(diag))
+        print(f"\n{'model against the runs':<60} {'split':<12} {'pred':>8} {'meas':>8} {'error':>7}")
+        print("\n".join(f"{r.case:<60} {r.split:<12} {r.predicted_s:8.3f} {r.measured_s:8.3f} {r.error:+7.1%}"
+                        for r in diagnosis_rows(diag)))
         return 0
-    paths = [Path(a) for a in argv] or sorted(RECORDS.glob("*_storage_io_*.json"))
+    paths = [Path(a) for a in argv] or sorted(p for pat in ("*_storage_io_*.json", "*_storage_loader_diag_*.json")
+                                              for p in RECORDS.glob(pat) if not p.name.endswith(".loader_diagnosis.json"))
     print(report(paths))
     return 0
 
