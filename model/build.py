@@ -38,6 +38,8 @@ UNFUSED_FORMS (also accepted in ``fused``; the opposite of a fusion, so not in F
                  the same load-balanced steps as TransformerEngine's, but the per-step merge of the
                  partial outputs and the gradient accumulation as eager fp32 kernels and the dK/dV
                  ring in fp32 (ops_common.torch_ring_merge / torch_ring_grad_acc, comm.cp_ring)
+  repeat_kv      GQA K/V expanded to the query heads by a copy before SDPA (torchtitan's 2024-12
+                 llama model; ops_layer.repeat_kv): the attention and a CP ring carry H K/V heads
 llama_ref.py (the "eager" stack) uses AdamW(fused=True): its stack lists "optimizer".
 """
 
@@ -57,7 +59,7 @@ FUSION_GROUPS: frozenset[str] = frozenset({
 })
 UNFUSED_FORMS: frozenset[str] = frozenset({"math_attention", "te_unfused_attention", "expert_streams",
                                             "grad_hooks_16bit", "ac_early_stop", "loss_parallel",
-                                            "mcore_ddp_buckets", "torch_ring_cp"})
+                                            "mcore_ddp_buckets", "torch_ring_cp", "repeat_kv"})
 
 
 def build_ops(w: TrainingWorkload | InferenceWorkload, fused=frozenset(), split_below: int = 0) -> tuple[Op, ...]:

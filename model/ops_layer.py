@@ -52,9 +52,24 @@ def gqa_attention(c: Ctx, n: int) -> list[Pair]:
         out.append(rope(c, "layer/attn/rope", T * H * D, T * Hkv * D, c.S * D, n))
     if not c.train:
         out.append(kv_append(c, 2 * T * Hkv * D, n, 2))
+    if c.f("repeat_kv") and Hkv < H:
+        out.append(repeat_kv(c, T, H, Hkv, D, n))
+        Hkv = H                     # SDPA (and a context-parallel ring) sees H K/V heads
     out += [cp_ring(c, Hkv, D, D, n), attention(c, "layer/attn/core", H, Hkv, D, D, n, causal=c.S > 1)]
     out.append(linear(c, "layer/attn/o_proj", T, d, H * D, n, bias=cfg.linear_bias))
     return out + [tp_out(c, "attn_out", n)]
+
+
+def repeat_kv(c: Ctx, T: int, H: int, Hkv: int, D: int, n: int) -> Pair:
+    """GQA K and V expanded to the query heads before SDPA (torchtitan's llama model of 2024-12,
+    torchtitan/models/llama/model.py repeat_kv: x[:, :, :, None, :].expand(..., n_rep, ...).reshape(...),
+    a copy per tensor; commit 9dec370): forward one copy each of K and V (reads T Hkv D, writes
+    T H D at act); backward the expand's gradient, a sum over the n_rep copies (reads T H D, writes
+    T Hkv D). The attention and a context-parallel ring then carry H heads of K/V."""
+    a, small, big = c.act, 2.0 * T * Hkv * D, 2.0 * T * H * D
+    fwd = chain("layer/attn/repeat_kv", "elementwise", "fwd", [Kern(0.0, a * small, a * big, 2)], n * c.mb, big)
+    bwd = chain("layer/attn/repeat_kv", "elementwise", "bwd", [Kern(big, a * big, a * small, 2)], n * c.mb, big)
+    return Pair(fwd, bwd if c.train else [])
 
 
 def mla_attention(c: Ctx, n: int) -> list[Pair]:

@@ -65,3 +65,18 @@ def test_torch_ring_sends_dkv_in_fp32():
     pt = next(o for o in _ops_with(4, frozenset({"torch_ring_cp"})) if o.name == "comm/cp/dkv_ring")
     kv = next(o for o in _ops_with(4, frozenset({"torch_ring_cp"})) if o.name == "comm/cp/kv_ring")
     assert pt.shape.bytes == 2 * te.shape.bytes == 2 * kv.shape.bytes and pt.dtype == "fp32"
+
+
+def test_repeat_kv_expands_gqa_heads_for_the_attention_and_the_ring():
+    """torchtitan's llama model repeats K/V to the query heads before SDPA: a copy each way, and the
+    attention and the CP ring carry Hq heads of K/V (Llama 3 8B: 32 / 8 = 4x the ring bytes)."""
+    cfg = preset("llama3-8b")
+    base = _ops_with(4, frozenset({"torch_ring_cp"}))
+    rkv = _ops_with(4, frozenset({"torch_ring_cp", "repeat_kv"}))
+    ring = lambda ops: next(o for o in ops if o.name == "comm/cp/kv_ring" and o.phase == "fwd").shape.bytes
+    assert ring(rkv) == ring(base) * cfg.n_heads // cfg.n_kv_heads
+    rep = [o for o in rkv if o.name == "layer/attn/repeat_kv"]
+    assert [o.phase for o in rep] == ["fwd", "bwd"] and not any(o.name == "layer/attn/repeat_kv" for o in base)
+    assert rep[0].bytes_written == rep[1].bytes_read == rep[0].bytes_read * cfg.n_heads // cfg.n_kv_heads
+    flops = lambda ops: sum(o.flops * o.count for o in ops if o.kind == "attention")
+    assert flops(rkv) == pytest.approx(flops(base))
