@@ -103,9 +103,14 @@ after the average (list scheduling in increasing length: about one longest CTA's
 tail 0. So a short causal sequence costs far more than half its square (S = 130 at bm 128, bn 64:
 5 of 6 tiles) and a long forward with few CTAs per SM its tail (b1 h4 S 17843 hd 64: 560 CTAs,
 2.1 waves of average work + tail x 0.5). Tiles (bm, bn): FA2's standard forward kernel: (128, 128) at
-head dim <= 64, (128, 64) above; its backward: (128, 128) at <= 64, (64, 128) at <= 128, (64, 64)
-above (flash_fwd_launch_template.h / flash_bwd_launch_template.h); other kernels:
-attention.<impl>.block_m square tiles.
+head dim <= 64, (128, 64) at <= 128, (64, 64) above; its backward: (128, 128) at <= 64, (64, 128) at
+<= 128, (64, 64) above (kernel_tiles: the kernel names torch's vendored FA2 ran on H200); other
+kernels: attention.<impl>.block_m square tiles.
+
+Accumulators past the register file (register_passes): a tile whose fp32 accumulators per thread
+(forward O and S, backward dK, dV, S, dP: accumulator_floats) exceed the 255 registers a thread may
+hold covers the head dim in ceil(accumulators / 255) passes, each recomputing the score-side products
+(cuDNN's bprop at head dim 256 only: 320 a thread, 7/5 of the backward's work).
 
 Pointwise kernels (apply_elementwise_rate): vectorized_elementwise_kernel issues the op's
 arithmetic on the CUDA cores (exp, tanh, divisions: not FMAs), so its compute side runs at
@@ -157,14 +162,63 @@ def causal_tiles(s: np.ndarray, bm: np.ndarray, bn: np.ndarray) -> np.ndarray:
     return head + np.ceil(s / bn)
 
 
+def kernel_tiles(hd: np.ndarray, bwd: np.ndarray, impl: str) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+    """(block_m, block_n, warps) of the non-split attention kernel torch's SDPA runs, by pass and head
+    dim, as the kernel names of the H200 sweeps (extra.kernels) give them; None for other impls.
+    FA2 forward: Flash_fwd_kernel_traits<64, 128, 128, 4>, <128, 128, 64, 4>, <256, 64, 64, 4>; backward:
+    Flash_bwd_kernel_traits<64, 128, 128, 8>, <128, 64, 128, 8>, <256, 64, 64, 8> (head dim, block_m,
+    block_n, warps). cuDNN 9 (the 'default' backend: CUDNN_ATTENTION): fprop 64x128xD (4x1x1), bprop
+    64x64xD (1x4x1) at every head dim (..._sm90_flash_fprop_wgmma_f16_knob_7_64x128x{64,128,256}_4x1x1)."""
+    if impl == "fa2":
+        bm = np.where(bwd, np.where(hd <= 64, 128.0, 64.0), np.where(hd <= 128, 128.0, 64.0))
+        bn = np.where(bwd, np.where(hd <= 128, 128.0, 64.0), np.where(hd <= 64, 128.0, 64.0))
+        return bm, bn, np.where(bwd, 8.0, 4.0)
+    if impl == "cudnn":
+        n = np.ones(len(hd))
+        return 64.0 * n, np.where(bwd, 64.0, 128.0), 4.0 * n
+    return None
+
+
 def attention_tiles(hd: np.ndarray, bwd: np.ndarray, impl: str, eff: Efficiency) -> tuple[np.ndarray, np.ndarray]:
     """(bm, bn) of the kernel that runs a full (non-split) causal pass (module docstring)."""
-    if impl != "fa2":
+    tiles = kernel_tiles(hd, bwd, impl) if impl == "fa2" else None
+    if tiles is None:
         b = np.full(len(hd), float(eff.get(f"attention.{impl}.block_m")))
         return b, b
-    bm = np.where(bwd, np.where(hd <= 64, 128.0, 64.0), 128.0)
-    bn = np.where(bwd, np.where(hd <= 128, 128.0, 64.0), np.where(hd <= 64, 128.0, 64.0))
-    return bm, bn
+    return tiles[0], tiles[1]
+
+
+def accumulator_floats(hd: np.ndarray, bwd: np.ndarray, impl: str) -> np.ndarray | None:
+    """fp32 accumulators one thread of the kernel holds (kernel_tiles): forward O (bm x D) and S
+    (bm x bn), backward dK and dV (2 bn x D) and S, dP (2 bm x bn), over its 32 x warps threads."""
+    tiles = kernel_tiles(hd, bwd, impl)
+    if tiles is None:
+        return None
+    bm, bn, w = tiles
+    return np.where(bwd, 2 * bn * hd + 2 * bm * bn, bm * hd + bm * bn) / (32.0 * w)
+
+
+MAX_REGS_PER_THREAD = 255   # 32-bit registers one thread may hold (CUDA C++ Programming Guide, compute
+                            # capabilities table: 255 for every capability since 3.5, Hopper included)
+
+
+def register_passes(hd: np.ndarray, bwd: np.ndarray, impl: str) -> np.ndarray:
+    """Work multiplier of an attention kernel whose fp32 accumulators per thread (accumulator_floats)
+    exceed the register file's per-thread limit: it cannot hold them, so it covers the head dim in
+    p = ceil(accumulators / 255) passes, each recomputing the score-side products from Q and K (the
+    forward's S = Q K^T: 1 of its 2 products; the backward's S and dP = dO V^T: 2 of its 5), so
+
+        work = (2 + (p - 1)) / 2 forward,   (5 + 2 (p - 1)) / 5 backward
+
+    Only cuDNN's bprop at head dim 256 (64x64x256, 4 warps: dK and dV alone 256 floats a thread, 320
+    with S and dP) is past the limit: 7/5, against the H200 sweeps' kernel times that ran it 22 % slower
+    than the law at one efficiency per (impl, pass) (fwd+bwd 400 vs 525 TFLOP/s at head dim 128; a
+    fitted 1 / (1 + c x excess / 255) gives 0.72, this 0.71). FA2's tiles stay at 160-192 (kernel_tiles)."""
+    acc = accumulator_floats(hd, bwd, impl)
+    if acc is None:
+        return np.ones(len(hd))
+    p = np.ceil(acc / MAX_REGS_PER_THREAD)
+    return np.where(bwd, (5.0 + 2.0 * (p - 1.0)) / 5.0, (2.0 + (p - 1.0)) / 2.0)
 
 
 def has_causal_law(eff: Efficiency, impl: str) -> bool:

@@ -20,7 +20,7 @@ from ..model.ops import DTYPE_BYTES
 from .calibration import Efficiency
 from .optable import DTYPES, KINDS, AttnColumns, GemmColumns, OpTable, leading_dim_alignment
 from .kernel_laws import (apply_elementwise_rate, apply_nll_law, apply_row_laws, causal_factor, dense_peaks, gemm_law,
-                          has_causal_law, has_gemm_law)
+                          has_causal_law, has_gemm_law, register_passes)
 from .rowkernels import softmax_fwd_s
 
 MATMUL, ATTENTION, REDUCTION = KINDS.index("matmul"), KINDS.index("attention"), KINDS.index("reduction")
@@ -187,7 +187,8 @@ def attention_efficiency(attn: AttnColumns, phase: np.ndarray, sm_count: int,
     overhead = np.where(bwd, _param_or(eff, a + "bwd_len_overhead", a + "len_overhead"), eff.get(a + "len_overhead"))
     amort = length / (length + overhead * row_fill)   # the fixed work is per valid query row
     causal = causal_factor(attn.Sq, attn.Skv, attn.causal, attn.Dqk, bwd, ctas, splits, sm_count, eff, impl)
-    return frac * np.minimum(ctas / (waves * sm_count), 1.0) * amort * row_fill * causal
+    work = register_passes(attn.Dqk, bwd, impl)   # accumulators past the register file (sim/kernel_laws.py)
+    return frac / work * np.minimum(ctas / (waves * sm_count), 1.0) * amort * row_fill * causal
 
 
 def _param_or(eff: Efficiency, name: str, fallback: str) -> float:

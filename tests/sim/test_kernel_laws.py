@@ -245,3 +245,24 @@ def test_the_norms_second_pass_comes_from_dram_past_the_l2_share() -> None:
     above = t_us(row_norm(16384, 4176, "fp32", "rms_norm"))   # 35.3 MB
     assert 1.3 < above / below < 1.6
     assert l2_reread_cap("no_such_gpu") is None
+
+
+def test_only_a_tile_past_the_register_file_pays_recompute_passes() -> None:
+    """fp32 accumulators per thread from the kernels' tiles (sim/kernel_laws.kernel_tiles): FA2 keeps
+    160-192 at every head dim; cuDNN's bprop 64x64xD holds dK, dV, S and dP, 320 at D = 256, past the
+    255-register limit: two passes over D, 7/5 of the backward's work (H200 sweeps: cuDNN fwd+bwd at
+    D = 256 ran 400 TFLOP/s against 525 at D = 128)."""
+    from mechsim.sim.kernel_laws import accumulator_floats, register_passes
+    hd = np.array([64.0, 128.0, 256.0])
+    for impl in ("fa2", "cudnn"):
+        for bwd in (False, True):
+            b = np.full(3, bwd)
+            assert accumulator_floats(hd, b, impl).max() <= 320
+    assert list(accumulator_floats(hd, np.full(3, True), "fa2")) == [192.0, 192.0, 160.0]
+    assert list(register_passes(hd, np.full(3, True), "cudnn")) == [1.0, 1.0, pytest.approx(1.4)]
+    assert list(register_passes(hd, np.full(3, False), "cudnn")) == [1.0, 1.0, 1.0]
+    assert list(register_passes(hd, np.full(3, True), "fa2")) == [1.0, 1.0, 1.0]
+    assert list(register_passes(hd, np.full(3, True), "fa3")) == [1.0, 1.0, 1.0]
+    def bwd_us(d: int) -> float:   # the eager stack runs cuDNN attention (sim/data/stacks.toml)
+        return estimate_op(attention(1, 8, 8, 16384, 16384, d, False, phase="bwd"), H200).time_s * 1e6
+    assert bwd_us(256) > 1.2 * 2 * bwd_us(128)          # twice the FLOPs and 7/5 of the work (2.0x without)
