@@ -1,5 +1,7 @@
 """Row softmax kernels (sim/rowkernels.py): torch's dispatch and their use in workloads."""
 
+import pytest
+
 from mechsim.hwdb import get_gpu
 from mechsim.model import TrainingWorkload
 from mechsim.model.microops import cross_entropy_chain
@@ -48,9 +50,10 @@ def test_reg_kernel_rate_table_interpolates_in_registers_per_thread():
     from mechsim.sim.rowkernels import elem_rate
     eff = efficiency_for(get_gpu("h200"))
     table = dict((int(k), v) for k, v in eff.get("rowsoftmax.reg_elem_rates"))
-    assert elem_rate("reg", 3072, eff) == table[3] and elem_rate("reg", 8192, eff) == table[8]
+    assert elem_rate("reg", 3072, eff) == pytest.approx(table[3], rel=1e-12)   # 1 / (1 / rate): rounding
+    assert elem_rate("reg", 8192, eff) == pytest.approx(table[8], rel=1e-12)
     assert min(table[3], table[6]) <= elem_rate("reg", 4096, eff) <= max(table[3], table[6])
-    assert elem_rate("reg", 9216, eff) == table[8]        # flat outside the table
+    assert elem_rate("reg", 9216, eff) == pytest.approx(table[8], rel=1e-12)   # flat outside the table
 
 
 def test_d2d_copy_engine_time_is_traffic_over_copy_rate_plus_fixed():
