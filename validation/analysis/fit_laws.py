@@ -96,9 +96,12 @@ GROUPS = {
     # vectorized_layer_norm_kernel's two regimes (sim/kernel_laws.norm_sm_s, norm_row_s): a lone row's chain
     # and the SM's work over its rows, per template (rms_norm = true / false); 16 rows resident per SM
     "norm": Group(("norm_sweep", "norm"), {
-        f"rowkernel.{f}.{p}": v for f in ("layer_norm", "rms_norm")
-        for p, v in (("row_s", (1e-6, "s")), ("col_s", (1e-9, "s")), ("serial_row_s", (1e-7, "s")),
-                     ("sm_col_s", (2e-10, "s")), ("fixed_s", (2e-6, "s")))},
+        **{f"rowkernel.{f}.{p}": v for f in ("layer_norm", "rms_norm")
+           for p, v in (("row_s", (1e-6, "s")), ("col_s", (1e-9, "s")), ("serial_row_s", (1e-7, "s")),
+                        ("sm_col_s", (2e-10, "s")), ("fixed_s", (2e-6, "s")))},
+        **{f"rowkernel.norm_rowwise.{p}": v for p, v in (   # the two-kernel path of rows not a multiple of 4
+            ("row_s", (2e-6, "s")), ("col_s", (1e-9, "s")), ("fixed_s", (2e-6, "s")), ("fwd_rate", (4e11, "1/s")),
+            ("fwd_col_s", (1e-9, "s")))}},
         fixed={f"rowkernel.{f}.rows_per_sm": NORM_RESIDENT for f in ("layer_norm", "rms_norm")}, max_nfev=80),
     "gemm": Group(("gemm_sweep", "gemm"), {
         "gemm.misaligned_fraction": (0.3, "1"), "gemm.misaligned_fraction_8b": (0.5, "1"),
