@@ -78,7 +78,9 @@ def cp_ring(c: Ctx, Hkv: int, dqk: int, dv: int, n: int) -> Pair:
     kv, cnt = c.B * c.S * Hkv * (dqk + dv) * c.act, n * c.mb * (c.cp - 1)
     # PyTorch's ring (torch_ring_cp) sends the accumulated dK, dV in fp32 (grad buffers of accum_dtype
     # float32, rotated by an all_to_all permute; ops_common.torch_ring_grad_acc)
-    dkv, dt = (kv * 4.0 / c.act, "fp32") if c.f("torch_ring_cp") else (kv, "bf16")
+    ring_fp32 = c.f("torch_ring_cp")
+    dkv = kv * 4.0 / c.act if ring_fp32 else kv
+    dt: DType = "fp32" if ring_fp32 else "bf16"
     bwd = coll("kv_ring", "sendrecv", "cp", kv, c.cp, "bwd", cnt) + coll("dkv_ring", "sendrecv", "cp", dkv, c.cp,
                                                                           "bwd", cnt, dt)
     return Pair(coll("kv_ring", "sendrecv", "cp", kv, c.cp, "fwd", cnt), bwd if c.train else [])
