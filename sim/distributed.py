@@ -266,7 +266,7 @@ def fsdp_step_exposure(t: OpTable, c: CommTimes, fwd_s: float, bwd_s: float, m: 
                               unit(rest_ag - once, ag), unit(rest_rs, rs), stretch=stretch,
                               regather=not keep_unsharded)
     return overlap.Exposure("fsdp", e.comm_s * reps + once, e.exposed_s * reps + once, e.hidden_s * reps,
-                            e.slowdown_s * reps)
+                            e.slowdown_s * reps, e.forward_exposed_s * reps + once)
 
 
 TP_LINEARS = ("layer/attn/qkv_proj", "layer/attn/o_proj", "layer/mlp/gate_up", "layer/mlp/down")
@@ -376,7 +376,7 @@ def step_parts(t: OpTable, k: KernelTimes, gpu_s: np.ndarray, c: CommTimes, par,
     exposed.update(pp=pipe.p2p_exposed_s, dp=dp.total + after_opt)
     idle = launch_idle_s
     if phase_end_s is not None and zero3_serial_s is None:
-        idle = optimizer_idle_s(launch_idle_s, (fwd, bwd, opt), phase_end_s, dp.total)
+        idle = optimizer_idle_s(launch_idle_s, (fwd, bwd, opt), phase_end_s, dp.total, dp.forward_exposed_s)
     step = pipe.step_s + dp.total + after_opt + opt + idle
     if off is not None:
         exposed["offload"] += off.after_step_s
@@ -398,18 +398,25 @@ def phase_windows(gpu_fb_s: tuple[float, float],
 
 
 def optimizer_idle_s(launch_idle_s: float, gpu_phase_s: tuple[float, float, float],
-                     phase_end_s: tuple[float, float, float], dp_exposed_s: float) -> float:
+                     phase_end_s: tuple[float, float, float], dp_exposed_s: float,
+                     fwd_exposed_s: float = 0.0) -> float:
     """The step's launch idle once the exposed DP / FSDP communication has run: the host goes on
     issuing the optimizer's kernels while the GPU waits for the last reductions (a stream wait,
-    not a host block), so the optimizer's host-bound idle overlaps that wait:
+    not a host block), so the optimizer's host-bound idle overlaps that wait; likewise the host
+    goes on issuing the backward while the forward's units wait for their FSDP gathers, so the
+    backward's host-bound idle overlaps the forward's exposed gathers (``fwd_exposed_s``):
 
-        idle = idle_fwd_bwd + max(0, idle_opt - dp_exposed)
+        idle = idle_fwd_bwd - min(fwd_exposed, idle_bwd) + max(0, idle_opt - dp_exposed)
 
-    idle_fwd_bwd = b_end - (gpu_f + gpu_b), idle_opt = the rest of the tandem's idle. (The
-    optimizer then starts at max(backward end + exposed comm, its host issue), as a timeline has
-    it, so a slower backward that hides more comm never shortens the step.)"""
+    idle_fwd_bwd = b_end - (gpu_f + gpu_b), idle_bwd = (b_end - f_end) - gpu_b (at most
+    idle_fwd_bwd), idle_opt = the rest of the tandem's idle. (The optimizer then starts at
+    max(backward end + exposed comm, its host issue), as a timeline has it, so a slower backward
+    that hides more comm never shortens the step; and a faster forward that exposes more of its
+    gathers lends the backward's host-bound stretch as much idle as it exposes, so it never
+    lengthens a host-bound step either.)"""
     fb_idle = min(max(0.0, phase_end_s[1] - gpu_phase_s[0] - gpu_phase_s[1]), launch_idle_s)
-    return fb_idle + max(0.0, launch_idle_s - fb_idle - dp_exposed_s)
+    bwd_idle = min(max(0.0, phase_end_s[1] - phase_end_s[0] - gpu_phase_s[1]), fb_idle)
+    return fb_idle - min(max(fwd_exposed_s, 0.0), bwd_idle) + max(0.0, launch_idle_s - fb_idle - dp_exposed_s)
 
 
 def dp_host_times(t: OpTable, host: np.ndarray, graphs: bool, stack_key: str = "eager") -> np.ndarray:

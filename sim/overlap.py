@@ -52,7 +52,7 @@ import contextlib
 import contextvars
 import functools
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -72,6 +72,7 @@ class Exposure:
     exposed_s: float
     hidden_s: float
     slowdown_s: float
+    forward_exposed_s: float = 0.0   # FSDP: the part of exposed_s the forward's units wait for
 
     @property
     def total(self) -> float:
@@ -363,7 +364,8 @@ def fsdp_exposure(fwd_compute_s, bwd_compute_s, ag_s, rs_s, contention: float | 
     bwd = _prefetch_exposed(cb_r, gate, k) + float(rs_r[-1])
     comm = float((2 if regather else 1) * ag.sum() + rs.sum())
     overlapped = float(np.minimum(ag[1:], cf[:-1] / k).sum() + np.minimum(gate[1:], cb_r / k).sum())
-    return _exposure("fsdp", comm, fwd + bwd, overlapped, contention)
+    e = _exposure("fsdp", comm, fwd + bwd, overlapped, contention)
+    return replace(e, forward_exposed_s=min(fwd, e.exposed_s))
 
 
 def tp_exposure(comm_s: float, overlap_fraction: float = 0.0, contention: float | None = None) -> Exposure:
