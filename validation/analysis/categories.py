@@ -15,7 +15,10 @@ ways and compared:
              memory), at the sustained power state (as the trace import), or with
              ``burst_state`` at the profiled call's: ONE call after the profiler's start-up pause,
              ``estimate(..., run=burst(busy))`` from an idle board (LOG "Step categories: host idle
-             definition, the profiled call's power state, split-KV decode attention"); host = the
+             definition, the profiled call's power state, split-KV decode attention"). Records
+             whose profile carries ``profile_lead_calls`` >= 1 (runners/models.kernel_summary)
+             recorded their call after ~1 s of back-to-back calls inside the profiler, at the
+             timed loop's state: the sustained prediction is the like-for-like one there; host = the
              same quantity as measured: the timed (sustained) step minus the predicted kernel time.
 
 Error = predicted / measured - 1 per category. GPU user annotations the profiler lists among

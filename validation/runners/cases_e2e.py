@@ -22,7 +22,7 @@ import torch
 
 from common import Case, Ctx, Group, clean_baseline, free_memory, result
 from models import (SHAPES, batch, build_model, host_phase_times, kernel_summary, make_optimizer, make_train_step,
-                    model_params, n_params_actual, ref_config)
+                    model_params, n_params_actual, ref_config, sustained_lead_calls)
 from timing import add_host_probe, host_probe_s, measure_steps
 
 PEAK_BF16 = 7e14  # for the rough duration estimate only
@@ -52,7 +52,7 @@ def run_train(ctx: Ctx, p: dict) -> dict:
         extra["compile_s"] = max(0.0, ext["first_step_s"] - timing["median_s"])
         extra["host_issue_s"] = host_issue_step_s(step, ctx)
     if p["profile"]:
-        extra.update(kernel_summary(step, ctx.device))
+        extra.update(kernel_summary(step, ctx.device, lead_calls=sustained_lead_calls(timing["median_s"])))
     if not p["compile"]:
         extra["host_phase_s"] = host_phase_times(fwd_model, opt, idx, tgt, ctx.device_type)
     extra["tokens_per_s"] = p["mbs"] * p["seq"] / timing["median_s"]

@@ -31,7 +31,7 @@ import torch.nn.functional as F
 from cases_inference import PairedProbe, _tokens, add_model_probe, kv_caches, model_probe_s
 from common import Case, Ctx, Group, free_memory, result
 from llama_ref import RefConfig
-from models import batch, build_model, kernel_summary, make_optimizer, make_train_step, n_params_actual
+from models import batch, build_model, kernel_summary, make_optimizer, make_train_step, n_params_actual, sustained_lead_calls
 from timing import add_host_probe, host_probe_s, measure, measure_steps
 
 # Mixtral-like, scaled to one GPU (Mixtral-8x7B: d 4096, expert ffn 14336, 32 heads / 8 kv, 8 experts top-2)
@@ -178,7 +178,7 @@ def run_train(ctx: Ctx, p: dict) -> dict:
     add_model_probe(extra, mprobe, model_probe_s(ctx))
     extra["sync_roundtrip_s"] = sync_roundtrip_s(ctx.device)
     if p["profile"]:
-        extra.update(kernel_summary(step, ctx.device, top=200))
+        extra.update(kernel_summary(step, ctx.device, top=200, lead_calls=sustained_lead_calls(timing["median_s"])))
     del step, model, opt
     free_memory()
     return result(timing, extra)
@@ -200,7 +200,7 @@ def run_prefill(ctx: Ctx, p: dict) -> dict:
             extra["host_model_probe_s"]["samples"] = paired.values
         extra["sync_roundtrip_s"] = sync_roundtrip_s(ctx.device)
         if p["profile"]:
-            extra.update(kernel_summary(call, ctx.device, top=200))
+            extra.update(kernel_summary(call, ctx.device, top=200, lead_calls=sustained_lead_calls(timing["median_s"])))
     model = caches = None   # drop them before free_memory (the lambda holds the cells)
     free_memory()
     return result(timing, extra)
