@@ -237,7 +237,6 @@ def system_of(hw: Any) -> Any:
 def _system_named(name: str) -> Any:
     """get_system(name), or None for a GPU name (cached: an unknown name's error builds
     spelling suggestions, far slower than the estimate itself)."""
-    from .. import hwdb
     try:
         return hwdb.get_system(name)
     except hwdb.UnknownHardwareError:
