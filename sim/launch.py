@@ -76,13 +76,27 @@ def host_dispatches(t: OpTable, grouped_gemm: bool = False) -> np.ndarray:
     expert) is ``batch`` calls when Python loops over the experts (the eager MoE loops, a
     SequentialMLP: ``xe @ w[e]`` per expert, launch/moe_loop records), one library call when the
     stack's ``grouped_gemm`` launches them from C++ (TE GroupedLinear's multi-stream GEMMs)."""
+    key = (id(t), grouped_gemm)
+    hit = _DISPATCHES.get(key)
+    if hit is not None and hit[0] is t:
+        return hit[1]
     mm = t.kind == MATMUL
     calls = np.ones(len(t.kernels))
     if not grouped_gemm:
         b = t.gemm.batch
         calls = np.where(mm & (b > 1) & (t.kernels >= b), b, 1.0)
     lib = np.maximum(t.kernels - calls, 0.0) * (mm | (t.kind == ATTENTION))
-    return t.kernels - lib * (1.0 - LIBRARY_KERNEL_FRACTION)
+    out = t.kernels - lib * (1.0 - LIBRARY_KERNEL_FRACTION)
+    out.flags.writeable = False
+    if len(_DISPATCHES) > 4096:
+        _DISPATCHES.clear()
+    _DISPATCHES[key] = (t, out)
+    return out
+
+
+# host_dispatches per (op table, grouped_gemm), each entry holding its table (no id reused while it
+# lives): the host band's other hosts and the power inputs ask it again for the same table
+_DISPATCHES: dict[tuple[int, bool], tuple[OpTable, np.ndarray]] = {}
 
 
 def host_times(t: OpTable, stack: Stack) -> np.ndarray:

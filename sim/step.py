@@ -108,6 +108,9 @@ class Calibrated:
     gemm_s: float                      # ... of its compute-bound GEMMs
     attention_s: float                 # ... of its attention kernels
     gemm_power_s: float                # gemm_s x gemm_power_weight
+    # OneGpu.power_inputs' shares at these kernel times (they depend on nothing else): computed once,
+    # read by the host band's other hosts and a repeated workload
+    one_gpu_shares: dict = field(default_factory=dict, compare=False, repr=False)
 
 
 _STAGES: dict[tuple, tuple[Any, Any, Any, Calibrated]] = {}
@@ -250,9 +253,14 @@ class OneGpu:
             c = kernel_stage_of(t, k, self.gpu)
         host = 0.0 if st.graphs else float(np.dot(host_times(t, st), t.count))
         busy, gemm, att = c.busy_s, c.gemm_s, c.attention_s
-        return (with_tensor_power({"matmul_compute": gemm, "attention": att, "memory_bound": busy - gemm - att,
-                                   "matmul_power": c.gemm_power_s}, t, k, self.gpu, "memory_bound"),
-                max(busy, host) / self.duty)
+        hit = c.one_gpu_shares.get(id(self.gpu))
+        if hit is not None and hit[0] is self.gpu:
+            return dict(hit[1]), max(busy, host) / self.duty
+        shares = with_tensor_power({"matmul_compute": gemm, "attention": att, "memory_bound": busy - gemm - att,
+                                    "matmul_power": c.gemm_power_s}, t, k, self.gpu, "memory_bound")
+        if c is self.cal and len(c.one_gpu_shares) < 8:   # an entry holds its GPU: no id reused while it lives
+            c.one_gpu_shares[id(self.gpu)] = (self.gpu, dict(shares))
+        return shares, max(busy, host) / self.duty
 
     def compose(self, k: KernelTimes, speed: float) -> Composed:
         t = self.t
