@@ -115,15 +115,15 @@ def block_starts(count: np.ndarray, phase: np.ndarray | None = None) -> np.ndarr
         return np.zeros(0, dtype=np.int64)
     cs = [float(c) for c in count.tolist()]   # Python floats: indexing numpy scalars is slower
     ph = [0] * n if phase is None else phase.tolist()
-    starts, rep = [0], cs[0]
-    for i in range(1, n):
-        c = cs[i]
-        lo, hi = min(rep, c), max(rep, c)
-        if ph[i] != ph[i - 1] or (lo <= 1 < hi) or lo < 1 or hi % lo:
+    starts, rep, prev = [0], cs[0], ph[0]
+    for i, c, p in zip(range(1, n), cs[1:], ph[1:]):
+        lo, hi = (c, rep) if c < rep else (rep, c)
+        if p != prev or lo < 1 or (lo <= 1 < hi) or hi % lo:
             starts.append(i)
             rep = c
         else:
             rep = lo
+        prev = p
     return np.array(starts, dtype=np.int64)
 
 
@@ -169,21 +169,87 @@ def _row(o: Op) -> tuple:
             o.bytes_written, o.count, o.kernels, *r, *st, *g, *a)
 
 
+# (kind, shape record type) -> which shape columns an op of that kind and record fills (_rows):
+# every pair check_op accepts, by exact type (a subclass of a record takes check_op and _row)
+_GEMM, _ATTN, _ROWS, _STRIDED, _PLAIN = range(5)
+_FILL: dict[tuple[str, type], int] = {}
+for _k in KINDS:
+    for _t in (GemmShape, AttentionShape, CollectiveShape, StreamShape, StridedShape, RowShape, type(None)):
+        if issubclass(_t, SHAPE_OF_KIND.get(_k) or _OTHER_SHAPES):
+            _FILL[(_k, _t)] = (_GEMM if _k == "matmul" else _ATTN if _k == "attention" else
+                               _STRIDED if _t is StridedShape else _ROWS if _t is RowShape else _PLAIN)
+_HEAD = 8   # kind, phase, dtype, flops, bytes, bytes_written, count, kernels
+
+
+def _columns(ops: tuple[Op, ...]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """_row's columns of ``ops`` after check_op, in one loop: (the _HEAD columns [8, n], rows and cols
+    [2, n], strided elements and class [2, n], GEMM M N K batch [4, n], attention [9, n]). The shape
+    columns are filled only for the ops whose (kind, record type) fills them (_FILL), the rest keep
+    _row's neutral values; an op _FILL does not know goes through check_op (which raises for a bad
+    one) and _row."""
+    n = len(ops)
+    heads: list[tuple] = []
+    gi: list[int] = []
+    gv: list[tuple] = []
+    ai: list[int] = []
+    av: list[tuple] = []
+    ri: list[int] = []
+    rv: list[tuple] = []
+    si: list[int] = []
+    sv: list[tuple] = []
+    fill, kind_at, phase_at, dtype_at = _FILL, _KIND_AT, _PHASE_AT, _DTYPE_AT
+    for i, o in enumerate(ops):
+        s, kind = o.shape, o.kind
+        f = fill.get((kind, type(s)))
+        ph, dt = phase_at.get(o.phase), dtype_at.get(o.dtype)
+        if f is None or ph is None or dt is None:
+            check_op(o)
+            r = _row(o)
+            heads.append(r[:_HEAD])
+            ri.append(i), rv.append(r[8:10]), si.append(i), sv.append(r[10:12])
+            gi.append(i), gv.append(r[_GEMM_AT:_GEMM_AT + 4]), ai.append(i), av.append(r[_ATTN_AT:])
+            continue
+        heads.append((kind_at[kind], ph, dt, o.flops, o.bytes_read + o.bytes_written, o.bytes_written, o.count,
+                      o.kernels))
+        if f == _PLAIN:
+            continue
+        if f == _GEMM:
+            gi.append(i)
+            gv.append((s.M, s.N, s.K, s.batch))
+        elif f == _ATTN:
+            ai.append(i)
+            av.append((s.B, s.Hq, s.Hkv, s.Sq, s.Skv, s.Dqk, s.Dv, int(s.causal), s.window_frac))
+        elif f == _STRIDED:
+            si.append(i)
+            sv.append((s.elements, s.strided_class))
+        elif kind == "softmax" and o.kernels == 1:   # a RowShape names (rows, cols) of a row softmax only
+            ri.append(i)
+            rv.append((s.rows, s.cols))
+    head = np.fromiter(chain.from_iterable(heads), dtype=float, count=n * _HEAD).reshape(n, _HEAD).T.copy()
+
+    def part(idx: list[int], vals: list[tuple], neutral: tuple) -> np.ndarray:
+        out = np.array(neutral, dtype=float)[:, None].repeat(n, axis=1)
+        if idx:
+            out[:, idx] = np.array(vals, dtype=float).reshape(len(idx), len(neutral)).T
+        return out
+
+    return head, part(ri, rv, _ZERO2), part(si, sv, _ZERO2), part(gi, gv, _NO_GEMM), part(ai, av, _NO_ATTN)
+
+
+_ZERO2 = (0, 0)
+
+
 def build_table(ops: tuple[Op, ...]) -> OpTable:
     """Columns of ``ops`` (the one place shape records become arrays); raises ValueError naming
     an op with an unknown kind/phase/dtype or the wrong shape record (check_op). One pass over
-    the ops into one float array whose rows are the columns (each a contiguous copy)."""
-    for op in ops:
-        check_op(op)
-    width = _ATTN_AT + 9
-    a = np.fromiter(chain.from_iterable(map(_row, ops)), dtype=float, count=len(ops) * width)
-    a = a.reshape(len(ops), width).T.copy()
+    the ops (_columns), each column a contiguous row of a float array."""
+    a, rc, st, g, at = _columns(ops)
     kind, phase, dtype = (a[i].astype(np.int64) for i in range(3))
-    gemm = GemmColumns(*(a[_GEMM_AT + i] for i in range(4)))
+    gemm = GemmColumns(g[0], g[1], g[2], g[3])
     return OpTable(ops=ops, kind=kind, phase=phase, dtype=dtype, flops=a[3], bytes=a[4], bytes_written=a[5],
-                   count=a[6], kernels=a[7], gemm=gemm, attn=AttnColumns(*(a[_ATTN_AT + i] for i in range(9))),
+                   count=a[6], kernels=a[7], gemm=gemm, attn=AttnColumns(*(at[i] for i in range(9))),
                    block_starts=block_starts(a[6], phase), align_bytes=leading_dim_alignment(gemm, dtype),
-                   rows=a[8], cols=a[9], strided_elems=a[10], strided_class=a[11])
+                   rows=rc[0], cols=rc[1], strided_elems=st[0], strided_class=st[1])
 
 
 def _is_row_softmax(op: Op) -> bool:
