@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 
 from .ops import Op, RowShape
-from .ops_common import CAT, Ctx, Kern, Pair, cast, chain, mixed, nv, nv_class, times
+from .ops_common import CAT, Ctx, Kern, Pair, affine_in_rows, cast, chain, ctx_key, mixed, nv, nv_class, times
 
 
 def _norm_fwd_eager(c: Ctx, R: int, W: int, r: float, consumers: int) -> list[Kern]:
@@ -65,6 +65,15 @@ def _norm_bwd_eager(c: Ctx, R: int, W: int, r: float, consumers: int, skip: bool
 
 def norm(c: Ctx, name: str, R: int, W: int, n: int, consumers: int, resid_in: bool = False,
          stream: bool = True) -> Pair:
+    """RMSNorm/LayerNorm over R rows of width W, ``consumers`` linears reading its output
+    (``norm_ops``; every term of its chains is a product of R: kept per everything else,
+    ops_common.affine_in_rows; of the model it reads cfg.norm only)."""
+    return affine_in_rows(("norm", ctx_key(c), c.cfg.norm, name, W, n, consumers, resid_in, stream), R,
+                          lambda r: norm_ops(c, name, r, W, n, consumers, resid_in, stream))
+
+
+def norm_ops(c: Ctx, name: str, R: int, W: int, n: int, consumers: int, resid_in: bool = False,
+             stream: bool = True) -> Pair:
     """RMSNorm/LayerNorm over R rows of width W, ``consumers`` linears reading its output.
 
     Fused fwd: reads x (r*e) + weight [+ the branch output a*e when ``resid_in``: the
@@ -123,6 +132,23 @@ def _rope_eager(c: Ctx, n: float, t: float, tb: float | None = None,
 
 def rope(c: Ctx, name: str, nq: float, nk: float, table: float, n: int, cat: float = 0.0,
          table_bytes: float | None = None, views: bool = True) -> Pair:
+    """``rope_ops``; every term of its chains is a product of nq, nk, table or cat, so with each a
+    whole multiple of the sequence length c.S (q and k: c.B x c.S tokens, the tables c.S positions)
+    it is kept per everything else (ops_common.affine_in_rows, R = c.S)."""
+    S = c.S
+    if not (all(type(x) is int and x % S == 0 for x in (nq, nk, table)) and (cat == 0 or type(cat) is int and cat % S == 0)):
+        return rope_ops(c, name, nq, nk, table, n, cat, table_bytes, views)
+    q, k, t = nq // S, nk // S, table // S
+    if cat == 0:   # the default 0.0 kept as it is
+        return affine_in_rows(("rope", ctx_key(c), name, q, k, t, cat, n, table_bytes, views), S,
+                              lambda r: rope_ops(c, name, q * r, k * r, t * r, n, cat, table_bytes, views))
+    ct = cat // S
+    return affine_in_rows(("rope", ctx_key(c), name, q, k, t, ct, n, table_bytes, views, "cat"), S,
+                          lambda r: rope_ops(c, name, q * r, k * r, t * r, n, ct * r, table_bytes, views))
+
+
+def rope_ops(c: Ctx, name: str, nq: float, nk: float, table: float, n: int, cat: float = 0.0,
+             table_bytes: float | None = None, views: bool = True) -> Pair:
     """Rotary embedding on nq query and nk key elements (per instance), cos/sin tables of
     ``table`` elements each (``table_bytes`` per element: see _rope_eager; eager only).
     ``cat``: elements of MLA's cat(nope, rope) outputs (eager: one copy kernel each for q and

@@ -114,3 +114,69 @@ def test_hardware_flops_same_for_any_split_below():
     fused = get_stack("serving").fused
     assert sum(o.kernels for o in build_ops(w, fused, 132)) > sum(o.kernels for o in build_ops(w, fused, 0))
     assert hardware_flops_per_step(w, fused, split_below=132) == hardware_flops_per_step(w, fused)
+
+
+# ---- chains kept per everything but their rows (ops_common.affine_in_rows) ---------------------
+
+def _direct_ops(c, R: int, kind: str, **kw):
+    from mechsim.model import chains
+    if kind == "norm":
+        return chains.norm_ops(c, "n", R, kw["W"], 3, kw["consumers"], kw["resid_in"], kw["stream"])
+    return chains.rope_ops(c, "r", R * c.B * 32 * 128, R * c.B * 8 * 128, R * 128, 3, kw.get("cat", 0.0),
+                           kw.get("table_bytes"), kw.get("views", True))
+
+
+def _kept_ops(c, R: int, kind: str, **kw):
+    from mechsim.model import chains
+    if kind == "norm":
+        return chains.norm(c, "n", R, kw["W"], 3, kw["consumers"], kw["resid_in"], kw["stream"])
+    return chains.rope(c, "r", R * c.B * 32 * 128, R * c.B * 8 * 128, R * 128, 3, kw.get("cat", 0.0),
+                       kw.get("table_bytes"), kw.get("views", True))
+
+
+def _ctxs():
+    from dataclasses import replace
+    from mechsim.model.ops_common import Ctx
+    out = []
+    for norm in ("rmsnorm", "layernorm"):
+        cfg = preset("llama3-8b").model_copy(update={"norm": norm})
+        base = Ctx(cfg=cfg, B=2, S=1, Skv=1, act=2.0, resid=4.0, gemm="bf16", gin=2.0, wb=2.0, pw=4.0, mb=2, train=True,
+                   autocast=True)
+        out += [base, replace(base, autocast=False, resid=2.0, pw=2.0), replace(base, train=False),
+                replace(base, fused=frozenset({"norm", "rope"})), replace(base, fused=frozenset({"residual_norm"})),
+                replace(base, gin=0.5625, gemm="fp4", autocast=False, resid=2.0, pw=2.0), replace(base, act=4.0, resid=4.0)]
+    return out
+
+
+@pytest.mark.parametrize("c", _ctxs())
+def test_affine_chains_equal_direct_builds(c):
+    """norm / rope kept per their other inputs give the ops the builders give, for rows from 1 to
+    10^7, in any order of first use (the rows of the first call do not matter)."""
+    from dataclasses import replace
+    from mechsim.model import ops_common
+    variants = [("norm", dict(W=4096, consumers=3, resid_in=True, stream=True)),
+                ("norm", dict(W=128, consumers=0, resid_in=False, stream=False)),
+                ("norm", dict(W=4097, consumers=1, resid_in=False, stream=True)),
+                ("rope", dict()), ("rope", dict(cat=0)), ("rope", dict(table_bytes=2.0, views=False))]
+    for first in (7, 1, 4096):
+        ops_common._AFFINE.clear()
+        for kind, kw in variants:
+            for R in (first, 1, 2, 3, 5, 8191, 8192, 131072, 10 ** 7):
+                cR = replace(c, S=R, Skv=R)
+                assert _kept_ops(cR, R, kind, **kw) == _direct_ops(cR, R, kind, **kw), (kind, kw, R)
+        assert len(ops_common._AFFINE) == len(variants) - 1   # cat 0 and 0.0: one key
+        assert all(v is not None for v in ops_common._AFFINE.values())   # every one kept, none built afresh
+
+
+def test_affine_in_rows_falls_back_off_the_line():
+    """A builder whose ops at R = 3 are not on the line through R = 1 and 2 is built afresh."""
+    from mechsim.model import ops_common
+    from mechsim.model.ops_common import Kern, Pair, chain
+    ops_common._AFFINE.clear()
+
+    def build(r):
+        return Pair(chain("x", "elementwise", "fwd", [Kern(r * r, 4 * r, 4 * r)], 1, r), [])
+
+    for R in (1, 2, 3, 10, 1000):
+        assert ops_common.affine_in_rows(("square",), R, build) == build(R)
+    assert ops_common._AFFINE[("square",)] is None
