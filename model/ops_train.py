@@ -94,7 +94,7 @@ def stage_param_sizes(c: Ctx) -> list[int]:
     learned positions) off the first stage and the final norm + lm_head off the last; a tied
     lm_head on a last stage that is not the first is a copy of its own. The MTP stage adds
     its modules' own tensors (``mtp_param_sizes``; their layers are in c.cfg's n_layers)."""
-    cfg, sizes = c.cfg, param_tensor_sizes(c.cfg)
+    cfg, sizes = c.cfg, list(_tensor_sizes(c.cfg))
     if not c.head:
         sizes = sizes[:len(sizes) - _head_tensors(cfg)]
     if c.embed:
@@ -181,6 +181,22 @@ def trained(c: Ctx, trainable: list[int] | None) -> tuple[int, int]:
     """(parameters, tensors) that get gradients: the ``trainable`` tensors when given (LoRA
     adapters), else every tensor of the stage."""
     return (sum(trainable), len(trainable)) if trainable is not None else (stage_params(c), stage_tensors(c))
+
+
+_SIZES: dict[int, tuple[TransformerConfig, tuple[int, ...]]] = {}
+
+
+def _tensor_sizes(cfg: TransformerConfig) -> tuple[int, ...]:
+    """param_tensor_sizes(cfg), kept per config object (an entry holds it, so no id is reused while
+    it lives; configs are frozen): a step's parameter ops read it several times (stage_param_sizes)."""
+    hit = _SIZES.get(id(cfg))
+    if hit is not None and hit[0] is cfg:
+        return hit[1]
+    out = tuple(param_tensor_sizes(cfg))
+    if len(_SIZES) >= 256:
+        del _SIZES[next(iter(_SIZES))]
+    _SIZES[id(cfg)] = (cfg, out)
+    return out
 
 
 def param_tensor_sizes(cfg: TransformerConfig) -> list[int]:
