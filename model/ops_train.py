@@ -448,7 +448,8 @@ def training_ops(w: TrainingWorkload, fused: frozenset, split_below: int = 0) ->
     trainable = None
     if w.peft == "lora":   # frozen base (model/lora.py): no base wgrad, adapters train
         trainable = adapter_tensor_sizes(c, layers, w.lora_rank, w.lora_targets)
-        layers, head, first = frozen_base(layers, w.lora_rank, w.lora_targets), frozen(head), [Pair(q.fwd, []) for q in first]
+        layers = frozen_base(layers, w.lora_rank, w.lora_targets, c, p.tp_comm_overlap)   # + the adapters' TP collectives
+        head, first = frozen(head), [Pair(q.fwd, []) for q in first]
     if recipe:
         layers.append(training_casts(c, [o for q in layers for o in q.fwd], recipe, wgrad=trainable is None))
     pp = pp_p2p(c, p.pp, w.grad_accum * p.vp)

@@ -93,3 +93,58 @@ def test_unknown_or_empty_lora_targets_are_refused():
         TrainingWorkload(model="llama3-8b", precision="bf16", peft="lora", lora_targets=())
     with pytest.raises(ValueError):
         TrainingWorkload(model="llama3-8b", precision="bf16", peft="lora", lora_targets=("linear_q",))
+
+
+def _tp_ops(overlap: bool, sp: bool = True, **kw):
+    w = TrainingWorkload(model="llama3-8b", mbs=1, seq=2048, precision="bf16", stack="megatron_te", grad_accum=2,
+                         parallel=Parallelism(tp=4, sp=sp, tp_comm_overlap=overlap), **kw)
+    return training_ops(w, STACK)
+
+
+def test_frozen_base_skips_the_wgrad_input_regather():
+    """TE gathers a column-parallel layer's saved input again only for a weight that requires grad
+    (layernorm_linear.py ln_out_needs_gather), Megatron's frozen ColumnParallelLinear never: no
+    comm/tp/*_ag_wgrad under LoRA, every other layer and head TP collective of the base kept."""
+    full = {o.name for o in _tp_ops(True) if o.kind == "collective"}
+    lora = {o.name for o in _tp_ops(True, peft="lora") if o.kind == "collective"}
+    assert {n for n in full if n.endswith("_ag_wgrad")} >= {"comm/tp/attn_in_ag_wgrad", "comm/tp/mlp_in_ag_wgrad"}
+    assert not {n for n in lora if n.endswith("_ag_wgrad")}
+    assert {n for n in full if not n.endswith("_ag_wgrad") and "/embed_" not in n} <= lora   # (nothing trains before the embedding)
+
+
+def _lora_comm(ops):
+    return {(o.name, o.phase): o.shape.bytes for o in ops if o.kind == "collective" and "_lora" in o.name}
+
+
+def test_qkv_adapter_gathers_its_input_only_under_tp_comm_overlap():
+    """ParallelLinearAdapter on linear_qkv with sp: TE returns the gathered layernorm output unless
+    userbuffers overlap the base's all-gather; then the adapter all-gathers the T/tp shard (fwd) and
+    reduce-scatters its grad (bwd). Always: H (T x r) gathered fwd, linear_out's input grad all-reduced bwd."""
+    T, d, r = 2048, 4096, 32
+    on = _lora_comm(_tp_ops(True, peft="lora", lora_targets=("linear_qkv",)))
+    off = _lora_comm(_tp_ops(False, peft="lora", lora_targets=("linear_qkv",)))
+    assert on[("comm/tp/attn_in_lora_ag", "fwd")] == on[("comm/tp/attn_in_lora_rs", "bwd")] == 2 * T * d
+    assert off == {("comm/tp/attn_in_lora_h_ag", "fwd"): 2 * T * r, ("comm/tp/attn_in_lora_h_ar", "bwd"): 2 * T * r}
+    assert set(off) < set(on)
+    nosp = _lora_comm(_tp_ops(False, sp=False, peft="lora", lora_targets=("linear_qkv",)))
+    assert nosp[("comm/tp/attn_in_lora_ar", "bwd")] == 2 * T * d         # linear_in's input grad, no sp
+
+
+def test_row_parallel_adapter_gathers_its_output():
+    """linear_proj / linear_fc2: linear_out = ColumnParallelLinear(gather_output=True) all-gathers
+    T x d forward; with sp the scatter's backward all-gathers T x d again."""
+    T, d = 2048, 4096
+    c = _lora_comm(_tp_ops(False, peft="lora"))
+    for p in ("attn_out", "mlp_out"):
+        assert c[(f"comm/tp/{p}_lora_ag", "fwd")] == c[(f"comm/tp/{p}_lora_sp_ag", "bwd")] == 2 * T * d
+    assert not _lora_comm(_ops(peft="lora")[1])                           # tp 1: none
+
+
+def test_adapter_gemms_are_the_local_shards():
+    """Under tp the column-parallel base's linear_in holds A[K, r/tp], a row-parallel base's linear_out B[r, N/tp]."""
+    col = Op("layer/attn/qkv_proj", "matmul", "fwd", 0.0, 0.0, 0.0, "bf16", GemmShape(2048, 1536, 4096, 1), 1, 1)
+    row = Op("layer/attn/o_proj", "matmul", "fwd", 0.0, 0.0, 0.0, "bf16", GemmShape(2048, 4096, 1024, 1), 1, 1)
+    a = next(o for o in adapter_pair(col, 32, 4).fwd if o.name.endswith("/a"))
+    b = next(o for o in adapter_pair(row, 32, 4).fwd if o.name.endswith("/b"))
+    assert (a.shape.N, b.shape.N) == (8, 1024)
+    assert adapter_pair(col, 32, 1).fwd[0].shape.N == 32
