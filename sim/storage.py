@@ -10,7 +10,10 @@ Checkpoints (bytes = weights + optimizer state, sim.reliability.checkpoint_bytes
 ``writers`` ranks writes bytes / writers: one data-parallel replica without ZeRO, every GPU with it):
     write     = writeback(shard, saver rate, job write bandwidth / writers, page cache share): return
                 and durable times of a buffered write (Linux dirty thresholds; no page cache given:
-                written through, max(shard / saver rate, bytes / job write bandwidth))
+                written through, max(shard / saver rate, bytes / job write bandwidth)); the thresholds are
+                taken from the memory the process does not hold (staged copies, DCP's pinned copies)
+    dcp sync  fill = 1 / (pinned / shard / dcp_pinned_alloc_rate + 1 / host_write_rate): each tensor copied
+              into a fresh power-of-two pinned block (cudaHostAlloc), then serialised
     sync      torch_save: blocking = return, persist = durable; dcp: blocking = persist = durable
     async     blocking = staging copy (pinned buffer: host link x d2h_pinned_fraction; fresh pageable:
               stage_pageable_rate)  [torch DCP async_save, Megatron async save]; persist = + durable
@@ -240,44 +243,78 @@ def stage_s(shard: float, host_link_Bps: float, staging: str = "pinned") -> floa
     return shard / (host_link_Bps * r["d2h_pinned_fraction"]) if staging == "pinned" else shard / r["stage_pageable_rate"]
 
 
-def fill_rate(saver: str, resident: Literal["gpu", "host"] = "gpu") -> float:
+def pinned_block_bytes(tensor_bytes: Any) -> float:
+    """Host memory torch's caching host allocator pins for one copy of each tensor (bytes each): every block
+    is rounded up to a power of two (ATen/core/CachingHostAllocator.h, PowerOf2Ceil; source
+    pytorch_caching_host_allocator). A DCP save's non_blocking GPU -> CPU copies land there."""
+    out = 0.0
+    for b in tensor_bytes:
+        if b < 0:
+            raise ValueError(f"tensor bytes must be >= 0, got {b}")
+        out += float(1 << (int(math.ceil(b)) - 1).bit_length()) if b > 0 else 0.0
+    return out
+
+
+def fill_rate(saver: str, resident: Literal["gpu", "host"] = "gpu", pinned_per_byte: float = 1.0) -> float:
     """B/s at which a saver puts one writer's bytes into the page cache. From host memory (the staged
     copy an async save writes in the background): host_write_rate. From the GPU: torch.save its own
-    measured rate (pageable D2H + pickling + zip records); DCP copies each tensor to fresh host memory
-    and then writes it, one after the other: 1 / (1 / stage_pageable_rate + 1 / host_write_rate)."""
+    measured rate (pageable D2H + pickling + zip records); DCP (FileSystemWriter, one thread,
+    _OverlappingCpuLoader) copies each tensor with ``.to("cpu", non_blocking=True)``, which allocates the
+    copy in pinned memory (aten _to_copy pin_out) through the caching host allocator, then writes it, one
+    after the other: 1 / (pinned_per_byte / dcp_pinned_alloc_rate + 1 / host_write_rate), pinned_per_byte =
+    pinned bytes (power-of-two blocks, pinned_block_bytes) per byte of state; the DMA overlaps the previous
+    tensor's write, the block's allocation (cudaHostAlloc) does not."""
     _check_choice("saver", saver, SAVERS)
+    _positive("pinned_per_byte", pinned_per_byte)
     r = io_rates()
     if resident == "host":
         return r["host_write_rate"]
     if saver == "torch_save":
         return r["torch_save_rate"]
-    return 1.0 / (1.0 / r["stage_pageable_rate"] + 1.0 / r["host_write_rate"])
+    return 1.0 / (pinned_per_byte / r["dcp_pinned_alloc_rate"] + 1.0 / r["host_write_rate"])
 
 
 def checkpoint_io(nbytes: float, writers: int, nodes: int, st: Storage, host_link_Bps: float,
                   mode: str = "sync", peer_Bps_per_gpu: float | None = None, *, saver: str = "torch_save",
-                  staging: str = "pinned", page_cache: PageCache | None = None) -> CheckpointIO:
+                  staging: str = "pinned", page_cache: PageCache | None = None, pinned_bytes: float | None = None,
+                  held_bytes: float = 0.0) -> CheckpointIO:
     """Save/restore times of a checkpoint of ``nbytes`` (module docstring). host_link_Bps: the GPU's
     CPU<->GPU link peak per direction (hwdb GPU.host_link_bw_per_dir). ``saver``: torch_save (returns
     with data still in the page cache; safe after its fsync) or dcp (FileSystemWriter fsyncs every file
-    before returning). ``page_cache``: the host's (None: written through, no page cache)."""
+    before returning). ``page_cache``: the host's (None: written through, no page cache).
+    ``pinned_bytes``: per writer, the pinned host memory a synchronous DCP save allocates for its copies
+    (pinned_block_bytes of the shard's tensor sizes; None: the shard, no rounding). FileSystemWriter keeps
+    every copy until the file is written (filesystem.py tensor_dict) and the caching host allocator keeps
+    the blocks afterwards, so they shrink the dirty thresholds of this save and of every later one.
+    ``held_bytes``: per writer, memory the process already holds outside the page cache when the save
+    starts (the pinned blocks of earlier DCP saves whose sizes this state does not reuse)."""
     _check_choice("mode", mode, MODES)
     _check_choice("saver", saver, SAVERS)
     if nbytes < 0 or writers < 1 or nodes < 1:
         raise ValueError(f"need bytes >= 0, writers >= 1, nodes >= 1; got {nbytes}, {writers}, {nodes}")
+    if held_bytes < 0:
+        raise ValueError(f"held_bytes must be >= 0, got {held_bytes}")
     _positive("host_link_Bps", host_link_Bps)
     r, shard = io_rates(), nbytes / writers
+    pinned = shard if pinned_bytes is None else float(pinned_bytes)
+    if pinned_bytes is not None and shard > 0 and pinned < shard:
+        raise ValueError(f"pinned_bytes ({pinned:.3g}) cannot be less than the shard ({shard:.3g}): each tensor "
+                         "is copied whole; use sim.storage.pinned_block_bytes(tensor sizes)")
     stage = stage_s(shard, host_link_Bps, staging)
     if mode == "in_memory":
         return _in_memory(nbytes, writers, st.name, stage, shard, peer_Bps_per_gpu)
     restore = nbytes / st.job_bandwidth("read", nodes) + shard / r[_LOAD_RATE[saver]]
     if mode == "sync":
-        wb = _shard_writeback(shard, writers, nodes, st, fill_rate(saver), page_cache)
+        dcp = saver == "dcp" and shard > 0
+        fill = fill_rate(saver, "gpu", pinned / shard if dcp else 1.0)
+        wb = _shard_writeback(shard, writers, nodes, st, fill, page_cache,
+                              held_bytes=held_bytes + (pinned if dcp else 0.0))
         block = wb.return_s if saver == "torch_save" else wb.durable_s
         return CheckpointIO(mode, st.name, nbytes, writers, 0.0, block, block, wb.durable_s, restore, saver,
                             wb.dirty_bytes)
     # async: the background writer reads the staged host copy, which holds its node's memory meanwhile
-    wb = _shard_writeback(shard, writers, nodes, st, fill_rate(saver, "host"), page_cache, held_bytes=shard)
+    wb = _shard_writeback(shard, writers, nodes, st, fill_rate(saver, "host"), page_cache,
+                          held_bytes=held_bytes + shard)
     return CheckpointIO(mode, st.name, nbytes, writers, stage, wb.durable_s, stage, stage + wb.durable_s, restore,
                         saver, wb.dirty_bytes)
 
@@ -287,7 +324,8 @@ def _shard_writeback(shard: float, writers: int, nodes: int, st: Storage, fill_B
     """One writer's shard: its saver fills at fill_Bps, its share of the job's write bandwidth drains,
     its share of its node's page cache (writers spread evenly over the nodes) holds the dirty data. The
     kernel sizes the dirty thresholds from free + reclaimable memory, so ``held_bytes`` the writer keeps
-    in anonymous memory meanwhile (an async save's staged copy) shrink them."""
+    outside the page cache meanwhile (an async save's staged copy, a DCP save's pinned copies, pinned blocks
+    cached by earlier saves) shrink them."""
     drain = st.job_bandwidth("write", nodes) / writers
     per_node = max(1.0, writers / nodes)
     if cache is None:

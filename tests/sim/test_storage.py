@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+from pathlib import Path
 
 import pytest
 
@@ -174,7 +175,7 @@ def test_dcp_saver_blocks_until_durable_torch_save_returns_first():
     ts = S.checkpoint_io(8e9, 1, 1, st, 64e9, "sync", saver="torch_save", page_cache=pc)
     dcp = S.checkpoint_io(8e9, 1, 1, st, 64e9, "sync", saver="dcp", page_cache=pc)
     assert ts.blocking_s < ts.persist_s and dcp.blocking_s == dcp.persist_s
-    fill = 1 / (1 / R["stage_pageable_rate"] + 1 / R["host_write_rate"])     # D2H then write, per tensor
+    fill = 1 / (1 / R["dcp_pinned_alloc_rate"] + 1 / R["host_write_rate"])   # pinned copy then write, per tensor
     assert dcp.blocking_s == pytest.approx(8e9 / fill + 8e9 / 2e9)
     asy = S.checkpoint_io(8e9, 1, 1, st, 64e9, "async", saver="dcp", staging="pageable", page_cache=pc)
     assert asy.blocking_s == pytest.approx(8e9 / R["stage_pageable_rate"])
@@ -324,3 +325,46 @@ def test_loader_diagnosis_phases_hand_computed():
     report = diagnosis_report({"seq": 10, "runs": [run, {"case": "x", "workers": 4, "variant": "unordered",
                                                          "error": "no in_order"}]})
     assert "text_python_bpe" in report and "no in_order" in report
+
+
+def test_pinned_blocks_round_up_to_powers_of_two():
+    assert S.pinned_block_bytes([1, 3, 4, 5, 1000, 0]) == 1 + 4 + 4 + 8 + 1024
+    assert S.pinned_block_bytes([128256 * 2048 * 4]) == 2 ** 30          # Llama 3 embedding: 1.05 GB -> 1 GiB block
+    with pytest.raises(ValueError, match=">= 0"):
+        S.pinned_block_bytes([-1])
+
+
+def test_dcp_sync_pinned_copies_slow_the_fill_and_shrink_the_thresholds():
+    st, pc = S.Storage("d", read_Bps_per_node=2e9, write_Bps_per_node=2e9), S.PageCache(100e9)
+    # 15 GB shard in blocks of 22.5 GB (1.5x), 5 GB already held: B = 0.1 x (100 - 5 - 22.5) = 7.25 GB
+    io = S.checkpoint_io(15e9, 1, 1, st, 64e9, "sync", saver="dcp", page_cache=pc, pinned_bytes=22.5e9, held_bytes=5e9)
+    fill = 1 / (1.5 / R["dcp_pinned_alloc_rate"] + 1 / R["host_write_rate"])
+    assert io.dirty_bytes == pytest.approx(7.25e9)
+    assert io.blocking_s == pytest.approx(15e9 / fill + 7.25e9 / 2e9)
+    plain = S.checkpoint_io(15e9, 1, 1, st, 64e9, "sync", saver="dcp", page_cache=pc)   # no rounding, nothing held
+    assert plain.dirty_bytes == pytest.approx(0.1 * (100e9 - 15e9)) and plain.blocking_s < io.blocking_s
+    asy = S.checkpoint_io(15e9, 1, 1, st, 64e9, "async", saver="dcp", staging="pageable", page_cache=pc, held_bytes=5e9)
+    assert asy.dirty_bytes == pytest.approx(0.1 * (100e9 - 5e9 - 15e9))   # the staged copy and the held blocks
+    ts = S.checkpoint_io(15e9, 1, 1, st, 64e9, "sync", saver="torch_save", page_cache=pc, pinned_bytes=22.5e9)
+    assert ts.dirty_bytes == pytest.approx(10e9)                          # torch.save pins nothing
+    with pytest.raises(ValueError, match="pinned_block_bytes"):
+        S.checkpoint_io(15e9, 1, 1, st, 64e9, "sync", saver="dcp", page_cache=pc, pinned_bytes=1e9)
+    with pytest.raises(ValueError, match="held_bytes"):
+        S.checkpoint_io(15e9, 1, 1, st, 64e9, "sync", saver="dcp", page_cache=pc, held_bytes=-1.0)
+
+
+def test_compare_state_shapes_match_the_records_and_the_pinned_rate_reproduces():
+    from mechsim.validation.analysis.storage_compare import state_tensor_bytes
+    rec_dir = Path(__file__).resolve().parents[2] / "validation" / "experiments" / "records"
+    seen = 0
+    for p in sorted(rec_dir.glob("*_storage_io_*.json")):
+        for key, sec in json.loads(p.read_text())["sections"].items():
+            if key.startswith("checkpoint_") and state_tensor_bytes(sec["model"]) is not None:
+                sizes = state_tensor_bytes(sec["model"])
+                assert sum(sizes) + 4 * len(sizes) // 3 == sec["state_bytes"]     # + one 0-dim fp32 step per param
+                assert len(sizes) == sec.get("tensors", len(sizes))
+                seen += 1
+    assert seen >= 6
+    rows = rows_of(json.loads((rec_dir / "20261202T1446Z_storage_io_h200.json").read_text()))
+    sync = next(r for r in rows if r.case == "random shapes (seed 0) dcp.save (durable)")
+    assert sync.split == "calibration" and abs(sync.error) < 0.005

@@ -14,8 +14,14 @@ rate; every other row is held out):
     boot 7b501b47 (20261203T1336Z loader diagnosis, --diagnose)    text_python_bpe w4 base: loader_gil_acquisitions,
                                     loader_worker_start_s; pretok_uint16 w4 base + fs_share: loader_handover_fs_fraction
                                     (its plain loader rows, 20261203T1336Z_storage_loader_diag_h200.json, are all held out)
-    the random-shape synchronous dcp.save is "check": its state was a calibration one, the row fitted nothing
-    (its fill rate is composed of the two async rates). Records of any other machine start: "held-out start".
+                                    random-shape dcp.save (sync)   dcp_pinned_alloc_rate (its fill rate less the
+                                                                   async write half, per pinned byte)
+    Records of any other machine start: "held-out start".
+
+DCP saves are predicted with the record process's pinned memory (sim.storage.pinned_block_bytes of each state's
+tensor sizes, state_tensor_bytes: the runner's shapes): a synchronous DCP save pins a power-of-two block per
+tensor and the caching host allocator keeps them, so each later save in the same process starts with those
+blocks held (the runner saves the states in the record's order, sync before async).
 
     python -m mechsim.validation.analysis.storage_compare [RECORD.json ...]
     python -m mechsim.validation.analysis.storage_compare --diagnose RECORD.loader_diagnosis.json[.gz]
@@ -31,13 +37,14 @@ import sys
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from ...sim.storage import LoaderSpec, PageCache, checkpoint_io, loader_estimate, sample_s, startup_s, storage
+from ...sim.storage import (LoaderSpec, PageCache, checkpoint_io, loader_estimate, pinned_block_bytes, sample_s,
+                            startup_s, storage)
 
 RECORDS = Path(__file__).resolve().parents[1] / "experiments" / "records"
 CALIBRATION = {("ca6a2801", "llama3.2-3b"): {"torch.save returned", "torch.save durable (fsync)",
                                                     "torch.load cold -> cuda"},
                ("de664bc9", "random shapes (seed 0)"): {"dcp.async_save blocking", "dcp.async_save durable",
-                                                             "dcp.load cold"}}
+                                                             "dcp.load cold", "dcp.save (durable)"}}
 CALIBRATION_LOADERS = {("de664bc9", "pretok_uint16", 1), ("de664bc9", "pretok_uint16", 4)}
 CALIBRATION_DIAGNOSIS = {("text_python_bpe", 4, "base"), ("pretok_uint16", 4, "base"), ("pretok_uint16", 4, "fs_share")}
 MACHINE_TIER = "h200_vm_disk"             # a loader-only record measured no disk: the tier this VM has
@@ -94,13 +101,49 @@ def _splitter(rec: dict):
     return split
 
 
+# The runner's states (validation/runners/storage_io.py SHAPES, layer_shapes, rand_shapes), mirrored here
+# without torch: fp32 parameter + exp_avg + exp_avg_sq per parameter (the 0-dim CPU step tensors aside).
+# tests/sim/test_storage.py checks them against every record's state_bytes and tensor count.
+RUNNER_SHAPES = {"llama3.2-1b": (128256, 2048, 16, 32, 8, 8192), "llama3.2-3b": (128256, 3072, 28, 24, 8, 8192)}
+
+
+def _rand_shapes(seed: int = 0, target_params: int = 330_000_000) -> list[tuple[int, ...]]:
+    import math
+    import random
+    rng, out, n = random.Random(seed), [], 0
+    while n < target_params:
+        shape = (rng.choice((1, rng.randint(64, 8192))), rng.randint(64, 8192))
+        shape = shape if shape[0] > 1 else (shape[1],)
+        out.append(shape)
+        n += math.prod(shape)
+    return out
+
+
+def state_tensor_bytes(model: str) -> list[int] | None:
+    """Bytes of each GPU tensor of the runner's training state ``model`` (None: not a runner state)."""
+    import math
+    if model == "random shapes (seed 0)":
+        shapes = _rand_shapes()
+    elif model in RUNNER_SHAPES:
+        V, D, L, H, K, F = RUNNER_SHAPES[model]
+        kv = K * D // H
+        shapes = [(V, D), (D,)] + [s for _ in range(L) for s in ((D,), (D, D), (kv, D), (kv, D), (D, D), (D,),
+                                                                (F, D), (F, D), (D, F))]
+    else:
+        return None
+    return [4 * math.prod(s) for s in shapes for _ in range(3)]
+
+
 def rows_of(rec: dict) -> list[Row]:
     st, out, split_of = record_storage(rec), [], _splitter(rec)
     pc = record_page_cache(rec) if "mem_total" in rec["env"] else None
+    held = 0.0            # pinned blocks the runner's process keeps from its earlier synchronous DCP saves
     for key, sec in rec["sections"].items():
         if not (key.startswith("checkpoint_") and isinstance(sec, dict)):
             continue
         m, n = sec["model"], sec["state_bytes"]
+        sizes = state_tensor_bytes(m)
+        pinned = pinned_block_bytes(sizes) if sizes else None
         ts, d, a = (sec.get(k) for k in ("torch_save_load", "dcp_sync", "dcp_async"))
         found: list[tuple[str, float, float]] = []
         if ts and "error" not in ts:
@@ -109,12 +152,15 @@ def rows_of(rec: dict) -> list[Row]:
                       ("torch.save durable (fsync)", io.persist_s, ts["save_durable_s"]),
                       ("torch.load cold -> cuda", io.restore_s, ts["load_cold_s"])]
         if d and "error" not in d:
-            io = checkpoint_io(n, 1, 1, st, PCIE_GEN5_X16_BPS, "sync", saver="dcp", page_cache=pc)
+            io = checkpoint_io(n, 1, 1, st, PCIE_GEN5_X16_BPS, "sync", saver="dcp", page_cache=pc,
+                               pinned_bytes=pinned, held_bytes=held)
             found.append(("dcp.save (durable)", io.blocking_s, d["blocking_s"]))
             if "load_cold_s" in d.get("load", {}):
                 found.append(("dcp.load cold", io.restore_s, d["load"]["load_cold_s"]))
+            held += pinned if pinned is not None else n
         if a and "error" not in a:
-            io = checkpoint_io(n, 1, 1, st, PCIE_GEN5_X16_BPS, "async", saver="dcp", staging="pageable", page_cache=pc)
+            io = checkpoint_io(n, 1, 1, st, PCIE_GEN5_X16_BPS, "async", saver="dcp", staging="pageable", page_cache=pc,
+                               held_bytes=held)
             found += [("dcp.async_save blocking", io.blocking_s, a["blocking_s"]),
                       ("dcp.async_save durable", io.persist_s, a["total_s"])]
         out += [Row(f"{m} {what}", split_of(m, what), p, meas) for what, p, meas in found]
