@@ -166,6 +166,13 @@ def rope_ops(c: Ctx, name: str, nq: float, nk: float, table: float, n: int, cat:
 
 
 def act(c: Ctx, name: str, e: float, n: int) -> Pair:
+    """``act_ops``, kept per everything but e (ops_common.affine_in_rows: every term a product of e)."""
+    if type(e) is not int:
+        return act_ops(c, name, e, n)
+    return affine_in_rows(("act", ctx_key(c), c.cfg.mlp, name, n), e, lambda r: act_ops(c, name, r, n))
+
+
+def act_ops(c: Ctx, name: str, e: float, n: int) -> Pair:
     """MLP activation on e = rows*ffn elements. swiglu eager: silu, mul (bwd: 2 mul + silu_backward
     [+ cat of the gate/up grads when gate_up is one GEMM]); gelu: 1 kernel each way;
     relu2: relu, square. Fused: reads gate(,up), writes the product (bwd: d gate, d up)."""
@@ -188,6 +195,13 @@ def act(c: Ctx, name: str, e: float, n: int) -> Pair:
 
 
 def residual(c: Ctx, name: str, e: float, n: int) -> Pair:
+    """``residual_ops``, kept per everything but e (ops_common.affine_in_rows: every term a product of e)."""
+    if type(e) is not int:
+        return residual_ops(c, name, e, n)
+    return affine_in_rows(("residual", ctx_key(c), name, n), e, lambda r: residual_ops(c, name, r, n))
+
+
+def residual_ops(c: Ctx, name: str, e: float, n: int) -> Pair:
     """x = x + branch: reads the stream (r) and the branch output (a), writes r; emitted only
     when "residual_norm" is not fused (then the add lives inside the next norm).
     Under autocast the fp32 stream + bf16 branch add has mixed dtypes: unrolled_elementwise_kernel
@@ -209,7 +223,17 @@ def pieces(nbytes: float) -> int:
 
 
 def cross_entropy(c: Ctx, T: int, V: int) -> Pair:
-    """Loss over T rows of V logits (act dtype).
+    """``cross_entropy_ops``, kept per everything but T and the launches of its casts and fill
+    (pieces of the T x V fp32 logits: a step in T, so in the key; every other term a product of T)."""
+    p = pieces(4 * T * V)
+    if type(T) is not int:
+        return cross_entropy_ops(c, T, V, p)
+    return affine_in_rows(("cross_entropy", ctx_key(c), V, p), T, lambda r: cross_entropy_ops(c, r, V, p))
+
+
+def cross_entropy_ops(c: Ctx, T: int, V: int, p: int | None = None) -> Pair:
+    """Loss over T rows of V logits (act dtype); ``p``: the launches of each cast and fill over
+    the logits (default pieces(4 T V)).
 
     Eager (llama_ref loss_fn): ``loss/logits_cast`` .float() copy (a -> 4 B, skipped when the
     logits are fp32) and ``loss/cross_entropy`` = log_softmax (reads/writes fp32 TxV) +
@@ -228,7 +252,7 @@ def cross_entropy(c: Ctx, T: int, V: int) -> Pair:
         fwd = chain("loss/cross_entropy", "softmax", "fwd", [Kern(5 * e, a * e + 8 * T, 8 * T)], cnt, e)
         bwd = chain("loss/cross_entropy", "softmax", "bwd", [Kern(3 * e, a * e + 16 * T, a * e)], cnt, e)
         return Pair(fwd, bwd)
-    p = pieces(4 * e)
+    p = pieces(4 * e) if p is None else p
     cast_f = chain("loss/logits_cast", "cast", "fwd", [cast(e, a, 4, p)] if a != 4 else [], cnt, e)
     lsm = [Op("loss/log_softmax", "softmax", "fwd", 4.0 * e, 4.0 * e, 4.0 * e, "fp32", RowShape(T, V), cnt, 1)]
     ce_f = lsm + chain("loss/cross_entropy", "softmax", "fwd", [Kern(T, 12 * T, 4)], cnt, e)
@@ -239,6 +263,16 @@ def cross_entropy(c: Ctx, T: int, V: int) -> Pair:
 
 
 def embedding(c: Ctx, T: int) -> Pair:
+    """``embedding_ops``, kept per everything but T (ops_common.affine_in_rows: every term a product
+    of T) without learned positions (whose table rows are c.S, not T)."""
+    cfg = c.cfg
+    if type(T) is not int or cfg.pos_embedding == "learned":
+        return embedding_ops(c, T)
+    return affine_in_rows(("embedding", ctx_key(c), cfg.d_model, cfg.vocab, cfg.pos_embedding, cfg.tie_embeddings), T,
+                          lambda r: embedding_ops(c, r))
+
+
+def embedding_ops(c: Ctx, T: int) -> Pair:
     """Token gather: reads int64 ids + T rows of the table (pw B), writes T x d at the stream
     dtype (fp32 under autocast: embeddings are not autocast). Learned positions add a
     gather + add kernel. Backward (embedding_dense_backward, H200 trace: 21 kernels): arange

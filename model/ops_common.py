@@ -22,7 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from .config import TransformerConfig
-from .ops import DTYPE_BYTES, AttentionShape, DType, GemmShape, Op, OpKind, Phase, StreamShape, StridedShape
+from .ops import DTYPE_BYTES, AttentionShape, DType, GemmShape, Op, OpKind, Phase, RowShape, StreamShape, StridedShape
 
 # Strided classes: kernels TensorIterator runs on its non-vectorised path (a broadcast or
 # non-contiguous operand: elementwise_kernel<128, N>), or torch.cat's CatArrayBatchedCopy,
@@ -195,8 +195,8 @@ _MISS = object()
 
 
 def affine_in_rows(key: tuple, R: int, build: Callable[[int], Pair]) -> Pair:
-    """``build(R)``, for a builder of StreamShape / StridedShape chains (``chain``) whose FLOPs, bytes
-    and element counts are each a sum of products of R (the rows: tokens) with numbers that do
+    """``build(R)``, for a builder of StreamShape / StridedShape chains (``chain``) and RowShape ops
+    (rows R x a number) whose FLOPs, bytes and element counts are each a sum of products of R (the rows: tokens) with numbers that do
     not depend on R, and nothing else depends on R (names, counts, kernels, classes): the ops at
     R = 1 and 2 are kept per ``key`` (the builder and every input but R: ``ctx_key`` of its Ctx
     and its arguments) and an op at R is op(1) + (R - 1) x (op(2) - op(1)) field by field. The
@@ -222,9 +222,11 @@ def _op_at(a: Op, b: Op, k: int) -> Op:
     """The op k rows past ``a`` on the line through ops ``a`` (R rows) and ``b`` (R + 1)."""
     s = a.shape
     if type(s) is StreamShape:
-        shape: StreamShape | StridedShape = StreamShape(s.numel + k * (b.shape.numel - s.numel))
-    else:
+        shape: StreamShape | StridedShape | RowShape = StreamShape(s.numel + k * (b.shape.numel - s.numel))
+    elif type(s) is StridedShape:
         shape = StridedShape(s.elements + k * (b.shape.elements - s.elements), s.strided_class)
+    else:
+        shape = RowShape(s.rows + k * (b.shape.rows - s.rows), s.cols)
     return Op(a.name, a.kind, a.phase, a.flops + k * (b.flops - a.flops), a.bytes_read + k * (b.bytes_read - a.bytes_read),
               a.bytes_written + k * (b.bytes_written - a.bytes_written), a.dtype, shape, a.count, a.kernels, a.syncs)
 
@@ -235,9 +237,11 @@ def _on_line(o1: list[Op], o2: list[Op], o3: list[Op], R3: int) -> bool:
     if not (len(o1) == len(o2) == len(o3)):
         return False
     for a, b, c in zip(o1, o2, o3):
-        if not (type(a.shape) is type(b.shape) is type(c.shape) and type(a.shape) in (StreamShape, StridedShape)):
+        if not (type(a.shape) is type(b.shape) is type(c.shape) and type(a.shape) in (StreamShape, StridedShape, RowShape)):
             return False
         if type(a.shape) is StridedShape and not (a.shape.strided_class == b.shape.strided_class == c.shape.strided_class):
+            return False
+        if type(a.shape) is RowShape and not (a.shape.cols == b.shape.cols == c.shape.cols):
             return False
         if (a.name, a.kind, a.phase, a.dtype, a.count, a.kernels, a.syncs) != (b.name, b.kind, b.phase, b.dtype, b.count,
                                                                                b.kernels, b.syncs) \

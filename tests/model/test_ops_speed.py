@@ -122,6 +122,14 @@ def _direct_ops(c, R: int, kind: str, **kw):
     from mechsim.model import chains
     if kind == "norm":
         return chains.norm_ops(c, "n", R, kw["W"], 3, kw["consumers"], kw["resid_in"], kw["stream"])
+    if kind == "act":
+        return chains.act_ops(c, "a", R * 14336, 3)
+    if kind == "residual":
+        return chains.residual_ops(c, "res", R * 4096, 3)
+    if kind == "cross_entropy":
+        return chains.cross_entropy_ops(c, R, kw["V"])
+    if kind == "embedding":
+        return chains.embedding_ops(c, R)
     return chains.rope_ops(c, "r", R * c.B * 32 * 128, R * c.B * 8 * 128, R * 128, 3, kw.get("cat", 0.0),
                            kw.get("table_bytes"), kw.get("views", True))
 
@@ -130,6 +138,14 @@ def _kept_ops(c, R: int, kind: str, **kw):
     from mechsim.model import chains
     if kind == "norm":
         return chains.norm(c, "n", R, kw["W"], 3, kw["consumers"], kw["resid_in"], kw["stream"])
+    if kind == "act":
+        return chains.act(c, "a", R * 14336, 3)
+    if kind == "residual":
+        return chains.residual(c, "res", R * 4096, 3)
+    if kind == "cross_entropy":
+        return chains.cross_entropy(c, R, kw["V"])
+    if kind == "embedding":
+        return chains.embedding(c, R)
     return chains.rope(c, "r", R * c.B * 32 * 128, R * c.B * 8 * 128, R * 128, 3, kw.get("cat", 0.0),
                        kw.get("table_bytes"), kw.get("views", True))
 
@@ -138,33 +154,42 @@ def _ctxs():
     from dataclasses import replace
     from mechsim.model.ops_common import Ctx
     out = []
-    for norm in ("rmsnorm", "layernorm"):
-        cfg = preset("llama3-8b").model_copy(update={"norm": norm})
+    for norm, mlp, tie in (("rmsnorm", "swiglu", False), ("layernorm", "gelu", True), ("rmsnorm", "relu2", True)):
+        cfg = preset("llama3-8b").model_copy(update={"norm": norm, "mlp": mlp, "tie_embeddings": tie})
         base = Ctx(cfg=cfg, B=2, S=1, Skv=1, act=2.0, resid=4.0, gemm="bf16", gin=2.0, wb=2.0, pw=4.0, mb=2, train=True,
                    autocast=True)
         out += [base, replace(base, autocast=False, resid=2.0, pw=2.0), replace(base, train=False),
                 replace(base, fused=frozenset({"norm", "rope"})), replace(base, fused=frozenset({"residual_norm"})),
-                replace(base, gin=0.5625, gemm="fp4", autocast=False, resid=2.0, pw=2.0), replace(base, act=4.0, resid=4.0)]
+                replace(base, gin=0.5625, gemm="fp4", autocast=False, resid=2.0, pw=2.0), replace(base, act=4.0, resid=4.0),
+                replace(base, fused=frozenset({"act", "cross_entropy", "residual_norm", "concat_proj"})),
+                replace(base, main_grad=True, autocast=False, pw=2.0, resid=2.0)]
     return out
 
 
 @pytest.mark.parametrize("c", _ctxs())
 def test_affine_chains_equal_direct_builds(c):
-    """norm / rope kept per their other inputs give the ops the builders give, for rows from 1 to
-    10^7, in any order of first use (the rows of the first call do not matter)."""
+    """norm, rope, act, residual, cross_entropy and embedding kept per their other inputs give the ops
+    the builders give, for rows from 1 to 10^7, in any order of first use (the rows of the first
+    call do not matter)."""
     from dataclasses import replace
     from mechsim.model import ops_common
+    from mechsim.model.chains import pieces
     variants = [("norm", dict(W=4096, consumers=3, resid_in=True, stream=True)),
                 ("norm", dict(W=128, consumers=0, resid_in=False, stream=False)),
                 ("norm", dict(W=4097, consumers=1, resid_in=False, stream=True)),
-                ("rope", dict()), ("rope", dict(cat=0)), ("rope", dict(table_bytes=2.0, views=False))]
+                ("rope", dict()), ("rope", dict(cat=0)), ("rope", dict(table_bytes=2.0, views=False)),
+                ("act", dict()), ("residual", dict()), ("cross_entropy", dict(V=128256)), ("cross_entropy", dict(V=50257)),
+                ("embedding", dict())]
     for first in (7, 1, 4096):
         ops_common._AFFINE.clear()
         for kind, kw in variants:
             for R in (first, 1, 2, 3, 5, 8191, 8192, 131072, 10 ** 7):
                 cR = replace(c, S=R, Skv=R)
                 assert _kept_ops(cR, R, kind, **kw) == _direct_ops(cR, R, kind, **kw), (kind, kw, R)
-        assert len(ops_common._AFFINE) == len(variants) - 1   # cat 0 and 0.0: one key
+        # cat 0 and 0.0: one key; the cross entropies: one key per launch count of their casts (pieces)
+        assert len(ops_common._AFFINE) == len(variants) - 1 + sum(
+            len({pieces(4 * R * kw["V"]) for R in (first, 1, 2, 3, 5, 8191, 8192, 131072, 10 ** 7)}) - 1
+            for kind, kw in variants if kind == "cross_entropy")
         assert all(v is not None for v in ops_common._AFFINE.values())   # every one kept, none built afresh
 
 
