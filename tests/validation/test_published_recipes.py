@@ -109,3 +109,20 @@ def test_settings_come_from_the_release_not_the_row():
     assert recipe_workload("nemo-24.07", model="llama3-8b", precision="bf16", peft="lora").lora_targets == ("linear_qkv",)
     assert settings_for(rows["nemo25.04-gb200-llama3-8b-8g"])["stack"] == "megatron_te"
     assert settings_for(rows["torchtitan-h100-t5-405b-512g-r2"])["vp"] == 2       # interleaved, no split points
+
+
+def test_mxfp8_moe_configs_of_megatron_bridge_v050():
+    """26.06 (Megatron-Bridge v0.5.0): the MXFP8 MoE configs on GB300 / GB200 and Qwen3-30B-A3B's on B300
+    run a full-iteration CUDA graph with the EP all-to-all overlapped; DeepSeek-V3 on GB300 drops the
+    mla_up_proj recompute (source mbridge_v050_mxfp8_moe). 26.04.01 and other B300 configs do not."""
+    old, new = recipe("megatron-bridge-26.04.01"), recipe("megatron-bridge-26.06")
+    mx = {"fp8_recipe": "mxfp8"}
+    for m, sys in (("qwen3-30b-a3b", "gb300_nvl72"), ("qwen3-235b-a22b", "gb300_nvl72"), ("deepseek-v3", "gb300_nvl72"),
+                   ("qwen3-30b-a3b", "hgx_b300"), ("qwen3-235b-a22b", "gb200_nvl72")):
+        s = new.resolve(m, system=sys, **mx)
+        assert s["sync_free"] and s["a2a_overlap"], (m, sys)
+        assert not old.resolve(m, system=sys, **mx).get("sync_free"), (m, sys)
+    assert not new.resolve("qwen3-235b-a22b", system="hgx_b300", **mx).get("sync_free")
+    assert new.resolve("deepseek-v3", system="gb300_nvl72", **mx)["mla_recompute_up_proj"] is False
+    assert new.resolve("deepseek-v3", system="gb200_nvl72", **mx)["mla_recompute_up_proj"] is True
+    assert not new.resolve("qwen3-30b-a3b", system="gb300_nvl72", fp8_recipe="current").get("sync_free")
