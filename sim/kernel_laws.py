@@ -63,7 +63,10 @@ The one-CTA floor differs by path: fp32 without TF32 runs CUDA-core kernels (gem
 sgemm ffma, cutlass simt sgemm) whose one-CTA launches take 1.8-2.4 us in the H200 sweeps' kernel times
 (fp32 m3 n5 k4 gemmSN 1.8 us, m8287 n7 k7 xmma 2.7 us), against 2.9-3.4 us for the tensor-core cutlass /
 xmma tf32 kernels of the same size (tf32 m7 n3 k3 3.0 us): gemm.law.simt_floor_s for those rows where the
-data has it. Split-K candidates: slices of at least gemm.law.splitk_min_slice K (split_ok).
+data has it. Split-K candidates: slices of at least gemm.law.splitk_min_slice K (split_ok). The cutlass wmma kernels (fp16
+misaligned, bf16 at 4 / 8 bytes: wmma_rows) have a one-CTA floor of their own, gemm.law.wmma_floor_s (about
+2.4 us). On the mma.sync / sgemm paths a product with fewer 64 x 64 tiles than SMs and K of at least a slice
+runs split-K with a reduce kernel at any split (few_tile_split): it pays t_reduce even unsplit.
 
 Tiles: the tensor-core kernels' (gemm.law.tiles, nvjet 8x64 .. 256x128) or, for fp32 without
 TF32, sgemm's (gemm.law.simt_tiles, 32x32 .. 128x128). Split-K only where a splitKreduce_kernel
@@ -148,6 +151,7 @@ GEMV_FLOOR = "gemm.law.gemv_floor_s"
 GEMV_LOAD = "gemm.law.sm_load_bw_gemv"
 SPLIT_SLICE = "gemm.law.splitk_min_slice"
 SIMT_FLOOR = "gemm.law.simt_floor_s"
+WMMA_FLOOR = "gemm.law.wmma_floor_s"
 
 
 def causal_tiles(s: np.ndarray, bm: np.ndarray, bn: np.ndarray) -> np.ndarray:
@@ -295,6 +299,8 @@ def gemm_law(m: np.ndarray, n: np.ndarray, k: np.ndarray, b: np.ndarray, elem_by
     ctas = np.ceil(m3 / tm) * np.ceil(n3 / tn) * b3 * s
     waves = np.ceil(ctas / sm_count)
     partials = (s > 1) | fp32_partials(m, n, b, misaligned, align_bytes, bf16, sm_count)[:, None, None]
+    if SPLIT_SLICE in eff.params:   # few output tiles on the mma.sync / sgemm paths: split-K + reduce (few_tile_split)
+        partials = partials | few_tile_split(m, n, k, b, misaligned | simt, sm_count, eff)[:, None, None]
     out = np.where(partials, PARTIAL_BYTES, out_bytes[:, None, None])
     epilogue = tm * tn * out / store[:, None, None]
     k_over = np.where(misaligned | simt, eff.get("gemm.law.k_overhead_mma_sync"), eff.get("gemm.k_overhead"))
@@ -307,8 +313,11 @@ def gemm_law(m: np.ndarray, n: np.ndarray, k: np.ndarray, b: np.ndarray, elem_by
     # after the GEMM) only on the cutlass / sgemm paths (split_ok)
     ok = (simt_tile == simt[:, None, None]) & ((s == 1) | split_ok(ks, misaligned | simt, eff))
     floor, fixed = eff.get("gemm.law.floor_s"), eff.get("gemm.fixed_s")
+    if WMMA_FLOOR in eff.params and bf16 is not None:   # cutlass wmma kernels' own one-CTA floor (wmma_rows)
+        floor = np.where(wmma_rows(k, elem_bytes, misaligned, align_bytes, bf16), eff.get(WMMA_FLOOR), floor)
     if SIMT_FLOOR in eff.params:   # the CUDA-core kernels' own one-CTA floor (module docstring)
-        floor = np.where(simt, eff.get(SIMT_FLOOR), floor)[:, None, None]
+        floor = np.where(simt, eff.get(SIMT_FLOOR), floor)
+    floor = np.broadcast_to(np.asarray(floor, dtype=float), (len(m),))[:, None, None]
     launch = floor + (fixed - floor) * np.minimum(1.0, ctas / sm_count)
     if GEMV_FLOOR in eff.params:   # a vector operand: cuBLAS's gemv kernels (gemvx), a launch floor of their own
         gemv = ((np.minimum(m, n) == 1) & (elem_bytes >= 2))[:, None, None]
@@ -331,6 +340,35 @@ def gemm_law(m: np.ndarray, n: np.ndarray, k: np.ndarray, b: np.ndarray, elem_by
     pick = lambda a: np.broadcast_to(a, charged.shape).reshape(len(m), -1)[rows, best]  # noqa: E731
     return 2.0 * m * n * k * b / (peak * pick(main)), pick(per_kernel)
 
+
+
+def few_tile_split(m: np.ndarray, n: np.ndarray, k: np.ndarray, b: np.ndarray, mma_sync: np.ndarray, sm_count: int,
+                   eff: Efficiency) -> np.ndarray:
+    """Rows on the cutlass mma.sync / sgemm paths (``mma_sync``: a misaligned tensor-core dtype, or fp32 without
+    TF32) with fewer 64 x 64 output tiles than SMs and K of at least gemm.law.splitk_min_slice: cuBLAS runs them
+    split over K with a splitKreduce_kernel (or xmma's execute_split_k_kernel) after the GEMM, whatever the
+    split, so they pay the reduce even where the law's best candidate is unsplit. Kernel names of the seeded
+    calibration halves of the five calibration starts (vector operands, fp8 and aligned operands left out): 64 of
+    78 such shapes ran a reduce (bf16 16 / 18, fp16 15 / 18, fp32 19 / 25, tf32 14 / 17: cutlass_75 / 80
+    tensorop, wmma, cutlass_80_simt_sgemm or xmma ffma + splitKreduce_kernel / execute_split_k_kernel; tf32
+    m10 n22 k44076 8.3 + 5.3 us), against 8 of 24 at K = 64-255, 13 of 49 below 64 and 23 of 70 with more tiles
+    than SMs (where the law's own choice of split stands). A vector operand runs gemv (gemm_law's own rule).
+    No parameter of its own: the K bound is the split-K slice (split_ok), the reduce gemm_law's."""
+    few = np.ceil(m / 64.0) * np.ceil(n / 64.0) * b < sm_count
+    return mma_sync & few & (k >= eff.get(SPLIT_SLICE)) & (np.minimum(m, n) > 1)
+
+
+def wmma_rows(k: np.ndarray, elem_bytes: np.ndarray, misaligned: np.ndarray, align_bytes: np.ndarray,
+              bf16: np.ndarray) -> np.ndarray:
+    """Rows cuBLAS runs on the cutlass wmma kernels (cutlass_75 / 80_wmma_tensorop_*_s161616gemm, 16x16 and 32x32
+    tiles) where a product is small: fp16 with a misaligned operand and K >= 2 (K = 1: cutlass_75_tensorop
+    s1688gemm), bf16 only at a 4- or 8-byte alignment (at 2 bytes: cutlass_75_tensorop_*_s1688gemm_bf16). Kernel
+    names of the five starts' seeded calibration halves, fp16 / bf16 misaligned products with fewer 64 x 64
+    tiles than SMs and no vector operand: 35 of the 38 this selects ran wmma, none of the 36 it leaves out. Their
+    one-CTA launches take 2.1-2.4 us of kernel time (median 2.40 us of 6 single-kernel products under 3e5 MACs)
+    against 2.7-3.3 us (median 2.86, 7) for the cutlass_75 s1688gemm kernels: gemm.law.wmma_floor_s."""
+    fp16 = (elem_bytes == 2.0) & ~bf16
+    return misaligned & (k >= 2) & (fp16 | (bf16 & (align_bytes >= 4)))
 
 
 def split_ok(ks: np.ndarray, mma_sync: np.ndarray, eff: Efficiency) -> np.ndarray:
