@@ -24,7 +24,6 @@ from typing import Any, Protocol
 import numpy as np
 
 from ..model import hardware_flops_per_step, model_flops_per_step
-from ..model.ops import RowShape
 from ..model.ops_dp import MCORE_DDP_BUCKETS
 from ..model.parallel import Parallelism
 from ..model.shard import timed_stage
@@ -37,7 +36,7 @@ from .distributed import (COLLECTIVE, GroupStretch, StepParts, chunked_tp_gemms,
                           step_parts, zero3_2021_comm_s)
 from .clock import RunPattern
 from .clock_state import burst_step
-from .kernels import ATTENTION, MATMUL, NORM, KernelTimes, check_rates, check_recipe, kernel_times
+from .kernels import ATTENTION, MATMUL, KernelTimes, check_rates, check_recipe, kernel_times
 from .launch import LaunchTimes, host_times, launch_times, phase_end_times, queue_step_time
 from .memory import fit_memory
 from .offload import step_offload
@@ -138,64 +137,54 @@ def kernel_stage(t: OpTable, gpu, rates, eff, attention: str) -> Calibrated:
     return cal
 
 
-# Kernel times of one op instance by the numbers kernel_times reads of its row, per (rates, efficiency
-# data, attention kernel): every law in sim/kernels.py is row-wise (a row's times follow from its own
-# columns, and for a forward norm from its RowShape and bytes read), so equal rows get equal times
+# Kernel times of a table's GEMM and attention rows, by the numbers kernel_times reads of those rows,
+# per (rates, efficiency data, attention kernel): every law in sim/kernels.py is row-wise (a row's
+# times follow from its own columns), so equal rows get equal times
 _ROW_TIMES: dict[tuple, tuple[Any, Any, dict[bytes, np.ndarray]]] = {}
-ROW_CACHE_SIZE = 100_000
+ROW_CACHE_SIZE = 4096
 
 
-def _row_keys(t: OpTable) -> list[bytes]:
-    """One key per row of ``t``: the bytes of every column kernel_times reads (not count), and of a
-    norm op's RowShape (rows, cols) and bytes read (kernel_laws.apply_row_laws reads them off the op)."""
-    n = len(t.ops)
-    extra = np.zeros((3, n))
-    for i in np.flatnonzero(t.kind == NORM).tolist():
-        o = t.ops[i]
-        if isinstance(o.shape, RowShape):
-            extra[:, i] = (o.shape.rows, o.shape.cols, o.bytes_read)
+def _rows_key(t: OpTable, rows: np.ndarray) -> bytes:
+    """The bytes of every column kernel_times reads (not count) of the rows ``rows`` of ``t``, in order."""
     g, at = t.gemm, t.attn
-    cols = np.stack([t.kind, t.phase, t.dtype, t.flops, t.bytes, t.bytes_written, t.kernels, g.M, g.N, g.K, g.batch,
-                     at.B, at.Hq, at.Hkv, at.Sq, at.Skv, at.Dqk, at.Dv, at.causal, at.window, t.align_bytes, t.rows,
-                     t.cols, t.strided_elems, t.strided_class, *extra], axis=1).astype(float)
-    buf, w = cols.tobytes(), cols.shape[1] * 8
-    return [buf[i * w:(i + 1) * w] for i in range(n)]
+    cols = (t.kind, t.phase, t.dtype, t.flops, t.bytes, t.bytes_written, t.kernels, g.M, g.N, g.K, g.batch, at.B, at.Hq,
+            at.Hkv, at.Sq, at.Skv, at.Dqk, at.Dv, at.causal, at.window, t.align_bytes, t.rows, t.cols, t.strided_elems,
+            t.strided_class)
+    return np.concatenate(cols, dtype=float).reshape(len(cols), len(t.kind)).take(rows, axis=1).tobytes()
 
 
 def kernel_times_by_row(t: OpTable, rates, eff, attention: str) -> KernelTimes:
-    """kernel_times(t, rates, eff, attention), each row's times kept by its numbers (_row_keys) for
-    these rates and efficiency data: a plan search asks the same local GEMM and layer shapes in
-    many plans' tables. Rows not seen before are timed together: the whole table when a GEMM or
-    attention row is among them (their laws' cost is per call, not per row), else the table of those
-    ops alone. The same floats as kernel_times on the table (tests/sim/test_kernel_rows.py)."""
+    """kernel_times(t, rates, eff, attention), with the times of its GEMM and attention rows (the laws
+    whose cost is per call: the tile and split-K law, the attention launch) kept by those rows'
+    numbers (_rows_key) for these rates and efficiency data: when a table's GEMM and attention rows
+    were seen before (a plan search asks the same local layer shapes in many plans' tables: other
+    pp, dp, zero, vp), only its other rows are timed, as a table of their own; else the whole
+    table is. The same floats as kernel_times on the table (tests/sim/test_kernel_rows.py)."""
+    heavy_mask = (t.kind == MATMUL) | (t.kind == ATTENTION)
+    heavy = np.flatnonzero(heavy_mask)
+    if len(heavy) == 0:
+        return kernel_times(t, rates, eff, attention)
     memo_key = (id(rates), id(eff), attention)
     hit = _ROW_TIMES.get(memo_key)
     if hit is None or hit[0] is not rates or hit[1] is not eff:
         if len(_ROW_TIMES) >= 64:
             evict_oldest(_ROW_TIMES)
         hit = _ROW_TIMES[memo_key] = (rates, eff, {})
-    memo = hit[2]
-    keys = _row_keys(t)
-    got = [memo.get(x) for x in keys]
-    miss = [i for i, v in enumerate(got) if v is None]
-    if miss:
-        heavy = bool(((t.kind[miss] == MATMUL) | (t.kind[miss] == ATTENTION)).any())
-        sub = t if heavy or len(miss) == len(keys) else build_table(tuple(t.ops[i] for i in miss))
-        k = kernel_times(sub, rates, eff, attention)
-        if sub is t:
-            vals = np.stack([k.compute_s, k.memory_s, k.fixed_s, k.gpu_s, k.efficiency], axis=1)
-            if len(memo) + len(keys) > ROW_CACHE_SIZE:
-                memo.clear()
-            for x, v in zip(keys, vals):
-                memo[x] = v
-            return k
-        vals = np.stack([k.compute_s, k.memory_s, k.fixed_s, k.gpu_s, k.efficiency], axis=1)
-        if len(memo) + len(miss) > ROW_CACHE_SIZE:
-            memo.clear()
-        for i, v in zip(miss, vals):
-            got[i] = memo[keys[i]] = v
-    a = np.array(got).T.copy()
-    return KernelTimes(a[0], a[1], a[2], a[3], a[4])
+    memo, key = hit[2], _rows_key(t, heavy)
+    got = memo.get(key)
+    if got is None:
+        k = kernel_times(t, rates, eff, attention)
+        if len(memo) >= ROW_CACHE_SIZE:
+            evict_oldest(memo)
+        memo[key] = np.stack([k.compute_s, k.memory_s, k.fixed_s, k.gpu_s, k.efficiency])[:, heavy]
+        return k
+    out = np.empty((5, len(t.ops)))
+    out[:, heavy] = got
+    light = np.flatnonzero(~heavy_mask)
+    if len(light):
+        kl = kernel_times(build_table(tuple(t.ops[i] for i in light.tolist())), rates, eff, attention)
+        out[:, light] = np.stack([kl.compute_s, kl.memory_s, kl.fixed_s, kl.gpu_s, kl.efficiency])
+    return KernelTimes(out[0], out[1], out[2], out[3], out[4])
 
 
 @on_clear_caches

@@ -1,6 +1,6 @@
-"""sim/step.kernel_times_by_row keeps each op row's kernel times by its numbers: it must give the
-floats kernel_times gives on the whole table, whichever rows were seen before (whole-table and
-sub-table paths), and tell apart rows that differ in any number a law reads."""
+"""sim/step.kernel_times_by_row keeps a table's GEMM and attention rows' kernel times by their numbers:
+it must give the floats kernel_times gives on the whole table, whichever tables were seen before
+(whole-table and kept-rows paths), and tell apart rows that differ in any number a law reads."""
 
 from __future__ import annotations
 
@@ -25,6 +25,7 @@ def _tables():
           TrainingWorkload(model="mixtral-8x7b", mbs=1, seq=1024, stack="megatron_te", parallel=par),
           InferenceWorkload(model="llama3-8b", batch=4, phase="decode", context_len=2048)]
     out = [build_table(tuple(build_ops(w, fused=get_stack(w.stack).fused, split_below=132))) for w in ws]
+    out.append(build_table(tuple(build_ops(ws[0], fused=frozenset({"norm", "rope", "act"}), split_below=132))))
     micro = (microops.softmax(64, 4096), microops.softmax(64, 50257), microops.row_norm(1024, 4095),
              microops.row_norm(1024, 4096), microops.row_norm(1024, 4096, norm="rms_norm"),
              microops.gemm(16, 4096, 4096), microops.gemm(8192, 8192, 8192, "fp8"),
@@ -54,15 +55,38 @@ def test_rows_equal_whole_table(gpu):
 
 
 def test_rows_that_differ_in_a_read_number_are_kept_apart():
-    """A norm's RowShape and bytes read (read off the op by the row laws) and every column are in the key."""
+    """Every column kernel_times reads is in the key: GEMMs or attention ops differing in one number
+    are kept apart."""
     g = resolve_gpu("h100_sxm")
     rates, eff = hw_rates(g, 1.0), efficiency(g)
-    base = microops.row_norm(1024, 4096)
-    variants = [base, replace(base, shape=replace(base.shape, cols=4095)), replace(base, bytes_read=base.bytes_read + 2 * 4096 * 4),
-                replace(base, kernels=2), replace(base, dtype="bf16")]
+    mm, at = microops.gemm(4096, 4096, 4096), microops.attention(2, 32, 8, 1024, 1024, 128, True)
+    variants = [mm, replace(mm, shape=replace(mm.shape, K=4095)), replace(mm, shape=replace(mm.shape, M=4095)),
+                replace(mm, shape=replace(mm.shape, N=4095)), replace(mm, shape=replace(mm.shape, batch=2)),
+                replace(mm, bytes_read=mm.bytes_read * 2), replace(mm, bytes_written=mm.bytes_written * 2),
+                replace(mm, kernels=2), replace(mm, dtype="fp8"), replace(mm, phase="bwd"), replace(mm, flops=mm.flops / 2),
+                at, replace(at, shape=replace(at.shape, causal=False)), replace(at, shape=replace(at.shape, window_frac=0.5)),
+                replace(at, shape=replace(at.shape, Skv=2048)), replace(at, phase="bwd")]
     step.clear_stages()
     for o in variants:
-        t = build_table((o,))
-        assert _same(step.kernel_times_by_row(t, rates, eff, "cudnn"), kernel_times(t, rates, eff, "cudnn"))
-    keys = {step._row_keys(build_table((o,)))[0] for o in variants}
+        t = build_table((o, microops.row_norm(1024, 4096)))
+        for _ in range(2):
+            assert _same(step.kernel_times_by_row(t, rates, eff, "cudnn"), kernel_times(t, rates, eff, "cudnn"))
+    keys = {step._rows_key(build_table((o,)), np.array([0])) for o in variants}
     assert len(keys) == len(variants)
+
+
+def test_kept_rows_path_times_only_the_other_rows(monkeypatch):
+    """A table whose GEMM and attention rows another table had (the same layers, other fusions of
+    the pointwise ops) times only its other rows, and gets kernel_times' floats."""
+    g = resolve_gpu("h100_sxm")
+    rates, eff = hw_rates(g, 1.0), efficiency(g)
+    w = TrainingWorkload(model="llama3-8b", mbs=1, seq=2048)
+    a, b = (build_table(tuple(build_ops(w, fused=f, split_below=132))) for f in (frozenset(), frozenset({"norm", "act"})))
+    step.clear_stages()
+    step.kernel_times_by_row(a, rates, eff, "cudnn")
+    sizes = []
+    real = step.kernel_times
+    monkeypatch.setattr(step, "kernel_times", lambda t, *x: sizes.append(len(t.ops)) or real(t, *x))
+    got = step.kernel_times_by_row(b, rates, eff, "cudnn")
+    assert sizes == [int(((b.kind != 0) & (b.kind != 1)).sum())]
+    assert _same(got, kernel_times(b, rates, eff, "cudnn"))
