@@ -66,7 +66,10 @@ xmma tf32 kernels of the same size (tf32 m7 n3 k3 3.0 us): gemm.law.simt_floor_s
 data has it. Split-K candidates: slices of at least gemm.law.splitk_min_slice K (split_ok). The cutlass wmma kernels (fp16
 misaligned, bf16 at 4 / 8 bytes: wmma_rows) have a one-CTA floor of their own, gemm.law.wmma_floor_s (about
 2.4 us). On the mma.sync / sgemm paths a product with fewer 64 x 64 tiles than SMs and K of at least a slice
-runs split-K with a reduce kernel at any split (few_tile_split): it pays t_reduce even unsplit.
+runs split-K with a reduce kernel at any split (few_tile_split): it pays t_reduce even unsplit. The CUDA-core
+sgemm kernels (cutlass_80_simt_sgemm, xmma ffma) store their fp32 accumulators from registers at a rate of their
+own, gemm.law.sm_store_bw_simt (K = 1-2 outputs of over 20 MB in the sweeps' calibration halves write 1.6-2.5 TB/s,
+four of six at 2.5: fp32 m26752 n16867 k1 736 us, m16517 n39633 k2 1.06 ms), where the data has it.
 
 Tiles: the tensor-core kernels' (gemm.law.tiles, nvjet 8x64 .. 256x128) or, for fp32 without
 TF32, sgemm's (gemm.law.simt_tiles, 32x32 .. 128x128). Split-K only where a splitKreduce_kernel
@@ -152,6 +155,7 @@ GEMV_LOAD = "gemm.law.sm_load_bw_gemv"
 SPLIT_SLICE = "gemm.law.splitk_min_slice"
 SIMT_FLOOR = "gemm.law.simt_floor_s"
 WMMA_FLOOR = "gemm.law.wmma_floor_s"
+SIMT_STORE = "gemm.law.sm_store_bw_simt"
 
 
 def causal_tiles(s: np.ndarray, bm: np.ndarray, bn: np.ndarray) -> np.ndarray:
@@ -292,6 +296,8 @@ def gemm_law(m: np.ndarray, n: np.ndarray, k: np.ndarray, b: np.ndarray, elem_by
     bw = np.minimum(np.where(simt, eff.get("gemm.law.sm_load_bw_simt"), eff.get(GEMM_LAW)),
                     eff.get("gemm.law.sm_load_bw_misaligned") * load_w)[:, None, None]
     store = np.full(len(m), eff.get("gemm.law.sm_store_bw"))   # misaligned stores: no slower (fitted: unbounded)
+    if SIMT_STORE in eff.params:   # sgemm's epilogue: fp32 accumulators stored from registers (module docstring)
+        store = np.where(simt, eff.get(SIMT_STORE), store)
     frac = frac * np.where(misaligned, eff.get("gemm.law.mma_sync_fraction"), 1.0)
     sm_peak = (peak * frac / sm_count)[:, None, None]
     step = np.maximum(2.0 * tm * tn / sm_peak, (tm + tn) * elem_bytes[:, None, None] / bw)

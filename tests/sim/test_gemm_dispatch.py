@@ -53,3 +53,12 @@ def test_a_few_tile_long_k_product_is_charged_its_reduce_kernel(dtype: str) -> N
     same dot lengths over many tiles pay no forced reduce."""
     few, short = est(10, 22, 44076, dtype), est(10, 22, 200, dtype)
     assert few.fixed_s > short.fixed_s + 1e-6
+
+
+def test_sgemm_stores_its_fp32_output_faster_than_the_shared_epilogue_rate() -> None:
+    """cutlass_80_simt_sgemm_128x32 nn at K = 1 (fp32 m26752 n16867 k1: 736 us on H200, 2.45 TB/s of output)
+    stores from registers at gemm.law.sm_store_bw_simt, not the tensor-core kernels' gemm.law.sm_store_bw."""
+    eff = efficiency_for(H200, "hopper")
+    assert eff.get("gemm.law.sm_store_bw_simt") > eff.get("gemm.law.sm_store_bw")
+    rate = 26752 * 16867 * 4 / est(26752, 16867, 1, "fp32").time_s
+    assert 132 * eff.get("gemm.law.sm_store_bw") < rate < 4.8e12

@@ -8,7 +8,7 @@ of the same kinds, and write them to the efficiency data.
     python -m mechsim.validation.fit_laws --group gemm [--write]        # the grid-era GEMM terms
     python -m mechsim.validation.fit_laws --group gemm_law --subsample 400 [--write]    # kernel_laws.gemm_law
     python -m mechsim.validation.fit_laws --group gemm_simt --subsample 400 [--write]   # its sgemm floor only
-    python -m mechsim.validation.fit_laws --group gemm_wmma --subsample 400 [--write]   # the wmma kernels' floor
+    python -m mechsim.validation.fit_laws --group gemm_classes --subsample 400 [--write]   # wmma floor, sgemm store
     python -m mechsim.validation.fit_laws --group attention [--write]   # fractions + causal tiles
 
 Each group names the record kinds whose predictions depend on its parameters; the residual is
@@ -123,10 +123,12 @@ GROUPS = {
     "gemm_simt": Group(("gemm_sweep", "gemm"), {"gemm.law.simt_floor_s": (2.0e-6, "s")},
                        fixed={"gemm.law.splitk_min_slice": (SPLIT_SLICE, "1", SPLIT_SLICE_NOTE, "calibrated")},
                        balance=True),
-    # the one-CTA floor of cuBLAS's cutlass wmma kernels (sim/kernel_laws.wmma_rows), the other law terms held:
-    # fp16 with a misaligned operand, bf16 at 4 / 8 bytes (kernel times 2.0-2.4 us against 2.7-3.6 us for the
-    # cutlass_75 s1688gemm kernels of the same size)
-    "gemm_wmma": Group(("gemm_sweep", "gemm"), {"gemm.law.wmma_floor_s": (2.2e-6, "s")}, balance=True),
+    # terms of cuBLAS's kernel families that the kernel names separate, the other law terms held: the cutlass wmma
+    # kernels' one-CTA floor (sim/kernel_laws.wmma_rows: fp16 misaligned, bf16 at 4 / 8 bytes; kernel times 2.1-2.4 us
+    # against 2.7-3.3 us for the cutlass_75 s1688gemm kernels of the same size) and the CUDA-core sgemm kernels'
+    # epilogue store rate (fp32 accumulators stored from registers: K = 1-2 outputs at 1.6-2.5 TB/s)
+    "gemm_classes": Group(("gemm_sweep", "gemm"), {"gemm.law.wmma_floor_s": (2.2e-6, "s"),
+                                                   "gemm.law.sm_store_bw_simt": (1.5e10, "B/s")}, balance=True),
     "gemm_law": Group(("gemm_sweep", "gemm"), {
         "gemm.law.sm_load_bw": (1.0e11, "B/s"), "gemm.law.sm_load_bw_misaligned": (3.0e10, "B/s"),
         "gemm.law.sm_load_bw_simt": (5.0e10, "B/s"),
