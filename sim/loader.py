@@ -10,22 +10,27 @@ straight into shared memory, torch/utils/data/_utils/collate.py collate_tensor_f
     S       = B x t                                  worker seconds per batch; the workers give one per S / W
     hand-over, per batch, in the main process (in order; one batch at a time):
       file_system      P = k x c_fs                  the main opens each storage by name; no worker takes part
-      file_descriptor  P = k x (c_fd + u x G)        (torch's default on Linux) the main fetches each storage's
-                                                     fd from the sending worker's resource-sharer thread, which
-                                                     needs that worker's GIL
-        u = min(1, S / (W P))       the sender's busy share: the main asks while it works on a later batch
-        G = n_gil x E[min(tau, R)], R ~ U(0, t)      the GIL wait in a busy worker: it releases the GIL
-                                    between samples (file reads, torch ops); within one it yields after the
-                                    switch interval tau if it runs Python bytecode, only at the end of a native
-                                    call that holds the GIL (tokenizers' encode) otherwise
-        -> P = (k c + sqrt(k^2 c^2 + 4 k G S / W)) / 2, or k (c + G) when the workers bind
+      file_descriptor  P = k x (c_fd + c_wake + q x G)   (torch's default on Linux) the main fetches each
+                                                     storage's fd from the sending worker's resource-sharer
+                                                     thread: c_wake when that worker is idle, + G when it is busy
+        q = the share of asks that find the sender busy, from the protocol: the DataLoader hands each freed index
+            to the worker that sent the batch (round robin, prefetch batches a worker), so the sender of the
+            batch asked for got its newest index (W - 1) periods earlier; it is still busy iff its batch time,
+            lognormal with mean S and spread loader_batch_cv_<class>, exceeds (W - 1) x max(P, S / W):
+            q = Pr[S_batch > (W - 1) T]; 1 when the workers bind (T = S / W >= P: a backlog) or W = 1
+        G = n_gil x E[min(tau, R)], R ~ U(0, h)      the GIL wait in a busy worker, h its GIL-holding stretch per
+                                    sample (tokenising / decoding + loader_getitem_s; collate into shared memory
+                                    and the put run in torch / OS calls): bytecode yields after the switch
+                                    interval tau, a native call that holds the GIL (tokenizers' encode) at its end
+        P solves P = k (c_fd + c_wake + q(P) G) (q falls as P grows: bisection)
     batch period = max(S / W, P);  load_s = batches x period  (bound: storage, cpu = the workers, main)
     start-up per epoch (nothing is prefetched across an iter()): W x worker_start_s unless persistent_workers,
-              + S + k (c + G)  (the first batch, its sender busy with the next one); per step / steps_per_epoch
+              + S + k (c_fd + c_wake + G)  (the first batch, its sender busy with the next one); per step / steps_per_epoch
     exposed_s = load_s with no workers or no prefetch, else max(0, load_s - step) + the start-up share
 
 Sources: sim/data/storage.toml [loader] (per-core rates, loader_sample_s and c_fd on the calibration rows of
-boot de664bc9; n_gil, worker_start_s and the file_system ratio on the 20261203T1336Z loader diagnosis,
+boot de664bc9, c_wake on that w4 row's wall time less its CPU; n_gil, the batch spreads, loader_getitem_s,
+worker_start_s and the file_system ratio on the 20261203T1336Z loader diagnosis,
 source mechsim_h200_loader_diagnosis); the code path: source pytorch_dataloader_sharing (reduce_storage by
 sharing strategy, collate into shared memory, workers started in a loop) and cpython_gil_resource_sharer
 (the fd fetched through the sender's resource-sharer thread; the GIL's switch interval).
@@ -188,38 +193,73 @@ def loader_cpu_s(spec: LoaderSpec, tokens: float, tokens_per_sample: float | Non
     return work / max(spec.workers, 1)
 
 
-def gil_wait_s(spec: LoaderSpec, t: float) -> float:
+def gil_stretch_s(spec: LoaderSpec, tokens_per_sample: float) -> float:
+    """h: seconds a worker holds the GIL in one stretch per sample: its tokenising / decoding plus the rest of
+    __getitem__ (loader_getitem_s: the shard slice and the tensor); the DataLoader's collate into shared memory,
+    pickling and the put run in torch and OS calls that release it."""
+    return _work_s(spec, tokens_per_sample) + _rates()["loader_getitem_s"]
+
+
+def gil_wait_s(spec: LoaderSpec, h: float) -> float:
     """G: seconds the main process waits, per storage, on a busy worker's GIL while fetching the storage's fd:
-    n_gil acquisitions by the worker's resource-sharer thread, each E[min(tau, R)] with R uniform in (0, t)
-    (the worker releases the GIL between samples; bytecode yields after tau, a GIL-holding native call
-    only when it returns). Source: CPython Python/ceval_gil.c take_gil (a waiter asks the holder to drop
-    after the switch interval); n_gil measured (sim/data/storage.toml)."""
+    n_gil acquisitions by the worker's resource-sharer thread, each E[min(tau, R)] with R uniform in (0, h)
+    (h the worker's GIL-holding stretch per sample; bytecode yields after tau, a GIL-holding native call only
+    when it returns). Source: CPython Python/ceval_gil.c take_gil (a waiter asks the holder to drop after the
+    switch interval); n_gil measured (sim/data/storage.toml)."""
     r = _rates()
     tau = spec.switch_interval_s if spec.switch_interval_s is not None else r["python_switch_interval_s"]
     native = spec.format == "text" and _NATIVE_HOLD[spec.tokenizer]
-    per = t / 2 if native or t <= tau else tau - tau * tau / (2 * t)
+    per = h / 2 if native or h <= tau else tau - tau * tau / (2 * h)
     return r["loader_gil_acquisitions"] * per
 
 
-def handover_s(spec: LoaderSpec, worker_batch_s: float, t: float) -> float:
-    """P: the main process's seconds per batch taking it from the workers (module docstring)."""
-    r, k, w = _rates(), spec.tensors_per_batch, max(spec.workers, 1)
+def batch_cv(spec: LoaderSpec) -> float:
+    """Spread (coefficient of variation) of one worker's batch time, by loader class (sim/data/storage.toml
+    loader_batch_cv_*; images: the shard loaders' figure, kind assumed)."""
+    key = spec.tokenizer if spec.format == "text" else "pretokenized"
+    return _rates()[f"loader_batch_cv_{key}"]
+
+
+def busy_at_ask(spec: LoaderSpec, worker_batch_s: float, period_s: float) -> float:
+    """q: share of the main process's asks that find the sending worker inside a batch (module docstring): the
+    sender got its newest index (W - 1) periods before the ask, so q = Pr[S_batch > (W - 1) x period] with the
+    batch time lognormal (mean S, spread batch_cv); 1 with one worker or when the workers bind (a backlog)."""
+    w = max(spec.workers, 1)
+    if w == 1 or worker_batch_s <= 0 or worker_batch_s / w >= period_s:
+        return 1.0 if worker_batch_s > 0 else 0.0
+    cv = batch_cv(spec)
+    s2 = math.log1p(cv * cv)
+    mu = math.log(worker_batch_s) - s2 / 2
+    return 0.5 * math.erfc((math.log((w - 1) * period_s) - mu) / math.sqrt(2 * s2))
+
+
+def handover_s(spec: LoaderSpec, worker_batch_s: float, h: float) -> float:
+    """P: the main process's seconds per batch taking it from the workers (module docstring); h the workers'
+    GIL-holding stretch per sample (gil_stretch_s)."""
+    r, k = _rates(), spec.tensors_per_batch
     if spec.sharing == "file_system":
         return k * r["loader_handover_fd_s"] * r["loader_handover_fs_fraction"]
-    c, g = r["loader_handover_fd_s"], gil_wait_s(spec, t)
-    if worker_batch_s / w >= k * (c + g):       # the workers bind: every sender busy, the main keeps up
-        return k * (c + g)
-    return (k * c + math.sqrt(k * k * c * c + 4 * k * g * worker_batch_s / w)) / 2
+    c, g = r["loader_handover_fd_s"] + r["loader_handover_wake_s"], gil_wait_s(spec, h)
+    lo, hi = k * c, k * (c + g)
+    if g <= 0 or hi - k * (c + busy_at_ask(spec, worker_batch_s, hi) * g) <= 0:
+        return hi
+    for _ in range(60):                 # f(P) = P - k (c + q(P) G) rises with P: one root in [k c, k (c + G)]
+        mid = (lo + hi) / 2
+        if mid - k * (c + busy_at_ask(spec, worker_batch_s, mid) * g) > 0:
+            hi = mid
+        else:
+            lo = mid
+    return hi
 
 
-def startup_s(spec: LoaderSpec, worker_batch_s: float, t: float) -> float:
+def startup_s(spec: LoaderSpec, worker_batch_s: float, h: float) -> float:
     """Per epoch, iter() to the first batch in the main process: the workers started one after the other
     (torch DataLoader's iterator starts them in a loop; none with persistent_workers after the first
     epoch), the first batch's work, and its hand-over with the sender busy on the next batch."""
     r, k = _rates(), spec.tensors_per_batch
     fresh = 0.0 if spec.persistent_workers else spec.workers * r["loader_worker_start_s"]
     first = k * r["loader_handover_fd_s"] * r["loader_handover_fs_fraction"] if spec.sharing == "file_system" \
-        else k * (r["loader_handover_fd_s"] + gil_wait_s(spec, t))
+        else k * (r["loader_handover_fd_s"] + r["loader_handover_wake_s"] + gil_wait_s(spec, h))
     return fresh + worker_batch_s + first
 
 
@@ -237,12 +277,12 @@ def loader_estimate(tokens_per_gpu: float, step_s: float, st: Any, spec: LoaderS
     main = period = hand = start = 0.0
     if tokens_per_sample is not None and spec.workers > 0:
         bs = spec.batch_size or batch_size or 1
-        t = sample_s(spec, tokens_per_sample)
+        t, h = sample_s(spec, tokens_per_sample), gil_stretch_s(spec, tokens_per_sample)
         batches = tokens_per_gpu / tokens_per_sample / bs
-        hand = handover_s(spec, bs * t, t)
+        hand = handover_s(spec, bs * t, h)
         period = max(bs * t / spec.workers, hand)
         main, cpu = batches * hand, batches * bs * t / spec.workers
-        start = startup_s(spec, bs * t, t)
+        start = startup_s(spec, bs * t, h)
     load = max(read, cpu, main)
     per_step = start / spec.steps_per_epoch if spec.steps_per_epoch else 0.0
     exposed = load if spec.workers == 0 or spec.prefetch == 0 else max(0.0, load - step_s) + per_step

@@ -41,7 +41,8 @@ from ..model import preset, TrainingWorkload
 from .estimate import estimate, resolve_gpu
 from .reliability import checkpoint_bytes, reliability_params, run_reliability
 from .loader import (FORMATS, SHARING, TOKENIZERS, LoaderEstimate, LoaderSpec, bytes_per_token,  # noqa: F401
-                     gil_wait_s, handover_s, loader_cpu_s, loader_estimate, sample_s, startup_s, tokenize_rate)
+                     batch_cv, busy_at_ask, gil_stretch_s, gil_wait_s, handover_s, loader_cpu_s, loader_estimate,
+                     sample_s, startup_s, tokenize_rate)
 
 MODES = ("sync", "async", "in_memory")
 GB = 1e9

@@ -198,20 +198,35 @@ def test_loader_tokenizer_kind_and_per_sample_cost():
 
 
 def test_main_process_hand_over_caps_a_many_worker_loader():
-    # shards, batches of 8, file_descriptor: P solves P = c + G t B / (W P), G = n_gil t / 2 (t < switch interval)
+    # shards, batches of 8, file_descriptor: P solves P = c + q(P) G, G = n_gil h / 2 (h = loader_getitem_s < tau)
     st, n = S.Storage("d", read_Bps_per_node=1e12), 2048 * 8 * 1000
-    t, c = R["loader_sample_s"], R["loader_handover_fd_s"]
-    g = R["loader_gil_acquisitions"] * t / 2
+    t, c = R["loader_sample_s"], R["loader_handover_fd_s"] + R["loader_handover_wake_s"]
+    g = R["loader_gil_acquisitions"] * R["loader_getitem_s"] / 2
     spec = S.LoaderSpec(workers=16, vocab=32000, batch_size=8)
     many = S.loader_estimate(n, 1.0, st, spec, tokens_per_sample=2048)
-    p = (c + math.sqrt(c * c + 4 * g * 8 * t / 16)) / 2
-    assert many.bound == "main" and many.handover_s == pytest.approx(p) and many.load_s == pytest.approx(1000 * p)
+    p = many.handover_s
+    assert p == pytest.approx(c + S.busy_at_ask(spec, 8 * t, p) * g, rel=1e-9)   # the root of the hand-over equation
+    assert many.bound == "main" and many.load_s == pytest.approx(1000 * p)
     assert many.main_s > many.cpu_s == pytest.approx(1000 * 8 * t / 16)
     one = S.loader_estimate(n, 1.0, st, S.LoaderSpec(workers=1, vocab=32000, batch_size=8), tokens_per_sample=2048)
     assert one.handover_s == pytest.approx(c + g) and one.bound == "cpu"       # sender always busy, workers bind
     assert one.load_s == pytest.approx(1000 * 8 * t)
     sync = S.loader_estimate(n, 1.0, st, S.LoaderSpec(workers=0, vocab=32000), tokens_per_sample=2048)
     assert sync.main_s == 0.0 and sync.cpu_s == pytest.approx(8000 * t)   # no workers: all of it in the step
+
+
+def test_busy_at_ask_from_the_round_robin_protocol():
+    py = S.LoaderSpec(format="text", tokenizer="python_bpe", workers=4)
+    cv = R["loader_batch_cv_python_bpe"]
+    s2 = math.log(1 + cv * cv)
+    # S = 30 ms, period 8 ms: the sender got its index 3 x 8 ms before the ask; lognormal survival at 24 ms
+    want = 0.5 * math.erfc((math.log(0.024) - (math.log(0.030) - s2 / 2)) / math.sqrt(2 * s2))
+    assert S.busy_at_ask(py, 0.030, 0.008) == pytest.approx(want)
+    assert 0.0 < S.busy_at_ask(S.LoaderSpec(format="text", tokenizer="python_bpe", workers=8), 0.030, 0.008) < want
+    assert S.busy_at_ask(py, 0.040, 0.008) == 1.0                              # S / W >= period: the workers bind
+    assert S.busy_at_ask(S.LoaderSpec(workers=1), 0.001, 0.5) == 1.0           # one worker: always its next batch
+    assert S.batch_cv(S.LoaderSpec(format="image", sample_bytes=1, decode_samples_per_s_per_core=1,
+                                   tokens_per_sample=1)) == R["loader_batch_cv_pretokenized"]
 
 
 def test_gil_wait_bytecode_native_and_switch_interval():
@@ -238,9 +253,10 @@ def test_sharing_strategy_tensors_per_batch_and_workers():
     assert fs.bound == "cpu" and n / fs.load_s > rate[3]                         # no fd fetched from a busy worker
     one = S.loader_estimate(n, 1.0, st, S.LoaderSpec(workers=8, **text), tokens_per_sample=2048)
     two = S.loader_estimate(n, 1.0, st, S.LoaderSpec(workers=8, tensors_per_batch=2, **text), tokens_per_sample=2048)
-    t = S.sample_s(S.LoaderSpec(**text), 2048)
-    c, g = R["loader_handover_fd_s"], S.gil_wait_s(S.LoaderSpec(**text), t)
-    assert two.handover_s == pytest.approx((2 * c + math.sqrt(4 * c * c + 8 * g * 8 * t / 8)) / 2)
+    t, h = S.sample_s(S.LoaderSpec(**text), 2048), S.gil_stretch_s(S.LoaderSpec(**text), 2048)
+    c, g = R["loader_handover_fd_s"] + R["loader_handover_wake_s"], S.gil_wait_s(S.LoaderSpec(**text), h)
+    q = S.busy_at_ask(S.LoaderSpec(workers=8, **text), 8 * t, two.handover_s)
+    assert two.handover_s == pytest.approx(2 * (c + q * g), rel=1e-9)
     assert two.handover_s > one.handover_s
     with pytest.raises(ValueError, match="sharing"):
         S.LoaderSpec(sharing="shared_memory")
@@ -256,8 +272,8 @@ def test_epoch_start_up_and_persistent_workers():
     fresh = S.loader_estimate(n, 1.0, st, S.LoaderSpec(steps_per_epoch=100, **base), tokens_per_sample=2048)
     kept = S.loader_estimate(n, 1.0, st, S.LoaderSpec(steps_per_epoch=100, persistent_workers=True, **base),
                              tokens_per_sample=2048)
-    t, c = R["loader_sample_s"], R["loader_handover_fd_s"]
-    first = 8 * t + c + R["loader_gil_acquisitions"] * t / 2
+    t, c = R["loader_sample_s"], R["loader_handover_fd_s"] + R["loader_handover_wake_s"]
+    first = 8 * t + c + R["loader_gil_acquisitions"] * R["loader_getitem_s"] / 2
     assert kept.startup_s == pytest.approx(first)
     assert fresh.startup_s == pytest.approx(4 * R["loader_worker_start_s"] + first)
     assert fresh.exposed_s == pytest.approx(fresh.startup_s / 100) and fresh.load_s < 1.0     # hidden but per epoch
@@ -276,9 +292,16 @@ def test_loader_constants_are_the_measurements_they_cite():
     diag = load_diagnosis(rec_dir / "20261203T1336Z_storage_loader_diag_h200.loader_diagnosis.json")
     run = {(r["case"], r["workers"], r["variant"]): r for r in diag["runs"] if not r.get("epochs")}
     py = loader_phases(run["text_python_bpe", 4, "base"], 2048)
-    g = (py.main_wait_ms - py.main_cpu_ms) / py.worker_busy
-    assert R["loader_gil_acquisitions"] == pytest.approx(g / ((py.encode_us + py.other_us) / 2e3), rel=1e-3)
     fs, fd = (loader_phases(run["pretok_uint16", 4, v], 2048) for v in ("fs_share", "base"))
+    g = (py.main_wait_ms - py.main_cpu_ms - (fd.main_wait_ms - fd.main_cpu_ms)) / py.busy_at_ask
+    assert R["loader_gil_acquisitions"] == pytest.approx(g / ((py.encode_us + py.other_us) / 2e3), rel=2e-3)
+    assert fd.busy_at_ask == 0.0                                                 # the wake latency's run: no busy sender
+    for case, key in (("text_python_bpe", "python_bpe"), ("text_hf_bpe", "hf_bpe"), ("pretok_uint16", "pretokenized")):
+        assert R[f"loader_batch_cv_{key}"] == pytest.approx(loader_phases(run[case, 1, "base"], 2048).batch_cv, abs=1e-3)
+    assert R["loader_getitem_s"] == pytest.approx(loader_phases(run["pretok_uint16", 1, "base"], 2048).other_us / 1e6,
+                                                  rel=2e-3)
+    assert R["loader_handover_wake_s"] == pytest.approx(w4["s"] / (w4["samples"] / w4["batch"]) - R["loader_handover_fd_s"],
+                                                        rel=1e-3)
     assert R["loader_handover_fs_fraction"] == pytest.approx(fs.main_cpu_ms / fd.main_cpu_ms, rel=2e-3)
     starts = [s for *_, s in run["text_python_bpe", 4, "base"]["worker_starts"]]
     assert R["loader_worker_start_s"] == pytest.approx((starts[-1] - starts[0]) / 3 / 1e6, rel=1e-3)
@@ -322,6 +345,9 @@ def test_loader_diagnosis_phases_hand_computed():
     assert ph.batch_gap_us == pytest.approx((100 + 200) / 2)          # 500 -> 600 (worker 0), 500 -> 700 (worker 1)
     assert ph.delivery_ms == pytest.approx(0.1) and ph.main_wait_ms == pytest.approx(0.25)
     assert ph.main_cpu_ms == pytest.approx(0.02)
+    # asks at 700 (worker 0 inside its 600-800 sample: busy) and 1100 (worker 1's last sample ended at 1100: idle)
+    assert ph.busy_at_ask == pytest.approx(0.5) and ph.batch_ms == pytest.approx(0.4) and ph.batch_cv == 0.0
+    assert ph.period_ms == pytest.approx(0.25)
     report = diagnosis_report({"seq": 10, "runs": [run, {"case": "x", "workers": 4, "variant": "unordered",
                                                          "error": "no in_order"}]})
     assert "text_python_bpe" in report and "no in_order" in report

@@ -37,8 +37,8 @@ import sys
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from ...sim.storage import (LoaderSpec, PageCache, checkpoint_io, loader_estimate, pinned_block_bytes, sample_s,
-                            startup_s, storage)
+from ...sim.storage import (LoaderSpec, PageCache, busy_at_ask, checkpoint_io, gil_stretch_s, loader_estimate,
+                            pinned_block_bytes, sample_s, startup_s, storage)
 
 RECORDS = Path(__file__).resolve().parents[1] / "experiments" / "records"
 CALIBRATION = {("ca6a2801", "llama3.2-3b"): {"torch.save returned", "torch.save durable (fsync)",
@@ -214,6 +214,10 @@ class LoaderPhases:
     main_wait_ms: float       # per batch: the main process inside next()
     main_cpu_ms: float        # per batch: its CPU time there
     passes: tuple[tuple[float, float], ...] = ()   # epochs runs: (wall s, first batch s) per epoch
+    busy_at_ask: float = float("nan")   # share of batches whose sender was inside __getitem__ when the main asked
+    batch_ms: float = float("nan")      # a worker's batch time (first sample start -> last sample end), mean
+    batch_cv: float = float("nan")      # and its coefficient of variation
+    period_ms: float = float("nan")     # steady window / batches delivered in it
 
 
 def _mean(xs) -> float:
@@ -241,6 +245,14 @@ def loader_phases(run: dict, seq: int) -> LoaderPhases:
         per_worker.setdefault(r[3][0][0], []).append((min(x[1] for x in r[3]), max(x[2] for x in r[3]), r[1]))
     gaps = [nxt[0] - prev[1] for bs in per_worker.values() for prev, nxt in zip(sorted(bs), sorted(bs)[1:])
             if nxt[2] > t_s]
+    spans: dict[int, list[tuple[int, int]]] = {}
+    for r in rows:
+        for wid, a, b, _ in r[3]:
+            spans.setdefault(wid, []).append((a, b))
+    ask_busy = _mean(float(any(a <= r[0] < b for a, b in spans[r[3][0][0]])) for r in steady)
+    bt = [max(x[2] for x in r[3]) - min(x[1] for x in r[3]) for r in steady]
+    bt_mean = _mean(bt)
+    bt_cv = (_mean((x - bt_mean) ** 2 for x in bt) ** 0.5 / bt_mean) if bt else float("nan")
     passes = tuple(((q["end_us"] - q["iter_us"]) / 1e6, (q["batches"][0][1] - q["iter_us"]) / 1e6)
                    for q in run["passes"] if q["batches"]) if run.get("epochs") else ()
     return LoaderPhases(run["case"], run["variant"] + (f" epochs persistent={run['persistent']}" if run.get("epochs") else ""),
@@ -249,7 +261,8 @@ def loader_phases(run: dict, seq: int) -> LoaderPhases:
                         _mean(e for *_, e in samples), late / early if early else float("nan"),
                         _mean(b - a - e for _, a, b, e in samples), _mean(gaps),
                         _mean(r[1] - max(x[2] for x in r[3]) for r in steady) / 1e3,
-                        _mean(r[1] - r[0] for r in steady) / 1e3, _mean(r[2] for r in steady) / 1e3, passes)
+                        _mean(r[1] - r[0] for r in steady) / 1e3, _mean(r[2] for r in steady) / 1e3, passes,
+                        ask_busy, bt_mean / 1e3, bt_cv, span / max(len(steady), 1) / 1e3)
 
 
 def load_diagnosis(path: Path) -> dict:
@@ -257,11 +270,21 @@ def load_diagnosis(path: Path) -> dict:
     return json.loads(gzip.decompress(raw) if str(path).endswith(".gz") else raw)
 
 
+def _q_model(run: dict, ph: LoaderPhases) -> float:
+    """sim.loader.busy_at_ask at the run's own measured batch time and period (the protocol law alone, apart
+    from the model's rates)."""
+    kind = "text" if run["case"].startswith("text") else "pretokenized"
+    spec = LoaderSpec(format=kind, workers=int(run["workers"]),
+                      tokenizer=run["case"][5:] if kind == "text" else "hf_bpe", text_bytes_per_token=1.0)
+    return busy_at_ask(spec, ph.batch_ms / 1e3, ph.period_ms / 1e3)
+
+
 def diagnosis_report(diag: dict) -> str:
     """One line per timed run (LoaderPhases), then the tokenizer probes and the epoch passes."""
     seq = int(diag.get("seq", 2048))
     lines = [f"{'case':<16} {'w':>2} {'variant':<34} {'Mtok/s':>7} {'busy':>5} {'enc us':>7} {'late/early':>10} "
-             f"{'other us':>8} {'gap us':>7} {'deliv ms':>8} {'wait ms':>7} {'cpu ms':>6} {'start s':>7}"]
+             f"{'other us':>8} {'gap us':>7} {'deliv ms':>8} {'wait ms':>7} {'cpu ms':>6} {'start s':>7} "
+             f"{'q':>5} {'q model':>7}"]
     for run in diag.get("runs", []):
         if "error" in run or not run.get("passes") or not run["passes"][0]["batches"]:
             lines.append(f"{run.get('case', '?'):<16} {run.get('workers', 0):>2} {run.get('variant', '?'):<34} "
@@ -270,7 +293,8 @@ def diagnosis_report(diag: dict) -> str:
         ph = loader_phases(run, seq)
         lines.append(f"{ph.case:<16} {ph.workers:>2} {ph.variant:<34} {ph.tokens_per_s / 1e6:7.3f} {ph.worker_busy:5.2f} "
                      f"{ph.encode_us:7.0f} {ph.encode_late_over_early:10.2f} {ph.other_us:8.0f} {ph.batch_gap_us:7.0f} "
-                     f"{ph.delivery_ms:8.2f} {ph.main_wait_ms:7.2f} {ph.main_cpu_ms:6.2f} {ph.startup_s:7.3f}"
+                     f"{ph.delivery_ms:8.2f} {ph.main_wait_ms:7.2f} {ph.main_cpu_ms:6.2f} {ph.startup_s:7.3f} "
+                     f"{ph.busy_at_ask:5.2f} {_q_model(run, ph):7.2f}"
                      + ("  epochs (wall s, first batch s): " + ", ".join(f"({a:.3f}, {b:.3f})" for a, b in ph.passes)
                         if ph.passes else ""))
     pr = diag.get("tokenizer_probes", {})
@@ -303,9 +327,9 @@ def diagnosis_rows(diag: dict) -> list[Row]:
             e = loader_estimate(tokens, 1e9, st, spec, tokens_per_sample=seq)
             out.append(Row(f"{name} (s per Mtok)", split, e.load_s / tokens * 1e6, 1e6 / ph.tokens_per_s))
             continue
-        t = sample_s(spec, seq)
+        t, h = sample_s(spec, seq), gil_stretch_s(spec, seq)
         for i, q in enumerate(run["passes"]):       # epoch 1: fresh workers; epoch 2: fresh unless persistent
-            first = startup_s(replace(spec, persistent_workers=spec.persistent_workers and i > 0), batch * t, t)
+            first = startup_s(replace(spec, persistent_workers=spec.persistent_workers and i > 0), batch * t, h)
             out.append(Row(f"{name} epoch {i + 1} persistent={run['persistent']} start-up s", split, first,
                            (q["batches"][0][1] - q["iter_us"]) / 1e6))
     return out
