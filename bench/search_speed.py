@@ -16,6 +16,12 @@ one run only):
 4. none (--exhaustive): every plan that fits estimated, no pruning; its top rows must equal (2).
 
 Run: python bench/search_speed.py [--exhaustive]     Figures go into docs/speed.md.
+
+    python bench/search_speed.py --against DIR [--rounds 3]
+
+runs 1. and 2. (CPU seconds, time.process_time) in fresh processes of this checkout and of the tree
+at DIR (e.g. `git worktree add DIR REV`), interleaved round by round, and prints the medians of both
+and whether their rows are the same.
 """
 
 from __future__ import annotations
@@ -30,10 +36,59 @@ def _rows(res) -> list:
     return [(r.plan, r.step_time_s, r.memory_bytes, r.why) for r in res.rows]
 
 
+CHILD = """
+import json, sys, time
+sys.path.insert(0, {tree!r})
+import mechsim
+assert mechsim.__file__.startswith({tree!r}), mechsim.__file__
+from mechsim.sim.cluster import Cluster
+from mechsim.sim.search import search_plans
+args = dict(model="llama3.1-405b", cluster=Cluster(system="hgx_h100", nodes=2048), gbs=2048, seq=8192, precision="bf16",
+            stack="megatron_te")
+out = {{}}
+for name in ("cold", "warm"):
+    t = time.process_time()
+    res = search_plans(**args)
+    out[name] = time.process_time() - t
+out["rows"] = repr([(r.plan, float(r.step_time_s)) for r in res.rows])
+out["estimated"] = res.counts.estimated
+print(json.dumps(out))
+"""
+
+
+def against(old, rounds: int) -> None:
+    """Cold and warm search CPU seconds of the tree at ``old`` and of this checkout (module docstring)."""
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    here = Path(__file__).resolve().parents[1]
+    runs: dict[str, list[dict]] = {"old": [], "new": []}
+    for r in range(rounds):
+        order = (("old", Path(old).resolve()), ("new", here))
+        for name, tree in order if r % 2 == 0 else order[::-1]:
+            out = subprocess.run([sys.executable, "-c", CHILD.format(tree=str(tree))], check=True, capture_output=True,
+                                 text=True, cwd=tree)
+            runs[name].append(json.loads(out.stdout.strip().splitlines()[-1]))
+    print(f"machine: {os.cpu_count()} CPU cores, load average {os.getloadavg()[0]:.1f}; CPU seconds "
+          f"(time.process_time), median of {rounds} fresh processes each; old = {old}, new = {here}")
+    for case in ("cold", "warm"):
+        o, n = (statistics.median(x[case] for x in runs[k]) for k in ("old", "new"))
+        print(f"  {case}: old {o:.2f} s, new {n:.2f} s, new/old {n / o:.2f}")
+    print(f"  plans estimated: old {runs['old'][0]['estimated']}, new {runs['new'][0]['estimated']}; same rows: "
+          f"{len({x['rows'] for x in runs['old'] + runs['new']}) == 1}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--exhaustive", action="store_true", help="also estimate every plan that fits (slow)")
+    ap.add_argument("--against", help="a tree of older code to time beside this checkout")
+    ap.add_argument("--rounds", type=int, default=3)
     a = ap.parse_args()
+    if a.against:
+        against(a.against, a.rounds)
+        return
     t0 = time.perf_counter()
     from mechsim.sim.cluster import Cluster
     from mechsim.sim.search import format_table, search_plans

@@ -414,6 +414,7 @@ class Network:
 
 
 _NETWORKS: dict[tuple, tuple[Any, Any, Any, Network]] = {}
+_ONE_GPU = Parallelism()   # the plan-free workload's plan, built once (a Parallelism() is a pydantic validation)
 
 
 def network_stage(workload, t: OpTable, st: Stack, gpu, eff, rates, cluster: Cluster) -> Network:
@@ -429,7 +430,7 @@ def network_stage(workload, t: OpTable, st: Stack, gpu, eff, rates, cluster: Clu
     comm = scatter_gather_p2p(t, c, par, cluster, eff) if overlap.pp_stack_trait("scatter_gather", st.key) else c
     for a in (comm.per_call_s, comm.total_s, comm.group):
         a.flags.writeable = False
-    single = workload.model_copy(update={"parallel": Parallelism()})
+    single = workload.model_copy(update={"parallel": _ONE_GPU})
     n = Network(comm, zero3_2021_comm_s(workload, par, cluster, st.key), offload_fn(workload, t, gpu, cluster, eff, st.fused),
                 GroupStretch.of(cluster_layouts(par, cluster)),
                 timed_stage(workload.model, par) if MCORE_DDP_BUCKETS in st.fused else 0,   # drain_slack_s
