@@ -126,3 +126,14 @@ def test_mxfp8_moe_configs_of_megatron_bridge_v050():
     assert new.resolve("deepseek-v3", system="gb300_nvl72", **mx)["mla_recompute_up_proj"] is False
     assert new.resolve("deepseek-v3", system="gb200_nvl72", **mx)["mla_recompute_up_proj"] is True
     assert not new.resolve("qwen3-30b-a3b", system="gb300_nvl72", fp8_recipe="current").get("sync_free")
+
+
+def test_unprinted_virtual_stages_come_from_the_release_config():
+    """A Megatron-Bridge table's VP "n/a" at pp > 1 leaves vp to the recipe: Llama 3 70B MXFP8 on GB300
+    at pp 4 runs 5 virtual stages (llama3_workload_base_configs.py, v0.3.0 .. v0.4.2)."""
+    rows = {r.id: r for r in load_published()}
+    r = rows["mbridge-26.02.01-pretrain-gb300-llama3-70b-64g-fp8-mxfp8"]
+    assert r.vp is None and "vp" in r.missing
+    assert workload_for(r).parallel.vp == 5
+    pp1 = [x for x in rows.values() if (x.software or "").endswith("(Megatron-Bridge)") and x.pp == 1]
+    assert len(pp1) > 20 and all(x.vp == 1 for x in pp1)                  # pp 1: one chunk, n/a or not

@@ -595,10 +595,15 @@ def a8_row(d: dict, alt: bool, prev: list[dict]) -> dict:
     for key in ("TP", "PP", "CP"):
         r[key.lower()] = inum(d[key], alt)
     vp, ep = d["VP"], d["EP"]
-    r["vp"] = 1 if vp == "n/a" else inum(vp, alt)
+    # VP "n/a" at pp 1: one model chunk per stage. At pp > 1 the cell does not say how many, so vp is
+    # left to the release's recipe (its performance config), as every other unstated setting is
+    if vp == "n/a" and r["pp"] > 1:
+        r["missing"].append("vp")
+    else:
+        r["vp"] = 1 if vp == "n/a" else inum(vp, alt)
+        if vp == "n/a":
+            r["assumed"].append("vp")
     r["ep"] = 1 if ep == "n/a" else inum(ep, alt)
-    if vp == "n/a":
-        r["assumed"].append("vp")
     if ep == "n/a":
         r["assumed"].append("ep")
     if d["FSDP"] == "-":
