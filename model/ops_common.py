@@ -198,24 +198,24 @@ def affine_in_rows(key: tuple, R: int, build: Callable[[int], Pair]) -> Pair:
     """``build(R)``, for a builder of StreamShape / StridedShape chains (``chain``) and RowShape ops
     (rows R x a number) whose FLOPs, bytes and element counts are each a sum of products of R (the rows: tokens) with numbers that do
     not depend on R, and nothing else depends on R (names, counts, kernels, classes): the ops at
-    R = 1 and 2 are kept per ``key`` (the builder and every input but R: ``ctx_key`` of its Ctx
-    and its arguments) and an op at R is op(1) + (R - 1) x (op(2) - op(1)) field by field. The
-    values are whole numbers of bytes, elements and FLOPs (or halves and sixteenths: fp4 and its
-    block scales), below 2^53, so both ways they are exact: the same floats. A key whose ops at
-    R = 3 are not that line is built afresh every time. (tests/model/test_ops_speed.py compares
+    the first call's R0 and R0 + 1 are kept per ``key`` (the builder and every input but R:
+    ``ctx_key`` of its Ctx and its arguments) and an op at R is op(R0) + (R - R0) x (op(R0 + 1) -
+    op(R0)) field by field. The values are whole numbers of bytes, elements and FLOPs (or halves
+    and sixteenths: fp4 and its block scales), below 2^53, so both ways they are exact: the same
+    floats. A key whose ops at R0 + 2 are not on that line is built afresh every time. (tests/model/test_ops_speed.py compares
     the two over R up to 10^7 for every builder that uses it.)"""
     hit = _AFFINE.get(key, _MISS)
-    if hit is _MISS:
-        p1, p2, p3 = build(1), build(2), build(3)
-        hit = (p1, p2) if all(_on_line(a, b, c, 3) for a, b, c in ((p1.fwd, p2.fwd, p3.fwd), (p1.bwd, p2.bwd, p3.bwd))) \
-            else None
+    if hit is _MISS:   # the line through the ops at R and R + 1, checked at R + 2; the ops at R are the answer
+        p1, p2, p3 = build(R), build(R + 1), build(R + 2)
+        on = all(_on_line(a, b, c, 2) for a, b, c in ((p1.fwd, p2.fwd, p3.fwd), (p1.bwd, p2.bwd, p3.bwd)))
         if len(_AFFINE) >= 4096:
             _AFFINE.clear()
-        _AFFINE[key] = hit
+        _AFFINE[key] = (p1, p2, R) if on else None
+        return Pair(list(p1.fwd), list(p1.bwd))
     if hit is None:
         return build(R)
-    (f1, b1), (f2, b2) = (hit[0].fwd, hit[0].bwd), (hit[1].fwd, hit[1].bwd)
-    return Pair([_op_at(x, y, R - 1) for x, y in zip(f1, f2)], [_op_at(x, y, R - 1) for x, y in zip(b1, b2)])
+    (f1, b1), (f2, b2), k = (hit[0].fwd, hit[0].bwd), (hit[1].fwd, hit[1].bwd), R - hit[2]
+    return Pair([_op_at(x, y, k) for x, y in zip(f1, f2)], [_op_at(x, y, k) for x, y in zip(b1, b2)])
 
 
 def _op_at(a: Op, b: Op, k: int) -> Op:
@@ -231,9 +231,9 @@ def _op_at(a: Op, b: Op, k: int) -> Op:
               a.bytes_written + k * (b.bytes_written - a.bytes_written), a.dtype, shape, a.count, a.kernels, a.syncs)
 
 
-def _on_line(o1: list[Op], o2: list[Op], o3: list[Op], R3: int) -> bool:
-    """Whether the ops at R3 rows equal those _op_at gives from the ops at 1 and 2 rows (same names,
-    kinds, counts, kernels and shape records; every number on the line)."""
+def _on_line(o1: list[Op], o2: list[Op], o3: list[Op], k3: int) -> bool:
+    """Whether the ops o3 (k3 rows past o1) equal those _op_at gives from o1 and o2 (one row past o1):
+    the same names, kinds, counts, kernels and shape records, every number on the line."""
     if not (len(o1) == len(o2) == len(o3)):
         return False
     for a, b, c in zip(o1, o2, o3):
@@ -248,7 +248,7 @@ def _on_line(o1: list[Op], o2: list[Op], o3: list[Op], R3: int) -> bool:
                 or (b.name, b.kind, b.phase, b.dtype, b.count, b.kernels, b.syncs) != (c.name, c.kind, c.phase, c.dtype,
                                                                                       c.count, c.kernels, c.syncs):
             return False
-        if _op_at(a, b, R3 - 1) != c:
+        if _op_at(a, b, k3) != c:
             return False
     return True
 

@@ -194,7 +194,8 @@ def test_affine_chains_equal_direct_builds(c):
 
 
 def test_affine_in_rows_falls_back_off_the_line():
-    """A builder whose ops at R = 3 are not on the line through R = 1 and 2 is built afresh."""
+    """A builder whose ops at R0 + 2 are not on the line through R0 and R0 + 1 (R0: the first call's rows)
+    is built afresh."""
     from mechsim.model import ops_common
     from mechsim.model.ops_common import Kern, Pair, chain
     ops_common._AFFINE.clear()
