@@ -137,3 +137,15 @@ def test_unprinted_virtual_stages_come_from_the_release_config():
     assert workload_for(r).parallel.vp == 5
     pp1 = [x for x in rows.values() if (x.software or "").endswith("(Megatron-Bridge)") and x.pp == 1]
     assert len(pp1) > 20 and all(x.vp == 1 for x in pp1)                  # pp 1: one chunk, n/a or not
+
+
+def test_nemo_2407_lora_70b_runs_without_sequence_parallelism():
+    """The launcher's 70B LoRA example sets tp 2 and ub_tp_comm_overlap but not sequence_parallel (sft.yaml:
+    False), and NeMo drops the overlap without SP (source nemo_launcher_lora70b_no_sp); its SFT keeps both."""
+    rows = {r.id: r for r in load_published()}
+    lora = workload_for(rows["nemo2407-lora-llama2-70b-8g"]).parallel
+    sft = workload_for(rows["nemo2407-sft-llama2-70b-16g"]).parallel
+    assert (lora.tp, lora.sp, lora.tp_comm_overlap) == (2, False, False)
+    assert (sft.sp, sft.tp_comm_overlap) == (True, True)
+    later = recipe("nemo-25.02").resolve("llama2-70b", task="lora")
+    assert (later["sequence_parallel"], later["tp_comm_overlap"]) == ("with_tp", "with_sp")
