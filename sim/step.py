@@ -140,8 +140,8 @@ def kernel_stage(t: OpTable, gpu, rates, eff, attention: str) -> Calibrated:
 # Kernel times of a table's GEMM and attention rows, by the numbers kernel_times reads of those rows,
 # per (rates, efficiency data, attention kernel): every law in sim/kernels.py is row-wise (a row's
 # times follow from its own columns), so equal rows get equal times
-_ROW_TIMES: dict[tuple, tuple[Any, Any, dict[bytes, np.ndarray]]] = {}
-ROW_CACHE_SIZE = 4096
+_ROW_TIMES: dict[tuple, tuple[Any, Any, dict[bytes, tuple[KernelTimes, np.ndarray]]]] = {}
+ROW_CACHE_SIZE = 2048
 
 
 def _rows_key(t: OpTable, rows: np.ndarray) -> bytes:
@@ -176,10 +176,11 @@ def kernel_times_by_row(t: OpTable, rates, eff, attention: str) -> KernelTimes:
         k = kernel_times(t, rates, eff, attention)
         if len(memo) >= ROW_CACHE_SIZE:
             evict_oldest(memo)
-        memo[key] = np.stack([k.compute_s, k.memory_s, k.fixed_s, k.gpu_s, k.efficiency])[:, heavy]
+        memo[key] = (k, heavy)   # the rows are read off when a table asks for them (kernel_stage: read-only arrays)
         return k
+    kh, rows = got
     out = np.empty((5, len(t.ops)))
-    out[:, heavy] = got
+    out[:, heavy] = np.stack([kh.compute_s, kh.memory_s, kh.fixed_s, kh.gpu_s, kh.efficiency])[:, rows]
     light = np.flatnonzero(~heavy_mask)
     if len(light):
         kl = kernel_times(build_table(tuple(t.ops[i] for i in light.tolist())), rates, eff, attention)
