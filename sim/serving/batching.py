@@ -6,7 +6,9 @@ Per replica, requests arrive at rate lam (Poisson), each with L_in prompt and L_
             stage is busy 1 / pp of a prefill's pass through the pipeline)
     rho   = lam * P                     fraction of GPU time spent on prefill (< 1 to be stable)
     D(B)  = decode iteration seconds at B running sequences, mean context L_in + L_out / 2
-            (attention bytes are linear in context, so the mean context is exact for them)
+            (attention bytes are linear in context, so the mean context is exact for them); an
+            engine with CUDA-graph padding (Engine.graph_batches) runs the padded batch's GEMMs
+            (steps.decode_padded_s)
     TPOT  = D(B) / (1 - rho) / E        prefill work interleaves with the decode iterations;
                                         E = tokens per sequence per iteration (1; speculative
                                         decoding: (1 - a^(k+1)) / (1 - a), whatif.py)
@@ -42,7 +44,7 @@ from .latency import (UNSTABLE, LatencyModel, Percentiles, percentile_key, perce
                       ttft_quantile)
 from .params import param
 from .specdecode import spec_iteration
-from .steps import Deployment, decode_s, prefill_s
+from .steps import Deployment, decode_padded_s, decode_s, prefill_s
 
 MAX_SAMPLES = 16
 
@@ -105,9 +107,11 @@ class Engine:
     max_num_tokens: int
     kv_policy: str = "reserve"     # "reserve": a sequence holds blocks for L_in + L_out (TRT-LLM's
                                    # guaranteed-no-evict); "actual": L_in + L_out / 2 on average
+    graph_batches: tuple[int, ...] = ()   # CUDA-graph batch sizes a decode iteration is padded up to
+                                          # (TRT-LLM PyTorch cuda_graph_config.enable_padding); () none
 
     @classmethod
-    def default(cls, max_batch=None, max_num_tokens=None, kv_policy="reserve") -> "Engine":
+    def default(cls, max_batch=None, max_num_tokens=None, kv_policy="reserve", graph_batches=()) -> "Engine":
         mb = int(param("max_batch") if max_batch is None else max_batch)
         mt = int(param("max_num_tokens") if max_num_tokens is None else max_num_tokens)
         if mb < 1:
@@ -116,7 +120,10 @@ class Engine:
             raise ValueError(f"max_num_tokens: must be >= 1, got {mt}")
         if kv_policy not in ("reserve", "actual"):
             raise ValueError(f"kv_policy: 'reserve' or 'actual', got {kv_policy!r}")
-        return cls(mb, mt, kv_policy)
+        gb = tuple(int(b) for b in graph_batches)
+        if any(b < 1 for b in gb) or list(gb) != sorted(set(gb)):
+            raise ValueError(f"graph_batches: increasing positive batch sizes, got {graph_batches!r}")
+        return cls(mb, mt, kv_policy, gb)
 
 
 @dataclass(frozen=True)
@@ -198,6 +205,8 @@ class Server:
         """(seconds, tokens per sequence) of one decode iteration at ``batch`` sequences."""
         if self.spec is not None:
             return spec_iteration(self.dep, self.spec, batch, self.len.mean_context)
+        if self.engine.graph_batches:
+            return decode_padded_s(self.dep, batch, self.engine.graph_batches, self.len.mean_context), 1.0
         return decode_s(self.dep, batch, self.len.mean_context), 1.0
 
     def token_time(self, batch: float) -> float:

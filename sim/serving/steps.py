@@ -2,6 +2,9 @@
 
     decode_s(B, ctx)   one decode iteration: B sequences, one new token each, attending over
                        ctx cached tokens (mechsim.estimate of an InferenceWorkload, decode)
+    decode_padded_s    the same iteration replayed from a CUDA graph captured at a larger batch
+                       P: every op runs P rows except the attention over the KV cache, whose
+                       P - B padding sequences hold one token each (graph-padded engines)
     prefill_s(n, L)    one prefill of n prompts of L tokens (estimate, prefill phase)
                        + the weight-only dequantization pass (quant.dequant_time_s)
 Every call is a full op-model estimate (kernels, launches or CUDA graphs, TP collectives on
@@ -290,6 +293,46 @@ def decode_s(dep: Deployment, batch: float, ctx: float) -> float:
         return t_hi
     t_lo = _estimate_s(dep, "decode", lo, c)
     return t_lo + (t_hi - t_lo) * (batch - lo) / (hi - lo)
+
+
+def padded_size(graph_batches: tuple[int, ...], batch: float) -> int | None:
+    """The smallest CUDA-graph batch >= ``batch`` sequences (a fractional mean rounds up), None when
+    none is captured that large (the iteration then runs without padding)."""
+    if not graph_batches:
+        return None
+    i = bisect.bisect_left(graph_batches, math.ceil(batch - 1e-9))
+    return graph_batches[i] if i < len(graph_batches) else None
+
+
+def _core_s(dep: Deployment, batch: float, c: int) -> float:
+    """Seconds of the decode attention over the KV cache (ops ``layer/attn/core``) at ``batch``
+    sequences per rank of ``c`` tokens, interpolated in batch as decode_s."""
+    def at(b: int) -> float:
+        return _op_s(_estimate(dep, "decode", b, c), "layer/attn/core")
+    if batch <= 1:
+        return at(1)
+    i = bisect.bisect_left(GRID, batch)
+    hi, lo = GRID[min(i, len(GRID) - 1)], GRID[max(i - 1, 0)]
+    if hi == batch or hi == lo:
+        return at(hi)
+    return at(lo) + (at(hi) - at(lo)) * (batch - lo) / (hi - lo)
+
+
+def decode_padded_s(dep: Deployment, batch: float, graph_batches: tuple[int, ...], ctx: float) -> float:
+    """decode_s of an engine that replays generation-only iterations from CUDA graphs captured at
+    ``graph_batches`` sequences per rank and pads the batch up to the next one with dummy
+    sequences (TensorRT-LLM's PyTorch backend with cuda_graph_config.enable_padding:
+    model_engine._get_padded_batch adds generation requests of one token each). The GEMMs, norms,
+    RoPE, KV append, all-reduce and logits run the padded rows; the attention over the cache reads
+    only the real sequences' KV (a padding sequence holds one token). A batch above the largest
+    graph runs unpadded."""
+    ranks = dep.ep * dep.pp
+    per = batch / ranks
+    pad = padded_size(graph_batches, per)
+    if pad is None or pad <= per:
+        return decode_s(dep, batch, ctx)
+    c = _round_ctx(dep, ctx)
+    return decode_s(dep, pad * ranks, ctx) - _core_s(dep, pad, c) + _core_s(dep, per, c)
 
 
 def prefill_s(dep: Deployment, n: int, length: int) -> float:

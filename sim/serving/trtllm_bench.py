@@ -22,6 +22,12 @@ out activations and runtime buffers), so the real KV pool usually binds before m
 max_tokens, the per-iteration token budget shared by context and generation tokens, does bind.
 The PyTorch backend runs with chunked prefill off unless asked, and then raises the budget to
 hold the longest prompt next to a full batch of generation tokens: max(max_tokens, max_isl + max_bs).
+
+CUDA graphs (PyTorch backend, cuda_graph_config.batch_sizes): the engine captures the listed sizes
+up to min(max_bs, max_num_tokens / (1 + max_draft_len)); with enable_padding the first listed size
+above that limit is replaced by the limit itself (tensorrt_llm/_torch/pyexecutor/model_engine.py,
+_filter_cuda_graph_batch_sizes), and a generation-only batch is padded up to the next captured
+size (_get_padded_batch); a larger batch runs without a graph.
 """
 
 from __future__ import annotations
@@ -80,3 +86,21 @@ def unchunked_tokens(max_tokens: int, max_bs: int, max_isl: int) -> int:
     """Token budget with chunked prefill off: the longest prompt must fit next to a full batch of
     generation tokens (get_settings): max(max_tokens, max_isl + max_bs)."""
     return int(max(max_tokens, max_isl + max_bs))
+
+
+def cuda_graph_batches(sizes, max_bs: int, max_num_tokens: int, padding: bool = True,
+                       max_draft_len: int = 0) -> tuple[int, ...]:
+    """The CUDA-graph batch sizes the PyTorch backend captures from the configured ``sizes``
+    (module docstring; _filter_cuda_graph_batch_sizes)."""
+    limit = min(int(max_bs), int(max_num_tokens / (1 + max_draft_len)))
+    if limit < 1:
+        raise ValueError(f"cuda_graph_batches: max_bs and max_num_tokens must be >= 1 (got {max_bs}, {max_num_tokens})")
+    out: list[int] = []
+    for b in sorted(int(x) for x in sizes):
+        if b <= limit:
+            out.append(b)
+            continue
+        if padding and (not out or out[-1] != limit):
+            out.append(limit)
+        break
+    return tuple(out)

@@ -185,3 +185,25 @@ def test_chunked_prefill_adds_one_decode_iteration_per_chunk(dep):
     assert a.batch == pytest.approx(b.batch)
     d = decode_s(dep, max(b.batch, 1.0), L.mean_context)
     assert b.ttft_s - a.ttft_s == pytest.approx(3 * d, rel=1e-6)
+
+
+def test_cuda_graph_padding_runs_the_padded_gemms_but_the_real_attention():
+    """steps.decode_padded_s: B = 269 padded to 384 costs more than 269 and less than 384 real
+    sequences (the padding sequences hold one token of KV each); at a captured size and above the
+    largest graph it is decode_s."""
+    from mechsim.sim.serving.steps import decode_padded_s, decode_s, padded_size
+    dep = Deployment.make("llama3.3-70b", "b200", 1, "fp4", "fp8")
+    g = (1, 2, 4, 8, 16, 32, 64, 128, 256, 384)
+    assert padded_size(g, 269) == 384 and padded_size(g, 256) == 256 and padded_size(g, 385) is None
+    assert padded_size(g, 24.2) == 32 and padded_size((), 5) is None
+    t = decode_padded_s(dep, 269, g, 2000)
+    assert decode_s(dep, 269, 2000) < t < decode_s(dep, 384, 2000)
+    assert decode_padded_s(dep, 256, g, 2000) == decode_s(dep, 256, 2000)
+    assert decode_padded_s(dep, 400, g, 2000) == decode_s(dep, 400, 2000)
+    L = Lengths.of(1000, 2000, dep.model.max_seq)
+    padded = Server(dep, L, Engine.default(max_batch=384, graph_batches=g))
+    plain = Server(dep, L, Engine.default(max_batch=384))
+    assert padded.cap == plain.cap and padded.token_time(269) == pytest.approx(t)
+    assert padded.saturation_rate() < plain.saturation_rate()
+    with pytest.raises(ValueError, match="graph_batches"):
+        Engine.default(graph_batches=(8, 4))

@@ -48,3 +48,25 @@ def test_errors_name_the_field():
 def test_unchunked_budget_holds_the_longest_prompt_and_a_batch():
     assert unchunked_tokens(2048, 64, 20000) == 20064
     assert unchunked_tokens(8192, 512, 128) == 8192
+
+
+PERF_OVERVIEW_SIZES = (1, 2, 4, 8, 16, 32, 64, 128, 256, 384, 512, 1024, 2048, 4096, 8192)
+
+
+@pytest.mark.parametrize("max_bs,max_tokens,expected_tail", [
+    (512, 2048, (256, 384, 512)),          # 512 listed: kept, nothing above
+    (224, 2048, (64, 128, 224)),           # 256 > 224: padded to the limit instead
+    (768, 2048, (384, 512, 768)),
+    (4096, 2176, (1024, 2048, 2176)),      # the token budget binds before max_bs
+])
+def test_cuda_graph_batches_follow_the_engine_filter(max_bs, max_tokens, expected_tail):
+    from mechsim.sim.serving.trtllm_bench import cuda_graph_batches
+    g = cuda_graph_batches(PERF_OVERVIEW_SIZES, max_bs, max_tokens)
+    assert g[:3] == (1, 2, 4) and g[-3:] == expected_tail
+
+
+def test_cuda_graph_batches_without_padding_drop_the_larger_sizes():
+    from mechsim.sim.serving.trtllm_bench import cuda_graph_batches
+    assert cuda_graph_batches(PERF_OVERVIEW_SIZES, 224, 2048, padding=False)[-1] == 128
+    with pytest.raises(ValueError, match="cuda_graph_batches"):
+        cuda_graph_batches(PERF_OVERVIEW_SIZES, 0, 2048)

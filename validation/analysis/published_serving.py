@@ -24,7 +24,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ...sim.serving import Deployment, Engine, Lengths, Server, decode_s, kv_capacity, prefill_s
-from ...sim.serving.trtllm_bench import bench_settings, unchunked_tokens
+from ...sim.serving.trtllm_bench import bench_settings, cuda_graph_batches, unchunked_tokens
 from .published import load_published_inference
 
 FP = {"fp8": "fp8", "fp4": "fp4", "nvfp4": "fp4", "bf16": "bf16", "fp16": "fp16", None: "bf16"}
@@ -39,6 +39,11 @@ ASSUMPTIONS = {
         "scheduler": ("trtllm_bench_pytorch", "no --max_batch_size / --max_num_tokens in the perf-overview command: "
                       "trtllm-bench sizes them from the dataset's ISL/OSL (bench/build/tuning.py) at "
                       "--kv_cache_free_gpu_mem_fraction 0.90, chunked prefill off (bench/benchmark/utils/general.py)"),
+        "cuda_graphs": ((1, 2, 4, 8, 16, 32, 64, 128, 256, 384, 512, 1024, 2048, 4096, 8192),
+                        "perf overview llm_options.yml: cuda_graph_config enable_padding: true with these batch_sizes; "
+                        "the engine keeps those <= min(max_batch_size, max_num_tokens), the first larger one becoming "
+                        "that limit, and pads each generation-only batch up to the next (model_engine.py "
+                        "_filter_cuda_graph_batch_sizes, _get_padded_batch)"),
     },
     "azure_b3": {
         "kv_dtype": ("fp8", "trtllm-bench build --quantization FP8 (Azure LLMBenchmark.py)"),
@@ -143,7 +148,10 @@ def _engine(row, cfg, dep) -> Engine:
     how = _assume(row, "scheduler")
     if how == "trtllm_bench_pytorch":
         bs, tok = bench_settings(cfg, dep.gpu, row.tp, dep.weight_dtype, dep.kv_dtype, row.isl, row.osl, 0.90)
-        return Engine.default(max_batch=bs, max_num_tokens=unchunked_tokens(tok, bs, row.isl))
+        tok = unchunked_tokens(tok, bs, row.isl)
+        sizes = _assume(row, "cuda_graphs")
+        graphs = cuda_graph_batches(sizes, bs, tok) if sizes else ()
+        return Engine.default(max_batch=bs, max_num_tokens=tok, graph_batches=graphs)
     if how == "trtllm_bench_engine":
         isl, osl = _engine_dataset(row)
         bs, tok = bench_settings(cfg, dep.gpu, row.tp, dep.weight_dtype, dep.kv_dtype, isl, osl, 0.95)
