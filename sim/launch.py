@@ -146,14 +146,20 @@ def phase_end_times(host: np.ndarray, gpu: np.ndarray, count: np.ndarray, phase:
     H = np.add.reduceat(host * count, starts)
     G = np.add.reduceat(gpu * count, starts)
     h_cum, g_cum = np.cumsum(H), np.cumsum(G)
-    lead = np.maximum.accumulate(h_cum - H + host[starts] - (g_cum - G)) + g_cum
+    first = host[starts]
+    lead = np.maximum.accumulate(h_cum - H + first - (g_cum - G)) + g_cum
     last = np.append(starts[1:], len(host)) - 1
     c = np.maximum.accumulate(np.maximum(lead, h_cum + gpu[last]))
-    c = np.minimum(c, tandem_step_time(host, gpu, count, starts))
-    block_phase = phase[starts]
+    # tandem_step_time(host, gpu, count, starts) on the same block sums
+    tandem = float(max(np.max(h_cum - H + first + np.cumsum(G[::-1])[::-1]), H.sum() + gpu[-1]))
+    c = np.minimum(c, tandem).tolist()
+    at = -1    # the last block of a phase <= p (blocks are in phase order within a step, but need not be)
+    block_phase = phase[starts].tolist()
     for p in range(n_phases):
-        mine = np.flatnonzero(block_phase <= p)
-        ends[p] = c[mine[-1]] if len(mine) else 0.0
+        for j in range(at + 1, len(block_phase)):
+            if block_phase[j] <= p:
+                at = j
+        ends[p] = c[at] if at >= 0 else 0.0
     return np.maximum.accumulate(ends)
 
 

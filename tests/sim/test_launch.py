@@ -106,3 +106,36 @@ def test_per_expert_gemms_of_a_python_loop_are_calls():
     assert t.kernels[i] == t.gemm.batch[i] == 8
     assert host_dispatches(t)[i] == 8
     assert host_dispatches(t, grouped_gemm=True)[i] == pytest.approx(1 + 7 * LIBRARY_KERNEL_FRACTION)
+
+
+def test_phase_end_times_match_the_blockwise_definition():
+    """phase_end_times (one pass over the block sums, the tandem bound from the same sums) equals its
+    docstring's definition written out: C_j per block, capped at tandem_step_time, each phase at its
+    last block's C (random blocks, phases in order or not)."""
+    import numpy as np
+    from mechsim.sim.launch import block_starts, phase_end_times, tandem_step_time
+
+    def reference(host, gpu, count, phase, n, starts):
+        ends = np.zeros(n)
+        bounds = list(zip(starts.tolist(), starts[1:].tolist() + [len(host)]))
+        H = [float(np.dot(host[s:e], count[s:e])) for s, e in bounds]
+        G = [float(np.dot(gpu[s:e], count[s:e])) for s, e in bounds]
+        cap, c, best = tandem_step_time(host, gpu, count, starts), [], -np.inf
+        for j, (s, e) in enumerate(bounds):
+            lead = max(sum(H[:i]) + host[bounds[i][0]] + sum(G[i:j + 1]) for i in range(j + 1))
+            best = max(best, lead, sum(H[:j + 1]) + gpu[e - 1])
+            c.append(min(best, cap))
+        for p in range(n):
+            mine = [j for j, (s, _) in enumerate(bounds) if phase[s] <= p]
+            ends[p] = c[mine[-1]] if mine else 0.0
+        return np.maximum.accumulate(ends)
+
+    rng = np.random.default_rng(7)
+    for trial in range(300):
+        n = int(rng.integers(1, 30))
+        host, gpu = rng.random(n) * 1e-5, rng.random(n) * 1e-4
+        count = rng.choice([1, 2, 4, 80], n).astype(float)
+        phase = np.sort(rng.integers(0, 3, n)) if trial % 2 else rng.integers(0, 3, n)
+        starts = block_starts(count, phase)
+        assert np.allclose(phase_end_times(host, gpu, count, phase, 3, starts),
+                           reference(host, gpu, count, phase, 3, starts), rtol=1e-12, atol=0)
