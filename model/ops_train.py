@@ -194,7 +194,10 @@ def _tensor_sizes(cfg: TransformerConfig) -> tuple[int, ...]:
         return hit[1]
     out = tuple(param_tensor_sizes(cfg))
     if len(_SIZES) >= 256:
-        del _SIZES[next(iter(_SIZES))]
+        try:   # another thread (the app estimates on several) may have changed it meanwhile
+            del _SIZES[next(iter(_SIZES))]
+        except (RuntimeError, KeyError, StopIteration):
+            pass
     _SIZES[id(cfg)] = (cfg, out)
     return out
 
