@@ -141,7 +141,7 @@ def kernel_stage(t: OpTable, gpu, rates, eff, attention: str) -> Calibrated:
 # per (rates, efficiency data, attention kernel): every law in sim/kernels.py is row-wise (a row's
 # times follow from its own columns), so equal rows get equal times
 _ROW_TIMES: dict[tuple, tuple[Any, Any, dict[bytes, tuple[KernelTimes, np.ndarray]]]] = {}
-ROW_CACHE_SIZE = 2048
+ROW_CACHE_SIZE = 512   # entries of ~8 KB (a key of ~25 rows x 25 columns, the kept times)
 
 
 def _rows_key(t: OpTable, rows: np.ndarray) -> bytes:
