@@ -167,7 +167,7 @@ def kernel_times_by_row(t: OpTable, rates, eff, attention: str) -> KernelTimes:
     memo_key = (id(rates), id(eff), attention)
     hit = _ROW_TIMES.get(memo_key)
     if hit is None or hit[0] is not rates or hit[1] is not eff:
-        if len(_ROW_TIMES) >= 64:
+        if len(_ROW_TIMES) >= 8:   # (rates, efficiency, attention) kept: at most ~8 x 4 MB
             evict_oldest(_ROW_TIMES)
         hit = _ROW_TIMES[memo_key] = (rates, eff, {})
     memo, key = hit[2], _rows_key(t, heavy)
