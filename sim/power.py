@@ -211,18 +211,19 @@ def power_states(g, a, gp, mem, step_s, gpu_key: str, f_boost: float, boost_spee
     xp = _xp(g)
     f_gemm, w_mem = params
     beta, f_cal = curve_beta(gpu_key), calibration_clock(gpu_key)
+    f_line = calibration_boost(gpu_key) or f_boost
     f_att = same_power_clock(attention_clock_ratio(attention) * f_cal, f_cal, f_gemm, f_boost, beta)
     f = np.full(np.shape(g), f_gemm) if xp is np else f_gemm
     live = True
     for _ in range(5):
-        speed = gemm_speed(f, f_cal, f_boost, boost_speedup)
+        speed = gemm_speed(f, f_cal, f_line, boost_speedup)
         tg, ta = g / speed, a * f_boost / f
         step = step_s + (tg - g) + (ta - a)
         live = live & (step > 0)
         safe = xp.where(live, step, 1.0)
         loads = ((xp.minimum(gp / speed / safe, 1.0), f_gemm), (xp.minimum(ta / safe, 1.0), f_att))
         f = xp.where(live, cap_clock(loads, xp.minimum(mem / safe, 1.0), w_mem, f_gemm, f_boost, beta), f)
-    return PowerStates(f, gemm_speed(f, f_cal, f_boost, boost_speedup), f / f_boost)
+    return PowerStates(f, gemm_speed(f, f_cal, f_line, boost_speedup), f / f_boost)
 
 
 class _Floats:
@@ -244,9 +245,29 @@ def _xp(x: Any) -> Any:
 @functools.lru_cache(maxsize=64)
 def calibration_clock(gpu_key: str) -> float:
     """Sustained GEMM clock (Hz) of the GPU whose calibrated efficiencies ``gpu_key`` uses (itself,
-    or the same-die GPU of sim/data/efficiency/transfer.toml): the clock its "speed 1" means."""
+    or the same-die GPU of sim/data/efficiency/transfer.toml): the clock its "speed 1" means. A GPU
+    whose efficiencies were measured on a die with another per-clock tensor rate carries that clock
+    on its own axis (power.toml [gemm_calibration_clock]: the calibration GPU's sustained clock
+    times the ratio of the tensor clocks of the two dense peaks, the same work per SM-clock)."""
+    rec = _power_table("gemm_calibration_clock").get(gpu_key)
+    if rec is not None:
+        return rec.value * 1e6
     src = calibration_source(gpu_key) or gpu_key
     params = clock_params(src) or clock_params(gpu_key)
     if params is None:
         raise ValueError(f"calibration_clock: {gpu_key!r} has no clock model (clock_params is None)")
     return params[0]
+
+
+@functools.lru_cache(maxsize=64)
+def calibration_boost(gpu_key: str) -> float | None:
+    """The calibration GPU's boost clock (Hz) on ``gpu_key``'s axis (power.toml
+    [gemm_calibration_boost]), where gemm_speed's line reaches boost_speedup; None: the GPU's own
+    boost clock (same die as its calibration GPU)."""
+    rec = _power_table("gemm_calibration_boost").get(gpu_key)
+    return rec.value * 1e6 if rec is not None else None
+
+
+def _power_table(name: str) -> Mapping[str, Any]:
+    from ..hwdb.prices import load_prices
+    return load_prices().power.get(name, {})

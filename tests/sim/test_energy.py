@@ -56,7 +56,8 @@ def test_power_model_reads_hwdb_and_power_data():
     # non-GPU rating share: (10.2 kW - 8 x 700 W) / 8 = 575 W, times the sourced load fraction
     assert pm.nongpu_rating_w_per_gpu == pytest.approx(575.0)
     assert pm.nongpu_w_per_gpu == pytest.approx(575.0 * load_prices().value("power.node.nongpu_load_fraction"))
-    assert power_model("hgx_b200").idle_w == pytest.approx(0.2 * 1000)   # default fraction x TDP
+    assert power_model("hgx_b200").idle_w == pytest.approx(196)          # measured (nvidia-smi at P0)
+    assert power_model("hgx_h800").idle_w == pytest.approx(0.2 * 700)    # no reading: default fraction x TDP
 
 
 def test_more_activity_and_higher_pue_never_use_less_power():

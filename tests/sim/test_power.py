@@ -108,7 +108,7 @@ def test_attention_time_follows_the_clock_it_runs_at():
 
 
 def test_gpus_without_a_clock_model_are_left_alone():
-    assert power_state({"matmul_compute": 1.0}, 1.0, "b200", 1.98e9, 1.2) is None
+    assert power_state({"matmul_compute": 1.0}, 1.0, "a100_sxm_80gb", 1.41e9, 1.2) is None
 
 
 def test_estimates_report_the_clock_and_big_steps_run_slower_than_small_ones():
