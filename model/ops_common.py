@@ -190,8 +190,8 @@ def chain(name: str, kind: OpKind, phase: Phase, ks: list[Kern], count: int, num
 # affine_in_rows key (every field a future Ctx adds is in it unless it is listed here)
 _ROW_FREE_FIELDS = tuple(f for f in Ctx.__slots__ if f not in ("cfg", "B", "S", "Skv"))
 ctx_key = operator.attrgetter(*_ROW_FREE_FIELDS)
-_AFFINE: dict[tuple, tuple[Pair, Pair] | None] = {}
-_MISS = object()
+_AFFINE: dict[tuple, tuple[Pair, Pair, int] | None] = {}
+_MISS: tuple[Pair, Pair, int] = (Pair([], []), Pair([], []), -1)   # "not kept yet"
 
 
 def affine_in_rows(key: tuple, R: int, build: Callable[[int], Pair]) -> Pair:
@@ -204,7 +204,10 @@ def affine_in_rows(key: tuple, R: int, build: Callable[[int], Pair]) -> Pair:
     and sixteenths: fp4 and its block scales), below 2^53, so both ways they are exact: the same
     floats. A key whose ops at R0 + 2 are not on that line is built afresh every time. (tests/model/test_ops_speed.py compares
     the two over R up to 10^7 for every builder that uses it.)"""
-    hit = _AFFINE.get(key, _MISS)
+    try:
+        hit = _AFFINE[key]
+    except KeyError:
+        hit = _MISS
     if hit is _MISS:   # the line through the ops at R and R + 1, checked at R + 2; the ops at R are the answer
         p1, p2, p3 = build(R), build(R + 1), build(R + 2)
         on = all(_on_line(a, b, c, 2) for a, b, c in ((p1.fwd, p2.fwd, p3.fwd), (p1.bwd, p2.bwd, p3.bwd)))
@@ -220,13 +223,16 @@ def affine_in_rows(key: tuple, R: int, build: Callable[[int], Pair]) -> Pair:
 
 def _op_at(a: Op, b: Op, k: int) -> Op:
     """The op k rows past ``a`` on the line through ops ``a`` (R rows) and ``b`` (R + 1)."""
-    s = a.shape
-    if type(s) is StreamShape:
-        shape: StreamShape | StridedShape | RowShape = StreamShape(s.numel + k * (b.shape.numel - s.numel))
-    elif type(s) is StridedShape:
-        shape = StridedShape(s.elements + k * (b.shape.elements - s.elements), s.strided_class)
+    s, t = a.shape, b.shape
+    shape: StreamShape | StridedShape | RowShape
+    if isinstance(s, StreamShape) and isinstance(t, StreamShape):
+        shape = StreamShape(s.numel + k * (t.numel - s.numel))
+    elif isinstance(s, StridedShape) and isinstance(t, StridedShape):
+        shape = StridedShape(s.elements + k * (t.elements - s.elements), s.strided_class)
+    elif isinstance(s, RowShape) and isinstance(t, RowShape):
+        shape = RowShape(s.rows + k * (t.rows - s.rows), s.cols)
     else:
-        shape = RowShape(s.rows + k * (b.shape.rows - s.rows), s.cols)
+        raise TypeError(f"op {a.name!r}: no line through shapes {type(s).__name__} and {type(t).__name__}")
     return Op(a.name, a.kind, a.phase, a.flops + k * (b.flops - a.flops), a.bytes_read + k * (b.bytes_read - a.bytes_read),
               a.bytes_written + k * (b.bytes_written - a.bytes_written), a.dtype, shape, a.count, a.kernels, a.syncs)
 
@@ -239,9 +245,12 @@ def _on_line(o1: list[Op], o2: list[Op], o3: list[Op], k3: int) -> bool:
     for a, b, c in zip(o1, o2, o3):
         if not (type(a.shape) is type(b.shape) is type(c.shape) and type(a.shape) in (StreamShape, StridedShape, RowShape)):
             return False
-        if type(a.shape) is StridedShape and not (a.shape.strided_class == b.shape.strided_class == c.shape.strided_class):
+        sa, sb, sc = a.shape, b.shape, c.shape
+        if isinstance(sa, StridedShape) and isinstance(sb, StridedShape) and isinstance(sc, StridedShape) \
+                and not (sa.strided_class == sb.strided_class == sc.strided_class):
             return False
-        if type(a.shape) is RowShape and not (a.shape.cols == b.shape.cols == c.shape.cols):
+        if isinstance(sa, RowShape) and isinstance(sb, RowShape) and isinstance(sc, RowShape) \
+                and not (sa.cols == sb.cols == sc.cols):
             return False
         if (a.name, a.kind, a.phase, a.dtype, a.count, a.kernels, a.syncs) != (b.name, b.kind, b.phase, b.dtype, b.count,
                                                                                b.kernels, b.syncs) \

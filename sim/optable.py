@@ -9,6 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from itertools import chain
 
+from typing import Any
+
 import numpy as np
 
 from ..model.ops import (DTYPE_BYTES, AttentionShape, CollectiveShape, GemmShape, Op, RowShape, StreamShape,
@@ -199,15 +201,18 @@ def _columns(ops: tuple[Op, ...]) -> tuple[np.ndarray, np.ndarray, np.ndarray, n
     sv: list[tuple] = []
     fill, kind_at, phase_at, dtype_at = _FILL, _KIND_AT, _PHASE_AT, _DTYPE_AT
     for i, o in enumerate(ops):
-        s, kind = o.shape, o.kind
+        s: Any = o.shape   # its record type is the _FILL key: the branch below knows its fields
+        kind = o.kind
         f = fill.get((kind, type(s)))
         ph, dt = phase_at.get(o.phase), dtype_at.get(o.dtype)
         if f is None or ph is None or dt is None:
             check_op(o)
             r = _row(o)
             heads.append(r[:_HEAD])
-            ri.append(i), rv.append(r[8:10]), si.append(i), sv.append(r[10:12])
-            gi.append(i), gv.append(r[_GEMM_AT:_GEMM_AT + 4]), ai.append(i), av.append(r[_ATTN_AT:])
+            for idx, vals, part_of_row in ((ri, rv, r[8:10]), (si, sv, r[10:12]), (gi, gv, r[_GEMM_AT:_GEMM_AT + 4]),
+                                           (ai, av, r[_ATTN_AT:])):
+                idx.append(i)
+                vals.append(part_of_row)
             continue
         heads.append((kind_at[kind], ph, dt, o.flops, o.bytes_read + o.bytes_written, o.bytes_written, o.count,
                       o.kernels))

@@ -403,9 +403,12 @@ def _node_facts(hw: Any, gpus: int) -> tuple[Any, int, float | None]:
     return sysobj.gpu, nodes, (sysobj.scaleout_bw_per_gpu_per_dir if nodes > 1 else None)
 
 
+DEFAULT_LOADER = LoaderSpec()   # frozen: one shared default
+
+
 def estimate_storage(workload: Any, hw: Any = "h100_sxm", tier: str | Storage | None = None, *,
                      storage_write_GBps: float | None = None, storage_read_GBps: float | None = None,
-                     loader: LoaderSpec = LoaderSpec(), checkpoint: str = "sync", saver: str = "torch_save",
+                     loader: LoaderSpec = DEFAULT_LOADER, checkpoint: str = "sync", saver: str = "torch_save",
                      staging: str = "pinned", page_cache: PageCache | None = None, stack: Any = None,
                      overrides: Any = None, reliability: Any = None, est: Any = None) -> StorageReport:
     """estimate() of a training workload (or the given ``est`` of it) plus its data loading and

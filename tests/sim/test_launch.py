@@ -121,7 +121,7 @@ def test_phase_end_times_match_the_blockwise_definition():
         H = [float(np.dot(host[s:e], count[s:e])) for s, e in bounds]
         G = [float(np.dot(gpu[s:e], count[s:e])) for s, e in bounds]
         cap, c, best = tandem_step_time(host, gpu, count, starts), [], -np.inf
-        for j, (s, e) in enumerate(bounds):
+        for j, (_s, e) in enumerate(bounds):
             lead = max(sum(H[:i]) + host[bounds[i][0]] + sum(G[i:j + 1]) for i in range(j + 1))
             best = max(best, lead, sum(H[:j + 1]) + gpu[e - 1])
             c.append(min(best, cap))
