@@ -132,7 +132,15 @@ def fit_split(run: dict, record: dict) -> str:
 
 
 def compare(paths=None) -> tuple[list[Row], list[Unused]]:
-    """Rows for every record mechsim predicts, and every record it could not use."""
+    """Rows for every record mechsim predicts, and every record it could not use (of the committed
+    records, kept between processes while no file changes: analysis/memo.py)."""
+    if paths is None:
+        from .memo import kept
+        return kept("compare", lambda: _compare(None), tuple)
+    return _compare(paths)
+
+
+def _compare(paths) -> tuple[list[Row], list[Unused]]:
     rows, unused = [], []
     for run, rec in iter_records(run_paths(paths or [DATA_DIR]), include_errors=True):
         rid = run["run_id"]

@@ -345,7 +345,14 @@ MISSING = "missing fact: "
 
 def compare_published(source: str | None = None) -> tuple[list[PublishedRow], list[tuple[str, str]]]:
     """(predicted rows, [(row id, why not predicted)]); a reason starting with MISSING names a fact
-    no source or recipe states."""
+    no source or recipe states. Of every source: kept between processes (analysis/memo.py)."""
+    if source is None:
+        from .memo import kept
+        return kept("published", lambda: _compare_published(None), tuple)
+    return _compare_published(source)
+
+
+def _compare_published(source: str | None) -> tuple[list[PublishedRow], list[tuple[str, str]]]:
     rows, unused = [], []
     for r in load_published():
         if source and r.source_id != source:

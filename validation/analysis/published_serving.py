@@ -242,7 +242,15 @@ PREDICTORS = {"offline_max_throughput": predict_offline, "fixed_batch_generation
 
 
 def compare_inference(source: str | None = None) -> tuple[list[ServingRow], list[tuple[str, str]]]:
-    """(predicted rows, [(row id, why not predicted)])."""
+    """(predicted rows, [(row id, why not predicted)]). Of every source: kept between processes
+    (analysis/memo.py)."""
+    if source is None:
+        from .memo import kept
+        return kept("serving", lambda: _compare_inference(None), tuple)
+    return _compare_inference(source)
+
+
+def _compare_inference(source: str | None) -> tuple[list[ServingRow], list[tuple[str, str]]]:
     rows, unused = [], []
     for r in load_published_inference():
         if source and r.source_id != source:
