@@ -162,13 +162,15 @@ def kernel_summary(fn, device: str, top: int = 40, name_chars: int = 160, lead_c
     number of kernels / memcpys / memsets and of host launch API calls. On CPU: top ops.
 
     ``lead_calls``: that many calls of fn run back to back inside the profiler before the
-    recorded one (torch.profiler.schedule(wait=lead_calls, warmup=1, active=1)), so the recorded
-    call starts on a busy GPU at the clock of the timed loop, not one call after the profiler's
-    start-up pause (a boosted, idle-cooled board); recorded as ``profile_lead_calls``."""
+    recorded one (torch.profiler.schedule: the first half untraced, the second half traced and
+    discarded, so the tracer's own start-up pause lies half the lead before the recorded call),
+    so the recorded call starts on a busy GPU near the clock of the timed loop, not one call after
+    the profiler's start-up pause (a boosted, idle-cooled board); recorded as ``profile_lead_calls``."""
     cuda = device.startswith("cuda")
     acts = [torch.profiler.ProfilerActivity.CPU] + ([torch.profiler.ProfilerActivity.CUDA] if cuda else [])
     if lead_calls > 0:
-        sched = torch.profiler.schedule(wait=lead_calls - 1, warmup=1, active=1, repeat=1)
+        warm = max(1, lead_calls // 2)
+        sched = torch.profiler.schedule(wait=lead_calls - warm, warmup=warm, active=1, repeat=1)
         with torch.profiler.profile(activities=acts, schedule=sched) as prof:
             for i in range(lead_calls + 1):
                 fn(i)
