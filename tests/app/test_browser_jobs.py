@@ -45,8 +45,8 @@ def test_procurement_page(server, page, shots):
 
 
 def test_validation_page(server, page, shots, request):
+    measured = request.getfixturevalue("measured")      # first: the server then reads it from the run's cache (validation/analysis/memo.py)
     page.goto(server + "/validation")
-    measured = request.getfixturevalue("measured")      # after goto: computed while the server computes its own
     expect(metric(page, "Cases compared")).to_have_text(str(len(measured.rows)))
     snap(page, shots, "validation")
 
