@@ -118,36 +118,30 @@ def test_hardware_flops_same_for_any_split_below():
 
 # ---- chains kept per everything but their rows (ops_common.affine_in_rows) ---------------------
 
-def _direct_ops(c, R: int, kind: str, **kw):
+def _chain_ops(c, R: int, kind: str, direct: bool, **kw):
+    """The chain builder of ``kind`` at R rows: the direct one (``chains.<kind>_ops``) or the kept one."""
     from mechsim.model import chains
+    fn = getattr(chains, kind + ("_ops" if direct else ""))
     if kind == "norm":
-        return chains.norm_ops(c, "n", R, kw["W"], 3, kw["consumers"], kw["resid_in"], kw["stream"])
+        return fn(c, "n", R, kw["W"], 3, kw["consumers"], kw["resid_in"], kw["stream"])
     if kind == "act":
-        return chains.act_ops(c, "a", R * 14336, 3)
+        return fn(c, "a", R * 14336, 3)
     if kind == "residual":
-        return chains.residual_ops(c, "res", R * 4096, 3)
+        return fn(c, "res", R * 4096, 3)
     if kind == "cross_entropy":
-        return chains.cross_entropy_ops(c, R, kw["V"])
+        return fn(c, R, kw["V"])
     if kind == "embedding":
-        return chains.embedding_ops(c, R)
-    return chains.rope_ops(c, "r", R * c.B * 32 * 128, R * c.B * 8 * 128, R * 128, 3, kw.get("cat", 0.0),
-                           kw.get("table_bytes"), kw.get("views", True))
+        return fn(c, R)
+    return fn(c, "r", R * c.B * 32 * 128, R * c.B * 8 * 128, R * 128, 3, kw.get("cat", 0.0),
+              kw.get("table_bytes"), kw.get("views", True))
+
+
+def _direct_ops(c, R: int, kind: str, **kw):
+    return _chain_ops(c, R, kind, True, **kw)
 
 
 def _kept_ops(c, R: int, kind: str, **kw):
-    from mechsim.model import chains
-    if kind == "norm":
-        return chains.norm(c, "n", R, kw["W"], 3, kw["consumers"], kw["resid_in"], kw["stream"])
-    if kind == "act":
-        return chains.act(c, "a", R * 14336, 3)
-    if kind == "residual":
-        return chains.residual(c, "res", R * 4096, 3)
-    if kind == "cross_entropy":
-        return chains.cross_entropy(c, R, kw["V"])
-    if kind == "embedding":
-        return chains.embedding(c, R)
-    return chains.rope(c, "r", R * c.B * 32 * 128, R * c.B * 8 * 128, R * 128, 3, kw.get("cat", 0.0),
-                       kw.get("table_bytes"), kw.get("views", True))
+    return _chain_ops(c, R, kind, False, **kw)
 
 
 def _ctxs():
