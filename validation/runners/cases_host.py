@@ -47,7 +47,7 @@ from cases_e2e import train_case
 from cases_inference import (MAX_SEQ, PairedProbe, _base, _tokens, add_model_probe, kv_caches, release_all,
                              release_caches, run_decode)
 from common import Case, Ctx, Group, free_memory, result
-from models import _LAUNCH_APIS, _is_device_event, batch, build_model, loss_fn, make_optimizer, ref_config
+from models import _LAUNCH_APIS, _is_device_event, batch, build_model, device_kernels, loss_fn, make_optimizer, ref_config
 from timing import summarize
 
 DECODE_MODELS = ("0p5b", "3b", "8b")
@@ -138,6 +138,11 @@ def moe_cases(s: int) -> list[Case]:
     return out
 
 
+def warmup_calls(case: Case) -> int:
+    """Calls of a case's step before the rounds: 3; MoE steps MECHSIM_HOSTVAL_MOE_WARMUP (default 3)."""
+    return int(os.environ.get("MECHSIM_HOSTVAL_MOE_WARMUP", "3")) if case.kind == "moe_step" else 3
+
+
 def interleave() -> bool:
     return os.environ.get("MECHSIM_HOSTVAL_INTERLEAVE", "1") != "0"
 
@@ -200,6 +205,13 @@ def phased_train_step(model, opt, idx, tgt, device_type: str, log: list, marks: 
     return step
 
 
+def _marked_step(model, opt, data: tuple, device_type: str, log: list):
+    """phased_train_step for the timed samples, with ``.marked``: its twin inside profiler ranges (phase_profile)."""
+    step = phased_train_step(model, opt, *data, device_type, log)
+    step.marked = phased_train_step(model, opt, *data, device_type, [], marks=True)
+    return step
+
+
 def phase_profile(step) -> dict:
     """One profiled call of a marked training step: kernel launch API calls per phase (host side,
     by the phase ranges' times), device kernels / memcpys / memsets and their busy time, and the
@@ -212,14 +224,8 @@ def phase_profile(step) -> dict:
     spans = {e.name: (e.time_range.start, e.time_range.end) for e in ev if e.name in PHASES}
     launches = [e.time_range.start for e in ev if any(k in e.name for k in _LAUNCH_APIS)]
     dev = [e for e in ev if _is_device_event(e)]
-    agg: dict[str, list] = {}
-    for e in dev:
-        a = agg.setdefault(e.name[:120], [0, 0.0])
-        a[0] += 1
-        a[1] += e.time_range.elapsed_us()
-    top = sorted(agg.items(), key=lambda kv: -kv[1][1])[:40]
     return {"launch_api_calls": {ph: sum(lo <= t <= hi for t in launches) for ph, (lo, hi) in spans.items()},
-            "kernels": [{"name": n, "count": c, "total_us": round(t, 1)} for n, (c, t) in top],
+            "kernels": [{"name": n, "count": c, "total_us": round(t, 1)} for n, c, t in device_kernels(dev, 120)[:40]],
             "cpu_ops": [{"name": r.key[:120], "count": int(r.count), "self_cpu_us": round(r.self_cpu_time_total, 1)}
                         for r in sorted(prof.key_averages(), key=lambda r: -r.self_cpu_time_total)[:40]],
             "phase_host_us": {ph: round(hi - lo, 1) for ph, (lo, hi) in spans.items()},
@@ -233,10 +239,7 @@ def _train_steps(ctx: Ctx, cases: list[Case], logs: list[list]) -> list:
     opt, _impl = make_optimizer(model)
     out = []
     for c, log in zip(cases, logs):
-        data = batch(cfg, c.params["mbs"], c.params["seq"], ctx.device)
-        step = phased_train_step(model, opt, *data, ctx.device_type, log)
-        step.marked = phased_train_step(model, opt, *data, ctx.device_type, [], marks=True)
-        out.append(step)
+        out.append(_marked_step(model, opt, batch(cfg, c.params["mbs"], c.params["seq"], ctx.device), ctx.device_type, log))
     return out
 
 
@@ -247,10 +250,7 @@ def _moe_steps(ctx: Ctx, cases: list[Case], logs: list[list]) -> list:
         p = c.params
         cfg, model = cases_moe.build_moe_model(p["model"], p["impl"], p["seq"], ctx.device, torch.float32)
         opt, _impl = make_optimizer(model)
-        data = batch(cfg, p["mbs"], p["seq"], ctx.device)
-        step = phased_train_step(model, opt, *data, ctx.device_type, log)
-        step.marked = phased_train_step(model, opt, *data, ctx.device_type, [], marks=True)
-        out.append(step)
+        out.append(_marked_step(model, opt, batch(cfg, p["mbs"], p["seq"], ctx.device), ctx.device_type, log))
     return out
 
 
@@ -314,10 +314,9 @@ def run_session(ctx: Ctx, decode: list[Case], train: list[Case], moe: list[Case]
     logs += moe_logs
     log_of = {id(st): log for st, log in zip(steps[len(decode):], logs)}
     sampler = _probe_module().HostSampler(torch)
-    moe_warmup = int(os.environ.get("MECHSIM_HOSTVAL_MOE_WARMUP", "3"))   # MoE steps' warm-up calls
     for st in steps:
         st.paired = PairedProbe(ctx)
-        for _ in range(moe_warmup if st.case.kind == "moe_step" else 3):
+        for _ in range(warmup_calls(st.case)):
             st.call()
     torch.cuda.synchronize()
     rng, t0, rounds = random.Random(seed() + 7), time.perf_counter(), 0
@@ -352,7 +351,7 @@ def _record(st: Step, prof: dict, session: dict, window: dict, rounds: int, t0: 
                    "host_bwd_probe_s": {"samples": st.bwd, "n_layers": window["train_model"]["n_layers"],
                                         "unit": "s per backward"},
                    "host_profile": prof, "window_profile": window}
-    extra["warmup_calls"] = int(os.environ.get("MECHSIM_HOSTVAL_MOE_WARMUP", "3")) if st.case.kind == "moe_step" else 3
+    extra["warmup_calls"] = warmup_calls(st.case)
     if st.profile:
         extra["phase_profile"] = st.profile
     if st.phases:

@@ -185,23 +185,28 @@ def kernel_summary(fn, device: str, top: int = 40, name_chars: int = 160, lead_c
     events = list(prof.events())
     if not cuda:
         return _cpu_summary(prof, top)
-    agg: dict[str, list[float]] = defaultdict(lambda: [0, 0.0])
-    counts = {"kernel": 0, "memcpy": 0, "memset": 0}
-    for e in (e for e in events if _is_device_event(e)):
-        kind = "memcpy" if e.name.startswith("Memcpy") else "memset" if e.name.startswith("Memset") else "kernel"
-        counts[kind] += 1
-        a = agg[e.name[:name_chars]]
-        a[0] += 1
-        a[1] += e.time_range.elapsed_us()
     dev = [e for e in events if _is_device_event(e)]
+    counts = {"kernel": 0, "memcpy": 0, "memset": 0}
+    for e in dev:
+        counts["memcpy" if e.name.startswith("Memcpy") else "memset" if e.name.startswith("Memset") else "kernel"] += 1
     span = (max(e.time_range.end for e in dev) - min(e.time_range.start for e in dev)) if dev else 0.0
-    rows = sorted(agg.items(), key=lambda kv: -kv[1][1])
-    return {"kernels": [{"name": n, "count": int(c), "total_us": round(t, 2)} for n, (c, t) in rows[:top]],
+    rows = device_kernels(dev, name_chars)
+    return {"kernels": [{"name": n, "count": int(c), "total_us": round(t, 2)} for n, c, t in rows[:top]],
             "kernel_launches": counts["kernel"], "memcpy_count": counts["memcpy"], "memset_count": counts["memset"],
-            "device_busy_us": round(sum(t for _, (_, t) in agg.items()), 1), "distinct_kernels": len(agg),
+            "device_busy_us": round(sum(t for _, _, t in rows), 1), "distinct_kernels": len(rows),
             "device_span_us": round(span, 1),   # first device event's start to the last one's end (profiled call)
             "launch_api_calls": sum(1 for e in events if any(k in e.name for k in _LAUNCH_APIS)),
             "profile_lead_calls": lead_calls}
+
+
+def device_kernels(device_events, name_chars: int = 160) -> list[tuple[str, int, float]]:
+    """(name cut to name_chars, count, total us) of profiler device events, the longest total first."""
+    agg: dict[str, list[float]] = defaultdict(lambda: [0, 0.0])
+    for e in device_events:
+        a = agg[e.name[:name_chars]]
+        a[0] += 1
+        a[1] += e.time_range.elapsed_us()
+    return sorted(((n, int(c), t) for n, (c, t) in agg.items()), key=lambda r: -r[2])
 
 
 def _cpu_summary(prof, top: int) -> dict:
