@@ -24,7 +24,20 @@ from .chains import act, norm, residual, rope
 from .comm import cp_ring, ep_a2a, etp_gather, tp_in, tp_out, tp_regather
 from .moe_impl import (LOOP_IMPLS, loop_act_kernels, modules_combine, modules_route, stacked_combine, stacked_route,
                        stacked_slices_bwd, stacked_weight_grads)
-from .ops_common import Ctx, Kern, Pair, attention, chain, linear, recompute, times
+from .ops_common import Ctx, Kern, Pair, attention, chain, linear, nv, nv_class, recompute, times
+
+# Megatron-LM 2021 layer code (megatron/model/transformer.py ParallelTransformerLayer of the SC21 release,
+# NVIDIA/Megatron-LM de7dc40f88, run in NGC PyTorch 20.12 = PyTorch 1.8): the stacks that list the
+# math_attention form (megatron_2021, megatron_2021_local_ddp, deepspeed_zero3_2021) run this code, with
+# its attention dropout (ops_common.math_attention) and the kernels below: the hidden dropout of
+# bias_dropout_add and the separate q/k/v bias add (``megatron_2021_layer``). TransformerEngine's
+# unfused attention (te_unfused_attention) is not this code.
+MEGATRON_2021_FORM = "math_attention"
+
+
+def megatron_2021_layer(c: Ctx) -> bool:
+    """Whether the layers are Megatron-LM 2021's ParallelTransformerLayer (MEGATRON_2021_FORM)."""
+    return c.f(MEGATRON_2021_FORM)
 
 
 def kv_append(c: Ctx, elems: float, n: int, kernels: int) -> Pair:
@@ -39,12 +52,16 @@ def gqa_attention(c: Ctx, n: int) -> list[Pair]:
     cfg, T = c.cfg, c.T
     d, H, Hkv, D = cfg.d_model, cfg.n_heads, cfg.n_kv_heads, cfg.head_dim
     bias, cat = cfg.linear_bias or cfg.qkv_bias, c.f("concat_proj")
-    out = [norm(c, "layer/norm_attn", c.Tn, d, n, 1 if cat else 3, resid_in=True), tp_in(c, "attn_in", n)]
+    out = [layer_norm(c, "layer/norm_attn", c.Tn, d, n, 1 if cat else 3, resid_in=True), tp_in(c, "attn_in", n)]
     if cat:
         out.append(linear(c, "layer/attn/qkv_proj", T, (H + 2 * Hkv) * D, d, n, bias=bias))
     else:
         out += [linear(c, "layer/attn/q_proj", T, H * D, d, n, bias=bias),
                 linear(c, "layer/attn/kv_proj", T, Hkv * D, d, 2 * n, bias=bias)]
+    if megatron_2021_layer(c):
+        out.append(qkv_split_grad(c, T, (H + 2 * Hkv) * D, n))
+        if bias:
+            out.append(qkv_bias_add(c, T, (H + 2 * Hkv) * D, n))
     out.append(tp_regather(c, "attn_in", n))
     if cfg.qk_norm:
         out.append(norm(c, "layer/attn/qk_norm", T * (H + Hkv), D, n, 0, stream=False))
@@ -58,6 +75,72 @@ def gqa_attention(c: Ctx, n: int) -> list[Pair]:
     out += [cp_ring(c, Hkv, D, D, n), attention(c, "layer/attn/core", H, Hkv, D, D, n, causal=c.S > 1)]
     out.append(linear(c, "layer/attn/o_proj", T, d, H * D, n, bias=cfg.linear_bias))
     return out + [tp_out(c, "attn_out", n)]
+
+
+def qkv_bias_add(c: Ctx, T: int, N: int, n: int) -> Pair:
+    """The q/k/v bias added by its own kernel (Megatron-LM 2021): ColumnParallelLinear calls
+    F.linear on the 3-D [s, b, h] input, and PyTorch 1.8's at::linear fuses the bias into addmm only
+    for 2-D input; otherwise matmul, then output.add_(bias) (pytorch/pytorch issue 39661, "F.linear goes
+    down to addmm for 2d tensors and to matmul + add_ for other cases"; the fused 3-D path is PR 72728,
+    2022). The broadcast bias makes TensorIterator take its non-vectorised path (ops_common NV_NOCAST_2B
+    at 16-bit): reads the T x N output and the bias, writes the output. Backward: nothing more (the
+    bias gradient is the linear's column sum, ops_common.linear)."""
+    a, e = c.act, float(T * N)
+    ks = [nv(e, a * e + a * N, a * e, nv_class((a, a), a))]
+    return Pair(chain("layer/attn/qkv_bias", "elementwise", "fwd", ks, n * c.mb, e), [])
+
+
+def qkv_split_grad(c: Ctx, T: int, N: int, n: int) -> Pair:
+    """Backward of Megatron-LM 2021's q/k/v split (ParallelAttention: mixed_x_layer.view(...) and
+    mpu.split_tensor_along_last_dim, views): autograd's split backward is at::cat of the three grads
+    along the last dim, and they arrive non-contiguous (the transposes feeding baddbmm / bmm), so
+    CUDA cat skips parallel_cat (it needs contiguous inputs) and copy_()s each grad into its narrowed
+    slice of the [s, b, 3h/tp] grad: 3 non-vectorised copies writing T x N elements in all (reads and
+    writes T x N at act). No forward kernel (views)."""
+    a, e = c.act, float(T * N)
+    ks = [nv(e, a * e, a * e, nv_class((a,), a), 3)]
+    return Pair([], chain("layer/attn/qkv_split", "memcpy", "bwd", ks, n * c.mb, e) if c.train else [])
+
+
+def bias_dropout_add(c: Ctx, name: str, e: float, n: int) -> Pair:
+    """Megatron-LM 2021's bias_dropout_add_fused_train (megatron/model/transformer.py), the residual
+    add after attention and after the MLP: residual + dropout(x + bias, hidden_dropout) as one
+    TorchScript-fused kernel (the o_proj / MLP down biases come un-added: skip_bias_add=True). The
+    legacy fuser lowers training dropout to rand_like < 1-p and a mask multiply, keeping the mask for
+    backward: forward reads x (act) and the residual stream (resid), writes the new stream and a
+    1-byte mask; backward the grad times the mask (reads the grad and the mask, writes the grad of x;
+    the skip path passes the grad through, the bias gradient is the linear's column sum). Streaming
+    kernels (vectorised), as the fused bias-GeLU is."""
+    r, a, cnt = c.resid, c.act, n * c.mb
+    fwd = chain(name, "elementwise", "fwd", [Kern(3 * e, (r + a) * e, (r + 1) * e)], cnt, e)
+    bwd = chain(name, "elementwise", "bwd", [Kern(e, (r + 1) * e, a * e)], cnt, e) if c.train else []
+    return Pair(fwd, bwd)
+
+
+def layer_norm(c: Ctx, name: str, R: int, W: int, n: int, consumers: int, resid_in: bool = False) -> Pair:
+    """chains.norm of the residual stream; in Megatron-LM 2021 training (megatron_2021_layer, fused
+    LayerNorm) with the backward of its MixedFusedLayerNorm (megatron/fused_kernels/
+    layer_norm_cuda_kernel.cu HostLayerNormGradient, apex's kernels): cuComputePartGradGammaBeta reads
+    the output grad, the input and the per-row mean / invvar and writes 16 fp32 partial rows each of
+    the weight and bias grads; cuComputeGradGammaBeta sums them; cuComputeGradInput reads the output
+    grad, input, weight and mean / invvar again and writes the input grad. With ``resid_in`` the
+    input also feeds the residual add, and autograd sums the two grads of it with one more kernel
+    (torch InputBuffer::accumulate: reads both, writes the sum)."""
+    p = norm(c, name, R, W, n, consumers, resid_in=resid_in)
+    if not (megatron_2021_layer(c) and c.train and c.f("norm") and c.cfg.norm == "layernorm"):
+        return p
+    return Pair(p.fwd, apex_layer_norm_bwd(c, name, R, W, n, consumers, resid_in))
+
+
+def apex_layer_norm_bwd(c: Ctx, name: str, R: int, W: int, n: int, consumers: int, skip: bool) -> list:
+    """The backward kernels ``layer_norm`` lists (``consumers`` grads of the output: each read)."""
+    e, a, r, pw, part = float(R * W), c.act, c.resid, c.pw, 16.0 * W
+    g = max(consumers, 1) * a * e
+    ks = [Kern(3 * e, g + r * e + 8 * R, 2 * 4 * part), Kern(2 * part, 2 * 4 * part, 2 * pw * W),
+          Kern(5 * e, g + r * e + 8 * R + pw * W, r * e)]
+    if skip:
+        ks.append(Kern(e, 2 * r * e, r * e))
+    return chain(name, "norm", "bwd", ks, n * c.mb, e)
 
 
 def repeat_kv(c: Ctx, T: int, H: int, Hkv: int, D: int, n: int) -> Pair:
@@ -306,7 +389,7 @@ def layer_pairs(c: Ctx) -> list[Pair]:
     norm_attn stands in for head/norm so the total count of folded adds stays 2L."""
     cfg, L = c.cfg, c.cfg.n_layers
     attn = mla_attention(c, L) if cfg.mla else gqa_attention(c, L)
-    out = attn + [norm(c, "layer/norm_mlp", c.Tn, cfg.d_model, L, _mlp_consumers(c), resid_in=True)]
+    out = attn + [layer_norm(c, "layer/norm_mlp", c.Tn, cfg.d_model, L, _mlp_consumers(c), resid_in=True)]
     nd, nm = cfg.n_dense_layers, cfg.n_moe_layers
     if nd:
         up, *rest = mlp(c, "layer/mlp", c.T, cfg.ffn, nd)
@@ -315,7 +398,10 @@ def layer_pairs(c: Ctx) -> list[Pair]:
         out += moe(c, nm)
     elif nm:
         out += [tp_in(c, "moe_in", nm)] + moe(c, nm) + [tp_out(c, "moe_out", nm)]
-    out.append(residual(c, "layer/residual", c.Tn * cfg.d_model, 2 * L))
+    if megatron_2021_layer(c) and c.train and not c.f("residual_norm"):   # inference: no dropout, the plain add
+        out.append(bias_dropout_add(c, "layer/residual", c.Tn * cfg.d_model, 2 * L))
+    else:
+        out.append(residual(c, "layer/residual", c.Tn * cfg.d_model, 2 * L))
     return out
 
 

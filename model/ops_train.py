@@ -25,10 +25,10 @@ from .comm import coll, pp_p2p, tp_cross_entropy, tp_in, tp_out, tp_regather
 from .config import TransformerConfig
 from .lora import adapter_tensor_sizes, frozen, frozen_base
 from .ops import STORED_BYTES, DType, Op
-from .ops_common import CAT, Ctx, Kern, Pair, chain, linear, nv, recompute
+from .ops_common import CAT, Ctx, Kern, Pair, cast, chain, linear, nv, recompute
 from .ops_dp import (MCORE_DDP_BUCKETS, ddp_bucket_copies, dp_bucket_counts, dp_group, fsdp, fsdp_copies,
                      grad_sync, param_gather)
-from .ops_layer import layer_pairs
+from .ops_layer import layer_norm, layer_pairs, megatron_2021_layer
 from .quant import recipe_of, training_casts, weight_cast_bytes
 from .shard import timed_stage, train_local_config
 from .workload import TrainingWorkload, fsdp_gather_bytes, train_dtypes_of
@@ -284,7 +284,8 @@ def optimizer_ops(w: TrainingWorkload, c: Ctx, trainable: list[int] | None = Non
     P = P0 * frac
     if w.offload == "optimizer":
         return offloaded_optimizer_ops(P, nt)
-    extra_w = 2.0 if dt.master else 0.0
+    fp16_passes = dt.master and "optimizer" in fused and megatron_2021_layer(c)
+    extra_w = 2.0 if dt.master and not fp16_passes else 0.0
     adam = w.optimizer == "adamw"
     flops, r, wr = (12.0, 12.0 + dt.grad, 12.0 + extra_w) if adam else (3.0, 8.0 + dt.grad, 8.0 + extra_w)
     if "optimizer" in fused:
@@ -297,7 +298,36 @@ def optimizer_ops(w: TrainingWorkload, c: Ctx, trainable: list[int] | None = Non
         per = 8 if adam else 3
         r2, w2 = (48.0, 32.0 + extra_w) if adam else (20.0, 12.0 + extra_w)
         ks = [Kern(flops * P, r2 * P, w2 * P, nt * per)]
-    return chain(f"optimizer/{w.optimizer}", "optimizer", "optimizer", ks, 1, P)
+    step = chain(f"optimizer/{w.optimizer}", "optimizer", "optimizer", ks, 1, P)
+    if not fp16_passes:
+        return step
+    sizes = [math.ceil(x * frac) for x in (trainable if trainable is not None else stage_param_sizes(c))]
+    pre, post = megatron_2021_fp16_passes(sizes)
+    return pre + step + post
+
+
+def megatron_2021_fp16_passes(sizes: list[int]) -> tuple[list[Op], list[Op]]:
+    """The passes around the optimizer update of Megatron-LM 2021's fp16 optimizer
+    (megatron/optimizer/optimizer.py Float16OptimizerWithFloat16Params.step, clip_grads.py; the SC21
+    runs: --fp16 --loss-scale 8192 --clip-grad 1.0, examples/sc21/CONFIG.sh), over the tensors of
+    ``sizes`` elements this GPU updates (each pass is its own kernel sequence; the apex FusedAdam
+    update between them reads and writes fp32 params and moments only):
+      before  _copy_model_grads_to_main_grads: main_param.grad = model grad.float(), one widening
+              copy per tensor (R 2, W 4 B/param; ops_common.cast: unrolled)
+              _unscale_main_grads_and_check_for_nan: torch._amp_foreach_non_finite_check_and_unscale_
+              over the fp32 grads (multi-tensor, depth 1; R 4, W 4)
+              clip_grad_norm_fp32: amp_C.multi_tensor_l2norm (depth 1; R 4) + its cleanup kernel
+      after   _copy_main_params_to_model_params: amp_C.multi_tensor_scale fp32 -> fp16 (depth 2; R 4, W 2)
+    Not counted: the clip's multi_tensor_scale (only when the norm exceeds --clip-grad: data-
+    dependent) and the found_inf / norm all-reduces of 4 bytes with their .item() syncs."""
+    P, nt = float(sum(sizes)), len(sizes)
+    l1 = multi_tensor_launches(sizes, 1)
+    pre = (chain("optimizer/grad_copy", "cast", "optimizer", [cast(P, 2, 4, nt)], 1, P)
+           + chain("optimizer/unscale", "optimizer", "optimizer", [Kern(P, 4 * P, 4 * P, l1)], 1, P)
+           + chain("optimizer/grad_norm", "optimizer", "optimizer", [Kern(2 * P, 4 * P, 0.0, l1 + 1)], 1, P))
+    post = chain("optimizer/param_copy", "optimizer", "optimizer",
+                 [Kern(P, 4 * P, 2 * P, multi_tensor_launches(sizes, 2))], 1, P)
+    return pre, post
 
 
 def offloaded_optimizer_ops(P: float, nt: int) -> list[Op]:
@@ -317,7 +347,7 @@ def _head(c: Ctx) -> list[Pair]:
     if c.gemm in ("fp8", "fp4") and not c.autocast:
         c = replace(c, gemm="bf16", gin=2.0, wb=2.0)
     cfg, T = c.cfg, c.T
-    return [norm(c, "head/norm", c.Tn, cfg.d_model, 1, 1), tp_in(c, "head_in", 1),
+    return [layer_norm(c, "head/norm", c.Tn, cfg.d_model, 1, 1), tp_in(c, "head_in", 1),
             linear(c, "head/logits", T, cfg.vocab, cfg.d_model, 1), tp_regather(c, "head_in", 1),
             cross_entropy(c, T, cfg.vocab), tp_cross_entropy(c, T)]
 
@@ -366,7 +396,20 @@ def _renamed(q: Pair) -> Pair:
 def _first(c: Ctx) -> list[Pair]:
     """The input embedding (vocab-parallel: its output all-reduced / reduce-scattered over tp),
     on the first pipeline stage only."""
-    return [embedding(c, c.T), tp_out(c, "embed_out", 1)] if c.embed else []
+    if not c.embed:
+        return []
+    out = [embedding(c, c.T), tp_out(c, "embed_out", 1)]
+    return out + [embedding_dropout(c)] if megatron_2021_layer(c) else out
+
+
+def embedding_dropout(c: Ctx) -> Pair:
+    """Megatron-LM 2021's embedding dropout (megatron/model/language_model.py Embedding:
+    torch.nn.Dropout(hidden_dropout) on the summed word + position embeddings, after the tp
+    all-reduce): PyTorch's fused_dropout kernel reads the T x d stream, writes it and a 1-byte mask;
+    backward masked_scale reads the grad and the mask, writes the grad."""
+    e, r = float(c.T * c.cfg.d_model), c.resid
+    return Pair(chain("embed/dropout", "elementwise", "fwd", [Kern(2 * e, r * e, (r + 1) * e)], c.mb, e),
+                chain("embed/dropout", "elementwise", "bwd", [Kern(e, (r + 1) * e, r * e)], c.mb, e))
 
 
 def _dp_ops(w: TrainingWorkload, c: Ctx, trainable: list[int] | None = None) -> dict[str, list[Op]]:
