@@ -52,9 +52,9 @@ def main() -> None:
     import mechsim.sim.procure  # noqa: F401
     print(f"machine: {os.cpu_count()} CPU cores, load average {os.getloadavg()[0]:.1f}; "
           f"imports {time.perf_counter() - t0:.2f} s")
-    t_new, cpu_new, c_new = _compare("layer")
+    t_new, cpu_new, c_new = _compare("tail")
     t_old, cpu_old, c_old = _compare("flops")
-    t_new2, cpu_new2, _ = _compare("layer")
+    t_new2, cpu_new2, _ = _compare("tail")
     same = _rows(c_new) == _rows(c_old)
     print("compare 4 options x 1,024 GPUs, wall (CPU) seconds:")
     print(f"  FLOP bound (the search before the layer bound): {t_old:.2f} s ({cpu_old:.2f} s CPU)")

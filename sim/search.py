@@ -33,7 +33,7 @@ import functools
 import heapq
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 
 from ..model import TrainingWorkload, preset
@@ -128,11 +128,16 @@ def enumerate_plans(base: TrainingWorkload, cluster: Cluster, gbs: int, space: S
                     bounds: Bounds) -> tuple[list[Candidate], Counter]:
     """Candidates that fit, and counts: "enumerated", "not_fitting", "dominated" and one key per
     invalid reason ("invalid: ...")."""
-    plans, counts = _space_workloads(base, cluster.gpus, cluster.gpus_per_nvlink_domain, gbs, space)
+    gpus = cluster.gpus
+    plans, counts = _space_workloads(base, gpus, cluster.gpus_per_nvlink_domain, gbs, space)
     n = Counter(dict(counts))
+    cap = float(cluster.sys.gpu.hbm_capacity)
+    variants = _variants(plans, space, bounds.fused)
+    order = sorted(space.recompute, key=RECOMPUTE.index)
     out: list[Candidate] = []
-    for w0 in plans:
-        out += _recompute_variants(w0, space, bounds, cluster, gbs, n)
+    for j in range(len(plans)):
+        out += _recompute_variants(plans, variants, j, order, bounds, cap, gpus, gbs,
+                                   space.recompute_only_if_needed, n)
     return out, n
 
 
@@ -162,25 +167,52 @@ def _space_workloads(base: TrainingWorkload, gpus: int, domain: int, gbs: int,
     return tuple(out), tuple(n.items())
 
 
-def _recompute_variants(w0, space, bounds, cluster, gbs, n: Counter) -> list[Candidate]:
-    """The plan with the least recompute that fits (space.recompute_only_if_needed), or every
-    recompute setting that fits."""
+def _variants(plans: tuple[TrainingWorkload, ...], space: SearchSpace, fused: frozenset) -> list[dict]:
+    """Per plan of _space_workloads, its recompute variants as they are asked: recompute ->
+    (workload, per-GPU bytes or the reason it could not be sized). No GPU in them (the memory
+    is Bounds.memory's, which depends on none), so the searches of a comparison share them.
+    Kept by the identity of ``plans`` (_space_workloads' cached tuple, held by the entry)."""
+    key = (id(plans), space, fused)
+    hit = _VARIANTS.get(key)
+    if hit is None or hit[0] is not plans:
+        if len(_VARIANTS) >= 16:
+            del _VARIANTS[next(iter(_VARIANTS))]
+        hit = _VARIANTS[key] = (plans, [{} for _ in plans])
+    return hit[1]
+
+
+_VARIANTS: dict[tuple, tuple[tuple, list[dict]]] = {}
+
+
+def _variant(variants: list[dict], plans, j: int, rc: str, bounds: Bounds) -> tuple[TrainingWorkload, float | str]:
+    hit = variants[j].get(rc)
+    if hit is None:
+        w = plans[j].model_copy(update={"recompute": rc})
+        try:
+            mem: float | str = bounds.memory(w)
+        except ValueError as e:           # e.g. a pipeline stage left with no layer
+            mem = "invalid: memory: " + reason(e)
+        hit = variants[j][rc] = (w, mem)
+    return hit
+
+
+def _recompute_variants(plans, variants: list[dict], j: int, order: list[str], bounds: Bounds, cap: float,
+                        gpus: int, gbs: int, least: bool, n: Counter) -> list[Candidate]:
+    """The plan ``j`` with the least recompute that fits (space.recompute_only_if_needed: ``least``),
+    or every recompute setting that fits (``order``: least recompute first)."""
     out: list[Candidate] = []
-    cap = float(cluster.sys.gpu.hbm_capacity)
-    for rc in sorted(space.recompute, key=RECOMPUTE.index):
-        if out and space.recompute_only_if_needed:
+    for rc in order:
+        if out and least:
             n["dominated"] += 1
             continue
-        w = w0.model_copy(update={"recompute": rc})
-        try:
-            mem = bounds.memory(w)
-        except ValueError as e:           # e.g. a pipeline stage left with no layer
-            n["invalid: memory: " + reason(e)] += 1
+        w, mem = _variant(variants, plans, j, rc, bounds)
+        if isinstance(mem, str):
+            n[mem] += 1
             continue
         if mem > cap:
             n["not_fitting"] += 1
             continue
-        out.append(Candidate(w, mem, bounds.step_lb(w, cluster.gpus, gbs)))
+        out.append(Candidate(w, mem, bounds.step_lb(w, gpus, gbs)))
     return out
 
 
@@ -196,25 +228,27 @@ def _row(c: Candidate, e) -> PlanRow:
 
 
 def estimate_best(cands: list[Candidate], cluster: Cluster, top: int, failed: Counter,
-                  refine: Callable[[Candidate], float | None] | None = None) -> tuple[list[PlanRow], int]:
+                  refine: Sequence[Callable[[Candidate], float | None]] = ()) -> tuple[list[PlanRow], int]:
     """Estimate candidates in lower-bound order until no later one can enter the top rows.
-    ``refine``: a tighter lower bound (sim/search_bounds.py), or None where it has none; each
-    candidate is taken from the heap on its cheap bound first, then put back on the larger of
-    the two and estimated only when it comes up again, so plans the tight bound puts out of
-    reach are never estimated (and most never refined). Ties in step time go to the plan
+    ``refine``: tighter lower bounds, cheapest first (sim/search_bounds.py: the layer bound, then
+    the tail bound), each returning None where it has none; a candidate is taken from the heap on
+    its cheap bound first, then put back on the larger of that and the next refinement, and
+    estimated only when it comes up with every refinement applied, so plans a tight bound puts
+    out of reach are never estimated (and most never refined). Ties in step time go to the plan
     enumerated first. Returns (rows sorted by step time, plans pruned by a bound); plans the
     estimator rejects are counted in ``failed`` by reason."""
-    heap = [(c.step_lb_s, i, refine is None) for i, c in enumerate(cands)]
+    refine = tuple(refine)
+    heap = [(c.step_lb_s, i, 0) for i, c in enumerate(cands)]
     heapq.heapify(heap)
     rows: list[tuple[float, int, PlanRow]] = []
     while heap:
-        lb, i, refined = heapq.heappop(heap)
+        lb, i, level = heapq.heappop(heap)
         if len(rows) >= top and lb >= rows[top - 1][0]:
             return [r for _, _, r in rows], len(heap) + 1
         c = cands[i]
-        if not refined:
-            tight = refine(c) if refine is not None else None
-            heapq.heappush(heap, (lb if tight is None else max(lb, tight), i, True))
+        if level < len(refine):
+            tight = refine[level](c)
+            heapq.heappush(heap, (lb if tight is None else max(lb, tight), i, level + 1))
             continue
         try:
             row = _row(c, estimate(c.workload, cluster))
@@ -225,17 +259,18 @@ def estimate_best(cands: list[Candidate], cluster: Cluster, top: int, failed: Co
     return [r for _, _, r in rows], 0
 
 
-BOUNDS = ("layer", "flops", "none")
+BOUNDS = ("tail", "layer", "flops", "none")
 
 
 def search_plans(model, cluster: Cluster, gbs: int, seq: int, precision: str = "bf16",
                  stack: str = "megatron_te", top: int = 10, constraints: SearchSpace | None = None,
-                 bound: str = "layer") -> SearchResult:
+                 bound: str = "tail") -> SearchResult:
     """The ``top`` fastest plans of ``model`` (preset name or TransformerConfig) that fit on
     ``cluster`` for a global batch of ``gbs`` sequences of ``seq`` tokens (module docstring).
-    bound: "layer" (default) prunes on the layer-kernel bound of sim/search_bounds.py and the
-    FLOP bound; "flops" on the FLOP bound alone; "none" estimates every plan that fits. All
-    three give the same rows (the bounds are true lower bounds); they differ in speed only."""
+    bound: "tail" (default) prunes on the tail bound of sim/search_bounds.py (the layer bound plus
+    the pipeline's p2p and the DP / FSDP tail), the layer-kernel bound and the FLOP bound;
+    "layer" on the last two; "flops" on the FLOP bound alone; "none" estimates every plan that
+    fits. All four give the same rows (the bounds are true lower bounds); they differ in speed only."""
     t0 = time.perf_counter()
     cluster, space = _cluster(cluster), constraints or SearchSpace()
     if gbs < 1 or top < 1:
@@ -248,8 +283,12 @@ def search_plans(model, cluster: Cluster, gbs: int, seq: int, precision: str = "
     st = calibrated_stack(gpu, get_stack(stack))
     bounds = Bounds(base, st.fused, gpu)
     cands, n = enumerate_plans(base, cluster, gbs, space, bounds)
-    layer = LayerBound(base, st, gpu, cluster) if bound == "layer" else None
-    refine = (lambda c: layer.step_lb(c.workload)) if layer is not None else None
+    layer = LayerBound(base, st, gpu, cluster) if bound in ("tail", "layer") else None
+    refine: list[Callable[[Candidate], float | None]] = []
+    if layer is not None:
+        refine.append(lambda c: layer.step_lb(c.workload))
+        if bound == "tail":
+            refine.append(lambda c: layer.tail_lb(c.workload))
     rows, pruned = estimate_best(cands, cluster, top if bound != "none" else max(top, len(cands)), n, refine)
     shown = rows[:top]
     shown = [_with_why(r, shown[i + 1] if i + 1 < len(shown) else None, cluster) for i, r in enumerate(shown)]

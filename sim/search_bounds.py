@@ -48,7 +48,12 @@ from .search_space import plan_key
 from . import overlap
 from .cluster import Cluster
 from .collectives import in_cuda_graph
-from .distributed import comm_times
+from . import pipeline, zero3_2021
+from .distributed import (BWD, FWD, OPT, GroupStretch, _calls, _dp_calls, cluster_layouts, comm_times,
+                          dp_host_times, p2p_per_microbatch, scatter_gather_p2p)
+from .launch import host_times
+from ..model.ops_dp import MCORE_DDP_BUCKETS
+from ..model.parallel import GROUPS
 from .kernels import kernel_times
 from .optable import KINDS, PHASES, build_table
 from .power import clock_params
@@ -57,6 +62,7 @@ from .stacks import Stack
 
 MATMUL, COLLECTIVE = KINDS.index("matmul"), KINDS.index("collective")
 FWD_BWD = (PHASES.index("fwd"), PHASES.index("bwd"))
+DP = GROUPS.index("dp")
 PIPELINED = ("1f1b", "gpipe", "interleaved")
 
 # Parallelism fields that change no layer kernel: reset in the one-layer workload
@@ -79,6 +85,7 @@ class LayerBound:
 
     def __init__(self, base: TrainingWorkload, st: Stack, gpu, cluster: Cluster):
         self.base, self.st, self.gpu, self.cluster = base, st, gpu, cluster
+        self.gpus = cluster.gpus
         self.ok = uniform_layers(base.model)
         self.eff = efficiency(gpu)
         self.comm_eff = in_cuda_graph(self.eff) if st.graphs else self.eff
@@ -89,9 +96,10 @@ class LayerBound:
         self._parts: dict = {}
         self._stage: dict = {}
 
-    def parts(self, w: TrainingWorkload) -> tuple[float, float, float]:
-        """Seconds per micro-batch at least: (one transformer layer, the first stage's embedding,
-        the last stage's head and loss), kernels plus exposed TP comm."""
+    def parts(self, w: TrainingWorkload) -> tuple[float, float, float, float, float, float]:
+        """Seconds per micro-batch at least, forward and backward: (one transformer layer fwd, bwd,
+        the first stage's embedding fwd, bwd, the last stage's head and loss fwd, bwd), kernels plus
+        exposed TP / CP / EP comm."""
         p = w.parallel
         one = {**_STAGE_FIELDS, "dp": p.dp * p.pp}
         key = (plan_key(p, **one), w.mbs, w.recompute)
@@ -100,14 +108,17 @@ class LayerBound:
             hit = self._parts[key] = self._parts_uncached(p.model_copy(update=one), w.mbs, w.recompute)
         return hit
 
-    def _parts_uncached(self, p: Parallelism, mbs: int, recompute: str) -> tuple[float, float, float]:
+    def _parts_uncached(self, p: Parallelism, mbs: int, recompute: str) -> tuple[float, ...]:
         t, part = _layer_table(self.base, self.st.fused, p, mbs, recompute)
         k = kernel_times(t, self.rates, self.eff, self.st.attention)
         lb = np.maximum(np.where(t.kind == MATMUL, k.compute_s / self.s_mm, k.compute_s), k.memory_s) + k.fixed_s
         lb = np.where(np.isin(t.phase, FWD_BWD) & (t.kind != COLLECTIVE), lb * t.count, 0.0)
         lb += self._comm_s(t, part, p)
-        layer, first, last = (float(lb[part == i].sum()) for i in range(3))
-        return layer / self.base.model.n_layers, first, last
+        f, b = (t.phase == FWD_BWD[0]), (t.phase == FWD_BWD[1])
+        (lf, lb_), (ef, eb), (hf, hb) = ((float(lb[(part == i) & f].sum()), float(lb[(part == i) & b].sum()))
+                                         for i in range(3))
+        n = self.base.model.n_layers
+        return lf / n, lb_ / n, ef, eb, hf, hb
 
     def _comm_s(self, t, part: np.ndarray, p: Parallelism) -> np.ndarray:
         """Exposed seconds, at least, of each TP / CP / EP collective of the layer, embedding and
@@ -130,30 +141,109 @@ class LayerBound:
             out[i] = share[t.ops[i].shape_as(CollectiveShape).group] * float(c.total_s[j])
         return out
 
-    def stage(self, w: TrainingWorkload) -> tuple[int, int, int]:
-        """(transformer layers, holds the embedding, holds the head) of the timed stage."""
+    def stage(self, w: TrainingWorkload) -> tuple[int, int, int, int]:
+        """(transformer layers, holds the embedding, holds the head, index) of the timed stage."""
         p = w.parallel
         key = (p.pp, p.vp, p.schedule, p.pp_split_embedding, p.pp_split_loss, p.first_stage_layers,
                p.last_stage_layers, p.layout, p.timed_stage)
         hit = self._stage.get(key)
         if hit is None:
             s = timed_stage(w.model, p)
-            hit = self._stage[key] = (len(stage_layers(w.model, p, s)), int(s == 0), int(s == p.pp - 1))
+            hit = self._stage[key] = (len(stage_layers(w.model, p, s)), int(s == 0), int(s == p.pp - 1), s)
         return hit
 
     def step_lb(self, w: TrainingWorkload) -> float | None:
         """Lower bound on the step time of ``w`` on the cluster, or None (module docstring)."""
+        fb = self.fwd_bwd(w)
+        if fb is None:
+            return None
+        p, m = w.parallel, w.grad_accum
+        fill = (1 + (p.pp - 1) / (p.vp * m)) if p.schedule in PIPELINED else 1.0
+        return fill * m * (fb[0] + fb[1])
+
+    def fwd_bwd(self, w: TrainingWorkload) -> tuple[float, float] | None:
+        """(forward, backward) seconds of one micro-batch of the timed stage at least, or None."""
         p = w.parallel
-        if not self.ok or p.tp_comm_overlap or p.schedule == "dualpipe" or p.fsdp_param_dtype is not None or p.gpus != self.cluster.gpus:
+        if not self.ok or p.tp_comm_overlap or p.schedule == "dualpipe" or p.fsdp_param_dtype is not None or p.gpus != self.gpus:
             return None
         try:
-            n, first, last = self.stage(w)
-            layer, embed, head = self.parts(w)
+            n, first, last, _ = self.stage(w)
+            lf, lb, ef, eb, hf, hb = self.parts(w)
         except ValueError:        # a shape the one-layer workload cannot take: the FLOP bound stays
             return None
-        m = w.grad_accum
-        fill = (1 + (p.pp - 1) / (p.vp * m)) if p.schedule in PIPELINED else 1.0
-        return fill * m * (n * layer + first * embed + last * head)
+        return n * lf + first * ef + last * hf, n * lb + first * eb + last * hb
+
+
+    def tail_lb(self, w: TrainingWorkload) -> float | None:
+        """The layer bound plus the pipeline's p2p and the DP / FSDP tail, at least (module
+        docstring, "The tail"), from the plan's own op table; None where it gives none."""
+        fb = self.fwd_bwd(w)
+        p, st = w.parallel, self.st
+        if (fb is None or p.schedule not in PIPELINED or getattr(w.model, "moe", None) is not None
+                or getattr(w, "offload", "none") != "none" or (p.zero == 3 and zero3_2021.has_trait(st.key))):
+            return None
+        t = op_table(w, st.fused)          # the estimate's own table (cached by value: it reuses it)
+        sub, c, host = self._tail_comm(t, p)
+        m, (tf, tb) = w.grad_accum, fb
+        pipe = pipeline.pipeline_for(p, m, tf, tb, p2p_per_microbatch(sub, c, m),
+                                     blocking=overlap.pp_stack_trait("blocking", st.key)).step_s
+        k = GroupStretch.of(cluster_layouts(p, self.cluster)).dp
+        g = min(p.pp, m) if p.pp > 1 and p.vp > 1 else 1          # distributed.grad_ready_window_s
+        if p.zero == 3:
+            dp = _fsdp_lb(sub, c, tf + host / m, tb + host / m, m, k, p.fsdp_keep_unsharded,
+                          overlap.fsdp_persistent_root(st.key))
+        else:
+            stage = self.stage(w)[3] if MCORE_DDP_BUCKETS in st.fused else 0
+            slack = stage * tb / p.vp if p.pp > 1 else 0.0            # distributed.drain_slack_s
+            dp = _ddp_lb(sub, c, g * (tb + host / m), k, slack)
+        after = float(c.total_s[(c.group == DP) & (sub.phase == OPT)].sum())
+        if p.zero in (1, 2) and overlap.ddp_overlap_param_gather(st.key):
+            after = overlap.param_gather_prefetch(g * (tf + host / m), _dp_calls(sub, c, OPT), stretch=k).exposed_s
+        return (pipe + dp + after) * (1 - 1e-12)
+
+    def _tail_comm(self, t, p: Parallelism):
+        """(the DP and PP collectives of ``t`` as a table, their CommTimes as network_stage has
+        them, the host issue seconds of the step's compute ops: sim/step.OnCluster's host)."""
+        idx = [i for i in np.flatnonzero(t.kind == COLLECTIVE).tolist()
+               if t.ops[i].shape_as(CollectiveShape).group in ("dp", "pp")]
+        sub = build_table(tuple(t.ops[i] for i in idx))
+        c = comm_times(sub, p, self.cluster, self.comm_eff)
+        if overlap.pp_stack_trait("scatter_gather", self.st.key):
+            c = scatter_gather_p2p(sub, c, p, self.cluster, self.eff)
+        compute = t.kind != COLLECTIVE
+        host = dp_host_times(t, np.where(compute, host_times(t, self.st), 0.0), self.st.graphs, self.st.key)
+        return sub, c, float(np.dot(np.where(compute, host, 0.0), t.count))
+
+
+def _ddp_lb(t, c, window_s: float, k: float, slack_s: float) -> float:
+    """Exposed seconds of the gradient buckets at least (overlap.dp_grad_sync, ready over a backward
+    window of at most ``window_s``): beside compute the stream does at most window / k of its C
+    alone-seconds, and the last bucket, ready at the window's end, runs after it:
+        exposed >= max(0, C - window / k - slack, c_last - slack)."""
+    rows = np.flatnonzero((c.group == DP) & (t.phase == BWD))
+    if not len(rows):
+        return 0.0
+    total = float(c.total_s[rows].sum())
+    return max(0.0, total - window_s / k - slack_s, float(c.per_call_s[rows[-1]]) - slack_s)
+
+
+def _fsdp_lb(t, c, fwd_s: float, bwd_s: float, m: int, k: float, keep: bool, persistent: bool) -> float:
+    """Exposed seconds of ZeRO-3 / FSDP at least (distributed.fsdp_step_exposure, per-micro-batch
+    compute of at most ``fwd_s`` / ``bwd_s``): a one-ahead prefetch hides at most compute / k,
+        forward >= max(AG_root, sum AG - fwd / k), backward >= max(RS_root, sum AG' + sum RS - bwd / k)
+    (AG' the backward's re-gathers: none when ``keep``), per micro-batch that runs them."""
+    ag, n_ag = _calls(t, c, "comm/dp/param_ag", FWD)
+    rs, _ = _calls(t, c, "comm/dp/grad_rs", BWD)
+    rest_ag, _ = _calls(t, c, "comm/dp/rest_param_ag", FWD)
+    rest_rs, _ = _calls(t, c, "comm/dp/rest_grad_rs", BWD)
+    reps = 1 if keep else m
+    layers = max(1, n_ag // max(reps, 1))
+    once = rest_ag if persistent and not keep else 0.0
+    ag_f, rs_all = (rest_ag - once) + layers * ag, rest_rs + layers * rs
+    ag_b = 0.0 if keep else ag_f
+    comm = ag_f + ag_b + rs_all
+    per_mb = max(rest_ag - once, ag_f - fwd_s / k) + max(rest_rs, ag_b + rs_all - bwd_s / k)
+    return min(per_mb, comm) * reps + once
 
 
 @functools.lru_cache(maxsize=1024)

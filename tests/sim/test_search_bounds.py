@@ -1,5 +1,5 @@
-"""The layer-kernel lower bound of the plan search (sim/search_bounds.py): below the estimate of every
-plan of eight spaces. The pruned search's equivalence with estimating every plan (sim/search.py) is
+"""The layer-kernel and tail lower bounds of the plan search (sim/search_bounds.py): below the estimate
+of every plan of eight spaces. The pruned search's equivalence with estimating every plan (sim/search.py) is
 tests/sim/test_search_pruned.py."""
 
 import pytest
@@ -14,7 +14,7 @@ from mechsim.sim.stacks import get_stack
 
 
 def _space_bounds(model, cluster, gbs, seq, space, stack="megatron_te", precision="bf16"):
-    """(candidate, layer bound, FLOP bound, estimate or None) of every plan of the space that fits."""
+    """(candidate, layer bound, FLOP bound, estimate or None, tail bound) of every plan of the space that fits."""
     gpu = cluster.sys.gpu
     base = TrainingWorkload(model=preset(model), seq=seq, precision=precision, stack=stack)
     st = calibrated_stack(gpu, get_stack(stack))
@@ -26,7 +26,7 @@ def _space_bounds(model, cluster, gbs, seq, space, stack="megatron_te", precisio
             e = estimate(c.workload, cluster).step_time_s
         except ValueError:
             e = None
-        out.append((c, layer.step_lb(c.workload), c.step_lb_s, e))
+        out.append((c, layer.step_lb(c.workload), c.step_lb_s, e, layer.tail_lb(c.workload)))
     return out
 
 
@@ -58,7 +58,7 @@ def test_layer_bound_is_below_every_estimate(space_bounds):
     that could enter the table); tighter than the FLOP bound on almost every plan. (Also checked
     by hand on 2,338 plans of 70B on 1,024 H100s, 800 of 405B on 16,384, and torchtitan, eager
     and Qwen3-30B-A3B spaces: none above its estimate.)"""
-    timed = [(c, lb, flops, e) for c, lb, flops, e in space_bounds if e is not None]
+    timed = [(c, lb, flops, e) for c, lb, flops, e, _ in space_bounds if e is not None]
     assert len(timed) > 10
     for c, lb, flops, e in timed:
         assert lb is not None, c.workload.parallel
@@ -66,6 +66,20 @@ def test_layer_bound_is_below_every_estimate(space_bounds):
         assert flops <= e * (1 + 1e-12)
     tighter = sum(lb > flops for _, lb, flops, _ in timed)
     assert tighter >= 0.9 * len(timed)
+
+
+@pytest.mark.slow
+def test_tail_bound_is_below_every_estimate(space_bounds):
+    """The tail bound (layer bound + pipeline p2p + DP / FSDP tail): <= the estimate on every plan,
+    >= the layer bound; None only for MoE models (their host syncs and all-to-all overlap are not
+    in it) and a stack's serial ZeRO-3 (sim/zero3_2021.py)."""
+    timed = [(c, lb, e, tail) for c, lb, _, e, tail in space_bounds if e is not None]
+    for c, lb, e, tail in timed:
+        w = c.workload
+        if tail is None:
+            assert w.model.moe is not None or (w.parallel.zero == 3 and w.stack == "deepspeed_zero3_2021"), w.parallel
+            continue
+        assert lb * (1 - 1e-9) <= tail <= e * (1 + 1e-12), (w.parallel, w.mbs, w.recompute, lb, tail, e)
 
 
 def test_no_layer_bound_where_layers_differ():

@@ -1,15 +1,22 @@
 """The pruned plan search (sim/search.py; bounds of sim/search_bounds.py) gives the rows of estimating
-every plan. The layer bound itself is tested in tests/sim/test_search_bounds.py."""
+every plan. The bounds themselves are tested in tests/sim/test_search_bounds.py."""
+
+import random
 
 import pytest
 
 from mechsim.sim import cluster as C
-from mechsim.sim.search import search_plans
+from mechsim.sim.search import BOUNDS, search_plans
 from mechsim.sim.search_space import SearchSpace
 
 
 def _rows(res):
     return [(r.plan, r.step_time_s, r.memory_bytes, r.why) for r in res.rows]
+
+
+def _counts_add_up(res):
+    c = res.counts
+    assert c.enumerated == c.invalid_total + c.not_fitting + c.dominated + c.pruned_by_bound + c.estimated
 
 
 @pytest.mark.slow
@@ -19,19 +26,51 @@ def _rows(res):
     ("mixtral-8x7b", C.Cluster(system="hgx_h100", nodes=2), 32, 4096, 5, SearchSpace(mbs=(1, 2), max_pp=4)),
 ])
 def test_pruned_search_equals_estimating_every_plan(model, cluster, gbs, seq, top, space):
-    """Exhaustive (bound="none": every plan that fits estimated) vs pruned by the FLOP bound vs
-    pruned by the layer bound: the same rows, step times, memory and why-lines; the layer bound
-    estimates fewer plans than the FLOP bound."""
-    full, flops, layer = (search_plans(model, cluster, gbs, seq, top=top, constraints=space, bound=b)
-                          for b in ("none", "flops", "layer"))
+    """Exhaustive (bound="none": every plan that fits estimated) vs pruned by the FLOP bound, the
+    layer bound and the tail bound: the same rows, step times, memory and why-lines; each tighter
+    bound estimates no more plans than the one before, the layer bound fewer than the FLOP bound."""
+    full, flops, layer, tail = (search_plans(model, cluster, gbs, seq, top=top, constraints=space, bound=b)
+                                for b in ("none", "flops", "layer", "tail"))
     assert full.counts.pruned_by_bound == 0 and len(full.rows) == top
-    assert _rows(layer) == _rows(flops) == _rows(full)
-    assert layer.counts.estimated < flops.counts.estimated <= full.counts.estimated
-    for r in (flops, layer):
-        c = r.counts
-        assert c.enumerated == c.invalid_total + c.not_fitting + c.dominated + c.pruned_by_bound + c.estimated
+    assert _rows(tail) == _rows(layer) == _rows(flops) == _rows(full)
+    assert tail.counts.estimated <= layer.counts.estimated < flops.counts.estimated <= full.counts.estimated
+    for r in (flops, layer, tail):
+        _counts_add_up(r)
+
+
+MODELS = ("llama3.2-1b", "llama3-8b", "llama3.2-3b")
+CLUSTERS = (("hgx_h100", 1), ("hgx_h100", 2), ("hgx_h200", 2), ("hgx_b200", 1), ("dgx_a100", 2))
+STACKS = ("megatron_te", "megatron_te", "megatron_2021", "torchtitan_compile", "eager", "megatron_2021_local_ddp")
+
+
+def _random_case(seed: int):
+    """A small random space: model, cluster, stack, batch, sequence, top and space limits."""
+    r = random.Random(seed)
+    system, nodes = r.choice(CLUSTERS)
+    cluster = C.Cluster(system=system, nodes=nodes)
+    space = SearchSpace(mbs=tuple(sorted(r.sample((1, 2, 4), r.randint(1, 2)))),
+                        zero=tuple(sorted(r.sample((0, 1, 3), r.randint(1, 3)))),
+                        max_cp=r.choice((1, 2, 4)), max_pp=r.choice((2, 4, 8)),
+                        recompute_only_if_needed=r.random() < 0.7)
+    return (r.choice(MODELS), cluster, r.choice((32, 64, 128)) * nodes, r.choice((2048, 4096, 8192)),
+            r.randint(1, 6), space, r.choice(STACKS))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("seed", range(8))
+def test_pruned_search_equals_exhaustive_on_random_spaces(seed):
+    """Property: on seeded random small spaces (model, cluster, stack, batch, limits, top), the search
+    pruned by the default bounds returns exactly the rows of estimating every plan that fits: the
+    same plans in the same order, with the same step times, memory and why-lines."""
+    model, cluster, gbs, seq, top, space, stack = _random_case(seed)
+    full = search_plans(model, cluster, gbs, seq, stack=stack, top=top, constraints=space, bound="none")
+    pruned = search_plans(model, cluster, gbs, seq, stack=stack, top=top, constraints=space)
+    assert _rows(pruned) == _rows(full), (model, cluster, gbs, seq, top, space, stack)
+    assert pruned.counts.estimated <= full.counts.estimated
+    _counts_add_up(pruned)
 
 
 def test_unknown_bound_is_refused():
+    assert BOUNDS[0] == "tail"
     with pytest.raises(ValueError, match="bound"):
         search_plans("llama3-8b", C.Cluster(system="hgx_h100", nodes=1), 32, 4096, bound="exact")
