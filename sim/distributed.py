@@ -61,11 +61,13 @@ class StepParts:
     moe_sync_s: float = 0.0  # dropless MoE host syncs (sim/moe.py), inside the pipeline's forward
 
 
-def comm_times(t: OpTable, par, cluster: Cluster, eff, pipelined: bool = True, moe=None) -> CommTimes:
+def comm_times(t: OpTable, par, cluster: Cluster, eff, pipelined: bool = True, moe=None,
+               layouts=None) -> CommTimes:
     """Time every collective op of ``t`` on ``cluster`` (others: 0). ``moe``: the model's MoE
     config; a flex (DeepEP / HybridEP) dispatcher's ep all_to_all is node-deduplicated
-    (sim/moe.flex_node_scales)."""
-    lays = cluster_layouts(par, cluster)
+    (sim/moe.flex_node_scales). ``layouts``: the plan's group layouts by kind (a mapping that
+    may build them as they are read; default cluster_layouts, every kind)."""
+    lays = cluster_layouts(par, cluster) if layouts is None else layouts
     a2a = (1.0, 1.0)
     if moe is not None and moe.dispatcher == "flex" and lays["ep"].size > 1:
         a2a = flex_node_scales(moe.n_experts, moe.top_k, lays["ep"].size, lays["ep"].per_domain)

@@ -230,10 +230,11 @@ def _flow_rate(cluster: C.Cluster, groups: Groups, pattern: str) -> float:
     gpn = cluster.gpus_per_node
     sn, dn = s // gpn, d // gpn
     links: list[list[np.ndarray]] = [[], [], [], [], []]   # gpu->nic, nic->leaf, leaf->nic, nic->gpu, spine
+    r = max(1, cluster.nics_per_node)   # local NIC indices are < r: ids x * r + nic are unique, bincounts short
     for j in range(q):
         i, kk = _nic(cluster, s, j), _nic(cluster, d, j)
         la, lb = _leaf(cluster, sn, i), _leaf(cluster, dn, kk)
-        for cat, ids in enumerate((s * 64 + i, sn * 64 + i, dn * 64 + kk, d * 64 + kk)):
+        for cat, ids in enumerate((s * r + i, sn * r + i, dn * r + kk, d * r + kk)):
             links[cat].append(ids)
         x = la != lb
         links[4].append(np.concatenate([la[x] * 2, lb[x] * 2 + 1]))

@@ -47,6 +47,8 @@ from .netfast import flow_rate
 from .collectives import bus_factor
 from .collectives import collective_time_s as ring_time_s
 
+NETWORK_TOML = DATA / "network.toml"   # built once: a Path per call cost ~10 us in a plan search
+
 ALGORITHMS = ("auto", "ring", "tree")
 
 
@@ -68,7 +70,7 @@ class CollectiveTime:
 
 def net_param(name: str) -> float:
     """A record of sim/data/network.toml, e.g. ``fabric.efa.bw_fraction``."""
-    return load_efficiency_file(DATA / "network.toml")[name].value
+    return load_efficiency_file(NETWORK_TOML)[name].value
 
 
 def _fab(cluster: Cluster, what: str):
@@ -77,7 +79,7 @@ def _fab(cluster: Cluster, what: str):
 
 def nvls_available(cluster: Cluster) -> bool:
     """NVLink SHARP exists on this system's NVSwitch (Hopper and Blackwell generations)."""
-    archs: Any = load_efficiency_file(DATA / "network.toml")["nvls.archs"].value   # a list, not a number
+    archs: Any = load_efficiency_file(NETWORK_TOML)["nvls.archs"].value   # a list, not a number
     return cluster.sys.gpu.arch in archs
 
 

@@ -48,9 +48,9 @@ from .search_space import plan_key
 from . import overlap
 from .cluster import Cluster
 from .collectives import in_cuda_graph
-from . import pipeline, zero3_2021
-from .distributed import (BWD, FWD, OPT, GroupStretch, _calls, _dp_calls, cluster_layouts, comm_times,
-                          dp_host_times, p2p_per_microbatch, scatter_gather_p2p)
+from . import netfast, pipeline, zero3_2021
+from .distributed import (BWD, FWD, OPT, _calls, _dp_calls, comm_times, dp_host_times, network_bound_stretch,
+                          p2p_per_microbatch, scatter_gather_p2p)
 from .launch import host_times
 from ..model.ops_dp import MCORE_DDP_BUCKETS
 from ..model.parallel import GROUPS
@@ -133,7 +133,7 @@ class LayerBound:
             return out
         moe = getattr(self.base.model, "moe", None)
         sub = build_table(tuple(t.ops[i] for i in idx))
-        c = comm_times(sub, p, self.cluster, self.comm_eff, moe=moe)
+        c = comm_times(sub, p, self.cluster, self.comm_eff, moe=moe, layouts=Layouts(p, self.cluster))
         slow = min(1.0, overlap.default_contention())
         share = {"tp": 1.0 - overlap.tp_overlap_fraction(self.st.key, p.tp, p.tp_comm_overlap), "cp": slow,
                  "ep": slow if getattr(moe, "a2a_overlap", False) else 1.0}
@@ -183,11 +183,12 @@ class LayerBound:
                 or getattr(w, "offload", "none") != "none" or (p.zero == 3 and zero3_2021.has_trait(st.key))):
             return None
         t = op_table(w, st.fused)          # the estimate's own table (cached by value: it reuses it)
-        sub, c, host = self._tail_comm(t, p)
+        lays = Layouts(p, self.cluster)
+        sub, c, host = self._tail_comm(t, p, lays)
         m, (tf, tb) = w.grad_accum, fb
         pipe = pipeline.pipeline_for(p, m, tf, tb, p2p_per_microbatch(sub, c, m),
                                      blocking=overlap.pp_stack_trait("blocking", st.key)).step_s
-        k = GroupStretch.of(cluster_layouts(p, self.cluster)).dp
+        k = network_bound_stretch(lays["dp"]) or overlap.comm_stretch()    # GroupStretch.of(...).dp
         g = min(p.pp, m) if p.pp > 1 and p.vp > 1 else 1          # distributed.grad_ready_window_s
         if p.zero == 3:
             dp = _fsdp_lb(sub, c, tf + host / m, tb + host / m, m, k, p.fsdp_keep_unsharded,
@@ -201,18 +202,31 @@ class LayerBound:
             after = overlap.param_gather_prefetch(g * (tf + host / m), _dp_calls(sub, c, OPT), stretch=k).exposed_s
         return (pipe + dp + after) * (1 - 1e-12)
 
-    def _tail_comm(self, t, p: Parallelism):
+    def _tail_comm(self, t, p: Parallelism, lays: "Layouts"):
         """(the DP and PP collectives of ``t`` as a table, their CommTimes as network_stage has
         them, the host issue seconds of the step's compute ops: sim/step.OnCluster's host)."""
         idx = [i for i in np.flatnonzero(t.kind == COLLECTIVE).tolist()
                if t.ops[i].shape_as(CollectiveShape).group in ("dp", "pp")]
         sub = build_table(tuple(t.ops[i] for i in idx))
-        c = comm_times(sub, p, self.cluster, self.comm_eff)
+        c = comm_times(sub, p, self.cluster, self.comm_eff, layouts=lays)
         if overlap.pp_stack_trait("scatter_gather", self.st.key):
             c = scatter_gather_p2p(sub, c, p, self.cluster, self.eff)
         compute = t.kind != COLLECTIVE
         host = dp_host_times(t, np.where(compute, host_times(t, self.st), 0.0), self.st.graphs, self.st.key)
         return sub, c, float(np.dot(np.where(compute, host, 0.0), t.count))
+
+
+class Layouts(dict):
+    """A plan's group layouts by kind (netfast.layout, cached there), built as they are read: a bound
+    that times the TP / CP / EP or the DP / PP collectives alone builds only their groups'."""
+
+    def __init__(self, p: Parallelism, cluster: Cluster):
+        super().__init__()
+        self.p, self.cluster = p, cluster
+
+    def __missing__(self, kind: str):
+        out = self[kind] = netfast.layout(self.p, self.cluster, kind)
+        return out
 
 
 def _ddp_lb(t, c, window_s: float, k: float, slack_s: float) -> float:
