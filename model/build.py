@@ -17,6 +17,10 @@ UNFUSED_FORMS (also accepted in ``fused``; the opposite of a fusion, so not in F
   te_unfused_attention  TransformerEngine's UnfusedDotProductAttention: the math_attention kernels
                  without attention dropout (TE falls back to it when no fused kernel supports
                  the attention, e.g. learnable softmax sinks before cuDNN 9.13.1 / 9.18 for THD)
+  megatron_2021_kernels  Megatron-LM 2021's layer and fp16-optimizer code (the SC21 release in PyTorch
+                 1.8; ops_layer.MEGATRON_2021_FORM): the q/k/v bias as its own add, the q/k/v split's
+                 backward copies, hidden and embedding dropout, apex's 3-kernel LayerNorm backward,
+                 Float16OptimizerWithFloat16Params' passes around the update; any attention form
   grad_hooks_16bit  Megatron-LM 2021 fp16 --DDP-impl local: 16-bit wgrad outputs added into a
                  16-bit grad buffer by one hook kernel per tensor per micro-batch, 16-bit DP
                  all-reduce (ops_train.GRAD_HOOKS_16BIT)
@@ -58,7 +62,7 @@ FUSION_GROUPS: frozenset[str] = frozenset({
     "concat_proj", "grouped_gemm", "moe_permute",
 })
 UNFUSED_FORMS: frozenset[str] = frozenset({"math_attention", "te_unfused_attention", "expert_streams",
-                                            "grad_hooks_16bit", "ac_early_stop", "loss_parallel",
+                                            "megatron_2021_kernels", "grad_hooks_16bit", "ac_early_stop", "loss_parallel",
                                             "mcore_ddp_buckets", "torch_ring_cp", "repeat_kv"})
 
 
@@ -71,7 +75,8 @@ def build_ops(w: TrainingWorkload | InferenceWorkload, fused=frozenset(), split_
     fused = frozenset(fused)
     bad = fused - FUSION_GROUPS - UNFUSED_FORMS
     if bad:
-        raise ValueError(f"fused: unknown fusion group(s) {sorted(bad)}; known: {sorted(FUSION_GROUPS)}")
+        raise ValueError(f"fused: unknown fusion group(s) or form(s) {sorted(bad)}; known: fusion groups "
+                         f"{sorted(FUSION_GROUPS)}, forms {sorted(UNFUSED_FORMS)}")
     return _build(w, fused, split_below)
 
 

@@ -27,16 +27,16 @@ from .moe_impl import (LOOP_IMPLS, loop_act_kernels, modules_combine, modules_ro
 from .ops_common import Ctx, Kern, Pair, attention, chain, linear, nv, nv_class, recompute, times
 
 # Megatron-LM 2021 layer code (megatron/model/transformer.py ParallelTransformerLayer of the SC21 release,
-# NVIDIA/Megatron-LM de7dc40f88, run in NGC PyTorch 20.12 = PyTorch 1.8): the stacks that list the
-# math_attention form (megatron_2021, megatron_2021_local_ddp, deepspeed_zero3_2021) run this code, with
-# its attention dropout (ops_common.math_attention) and the kernels below: the hidden dropout of
-# bias_dropout_add and the separate q/k/v bias add (``megatron_2021_layer``). TransformerEngine's
-# unfused attention (te_unfused_attention) is not this code.
-MEGATRON_2021_FORM = "math_attention"
+# NVIDIA/Megatron-LM de7dc40f88, run in NGC PyTorch 20.12 = PyTorch 1.8) and its fp16 optimizer: a stack form
+# of its own (model/build.UNFUSED_FORMS), listed by the stacks that run this code (megatron_2021,
+# megatron_2021_local_ddp, deepspeed_zero3_2021), independent of the attention form (math_attention): the
+# kernels below (the hidden dropout of bias_dropout_add, the separate q/k/v bias add, the split's backward
+# copies, apex's LayerNorm backward, the embedding dropout) and ops_train.megatron_2021_fp16_passes.
+MEGATRON_2021_FORM = "megatron_2021_kernels"
 
 
 def megatron_2021_layer(c: Ctx) -> bool:
-    """Whether the layers are Megatron-LM 2021's ParallelTransformerLayer (MEGATRON_2021_FORM)."""
+    """Whether the stack runs Megatron-LM 2021's layer and fp16-optimizer code (MEGATRON_2021_FORM)."""
     return c.f(MEGATRON_2021_FORM)
 
 

@@ -1,8 +1,8 @@
-"""Megatron-LM 2021 layer code (stacks listing the math_attention form: megatron/model/transformer.py of
-the SC21 release in PyTorch 1.8): the q/k/v bias as its own add_, the q/k/v split's backward copies,
+"""Megatron-LM 2021 layer code (stacks listing the megatron_2021_kernels form: megatron/model/transformer.py
+of the SC21 release in PyTorch 1.8): the q/k/v bias as its own add_, the q/k/v split's backward copies,
 the hidden dropout of bias_dropout_add, apex's three-kernel LayerNorm backward plus the residual-grad
-sum, the embedding dropout and the fp16 optimizer's passes around the update. Every other stack's ops
-are untouched."""
+sum, the embedding dropout and the fp16 optimizer's passes around the update. The form is a stack option
+of its own, independent of the attention form (math_attention). Every other stack's ops are untouched."""
 
 import re
 
@@ -44,6 +44,36 @@ def test_only_the_2021_stacks_list_the_form():
         assert MEGATRON_2021_FORM in get_stack(s).fused
     for s in ("megatron_te", "megatron_te_unfused_attn", "eager", "compile", "torchtitan_eager"):
         assert MEGATRON_2021_FORM not in get_stack(s).fused
+
+
+def test_the_form_is_not_the_attention_form():
+    names = lambda fused: {_base(o.name) for o in _ops("megatron_2021", fused=fused)}
+    full = get_stack("megatron_2021").fused
+    assert set(NEW) <= names(full)
+    assert not names(full - {MEGATRON_2021_FORM}) & set(NEW)                 # math_attention alone: none
+    te = get_stack("megatron_te").fused | {MEGATRON_2021_FORM}               # the kernels with another attention form
+    assert set(NEW) <= {_base(o.name) for o in _ops("megatron_te", fused=te)}
+    assert "math_attention" not in te
+
+
+def test_an_unknown_form_names_the_field_and_the_allowed_values():
+    with pytest.raises(ValueError, match=r"^fused: unknown .*'megatron_2021_kernel'\].*megatron_2021_kernels") as e:
+        _ops("megatron_2021", fused=get_stack("megatron_2021").fused | {"megatron_2021_kernel"})
+    assert "\n" not in str(e.value)
+
+
+def test_the_public_api_takes_the_form_on_any_stack():
+    import dataclasses
+
+    import mechsim
+    w = TrainingWorkload(model=GPT, mbs=1, seq=S, grad_accum=1, precision="bf16", stack="megatron_te",
+                         parallel=Parallelism(tp=1, pp=1, dp=1))
+    st = get_stack("megatron_te")
+    off = mechsim.estimate(w, "a100_sxm_80gb", stack=st)
+    on = mechsim.estimate(w, "a100_sxm_80gb", stack=dataclasses.replace(st, fused=st.fused | {MEGATRON_2021_FORM}))
+    assert on.step_time_s > off.step_time_s
+    with pytest.raises(ValueError, match="fused: unknown"):
+        mechsim.estimate(w, "a100_sxm_80gb", stack=dataclasses.replace(st, fused=st.fused | {"megatron_sc21"}))
 
 
 @pytest.mark.parametrize("stack", ["megatron_te", "eager", "compile"])
