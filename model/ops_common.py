@@ -492,7 +492,11 @@ def math_attention(c: Ctx, name: str, Hq: int, Hkv: int, dqk: int, dv: int, n: i
            pv       ctx = probs V (Sq x dv x Skv): 2 P dv FLOPs
            ctx_copy permute(...).contiguous() of ctx into [s, b, h] (one copy)
       bwd  pv/dgrad dprobs = dctx V^T, pv/wgrad dV = probs^T dctx   (2 P dv FLOPs each)
-           dropout  reads dprobs + mask, writes P;  softmax  reads dprobs + probs, writes dscores
+           dropout  reads dprobs + mask, writes P;  softmax  reads dprobs + probs, writes dscores (P);
+                    Megatron's causal kernel (megatron/fused_kernels/scaled_upper_triang_masked_softmax.h
+                    scaled_upper_triang_masked_softmax_warp_backward: row r loads grad and output only for
+                    element_index < local_seq = r + 1, stores the whole row) reads the lower triangle
+                    only, as its forward (the math_attention form); te_unfused_attention: whole rows
            qk/dgrad dQ = dscores K, qk/wgrad dK = dscores^T Q      (2 P dqk FLOPs each)
     No causal skipping: the GEMMs compute all Sq*Skv scores (forward 2 P (dqk+dv), backward 2x);
     a sliding window is a mask over the same full score matrix. K/V are read once per query head.
@@ -517,7 +521,8 @@ def math_attention(c: Ctx, name: str, Hq: int, Hkv: int, dqk: int, dv: int, n: i
            mm(c, name + "/pv/wgrad", "bwd", Skv, dv, Sq, cnt, bh, P * a, o, v)]
     if dropout:
         bwd += chain(name + "/dropout", "elementwise", "bwd", [Kern(P, P * (a + 1), P * a)], cnt, P)
-    bwd += chain(name + "/softmax", "elementwise", "bwd", [Kern(3 * P, 2 * P * a, P * a)], cnt, P)
+    rows = tri if c.f("math_attention") else 1.0   # the fraction of each score row the softmax backward reads
+    bwd += chain(name + "/softmax", "elementwise", "bwd", [Kern(3 * P, 2 * rows * P * a, P * a)], cnt, P)
     bwd += [mm(c, name + "/qk/dgrad", "bwd", Sq, dqk, Skv, cnt, bh, P * a, k, q),
             mm(c, name + "/qk/wgrad", "bwd", Skv, dqk, Sq, cnt, bh, P * a, q, k)]
     return Pair(fwd, bwd)
