@@ -38,6 +38,7 @@ from dataclasses import dataclass, field, replace
 
 from ..model import TrainingWorkload, preset
 from ..model.parallel import Parallelism
+from ..model.plan_check import check_pp, check_tp
 from . import overlap
 from .cluster import Cluster
 from .estimate import calibrated_stack, estimate
@@ -151,20 +152,40 @@ def _space_workloads(base: TrainingWorkload, gpus: int, domain: int, gbs: int,
     n_rc = len(space.recompute)
     out = []
     keep = overlap.fsdp_keep_unsharded_under_pp(base.stack)
+    fields = _fields(base)
     for p in degrees(space, base.model, gpus, domain):
         if keep and p.zero == 3 and p.pp > 1:
             p = p.model_copy(update={"fsdp_keep_unsharded": True})
+        plan_error = _plan_error(base, p)   # the reason every (mbs, grad_accum) of p fails, if one does
         for mbs in space.mbs:
             n["enumerated"] += n_rc
             if gbs % (p.dp * mbs):
                 n["invalid: gbs is not divisible by dp*mbs"] += n_rc
                 continue
+            if plan_error is not None:
+                n[plan_error] += n_rc
+                continue
             try:
-                out.append(TrainingWorkload(**{**_fields(base), "parallel": p, "mbs": mbs,
-                                               "grad_accum": gbs // (p.dp * mbs)}))
+                out.append(TrainingWorkload(**{**fields, "parallel": p, "mbs": mbs, "grad_accum": gbs // (p.dp * mbs)}))
             except ValueError as e:
                 n["invalid: " + reason(e)] += n_rc
     return tuple(out), tuple(n.items())
+
+
+def _plan_error(base: TrainingWorkload, p: Parallelism) -> str | None:
+    """The count key of the error every workload of plan ``p`` raises, where it fails a check of the
+    plan alone (model/plan_check.py: tp, then pp; TrainingWorkload's one validator runs them after
+    its seq check and before any check that reads mbs or grad_accum, so each of its micro-batch
+    sizes fails with the same message), else None: a plan the model rejects is not built once per
+    micro-batch size (each build validates it and words its fix, ~0.1 ms)."""
+    if base.seq > base.model.max_seq:
+        return None
+    try:
+        check_tp(base.model, p.tp)
+        check_pp(base.model, p)
+    except ValueError as e:
+        return "invalid: " + reason(e)
+    return None
 
 
 def _variants(plans: tuple[TrainingWorkload, ...], space: SearchSpace, fused: frozenset) -> list[dict]:
