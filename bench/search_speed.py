@@ -8,20 +8,21 @@ megatron_te, on 16,384 H100s = Cluster("hgx_h100", nodes=2048).
 In one process, one after the other (the machine is a shared 2-core box: compare the figures of
 one run only):
 1. cold: the first search of the process, imports excluded (no layout, flow rate or op list
-   cached), with the default layer-kernel bound (sim/search_bounds.py);
+   cached), with the default bounds (sim/search_bounds.py: the tail bound after the layer bound);
 2. warm: the same search again (layouts, flow rates, op lists cached; every plan the bounds
    leave is still estimated afresh: no plan's result is cached);
-3. flops: the search pruned by the FLOP bound alone (sim/search_space.Bounds.step_lb), the
-   search before the layer bound, warm;
-4. none (--exhaustive): every plan that fits estimated, no pruning; its top rows must equal (2).
+3. layer: the search pruned by the layer-kernel bound and the FLOP bound (the search before the
+   tail bound), warm;
+4. flops: the search pruned by the FLOP bound alone (sim/search_space.Bounds.step_lb), warm;
+5. none (--exhaustive): every plan that fits estimated, no pruning; its top rows must equal (2).
 
 Run: python bench/search_speed.py [--exhaustive]     Figures go into docs/speed.md.
 
     python bench/search_speed.py --against DIR [--rounds 3]
 
 runs 1. and 2. (CPU seconds, time.process_time) in fresh processes of this checkout and of the tree
-at DIR (e.g. `git worktree add DIR REV`), interleaved round by round, and prints the medians of both
-and whether their rows are the same.
+at DIR (e.g. `git worktree add DIR REV`), interleaved round by round, and prints the medians of both,
+whether their rows are the same and the largest relative difference of their step times.
 """
 
 from __future__ import annotations
@@ -50,7 +51,9 @@ for name in ("cold", "warm"):
     t = time.process_time()
     res = search_plans(**args)
     out[name] = time.process_time() - t
-out["rows"] = repr([(r.plan, float(r.step_time_s)) for r in res.rows])
+out["rows"] = repr([r.plan for r in res.rows])
+out["steps"] = [float(r.step_time_s) for r in res.rows]
+out["counts"] = repr(res.counts)
 out["estimated"] = res.counts.estimated
 print(json.dumps(out))
 """
@@ -76,8 +79,11 @@ def against(old, rounds: int) -> None:
     for case in ("cold", "warm"):
         o, n = (statistics.median(x[case] for x in runs[k]) for k in ("old", "new"))
         print(f"  {case}: old {o:.2f} s, new {n:.2f} s, new/old {n / o:.2f}")
-    print(f"  plans estimated: old {runs['old'][0]['estimated']}, new {runs['new'][0]['estimated']}; same rows: "
-          f"{len({x['rows'] for x in runs['old'] + runs['new']}) == 1}")
+    o, n = runs["old"][0], runs["new"][0]
+    rel = max(abs(a - b) / b for a, b in zip(n["steps"], o["steps"]))
+    print(f"  plans estimated: old {o['estimated']}, new {n['estimated']}; same rows (plans, in order): "
+          f"{len({x['rows'] for x in runs['old'] + runs['new']}) == 1} ({len(o['steps'])} rows); largest relative "
+          f"step-time difference {rel:.1e}")
 
 
 def main() -> None:
@@ -106,17 +112,22 @@ def main() -> None:
         warm.append(time.perf_counter() - t)
         warm_cpu.append(time.process_time() - cpu)
     t, cpu = time.perf_counter(), time.process_time()
+    layer = search_plans(**args, bound="layer")
+    t_layer, cpu_layer = time.perf_counter() - t, time.process_time() - cpu
+    t, cpu = time.perf_counter(), time.process_time()
     flops = search_plans(**args, bound="flops")
     t_flops, cpu_flops = time.perf_counter() - t, time.process_time() - cpu
-    c, cf = res.counts, flops.counts
+    c, cl, cf = res.counts, layer.counts, flops.counts
     print("wall seconds (CPU seconds, time.process_time: they move less with the load)")
-    print(f"layer bound: cold {cold:.2f} s ({cold_cpu:.2f} s CPU), warm median {statistics.median(warm):.2f} s "
+    print(f"tail bound (default): cold {cold:.2f} s ({cold_cpu:.2f} s CPU), warm median {statistics.median(warm):.2f} s "
           f"({statistics.median(warm_cpu):.2f} s CPU) of {len(warm)} "
           f"({c.estimated} plans estimated, {c.pruned_by_bound} pruned by a bound)")
+    print(f"layer bound: warm {t_layer:.2f} s ({cpu_layer:.2f} s CPU) ({cl.estimated} plans estimated, "
+          f"{cl.pruned_by_bound} pruned)")
     print(f"FLOP bound:  warm {t_flops:.2f} s ({cpu_flops:.2f} s CPU) ({cf.estimated} plans estimated, "
           f"{cf.pruned_by_bound} pruned)")
-    same = _rows(res) == _rows(again) == _rows(flops)
-    print(f"same rows (plans, step times, memory, why) with both bounds: {same}")
+    same = _rows(res) == _rows(again) == _rows(layer) == _rows(flops)
+    print(f"same rows (plans, step times, memory, why) with the three bounds: {same}")
     if a.exhaustive:
         t, cpu = time.perf_counter(), time.process_time()
         full = search_plans(**args, bound="none")
