@@ -24,6 +24,9 @@ UNFUSED_FORMS (also accepted in ``fused``; the opposite of a fusion, so not in F
   grad_hooks_16bit  Megatron-LM 2021 fp16 --DDP-impl local: 16-bit wgrad outputs added into a
                  16-bit grad buffer by one hook kernel per tensor per micro-batch, 16-bit DP
                  all-reduce (ops_train.GRAD_HOOKS_16BIT)
+  grads_16bit    Megatron-LM 2021 fp16 --DDP-impl torch: the 16-bit parameters' .grad is the
+                 gradient (no fp32 main_grad): 16-bit wgrad outputs, AccumulateGrad adds, torch
+                 DDP bucket copies and all-reduce in 16 bits (ops_train.GRADS_16BIT)
   expert_streams the "grouped" MoE GEMM issued as one GEMM per local expert on the library's
                  compute streams, each expert's input quantized by its own kernels
                  (TransformerEngine GroupedLinear; ops_layer.moe)
@@ -62,8 +65,8 @@ FUSION_GROUPS: frozenset[str] = frozenset({
     "concat_proj", "grouped_gemm", "moe_permute",
 })
 UNFUSED_FORMS: frozenset[str] = frozenset({"math_attention", "te_unfused_attention", "expert_streams",
-                                            "megatron_2021_kernels", "grad_hooks_16bit", "ac_early_stop", "loss_parallel",
-                                            "mcore_ddp_buckets", "torch_ring_cp", "repeat_kv"})
+                                            "megatron_2021_kernels", "grad_hooks_16bit", "grads_16bit", "ac_early_stop",
+                                            "loss_parallel", "mcore_ddp_buckets", "torch_ring_cp", "repeat_kv"})
 
 
 def build_ops(w: TrainingWorkload | InferenceWorkload, fused=frozenset(), split_below: int = 0) -> tuple[Op, ...]:

@@ -69,12 +69,23 @@ def param_tensors(cfg: TransformerConfig) -> int:
 # (_make_param_hook: main_grad.add_(grad); grad = None) adds it into the 16-bit contiguous grad
 # buffer, one add per tensor per micro-batch, and the buffer is all-reduced in 16 bits.
 GRAD_HOOKS_16BIT = "grad_hooks_16bit"
+# Stack form of Megatron-LM 2021 fp16 with --DDP-impl torch (NVIDIA/Megatron-LM de7dc40f88, the SC21 commit:
+# megatron/arguments.py asserts DDP_impl == 'local' whenever accumulate_allreduce_grads_in_fp32 is set, which is
+# store_true and forced only for bf16; training.py wraps the Float16Module in torch.nn.parallel
+# DistributedDataParallel; optimizer/__init__.py params_have_main_grad only for local DDP): the 16-bit parameters'
+# .grad is the gradient. Each wgrad GEMM writes a 16-bit .grad, AccumulateGrad adds micro-batches 2..n into it
+# in place (schedules.py runs them under model.no_sync()), and torch DDP copies the 16-bit grads into its buckets
+# and all-reduces them in 16 bits. Needs 16-bit parameters (a bf16 / fp8 precision's); otherwise no change.
+GRADS_16BIT = "grads_16bit"
 
 
 def step_dtypes(w: TrainingWorkload, fused: frozenset):
-    """train_dtypes_of(w), with 16-bit grads and no in-GEMM accumulation under GRAD_HOOKS_16BIT."""
+    """train_dtypes_of(w), with 16-bit grads and no in-GEMM accumulation under GRAD_HOOKS_16BIT, or under
+    GRADS_16BIT with 16-bit parameters."""
     dt = train_dtypes_of(w)
-    return replace(dt, grad=2.0, main_grad=False) if GRAD_HOOKS_16BIT in fused else dt
+    if GRAD_HOOKS_16BIT in fused or (GRADS_16BIT in fused and dt.param == 2):
+        return replace(dt, grad=2.0, main_grad=False)
+    return dt
 
 
 def _ctx(w: TrainingWorkload, fused: frozenset, stage: int | None = None, split_below: int = 0) -> Ctx:
@@ -165,16 +176,18 @@ def _weight_casts(w: TrainingWorkload, c: Ctx) -> tuple[list[Op], list[Op]]:
 
 def _grad_buffers(w: TrainingWorkload, c: Ctx, trainable: list[int] | None = None) -> tuple[list[Op], list[Op]]:
     """main_grad stacks zero their fp32 grad buffer once per step; .grad stacks (amp, fp32)
-    use set_to_none (free) and AccumulateGrad adds micro-batches 2..n (R 8, W 4 B/param).
-    ``trainable``: the tensor sizes that get gradients when not all do (LoRA adapters)."""
-    dt = train_dtypes_of(w)
+    use set_to_none (free) and AccumulateGrad adds micro-batches 2..n in place (R 2 g, W g B/param for
+    g B gradients: 4, or 2 under GRADS_16BIT). ``trainable``: the tensor sizes that get gradients when not
+    all do (LoRA adapters)."""
+    dt = step_dtypes(w, c.fused)
     P, nt = trained(c, trainable)
     if c.f(GRAD_HOOKS_16BIT):   # zero the 16-bit buffer; every micro-batch: R 2 + 2, W 2 B/param
         return (chain("grad/zero", "memcpy", "fwd", [Kern(0, 0, 2.0 * P)], 1, P),
                 chain("grad/hook_add", "elementwise", "bwd", [Kern(P, 4.0 * P, 2.0 * P, nt)], w.grad_accum, P))
     if dt.main_grad:
         return chain("grad/zero", "memcpy", "fwd", [Kern(0, 0, 4.0 * P)], 1, P), []
-    return [], chain("grad/accumulate", "elementwise", "bwd", [Kern(P, 8.0 * P, 4.0 * P, nt)], w.grad_accum - 1, P)
+    g = dt.grad
+    return [], chain("grad/accumulate", "elementwise", "bwd", [Kern(P, 2 * g * P, g * P, nt)], w.grad_accum - 1, P)
 
 
 def trained(c: Ctx, trainable: list[int] | None) -> tuple[int, int]:
