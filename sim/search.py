@@ -205,12 +205,15 @@ def _variants(plans: tuple[TrainingWorkload, ...], space: SearchSpace, fused: fr
 _VARIANTS: dict[tuple, tuple[tuple, list[dict]]] = {}
 
 
-def _variant(variants: list[dict], plans, j: int, rc: str, bounds: Bounds) -> tuple[TrainingWorkload, float | str]:
+def _variant(variants: list[dict], plans, j: int, rc: str, bounds: Bounds) -> tuple[TrainingWorkload | None, float | str]:
+    """(workload of plan ``j`` at ``rc`` or None where not yet made, its bytes or why not sized),
+    kept in ``variants`` (_variants); the workload is made when the plan fits (_recompute_variants)."""
     hit = variants[j].get(rc)
     if hit is None:
-        w = plans[j].model_copy(update={"recompute": rc})
+        w0 = plans[j]
+        w = w0 if rc == w0.recompute else None
         try:
-            mem: float | str = bounds.memory(w)
+            mem: float | str = bounds.memory_at(w0, rc, w)
         except ValueError as e:           # e.g. a pipeline stage left with no layer
             mem = "invalid: memory: " + reason(e)
         hit = variants[j][rc] = (w, mem)
@@ -233,6 +236,9 @@ def _recompute_variants(plans, variants: list[dict], j: int, order: list[str], b
         if mem > cap:
             n["not_fitting"] += 1
             continue
+        if w is None:
+            w = plans[j].model_copy(update={"recompute": rc})
+            variants[j][rc] = (w, mem)
         out.append(Candidate(w, mem, bounds.step_lb(w, gpus, gbs)))
     return out
 

@@ -182,6 +182,11 @@ class Bounds:
     def memory(self, w: TrainingWorkload) -> float:
         """Per-GPU bytes, equal to model.memory_parallel.gpu_memory(w).total (stage 0) plus the
         caching allocator's reserve of a loss on stage 0 (sim/memory.parallel_components)."""
+        return self.memory_at(w, w.recompute, w)
+
+    def memory_at(self, w: TrainingWorkload, recompute: str, at: TrainingWorkload | None = None) -> float:
+        """memory(w with ``recompute``), without the workload copy unless a part needs it (``at``:
+        that workload, if the caller has it)."""
         p = w.parallel
         # per micro-batch, the states and one micro-batch's activations of stage 0 ignore vp (a
         # rank's layer count sums its chunks: model/shard.stage_layer_counts); vp enters through
@@ -193,13 +198,16 @@ class Bounds:
             g = gpu_memory(self.base.model_copy(update={"parallel": p.model_copy(update=flat)}), self.fused)
             states = self._states[key] = g.weights + g.grads + g.optimizer + g.dp_buffers
         shared = {**flat, "dp": 1, "zero": 0} if p.ep == 1 else flat
-        akey = (plan_key(p, **shared), w.mbs, w.recompute)
+        akey = (plan_key(p, **shared), w.mbs, recompute)
         acts = self._acts.get(akey)
         if acts is None:
             wa = self.base.model_copy(update={"parallel": p.model_copy(update=shared), "mbs": w.mbs,
-                                              "recompute": w.recompute})
+                                              "recompute": recompute})
             acts = self._acts[akey] = stage_activation_bytes(wa, self.fused, 0)
-        reserve = stage_allocator_reserve_bytes(w, self.fused, 0) if p.pp == 1 else 0.0   # a loss on stage 0 only
+        reserve = 0.0
+        if p.pp == 1:   # a loss on stage 0 only
+            at = at if at is not None else w.model_copy(update={"recompute": recompute})
+            reserve = stage_allocator_reserve_bytes(at, self.fused, 0)
         return states + acts * inflight_microbatches(p, 0, w.grad_accum) + reserve
 
     def step_lb(self, w: TrainingWorkload, gpus: int, gbs: int) -> float:
