@@ -31,6 +31,7 @@ from __future__ import annotations
 import bisect
 import functools
 import heapq
+import math
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
@@ -255,10 +256,12 @@ def _row(c: Candidate, e) -> PlanRow:
 
 
 def estimate_best(cands: list[Candidate], cluster: Cluster, top: int, failed: Counter,
-                  refine: Sequence[Callable[[Candidate], float | None]] = ()) -> tuple[list[PlanRow], int]:
+                  refine: Sequence[Callable[[Candidate, float], float | None]] = ()) -> tuple[list[PlanRow], int]:
     """Estimate candidates in lower-bound order until no later one can enter the top rows.
     ``refine``: tighter lower bounds, cheapest first (sim/search_bounds.py: the layer bound, then
-    the tail bound), each returning None where it has none; a candidate is taken from the heap on
+    the tail bound), each called with the candidate and the step time a plan must beat to enter
+    the table (inf until it is full: a bound may stop refining once it reaches it) and returning
+    None where it has none; a candidate is taken from the heap on
     its cheap bound first, then put back on the larger of that and the next refinement, and
     estimated only when it comes up with every refinement applied, so plans a tight bound puts
     out of reach are never estimated (and most never refined). Ties in step time go to the plan
@@ -274,7 +277,7 @@ def estimate_best(cands: list[Candidate], cluster: Cluster, top: int, failed: Co
             return [r for _, _, r in rows], len(heap) + 1
         c = cands[i]
         if level < len(refine):
-            tight = refine[level](c)
+            tight = refine[level](c, rows[top - 1][0] if len(rows) >= top else math.inf)
             heapq.heappush(heap, (lb if tight is None else max(lb, tight), i, level + 1))
             continue
         try:
@@ -311,11 +314,11 @@ def search_plans(model, cluster: Cluster, gbs: int, seq: int, precision: str = "
     bounds = Bounds(base, st.fused, gpu)
     cands, n = enumerate_plans(base, cluster, gbs, space, bounds)
     layer = LayerBound(base, st, gpu, cluster) if bound in ("tail", "layer") else None
-    refine: list[Callable[[Candidate], float | None]] = []
+    refine: list[Callable[[Candidate, float], float | None]] = []
     if layer is not None:
-        refine.append(lambda c: layer.step_lb(c.workload))
+        refine.append(lambda c, limit: layer.step_lb(c.workload))
         if bound == "tail":
-            refine.append(lambda c: layer.tail_lb(c.workload))
+            refine.append(lambda c, limit: layer.tail_lb(c.workload, limit))
     rows, pruned = estimate_best(cands, cluster, top if bound != "none" else max(top, len(cands)), n, refine)
     shown = rows[:top]
     shown = [_with_why(r, shown[i + 1] if i + 1 < len(shown) else None, cluster) for i, r in enumerate(shown)]

@@ -174,9 +174,10 @@ class LayerBound:
         return n * lf + first * ef + last * hf, n * lb + first * eb + last * hb
 
 
-    def tail_lb(self, w: TrainingWorkload) -> float | None:
+    def tail_lb(self, w: TrainingWorkload, limit: float = float("inf")) -> float | None:
         """The layer bound plus the pipeline's p2p and the DP / FSDP tail, at least (module
-        docstring, "The tail"), from the plan's own op table; None where it gives none."""
+        docstring, "The tail"), from the plan's own op table; None where it gives none. The p2p is
+        timed only when the rest stays below ``limit`` (the bound without it is a bound too)."""
         fb = self.fwd_bwd(w)
         p, st = w.parallel, self.st
         if (fb is None or p.schedule not in PIPELINED or getattr(w.model, "moe", None) is not None
@@ -184,36 +185,43 @@ class LayerBound:
             return None
         t = op_table(w, st.fused)          # the estimate's own table (cached by value: it reuses it)
         lays = Layouts(p, self.cluster)
-        sub, c, host = self._tail_comm(t, p, lays)
+        sub, c = self._comm(t, p, lays, "dp")
         m, (tf, tb) = w.grad_accum, fb
-        pipe = pipeline.pipeline_for(p, m, tf, tb, p2p_per_microbatch(sub, c, m),
-                                     blocking=overlap.pp_stack_trait("blocking", st.key)).step_s
+        h = self._host_s(t) / m            # the host's issue time, per micro-batch: what may widen a window
         k = network_bound_stretch(lays["dp"]) or overlap.comm_stretch()    # GroupStretch.of(...).dp
         g = min(p.pp, m) if p.pp > 1 and p.vp > 1 else 1          # distributed.grad_ready_window_s
         if p.zero == 3:
-            dp = _fsdp_lb(sub, c, tf + host / m, tb + host / m, m, k, p.fsdp_keep_unsharded,
-                          overlap.fsdp_persistent_root(st.key))
+            dp = _fsdp_lb(sub, c, tf + h, tb + h, m, k, p.fsdp_keep_unsharded, overlap.fsdp_persistent_root(st.key))
         else:
             stage = self.stage(w)[3] if MCORE_DDP_BUCKETS in st.fused else 0
             slack = stage * tb / p.vp if p.pp > 1 else 0.0            # distributed.drain_slack_s
-            dp = _ddp_lb(sub, c, g * (tb + host / m), k, slack)
+            dp = _ddp_lb(sub, c, g * (tb + h), k, slack)
         after = float(c.total_s[(c.group == DP) & (sub.phase == OPT)].sum())
         if p.zero in (1, 2) and overlap.ddp_overlap_param_gather(st.key):
-            after = overlap.param_gather_prefetch(g * (tf + host / m), _dp_calls(sub, c, OPT), stretch=k).exposed_s
-        return (pipe + dp + after) * (1 - 1e-12)
+            after = overlap.param_gather_prefetch(g * (tf + h), _dp_calls(sub, c, OPT), stretch=k).exposed_s
+        blocking = overlap.pp_stack_trait("blocking", st.key)
+        out = (pipeline.pipeline_for(p, m, tf, tb, blocking=blocking).step_s + dp + after) * (1 - 1e-12)
+        if p.pp == 1 or out >= limit:
+            return out
+        sub, c = self._comm(t, p, lays, "pp")
+        return (pipeline.pipeline_for(p, m, tf, tb, p2p_per_microbatch(sub, c, m), blocking=blocking).step_s
+                + dp + after) * (1 - 1e-12)
 
-    def _tail_comm(self, t, p: Parallelism, lays: "Layouts"):
-        """(the DP and PP collectives of ``t`` as a table, their CommTimes as network_stage has
-        them, the host issue seconds of the step's compute ops: sim/step.OnCluster's host)."""
+    def _comm(self, t, p: Parallelism, lays: "Layouts", group: str):
+        """(the ``group`` collectives of ``t`` as a table, their CommTimes as network_stage has them)."""
         idx = [i for i in np.flatnonzero(t.kind == COLLECTIVE).tolist()
-               if t.ops[i].shape_as(CollectiveShape).group in ("dp", "pp")]
+               if t.ops[i].shape_as(CollectiveShape).group == group]
         sub = build_table(tuple(t.ops[i] for i in idx))
         c = comm_times(sub, p, self.cluster, self.comm_eff, layouts=lays)
-        if overlap.pp_stack_trait("scatter_gather", self.st.key):
+        if group == "pp" and overlap.pp_stack_trait("scatter_gather", self.st.key):
             c = scatter_gather_p2p(sub, c, p, self.cluster, self.eff)
+        return sub, c
+
+    def _host_s(self, t) -> float:
+        """Host issue seconds of the step's compute ops (sim/step.OnCluster's host)."""
         compute = t.kind != COLLECTIVE
         host = dp_host_times(t, np.where(compute, host_times(t, self.st), 0.0), self.st.graphs, self.st.key)
-        return sub, c, float(np.dot(np.where(compute, host, 0.0), t.count))
+        return float(np.dot(np.where(compute, host, 0.0), t.count))
 
 
 class Layouts(dict):
