@@ -24,9 +24,10 @@ UNFUSED_FORMS (also accepted in ``fused``; the opposite of a fusion, so not in F
   grad_hooks_16bit  Megatron-LM 2021 fp16 --DDP-impl local: 16-bit wgrad outputs added into a
                  16-bit grad buffer by one hook kernel per tensor per micro-batch, 16-bit DP
                  all-reduce (ops_train.GRAD_HOOKS_16BIT)
-  grads_16bit    Megatron-LM 2021 fp16 --DDP-impl torch: the 16-bit parameters' .grad is the
-                 gradient (no fp32 main_grad): 16-bit wgrad outputs, AccumulateGrad adds, torch
-                 DDP bucket copies and all-reduce in 16 bits (ops_train.GRADS_16BIT)
+  grads_16bit    the 16-bit parameters' .grad is the gradient (no fp32 main_grad buffer): 16-bit
+                 wgrad outputs and AccumulateGrad adds, with zero 0 torch DDP's bucket copies and
+                 all-reduce in 16 bits (Megatron-LM 2021 fp16 --DDP-impl torch; DeepSpeed ZeRO-3
+                 2021's fp16 grads; ops_train.GRADS_16BIT)
   expert_streams the "grouped" MoE GEMM issued as one GEMM per local expert on the library's
                  compute streams, each expert's input quantized by its own kernels
                  (TransformerEngine GroupedLinear; ops_layer.moe)

@@ -27,9 +27,10 @@ def _named(ops, name):
     return [o for o in ops if o.name.split("/strided")[0] == name]
 
 
-def test_only_the_torch_ddp_2021_stack_lists_it():
-    assert GRADS_16BIT in get_stack("megatron_2021").fused
-    for s in ("megatron_2021_local_ddp", "deepspeed_zero3_2021", "megatron_te", "eager"):
+def test_the_2021_fp16_stacks_without_local_ddp_list_it():
+    for s in ("megatron_2021", "deepspeed_zero3_2021"):
+        assert GRADS_16BIT in get_stack(s).fused
+    for s in ("megatron_2021_local_ddp", "megatron_te", "eager"):   # local DDP: grad_hooks_16bit
         assert GRADS_16BIT not in get_stack(s).fused
 
 
@@ -54,3 +55,10 @@ def test_fp32_parameters_keep_fp32_grads():
     a, b = _ops(f, "amp_bf16"), _ops(f - {GRADS_16BIT}, "amp_bf16")
     assert [(o.name, o.bytes_read, o.bytes_written, o.count) for o in a] == \
         [(o.name, o.bytes_read, o.bytes_written, o.count) for o in b]
+
+
+def test_zero3_keeps_no_fp32_grad_buffer():
+    w = TrainingWorkload(model=GPT, mbs=2, seq=1024, grad_accum=1, precision="bf16", stack="deepspeed_zero3_2021",
+                         recompute="full", parallel=Parallelism(tp=1, pp=1, dp=8, zero=3))
+    f = get_stack("deepspeed_zero3_2021").fused
+    assert not _named(build_ops(w, f), "grad/zero") and _named(build_ops(w, f - {GRADS_16BIT}), "grad/zero")
