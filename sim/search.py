@@ -10,12 +10,13 @@
 3. The rest are estimated in the order of a lower bound on their step time, with the full
    multi-GPU model (sim.estimate.estimate on the Cluster); once the bound of the next plan is no
    better than the ``top``-th best estimate, no later plan can enter the table and the search
-   stops. Two bounds, both true lower bounds (tests/sim/test_search_bounds.py): the FLOP bound
-   (ideal tensor-core time plus the pipeline fill/drain, sim/search_space.py) orders the heap,
-   and a plan that comes up is refined to the layer-kernel bound of sim/search_bounds.py (its
-   timed stage's layer, embedding and head kernels at their fastest power-state speed, their
-   exposed TP comm, the fill/drain) before it is estimated. ``bound="none"`` estimates every
-   plan that fits: the same rows.
+   stops. Three bounds, all true lower bounds (tests/sim/test_search_bounds.py): the FLOP bound
+   (ideal tensor-core time plus the pipeline fill/drain, sim/search_space.py) orders the heap; a
+   plan that comes up is refined to the layer-kernel bound of sim/search_bounds.py (its timed
+   stage's layer, embedding and head kernels at their fastest power-state speed, their exposed
+   TP comm, the fill/drain), and when it comes up again to the tail bound (that plus the
+   pipeline's p2p and the DP / FSDP tail, from its own op table) before it is estimated.
+   ``bound="none"`` estimates every plan that fits: the same rows.
 4. Rows are ranked by step time; each says why it beats the next row (which fields differ,
    and which parts of the step -- compute, bubble, exposed communication per group -- move).
 

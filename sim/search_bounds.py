@@ -32,6 +32,38 @@ Where the layers of a model are not all alike (MoE with dense layers, a sliding 
 layers only, MTP modules on the last stage), or a plan chunks its TP GEMMs (tp_comm_overlap) or
 runs DualPipe (its bubble and EP overlap differ), no layer bound is given (None) and the search
 keeps the FLOP bound.
+
+The tail (``tail_lb``, from the plan's own op table: its DP and PP collectives timed as
+network_stage times them, and H, the host issue seconds of its compute ops):
+
+    step >= pipeline(t_f, t_b, t_p) + DP_lb + AFTER_lb        (1f1b, gpipe, interleaved)
+
+  t_f, t_b    the layer bound's forward / backward per micro-batch (kernels and exposed TP/CP/EP)
+  t_p         a micro-batch's PP send/recv (distributed.p2p_per_microbatch); pipeline_for adds
+              the fill/drain hops the schedule exposes, which do not depend on t_f or t_b
+  DP_lb       DDP / ZeRO-1/2 (dp_grad_sync over a window W = g (t_b + x_b / m), g = min(pp, m)
+              interleaved, else 1): the stream runs k = the dp group's stretch times slower beside
+              compute, so by the window's end it has done at most W / k of its C alone-seconds, and
+              the last bucket, ready at the end, runs after it:
+                  exposed >= max(0, C - W / k - slack, c_last - slack), slack = stage t_b / vp
+              FSDP (fsdp_step_exposure, per micro-batch that runs it, windows F = t_f + x_f / m,
+              B = t_b + x_b / m): a one-ahead prefetch exposes at least sum(comm) - sum(compute) / k
+              and at least its first unit, so forward >= max(AG_root, AG - F / k), backward >=
+              max(RS_root, AG' + RS - B / k), at most the micro-batch's comm
+  AFTER_lb    the ZeRO-1/2 parameter gather in the next forward (param_gather_prefetch's exposed
+              part at window g (t_f + x_f / m)), or the optimizer-phase DP comm as it is
+  x_f, x_b    what the host-bound stretches add to a phase's window beyond its kernels: at most H
+              (launch.phase_end_times: a phase ends at most its blocks' host and GPU time after
+              the phase before; phase_windows takes max(that, kernels))
+
+Why it is below the estimate: step = pipe.step_s + dp.total + after + optimizer + idle, each term
+>= 0, dp.total >= dp.exposed. Each lower bound above falls as its window grows, by at most g / (m k)
+<= 1 (plus stage / (vp m) <= (pp - 1) / (vp m) for the slack) per second of a micro-batch's
+compute, while pipe.step_s grows by 1 + (pp - 1) / (vp m) per second (compute m (t_f + t_b) plus
+the bubble (pp - 1)(t_f + t_b) / vp): the sum is nondecreasing in the true t_f, t_b, so it is at
+least its value at their lower bounds with the windows widened by H. Not given (None) for MoE
+models (host syncs, all-to-all overlap), CPU offload, schedules other than 1f1b / gpipe /
+interleaved, and a stack's serial ZeRO-3 (sim/zero3_2021.py).
 """
 
 from __future__ import annotations
