@@ -30,6 +30,12 @@ Per call of S bytes (the full tensor) over N GPUs, k = N / g nodes of g GPUs:
 B_stream = HBM bandwidth x memory.stream_fraction. t_bw is the bandwidth part of sim/network's
 all_gather over the same GPUs (latency removed). Step exposure = sum over calls x micro-batches
 (no overlap).
+
+The per-tensor reduce-scatters are stage3.py's contiguous-gradient path (contiguous_gradients true, as
+DeepSpeed's own Megatron ZeRO-3 example sets it: DeepSpeedExamples Megatron-LM-v1.1.5-ZeRO3/examples/
+ds_zero_stage_3_config.json). Around them each backward streams the ipg bucket (``ipg_bucket_bytes``):
+every gradient of at most reduce_bucket_size elements is copied into the fp16 ipg buffer, and every
+reduce_ipg_grads call divides the whole buffer (and a gradient larger than it) by the DP size.
 """
 
 from __future__ import annotations
@@ -42,6 +48,10 @@ from .network import inter_options
 from .prepare import efficiency
 
 TRAIT = "zero3.sync_per_tensor"
+# stage3.py's contiguous-gradient (ipg) buffer, reduce_bucket_size fp16 elements: DeepSpeed v0.3.12-v0.5
+# deepspeed/runtime/zero/constants.py ZERO_OPTIMIZATION_REDUCE_BUCKET_SIZE_DEFAULT = 500000000. The SC21 paper
+# gives no DeepSpeed config, so the default is assumed (as zero3.persistence_threshold).
+REDUCE_BUCKET_ELEMENTS = 500_000_000
 
 
 def has_trait(stack: str) -> bool:
@@ -83,6 +93,27 @@ def calls(cfg, recompute: str, threshold: float) -> Zero3Calls:
     sizes = megatron_tensor_sizes(cfg)
     passes = 3 if recompute == "full" else 2
     return Zero3Calls(tuple(s for s in sizes if s > threshold), tuple(sizes), passes)
+
+
+def ipg_bucket_bytes(sizes: list[int], bucket: int, grad_bytes: float) -> float:
+    """HBM bytes of one backward's contiguous-gradient bucket (DeepSpeed v0.3.13 stage3.py
+    reduce_independent_p_g_buckets_and_remove_grads, reduce_ipg_grads, average_tensor), over the
+    parameter tensors ``sizes`` in backward order (the reverse of megatron_tensor_sizes): a gradient of
+    at most ``bucket`` elements is copied into the ipg buffer (read + write); one larger is kept as
+    extra_large_param_to_reduce. When the next gradient would overflow the bucket, and once at the end
+    (independent_gradient_partition_epilogue), reduce_ipg_grads runs ``tensor.div_`` over the whole
+    buffer (``bucket`` elements, however full) and over that large gradient (read + write)."""
+    g, total, held, extra = grad_bytes, 0.0, 0, 0
+    for s in sizes:
+        if held and held + s > bucket:
+            total += 2 * g * (bucket + extra)
+            held, extra = 0, 0
+        if s > bucket:
+            extra = s
+        else:
+            total += 2 * g * s
+        held += s
+    return total + (2 * g * (bucket + extra) if held else 0.0)
 
 
 def flat_ring_latency_s(n: int, gpus_per_node: int) -> float:
@@ -144,5 +175,6 @@ def step_comm_s(cfg, recompute: str, m: int, lay, cluster, param_bytes: int, gra
     def reduce(e: int) -> float:
         return reduce_call_s(e * grad_bytes, n, g, bandwidth_s(e * grad_bytes, lay, cluster), sb)
 
-    per_mb = c.passes * sum(gather(e) for e in c.gathered) + sum(reduce(e) for e in c.reduced)
+    bucket = ipg_bucket_bytes(megatron_tensor_sizes(cfg)[::-1], REDUCE_BUCKET_ELEMENTS, grad_bytes) / sb
+    per_mb = c.passes * sum(gather(e) for e in c.gathered) + sum(reduce(e) for e in c.reduced) + bucket
     return per_mb * m

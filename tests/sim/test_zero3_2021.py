@@ -67,3 +67,21 @@ def test_serial_zero3_slows_the_2021_rows_and_grows_with_gpus():
         assert e.step_time_s > fsdp.step_time_s          # per-tensor synchronous calls cost more than overlapped FSDP
         comm[g] = e.exposed_comm["dp"]
     assert comm[1536] > 1.5 * comm[384]                 # flat-ring latency and host copies grow with N
+
+
+def test_ipg_bucket_copies_small_grads_and_divides_the_whole_buffer_per_reduce():
+    B, g = 100, 2.0
+    # 30 + 40 fit; 50 overflows -> reduce (div_ of all 100); 50 + 20 fit; end -> reduce
+    assert z.ipg_bucket_bytes([30, 40, 50, 20], B, g) == pytest.approx(2 * g * (30 + 40 + 50 + 20) + 2 * 2 * g * B)
+    # a gradient above the bucket is not copied; it is divided with the buffer at the next reduce
+    assert z.ipg_bucket_bytes([10, 300, 5], B, g) == pytest.approx(2 * g * (10 + 5) + 2 * g * B + 2 * g * (B + 300)
+                                                                   + 2 * g * B)
+    assert z.ipg_bucket_bytes([], B, g) == 0.0
+
+
+def test_ipg_bucket_streams_grow_with_the_model():
+    cfg = TransformerConfig(**GPT175)
+    sizes = z.megatron_tensor_sizes(cfg)[::-1]
+    b = z.ipg_bucket_bytes(sizes, z.REDUCE_BUCKET_ELEMENTS, 2.0)
+    assert b > 2 * 2.0 * sum(s for s in sizes if s <= z.REDUCE_BUCKET_ELEMENTS)    # copies + the buffer's div_
+    assert b < 2 * 2.0 * (sum(sizes) + 6 * cfg.n_layers * z.REDUCE_BUCKET_ELEMENTS)
