@@ -88,7 +88,7 @@ from ..model.ops_dp import MCORE_DDP_BUCKETS
 from ..model.parallel import GROUPS
 from .kernels import kernel_times
 from .optable import KINDS, PHASES, build_table
-from .power import clock_params
+from .power import calibration_boost, calibration_clock, clock_params, gemm_speed
 from .prepare import boost_speedup, efficiency, hw_rates, op_table
 from .stacks import Stack
 
@@ -123,8 +123,14 @@ class LayerBound:
         self.comm_eff = in_cuda_graph(self.eff) if st.graphs else self.eff
         self.rates = hw_rates(gpu, 1.0)
         # sim/power.power_state: no power state (GEMMs at their calibrated rate) without a clock
-        # model for the GPU or a boost-clock speed-up; else at most gemm_speed(f_boost) = the speed-up
-        self.s_mm = max(1.0, boost_speedup(self.eff)) if clock_params(gpu.key) is not None else 1.0
+        # model for the GPU or a boost-clock speed-up; else at most gemm_speed(f_boost) (the speed-up,
+        # or above it where the calibration GPU's line ends below this one's boost clock)
+        r = boost_speedup(self.eff)
+        self.s_mm = 1.0
+        if clock_params(gpu.key) is not None and r > 1.0:
+            f_boost = float(gpu.boost_clock_hz)
+            line = calibration_boost(gpu.key) or f_boost
+            self.s_mm = max(1.0, r, float(gemm_speed(f_boost, calibration_clock(gpu.key), line, r)))
         self._parts: dict = {}
         self._stage: dict = {}
 
@@ -140,7 +146,7 @@ class LayerBound:
             hit = self._parts[key] = self._parts_uncached(p.model_copy(update=one), w.mbs, w.recompute)
         return hit
 
-    def _parts_uncached(self, p: Parallelism, mbs: int, recompute: str) -> tuple[float, ...]:
+    def _parts_uncached(self, p: Parallelism, mbs: int, recompute: str) -> tuple[float, float, float, float, float, float]:
         t, part = _layer_table(self.base, self.st.fused, p, mbs, recompute)
         k = kernel_times(t, self.rates, self.eff, self.st.attention)
         lb = np.maximum(np.where(t.kind == MATMUL, k.compute_s / self.s_mm, k.compute_s), k.memory_s) + k.fixed_s
