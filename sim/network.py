@@ -41,7 +41,7 @@ from typing import Any
 
 from ..model.ops import CollectiveShape
 from ..model.parallel import COLLECTIVE_OPS
-from .calibration import DATA, Efficiency, load_efficiency_file
+from .calibration import DATA, Efficiency, load_efficiency_file, on_clear_caches
 from .cluster import Cluster, GroupLayout
 from .netfast import flow_rate
 from .collectives import bus_factor
@@ -215,6 +215,25 @@ def op_time(op, layouts: dict[str, GroupLayout], cluster: Cluster, efficiency: E
         kind = "dp_cp" if layouts["dp_cp"].size == size else "edp"   # Megatron's dp*cp or expert-dp groups
     if kind == "pp" and layouts["pp"].size != size and size == 2:
         kind = "embed"      # tied embedding gradient: first and last stage only
-    if layouts[kind].size != size:
-        raise ValueError(f"op {op.name!r}: group_size {size} but the {kind} groups have {layouts[kind].size} GPUs")
-    return collective_time_s(s.op, nbytes, kind, layouts[kind], cluster, efficiency, **kw)
+    lay = layouts[kind]
+    if lay.size != size:
+        raise ValueError(f"op {op.name!r}: group_size {size} but the {kind} groups have {lay.size} GPUs")
+    # memoised: a plan search times the same call on the same (cached) layout in many plans, and a
+    # plan's bound and its estimate time it twice; an entry holds the objects its key names by id
+    key = (s.op, nbytes, kind, id(lay), id(cluster), id(efficiency), tuple(kw.items()))
+    hit = _OP_TIMES.get(key)
+    if hit is not None and hit[0] is lay and hit[1] is cluster and hit[2] is efficiency:
+        return hit[3]
+    out = collective_time_s(s.op, nbytes, kind, lay, cluster, efficiency, **kw)
+    if len(_OP_TIMES) >= 65536:
+        _OP_TIMES.clear()
+    _OP_TIMES[key] = (lay, cluster, efficiency, out)
+    return out
+
+
+_OP_TIMES: dict[tuple, tuple[GroupLayout, Cluster, Efficiency, CollectiveTime]] = {}
+
+
+@on_clear_caches
+def _clear_op_times() -> None:
+    _OP_TIMES.clear()
