@@ -123,8 +123,9 @@ class _Row(BaseModel):
         if self.model is not None and self.model not in list_presets():
             close = difflib.get_close_matches(self.model, list_presets(), n=4, cutoff=0.5)
             raise ValueError(f"model: unknown preset {self.model!r}; close matches: {close}")
-        if self.model_ref is not None and self.model_ref not in _models():
-            close = difflib.get_close_matches(self.model_ref, list(_models()), n=4, cutoff=0.5)
+        refs = [*_models(), *_unmodelled()]
+        if self.model_ref is not None and self.model_ref not in refs:
+            close = difflib.get_close_matches(self.model_ref, refs, n=4, cutoff=0.5)
             raise ValueError(f"model_ref: {self.model_ref!r} not in {MODELS_FILE.name}; close matches: {close}")
         if self.model_config_ is not None:
             TransformerConfig(**self.model_config_)
@@ -149,12 +150,16 @@ class _Row(BaseModel):
         the row's sequence length for RoPE models (it only guards learned positions there)."""
         if self.model is not None:
             cfg = preset(self.model)
+        elif self.model_ref in _unmodelled():
+            # Kept short and free of the row id: the report groups rows by this text (160 chars).
+            raise ValueError(f"field model: {self.model_as_published}: {_unmodelled()[self.model_ref]['reason']}")
         elif self.model_ref is not None:
             cfg = TransformerConfig(**_models()[self.model_ref]["config"])
         elif self.model_config_ is not None:
             cfg = TransformerConfig(**{"name": self.model_as_published, **self.model_config_})
         else:
-            raise ValueError(f"{self.path}: row {self.id!r}: field model: no architecture published")
+            raise ValueError(f"field model: {self.model_as_published}: no published architecture found "
+                             f"({Path(self.path).name} row {self.id!r})")
         need = max(getattr(self, "seq", None) or 0, (getattr(self, "isl", None) or 0) + (getattr(self, "osl", None) or 0))
         if cfg.pos_embedding == "rope" and need > cfg.max_seq:
             cfg = cfg.model_copy(update={"max_seq": need})
@@ -217,7 +222,8 @@ class PublishedRow(_Row):
     @property
     def predictable(self) -> bool:
         """Model, system and all parallel degrees known (other gaps may still need assumptions)."""
-        has_model = any(v is not None for v in (self.model, self.model_ref, self.model_config_))
+        has_model = any(v is not None for v in (self.model, self.model_ref, self.model_config_)) \
+            and self.model_ref not in _unmodelled()
         return has_model and self.system is not None and None not in (
             self.tp, self.pp, self.vp, self.dp, self.cp, self.ep, self.gbs, self.seq) and not self.known_inconsistency
 
@@ -281,6 +287,20 @@ def _models() -> dict[str, dict]:
         except (KeyError, ValidationError) as e:
             raise PublishedDataError(f"{MODELS_FILE}: model {key!r}: field config: {e}") from None
     return models
+
+
+@functools.cache
+def _unmodelled() -> dict[str, dict]:
+    """[unmodelled.<key>] of models.toml: published architectures mechsim cannot express (each
+    with its `source` and the `reason`, the layer type mechsim lacks)."""
+    entries = _read(MODELS_FILE).get("unmodelled", {})
+    for key, entry in entries.items():
+        for field in ("source", "reason"):
+            if not entry.get(field):
+                raise PublishedDataError(f"{MODELS_FILE}: unmodelled {key!r}: field {field}: missing")
+        if key in _models():
+            raise PublishedDataError(f"{MODELS_FILE}: unmodelled {key!r}: also a [models] entry; keep one")
+    return entries
 
 
 def _fmt(e: ValidationError) -> str:
