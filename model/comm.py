@@ -69,21 +69,46 @@ def tp_cross_entropy(c: Ctx, T: int) -> Pair:
     return Pair(coll("ce_ar", "all_reduce", "tp", 4.0 * T, c.tp, "fwd", 3 * c.mb, "fp32"), [])
 
 
-def cp_ring(c: Ctx, Hkv: int, dqk: int, dv: int, n: int) -> Pair:
-    """Ring attention (before the attention core): cp-1 send/recv steps of the local K,V chunk
-    (B*S/cp*Hkv*(dqk+dv)*act bytes) per layer forward; backward: K,V again and their grads
-    (``dkv_ring``), cp-1 steps each."""
+# How the CP attention moves K/V between the ranks (sim/recipes.py: a framework release's cp_comm):
+#   p2p_ring   send/recv ring, cp-1 steps of the local K/V chunk (TransformerEngine AttnFuncWithCPAndKVP2P)
+#   allgather  one all_gather of every rank's K/V before the attention (torch context_parallel's
+#              _AllGatherRotater, rotate_method "allgather"; TE AttnFuncWithCPAndKVAllGather)
+#   a2a        torch context_parallel's _AllToAllRotater: a ring of all_to_all permutes (one peer each)
+CP_COMM = ("p2p_ring", "allgather", "a2a")
+
+
+def cp_ring(c: Ctx, Hkv: int, dqk: int, dv: int, n: int, method: str = "p2p_ring") -> Pair:
+    """K/V exchange of context-parallel attention (before the attention core), per layer and micro-batch;
+    kv = B*S/cp*Hkv*(dqk+dv)*act bytes, the local chunk. ``method`` (CP_COMM):
+      p2p_ring   fwd cp-1 send/recv steps of kv; bwd K,V again and their grads (``dkv_ring``), cp-1 each
+      allgather  fwd one all_gather of cp*kv; bwd the all_gather again and the dK/dV: with torch's ring
+                 (``torch_ring_cp``) cp all_to_all permutes (its dkv rotater is always all_to_all and
+                 rotates once more at the end, back to the owner), with TE's a reduce_scatter of cp*kv
+      a2a        torch's all_to_all rotater: fwd cp-1 permutes of kv; bwd cp-1 of kv and cp of dK/dV
+    torch's ring accumulates and sends dK/dV in fp32 (grad buffers of accum_dtype float32,
+    ops_common.torch_ring_grad_acc; torch/distributed/tensor/experimental/_attention.py)."""
+    if method not in CP_COMM:
+        raise ValueError(f"cp_comm: unknown {method!r}; use one of {CP_COMM}")
     if c.cp == 1:
         return NONE
-    kv, cnt = c.B * c.S * Hkv * (dqk + dv) * c.act, n * c.mb * (c.cp - 1)
-    # PyTorch's ring (torch_ring_cp) sends the accumulated dK, dV in fp32 (grad buffers of accum_dtype
-    # float32, rotated by an all_to_all permute; ops_common.torch_ring_grad_acc)
-    ring_fp32 = c.f("torch_ring_cp")
-    dkv = kv * 4.0 / c.act if ring_fp32 else kv
-    dt: DType = "fp32" if ring_fp32 else "bf16"
-    bwd = coll("kv_ring", "sendrecv", "cp", kv, c.cp, "bwd", cnt) + coll("dkv_ring", "sendrecv", "cp", dkv, c.cp,
-                                                                          "bwd", cnt, dt)
-    return Pair(coll("kv_ring", "sendrecv", "cp", kv, c.cp, "fwd", cnt), bwd if c.train else [])
+    kv, cnt = c.B * c.S * Hkv * (dqk + dv) * c.act, n * c.mb
+    torch_ring = c.f("torch_ring_cp")
+    if method == "a2a" and not torch_ring:
+        raise ValueError("cp_comm: 'a2a' is torch context_parallel's all_to_all rotater (stack form torch_ring_cp); "
+                         "TE's a2a (Ulysses head all-to-all) is not modelled: use 'p2p_ring' or 'allgather'")
+    dkv = kv * 4.0 / c.act if torch_ring else kv
+    dt: DType = "fp32" if torch_ring else "bf16"
+    if method == "allgather":
+        fwd = coll("kv_allgather", "all_gather", "cp", c.cp * kv, c.cp, "fwd", cnt)
+        grads = (coll("dkv_ring", "sendrecv", "cp", dkv, c.cp, "bwd", cnt * c.cp, dt) if torch_ring else
+                 coll("dkv_reduce_scatter", "reduce_scatter", "cp", c.cp * kv, c.cp, "bwd", cnt))
+        bwd = coll("kv_allgather", "all_gather", "cp", c.cp * kv, c.cp, "bwd", cnt) + grads
+        return Pair(fwd, bwd if c.train else [])
+    steps = cnt * (c.cp - 1)
+    dkv_steps = cnt * c.cp if method == "a2a" else steps
+    bwd = coll("kv_ring", "sendrecv", "cp", kv, c.cp, "bwd", steps) + coll("dkv_ring", "sendrecv", "cp", dkv, c.cp,
+                                                                            "bwd", dkv_steps, dt)
+    return Pair(coll("kv_ring", "sendrecv", "cp", kv, c.cp, "fwd", steps), bwd if c.train else [])
 
 
 def ranks_hit(n_experts: int, local_experts: int, top_k: int, ep: int) -> float:

@@ -173,6 +173,32 @@ def beside_compute_exposed_s(comm_s: float, compute_s: float, stretch: float, sl
     return max(0.0, comm_s - covered) + slowdown * min(comm_s, covered)
 
 
+def cp_exposed_s(gather_s: float, ring_s: float, attn_s: float, cp: int, stretch: float, slowdown: float,
+                 overlapped: bool = True) -> float:
+    """Exposed seconds of one phase's context-parallel K/V communication beside that phase's
+    attention ``attn_s`` (model/comm.cp_ring: ``gather_s`` its all_gather / reduce_scatter calls,
+    ``ring_s`` its send/recv steps):
+
+      overlapped  each ring step is in flight beside another step's attention (TE's p2p ring issues the
+                  next step's send/recv before the current step's kernel; torch's eager rotaters return
+                  AsyncCollectiveTensors waited at the next step), beside_compute_exposed_s(ring, A);
+                  an all_gather of every rank's K/V is waited at step 1 (torch _AllGatherRotater.next_buffer),
+                  so only step 0's 1/cp of the attention covers it: beside_compute_exposed_s(gather, A/cp)
+                  + beside_compute_exposed_s(ring, A (1 - 1/cp))
+      not         every call is waited where it is issued: gather_s + ring_s. torch.compile traces
+                  functional collectives with wait_tensor right after them (torch/distributed/
+                  _functional_collectives.py _maybe_wrap_tensor: "if _are_we_tracing(): return
+                  wait_tensor(self)"), and Inductor moves them only with reorder_for_compute_comm_overlap,
+                  False by default (torch/_inductor/config.py)."""
+    if not overlapped:
+        return gather_s + ring_s
+    if gather_s <= 0.0:
+        return beside_compute_exposed_s(ring_s, attn_s, stretch, slowdown)
+    step0 = attn_s / cp
+    return (beside_compute_exposed_s(gather_s, step0, stretch, slowdown)
+            + beside_compute_exposed_s(ring_s, attn_s - step0, stretch, slowdown))
+
+
 PP_STACK_TRAITS = ("blocking", "scatter_gather")
 
 

@@ -27,6 +27,7 @@ from types import MappingProxyType
 from typing import Any, Mapping
 
 from ..model import TrainingWorkload, preset
+from ..model.comm import CP_COMM
 from ..model.parallel import Parallelism
 from ._toml import load_toml
 from .calibration import DATA
@@ -42,11 +43,11 @@ SETTINGS: dict[str, tuple[type, ...]] = {
     "layout": (list, tuple), "etp": (int,), "dispatcher": (str,), "capacity_factor": (float,),
     "sync_free": (bool,), "a2a_overlap": (bool,), "mla_recompute_up_proj": (bool,), "attention_sinks": (bool,),
     "cudnn": (str,), "batch": (str,), "fsdp_param_dtype": (str,), "bucket_elements": (int,), "cp": (int,),
-    "packed_doc_len": (int,), "lora_targets": (list, tuple),
+    "packed_doc_len": (int,), "lora_targets": (list, tuple), "cp_comm": (str,), "cp_comm_overlap": (bool,),
 }
 _RULES = {"sequence_parallel": ("with_tp",), "tp_comm_overlap": ("with_sp",), "pipeline_split": ("embedding_loss",),
           "batch": ("local_batch_over_pp",), "grad_reduce_dtype": ("bf16", "fp32"),
-          "dispatcher": ("alltoall", "flex", "allgather")}
+          "dispatcher": ("alltoall", "flex", "allgather"), "cp_comm": CP_COMM}
 CONDITIONS = ("system", "ep", "pp", "vp", "precision", "fp8_recipe", "technique", "moe_token_drop", "zero", "schedule",
               "task")
 
