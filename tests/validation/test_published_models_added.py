@@ -91,3 +91,23 @@ def test_added_models_are_predicted_somewhere():
     by_ref = {r.id: r.model_ref for r in load_published()}
     predicted = {by_ref[p.row_id] for p in rows}
     assert {"gpt3-5b", "gpt3-20b", "nemotron3-8b", "nemotron3-22b", "llama4-scout"} <= predicted
+
+
+def test_unmodelled_entries_need_a_source_and_a_reason(tmp_path, monkeypatch):
+    import mechsim.validation.analysis.published as pub
+    p = tmp_path / "models.toml"
+    p.write_text('[unmodelled.x]\nsource = "a repo file"\n', encoding="utf-8")
+    monkeypatch.setattr(pub, "MODELS_FILE", p)
+    pub._unmodelled.cache_clear()
+    pub._models.cache_clear()
+    try:
+        with pytest.raises(pub.PublishedDataError, match="unmodelled 'x': field reason: missing"):
+            pub._unmodelled()
+    finally:
+        pub._unmodelled.cache_clear()
+        pub._models.cache_clear()
+
+
+def test_unmodelled_rows_are_not_predictable():
+    rows = [r for r in load_published() if r.model_ref in _unmodelled()]
+    assert rows and not any(r.predictable for r in rows) and all("model" in r.missing for r in rows)
