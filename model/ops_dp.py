@@ -42,6 +42,14 @@ zero 3   FSDP2, per unit and pass: copy-in of the local shards into the all-gath
          into the unsharded parameters (split_with_sizes_copy), and for the reduce-scatter
          a copy-in of the unsharded gradients into the fp32 reduce buffer (chunk_cat,
          casting bf16 gradients up) and a copy of the reduced shard into the sharded grad.
+         The gradients are sharded: the backward produces one unit's unsharded gradient at a
+         time, reduce-scatters it and frees it, and every later micro-batch adds its reduced
+         shard into the sharded grad (``grad_shard_add``, R 8, W 4 B per shard element:
+         pytorch torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py foreach_reduce,
+         ``sharded_param.grad._local_tensor += new_sharded_grad`` once a grad exists;
+         DeepSpeed deepspeed/runtime/zero/stage3.py partition_grads, ``grad_buffer.add_``
+         after micro-step 0). No unsharded gradient lives from one micro-batch to the next
+         (ops_train.sharded_grad_zero: what zero_grad costs).
 """
 
 from __future__ import annotations
@@ -159,12 +167,14 @@ def fsdp(p: Parallelism, layer: tuple[float, float], rest: tuple[float, float], 
     return ag, bag, rs
 
 
-def ddp_bucket_copies(p: Parallelism, grad_bytes: float, n_tensors: int, main_grad: bool) -> tuple[list[Op], list[Op]]:
+def ddp_bucket_copies(p: Parallelism, grad_bytes: float, n_tensors: int, main_grad: bool,
+                      grad_elem_bytes: float) -> tuple[list[Op], list[Op]]:
     """zero 0 on .grad (module docstring): (scale into buckets, phase bwd; clone back, phase
-    optimizer). grad_bytes: the dense fp32 gradient bytes that are all-reduced."""
+    optimizer). grad_bytes: the dense gradient bytes that are all-reduced, grad_elem_bytes per
+    element (4 for fp32 .grad, 2 for 16-bit .grad: the scale is one multiply per element)."""
     if p.zero != 0 or dp_group(p) == 1 or main_grad or grad_bytes <= 0:
         return [], []
-    n = int(grad_bytes // 4)
+    n = int(grad_bytes // grad_elem_bytes)
     into = chain("dp/grad_to_bucket", "elementwise", "bwd", [Kern(n, grad_bytes, grad_bytes, n_tensors)], 1, n)
     out = chain("dp/bucket_to_grad", "memcpy", "optimizer", [Kern(0, grad_bytes, grad_bytes, n_tensors)], 1, n)
     return into, out
@@ -197,5 +207,8 @@ def fsdp_copies(p: Parallelism, unit_params: tuple[float, float], n_layers: int,
         else:
             rs_in = [Kern(0, P * grad, 4 * P, 1)]
         bwd += chain(f"dp/{tag}rs_copy_in", "elementwise", "bwd", rs_in, cnt, P)
-        bwd += chain(f"dp/{tag}rs_copy_out", "memcpy", "bwd", [Kern(0, 4 * P / g, 4 * P / g, 1)], cnt, P / g)
+        units = cnt // per_step   # the first micro-batch's shard is copied, the later ones' added into it
+        bwd += chain(f"dp/{tag}rs_copy_out", "memcpy", "bwd", [Kern(0, 4 * P / g, 4 * P / g, 1)], units, P / g)
+        bwd += chain(f"dp/{tag}grad_shard_add", "elementwise", "bwd", [Kern(P / g, 8 * P / g, 4 * P / g, 1)],
+                     units * (per_step - 1), P / g)
     return fwd, bwd

@@ -177,8 +177,11 @@ def _weight_casts(w: TrainingWorkload, c: Ctx) -> tuple[list[Op], list[Op]]:
 def _grad_buffers(w: TrainingWorkload, c: Ctx, trainable: list[int] | None = None) -> tuple[list[Op], list[Op]]:
     """main_grad stacks zero their fp32 grad buffer once per step; .grad stacks (amp, fp32)
     use set_to_none (free) and AccumulateGrad adds micro-batches 2..n in place (R 2 g, W g B/param for
-    g B gradients: 4, or 2 under GRADS_16BIT). ``trainable``: the tensor sizes that get gradients when not
-    all do (LoRA adapters)."""
+    g B gradients: 4, or 2 under GRADS_16BIT). zero 3 keeps sharded gradients: ``sharded_grad_zero``
+    and no unsharded accumulation (each micro-batch's reduced shard is added: ops_dp.fsdp_copies).
+    ``trainable``: the tensor sizes that get gradients when not all do (LoRA adapters)."""
+    if w.parallel.zero == 3 and dp_group(w.parallel) > 1:   # one rank: nothing sharded, no FSDP copies
+        return sharded_grad_zero(w, c, trainable), []
     dt = step_dtypes(w, c.fused)
     P, nt = trained(c, trainable)
     if c.f(GRAD_HOOKS_16BIT):   # zero the 16-bit buffer; every micro-batch: R 2 + 2, W 2 B/param
@@ -188,6 +191,26 @@ def _grad_buffers(w: TrainingWorkload, c: Ctx, trainable: list[int] | None = Non
         return chain("grad/zero", "memcpy", "fwd", [Kern(0, 0, 4.0 * P)], 1, P), []
     g = dt.grad
     return [], chain("grad/accumulate", "elementwise", "bwd", [Kern(P, 2 * g * P, g * P, nt)], w.grad_accum - 1, P)
+
+
+def sharded_grad_zero(w: TrainingWorkload, c: Ctx, trainable: list[int] | None = None) -> list[Op]:
+    """zero 3: what zero_grad costs this GPU once per step. The gradients are sharded, so whatever
+    is zeroed is the local shard, never the unsharded stage:
+      Megatron-FSDP (a Megatron-Core stack: form MCORE_DDP_BUCKETS; main_grad precisions) zeroes its
+        main_grad buffer, which optim_grads_params shards: g B x the local shard (dense P/(dp*cp) +
+        routed experts P/edp, optimizer_shard), g the main_grad width (NVIDIA/Megatron-LM
+        megatron/core/distributed/fsdp/src/megatron_fsdp/megatron_fsdp.py zero_grad_buffer ->
+        param_and_grad_buffer.py zero_grad: main_grad_buffer.data.zero_() on a DataParallelBuffer
+        that holds only its shard when is_data_distributed);
+      torch FSDP2 (fully_shard) and DeepSpeed ZeRO-3: no kernel. optimizer.zero_grad(set_to_none=True)
+        drops the sharded grads, and the first micro-batch's reduced shard becomes the grad
+        (pytorch _fsdp_collectives.py foreach_reduce: an as_strided view of the reduce output;
+        deepspeed/runtime/zero/stage3.py partition_grads: grad_buffer.copy_ at micro_step_id 0)."""
+    dt = step_dtypes(w, c.fused)
+    if not (dt.main_grad and c.f(MCORE_DDP_BUCKETS)):
+        return []
+    P = trained(c, trainable)[0] * optimizer_shard(w, c, trainable)
+    return chain("grad/zero", "memcpy", "fwd", [Kern(0, 0, dt.grad * P)], 1, P)
 
 
 def trained(c: Ctx, trainable: list[int] | None) -> tuple[int, int]:
@@ -443,7 +466,8 @@ def _dp_ops(w: TrainingWorkload, c: Ctx, trainable: list[int] | None = None) -> 
     nb = dp_bucket_counts(p, ((P - Pe) * dt.grad, Pe * dt.grad), dt.grad, c.f(MCORE_DDP_BUCKETS), c.embed)
     sync = rs if p.zero == 3 else grad_sync(p, (P - Pe) * dt.grad, Pe * dt.grad, "bf16" if dt.grad == 2 else "fp32", nb)
     nt = trained(c, trainable)[1]
-    into, out = ddp_bucket_copies(p, (P - Pe) * dt.grad, nt, dt.main_grad or c.f(GRAD_HOOKS_16BIT))   # the buffer is the bucket
+    into, out = ddp_bucket_copies(p, (P - Pe) * dt.grad, nt, dt.main_grad or c.f(GRAD_HOOKS_16BIT),   # the buffer is the bucket
+                                  dt.grad)
     sync = into + sync
     # Megatron: first and last stage sum the shared embedding grad (tied lm_head, or the MTP stage's embedding copy)
     if p.pp > 1 and (c.cfg.tie_embeddings or c.cfg.mtp_layers) and (c.embed or c.head) and trainable is None:

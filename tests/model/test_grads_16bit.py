@@ -58,7 +58,28 @@ def test_fp32_parameters_keep_fp32_grads():
 
 
 def test_zero3_keeps_no_fp32_grad_buffer():
-    w = TrainingWorkload(model=GPT, mbs=2, seq=1024, grad_accum=1, precision="bf16", stack="deepspeed_zero3_2021",
+    w = TrainingWorkload(model=GPT, mbs=2, seq=1024, grad_accum=GA, precision="bf16", stack="deepspeed_zero3_2021",
                          recompute="full", parallel=Parallelism(tp=1, pp=1, dp=8, zero=3))
     f = get_stack("deepspeed_zero3_2021").fused
-    assert not _named(build_ops(w, f), "grad/zero") and _named(build_ops(w, f - {GRADS_16BIT}), "grad/zero")
+    on, off = build_ops(w, f), build_ops(w, f - {GRADS_16BIT})
+    wg = lambda ops: next(o for o in ops if o.name == "layer/mlp/up/wgrad")
+    assert wg(on).bytes_read < wg(off).bytes_read                             # no fp32 main_grad read-modify-write
+    for ops in (on, off):   # ZeRO-3's grads are sharded: nothing of the whole model zeroed or accumulated per step
+        assert not _named(ops, "grad/zero") and not _named(ops, "grad/accumulate")
+
+
+# gpt-1b above, by hand: embedding 51200 x 2048 + positions 2048 x 2048 + final LayerNorm 2 x 2048, and per layer
+# q/k/v/o with biases 4 d^2 + 4 d, the MLP 2 d F + F + d, two LayerNorms 4 d (d 2048, F 8192)
+LAYER = 4 * 2048**2 + 4 * 2048 + 2 * 2048 * 8192 + 8192 + 2048 + 4 * 2048
+P_GPT = 51200 * 2048 + 2048 * 2048 + 2 * 2048 + 4 * LAYER
+
+
+def test_ddp_bucket_copies_count_elements_of_16bit_grads():
+    assert P_GPT == 310_489_088
+    (into,) = _named(_ops(get_stack("megatron_2021").fused), "dp/grad_to_bucket")
+    assert into.shape.numel == P_GPT and into.flops == P_GPT                # one 1/n multiply per element
+    assert into.bytes_read == pytest.approx(2.0 * P_GPT) and into.bytes_written == pytest.approx(2.0 * P_GPT)
+    (back,) = _named(_ops(get_stack("megatron_2021").fused), "dp/bucket_to_grad")
+    assert back.shape.numel == P_GPT and back.bytes_written == pytest.approx(2.0 * P_GPT)
+    (into32,) = _named(_ops(get_stack("eager").fused, "amp_bf16"), "dp/grad_to_bucket")   # fp32 .grad
+    assert into32.flops == P_GPT and into32.bytes_read == pytest.approx(4.0 * P_GPT)
