@@ -27,7 +27,7 @@ from __future__ import annotations
 from .config import TransformerConfig
 from .ops import DTYPE_BYTES, STORED_BYTES
 from .lora import ADAPTER_BYTES
-from .ops_train import linear_weight_params, lora_trainable_params
+from .ops_train import GRAD_HOOKS_16BIT, linear_weight_params, lora_trainable_params, step_dtypes
 from .workload import InferenceWorkload, TrainingWorkload, train_dtypes_of
 
 
@@ -78,27 +78,29 @@ def weight_cast_cache_bytes(w: TrainingWorkload) -> float:
 
 def grad_bytes(w: TrainingWorkload, fused: frozenset = frozenset()) -> float:
     """Gradient accumulators: fp32 .grad (amp, fp32) or fp32 main_grad (bf16, fp8): 4 B per
-    optimized parameter."""
-    return optimized_params(w, fused) * train_dtypes_of(w).grad
+    optimized parameter; 2 B with 16-bit gradients (grad_reduce_dtype bf16, or the stack forms
+    grads_16bit / grad_hooks_16bit: ops_train.step_dtypes)."""
+    return optimized_params(w, fused) * step_dtypes(w, frozenset(fused)).grad
 
 
-def grads_persist(w: TrainingWorkload) -> bool:
+def grads_persist(w: TrainingWorkload, fused: frozenset = frozenset()) -> bool:
     """Whether the gradients already exist when the backward starts. torch-native .grad
-    (amp_bf16, fp32) is freed by zero_grad(set_to_none=True) after each step and
-    re-allocated layer by layer during the backward; Megatron-style main_grad buffers
-    (bf16, fp8) are allocated once and zeroed; with grad_accum > 1 the micro-batches after
-    the first find the .grad of the earlier ones."""
-    return train_dtypes_of(w).main_grad or w.grad_accum > 1
+    (amp_bf16, fp32; the 16-bit .grad of grads_16bit) is freed by zero_grad(set_to_none=True)
+    after each step and re-allocated layer by layer during the backward; Megatron-style
+    main_grad buffers (bf16, fp8; grad_hooks_16bit's 16-bit one) are allocated once and zeroed;
+    with grad_accum > 1 the micro-batches after the first find the .grad of the earlier ones."""
+    fused = frozenset(fused)
+    return step_dtypes(w, fused).main_grad or GRAD_HOOKS_16BIT in fused or w.grad_accum > 1
 
 
-def grad_accumulate_transient_bytes(w: TrainingWorkload) -> float:
+def grad_accumulate_transient_bytes(w: TrainingWorkload, fused: frozenset = frozenset()) -> float:
     """Second gradient of a tied embedding at the end of the backward: the embedding's dense
     backward output (grad bytes x V x d) exists next to the lm_head's accumulated .grad
     until AccumulateGrad adds it in place (untied weights: the grad is stolen, no copy)."""
-    cfg = w.model
-    if not cfg.tie_embeddings or train_dtypes_of(w).main_grad:
+    cfg, dt = w.model, step_dtypes(w, frozenset(fused))
+    if not cfg.tie_embeddings or dt.main_grad:
         return 0.0
-    return train_dtypes_of(w).grad * cfg.vocab * cfg.d_model
+    return dt.grad * cfg.vocab * cfg.d_model
 
 
 CUBLAS_WORKSPACE_BYTES = {"hopper": 32 * 2**20}   # torch: CUBLAS_WORKSPACE_CONFIG ":4096:8" on sm90
@@ -273,7 +275,7 @@ def logits_bytes(w: TrainingWorkload | InferenceWorkload, fused=frozenset(), voc
     if isinstance(w, InferenceWorkload):
         rows = w.tokens if (w.phase == "prefill" and w.prefill_logits == "all") else w.batch
         return rows * cfg.vocab * DTYPE_BYTES[w.act_dtype]
-    dt = train_dtypes_of(w)
+    dt = step_dtypes(w, frozenset(fused))
     a, T, V, d = dt.act, w.tokens_per_microbatch, cfg.vocab, cfg.d_model
     eager = 16.0 if ("loss_parallel" in fused and vocab_shards > 1) else 12.0
     loss = 2 * a * T * V if "cross_entropy" in fused else eager * T * V

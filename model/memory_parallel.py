@@ -3,7 +3,8 @@
 For pipeline stage ``stage`` (default 0, the stage holding the most micro-batches):
   weights     the stage's parameters on one GPU (tp/ep shard: model/shard.py; the first stage
               has the input embedding, the last the final norm + lm_head), / (dp*cp) with zero 3
-  grads       4 B/param (fp32 .grad or main_grad), / (dp*cp) with zero >= 2
+  grads       4 B/param (fp32 .grad or main_grad; 2 B with 16-bit grads: ops_train.step_dtypes),
+              / (dp*cp) with zero >= 2
   optimizer   AdamW moments (+ fp32 master for bf16/fp8), / (dp*cp) with zero >= 1
               (routed experts: / (dp*cp/ep) instead)
   activations one micro-batch of the stage's layers (heads and ffn / tp; norms and residual
@@ -17,8 +18,9 @@ For pipeline stage ``stage`` (default 0, the stage holding the most micro-batche
               (shard.train_local_config), norms, eh_proj, a copy of the word embedding (off the
               first stage) and their activations: norms, eh_proj input, a second logits / loss
   dp_buffers  torch DDP (amp_bf16, fp32 precision, zero 0): its gradient buckets are a second
-              copy of the gradients (gradient_as_bucket_view=False, the default); Megatron's
-              main_grad buffer (bf16, fp8) is bucketed in place: 0; zero 1/2 same rule;
+              copy of the gradients (gradient_as_bucket_view=False, the default; 16-bit under
+              grads_16bit); Megatron's main_grad buffer (bf16, fp8; grad_hooks_16bit's 16-bit
+              one) is bucketed in place: 0; zero 1/2 same rule;
               zero 3: one layer's gathered parameters twice (current + prefetched) and its
               unsharded gradient; with fsdp_keep_unsharded (FSDP2 under a pipeline schedule)
               every parameter of the stage gathered (param dtype of the policy) and its fp32
@@ -34,7 +36,7 @@ from .memory import (_attn_saved, _ffn_saved, _norm_saved, activation_bytes_per_
                      loss_allocator_reserve_bytes, offloaded_activation_bytes)
 from .lora import ADAPTER_BYTES
 from .ops_dp import dp_group
-from .ops_train import lora_trainable_params
+from .ops_train import GRAD_HOOKS_16BIT, lora_trainable_params, step_dtypes
 from .parallel import Parallelism
 from .shard import mtp_stage, train_local_config
 from .workload import TrainingWorkload, fsdp_gather_bytes, train_dtypes_of
@@ -155,8 +157,9 @@ class GpuMemory:
         return self.weights + self.grads + self.optimizer + self.activations + self.dp_buffers
 
 
-def dp_buffer_bytes(w: TrainingWorkload, stage: int = 0) -> float:
-    p, dt = w.parallel, train_dtypes_of(w)
+def dp_buffer_bytes(w: TrainingWorkload, stage: int = 0, fused=frozenset()) -> float:
+    """The data-parallel buffers of one GPU of ``stage`` (module docstring, dp_buffers)."""
+    p, dt = w.parallel, step_dtypes(w, frozenset(fused))
     if dp_group(p) == 1:
         return 0.0
     if p.zero == 3 and p.fsdp_keep_unsharded:   # the whole stage gathered, fp32 unsharded grads
@@ -165,7 +168,13 @@ def dp_buffer_bytes(w: TrainingWorkload, stage: int = 0) -> float:
         loc = train_local_config(w.model, p, stage)
         layer = max(loc.layer_params(i) for i in _layer_kinds(loc))
         return layer * (2 * dt.param + dt.grad)
-    return 0.0 if dt.main_grad else stage_param_count(w, stage) * dt.grad
+    return 0.0 if in_place_buckets(dt, fused) else stage_param_count(w, stage) * dt.grad
+
+
+def in_place_buckets(dt, fused) -> bool:
+    """Whether the gradient buffer is the DP bucket (no second copy): a main_grad buffer, or
+    grad_hooks_16bit's 16-bit contiguous buffer (LocalDDP)."""
+    return dt.main_grad or GRAD_HOOKS_16BIT in fused
 
 
 def _layer_kinds(cfg) -> tuple[int, ...]:
@@ -187,7 +196,7 @@ def gpu_memory(w: TrainingWorkload, fused=frozenset(), stage: int = 0) -> GpuMem
     """Memory of one GPU of pipeline stage ``stage`` at its activation peak. Under peft="lora" the
     frozen base keeps its weights only; gradients and optimizer states exist for the bf16
     adapters alone (model/lora.py; model.ops_train.lora_trainable_params counts them)."""
-    p, dt = w.parallel, train_dtypes_of(w)
+    p, dt = w.parallel, step_dtypes(w, frozenset(fused))
     states = 0.0 if w.offload == "optimizer" else (8.0 if w.optimizer == "adamw" else 4.0) + dt.master
     n = inflight_microbatches(p, stage, w.grad_accum)
     acts = stage_activation_bytes(w, fused, stage) * n
@@ -198,7 +207,7 @@ def gpu_memory(w: TrainingWorkload, fused=frozenset(), stage: int = 0) -> GpuMem
         a = lora_trainable_params(w, fused, stage)
         return GpuMemory(weights=weights + a * ADAPTER_BYTES, grads=_adapters_sharded(w, a, dt.grad, 2),
                          optimizer=_adapters_sharded(w, a, states, 1), activations=acts,
-                         dp_buffers=0.0 if dt.main_grad or dp_group(p) == 1 else a * dt.grad)
+                         dp_buffers=0.0 if in_place_buckets(dt, fused) or dp_group(p) == 1 else a * dt.grad)
     return GpuMemory(weights=weights, grads=_sharded(w, stage, dt.grad, 2),
                      optimizer=_sharded(w, stage, states, 1), activations=acts,
-                     dp_buffers=dp_buffer_bytes(w, stage))
+                     dp_buffers=dp_buffer_bytes(w, stage, fused))
