@@ -72,7 +72,7 @@ def gqa_attention(c: Ctx, n: int) -> list[Pair]:
     if c.f("repeat_kv") and Hkv < H:
         out.append(repeat_kv(c, T, H, Hkv, D, n))
         Hkv = H                     # SDPA (and a context-parallel ring) sees H K/V heads
-    out += [cp_ring(c, Hkv, D, D, n), attention(c, "layer/attn/core", H, Hkv, D, D, n, causal=c.S > 1)]
+    out += [cp_ring(c, Hkv, D, D, n, c.cp_comm), attention(c, "layer/attn/core", H, Hkv, D, D, n, causal=c.S > 1)]
     out.append(linear(c, "layer/attn/o_proj", T, d, H * D, n, bias=cfg.linear_bias))
     return out + [tp_out(c, "attn_out", n)]
 
@@ -186,7 +186,7 @@ def mla_attention(c: Ctx, n: int) -> list[Pair]:
         out.append(rope(c, "layer/attn/rope", T * H * rd, T * rd, c.S * rd, n, cat=2 * T * H * dqk))
         if not c.train:
             out.append(kv_append(c, T * (kl + rd), n, 1))
-        out.append(cp_ring(c, H, dqk, m.v_head_dim, n))
+        out.append(cp_ring(c, H, dqk, m.v_head_dim, n, c.cp_comm))
         out.append(attention(c, "layer/attn/core", H, H, dqk, m.v_head_dim, n, causal=c.S > 1))
     out.append(linear(c, "layer/attn/o_proj", T, d, H * m.v_head_dim, n))
     if c.train and m.recompute_up_proj:

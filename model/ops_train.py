@@ -96,7 +96,7 @@ def _ctx(w: TrainingWorkload, fused: frozenset, stage: int | None = None, split_
     stage = timed_stage(w.model, p) if stage is None else stage
     return Ctx(cfg=train_local_config(w.model, p, stage), B=w.mbs, S=w.seq // p.cp, Skv=w.seq, act=dt.act, resid=dt.resid,
                gemm=dt.gemm, gin=gb, wb=gb, pw=dt.param, mb=w.grad_accum, train=True, autocast=dt.autocast,
-               main_grad=dt.main_grad, grad_out=dt.act, fused=fused, tp=p.tp, sp=p.sp, cp=p.cp, ep=p.ep, etp=p.etp,
+               main_grad=dt.main_grad, grad_out=dt.act, fused=fused, tp=p.tp, sp=p.sp, cp=p.cp, cp_comm=p.cp_comm, ep=p.ep, etp=p.etp,
                embed=stage == 0, head=stage == p.pp - 1, split_below=split_below)
 
 

@@ -99,6 +99,8 @@ class Parallelism(BaseModel):
     fsdp_param_dtype: Literal["fp32", "bf16"] | None = None
     fsdp_keep_unsharded: bool = False
     tp_comm_overlap: bool = False   # TransformerEngine userbuffers: TP AG/RS pipelined with the GEMMs
+    cp_comm: Literal["p2p_ring", "allgather", "a2a"] = "p2p_ring"   # how CP attention moves K/V (model/comm.cp_ring)
+    cp_comm_overlap: bool = True    # CP K/V calls in flight beside the attention (False: waited where issued)
     timed_stage: NonNegativeInt | None = None   # the pipeline stage an estimate times (None: shard.timed_stage)
 
     @model_validator(mode="after")

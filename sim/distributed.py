@@ -101,6 +101,15 @@ def _group_phase(c: CommTimes, t: OpTable, group: str, phase: int) -> float:
     return _sum(c.total_s, (c.group == GROUPS.index(group)) & (t.phase == phase))
 
 
+CP_GATHER_OPS = ("kv_allgather", "dkv_reduce_scatter")     # model/comm.cp_ring's all_gather / reduce_scatter calls
+
+
+def _cp_gather_rows(t: OpTable) -> np.ndarray:
+    """Rows of the CP all_gather / reduce_scatter calls (model/comm.cp_ring, method allgather): hidden behind
+    step 0's attention only (overlap.cp_exposed_s), where the ring's send/recv steps hide behind the rest."""
+    return np.fromiter((any(g in op.name for g in CP_GATHER_OPS) for op in t.ops), bool, len(t.ops))
+
+
 def critical_comm(t: OpTable, c: CommTimes, k_total: np.ndarray, stack_key: str,
                   par=None, cp_stretch: float | None = None) -> dict[str, tuple[float, float]]:
     """Exposed (forward, backward) seconds of TP, CP and EP communication over the step.
@@ -112,17 +121,25 @@ def critical_comm(t: OpTable, c: CommTimes, k_total: np.ndarray, stack_key: str,
         cp_exposed = max(0, C - A / k) + min(C, A / k) * contention.compute_slowdown,
 
     k = contention.comm_stretch: beside the attention the ring runs k times slower (``cp_stretch``
-    overrides it: 1 for a ring through the NIC, network_bound_stretch)."""
+    overrides it: 1 for a ring through the NIC, network_bound_stretch). A plan whose CP K/V moves by
+    all_gather (par.cp_comm) or whose calls are waited where issued (par.cp_comm_overlap False):
+    overlap.cp_exposed_s."""
     f = overlap.tp_overlap_fraction(stack_key, par.tp if par else 1, bool(par and par.tp_comm_overlap))
     attn = t.kind == KINDS.index("attention")
     slow = overlap.default_contention()
     k = overlap.comm_stretch() if cp_stretch is None else cp_stretch
+    default_cp = par is None or par.cp == 1 or (par.cp_comm == "p2p_ring" and par.cp_comm_overlap)
+    cp_gather = None if default_cp else _cp_gather_rows(t)
     out = {}
     for ph_name, ph in (("fwd", FWD), ("bwd", BWD)):
         tp = overlap.tp_exposure(_group_phase(c, t, "tp", ph), f, contention=0.0).exposed_s
         ep = _group_phase(c, t, "ep", ph)
         ring, a = _group_phase(c, t, "cp", ph), _sum(k_total, attn & (t.phase == ph))
-        cp = overlap.beside_compute_exposed_s(ring, a, k, slow)
+        if cp_gather is None:
+            cp = overlap.beside_compute_exposed_s(ring, a, k, slow)
+        else:
+            gather = _sum(c.total_s, cp_gather & (c.group == GROUPS.index("cp")) & (t.phase == ph))
+            cp = overlap.cp_exposed_s(gather, ring - gather, a, par.cp, k, slow, par.cp_comm_overlap)
         out[ph_name] = (tp, cp, ep)
     return {g: (out["fwd"][i], out["bwd"][i]) for i, g in enumerate(("tp", "cp", "ep"))}
 

@@ -312,7 +312,8 @@ def recipe_workload(name: str, *, model, parallel: Mapping[str, Any] | None = No
 def recipe_parallel(par: Mapping[str, Any], s: Mapping[str, Any], n_layers: int, pp: int, vp: int,
                     grad_elem_bytes: int = 4) -> dict:
     """Parallelism fields the recipe settings ``s`` set for the given fields ``par`` (sp, TP overlap,
-    zero, etp, DDP bucket size in bytes of ``grad_elem_bytes``-byte gradients, an uneven pipeline
+    zero, etp, how CP moves K/V (cp_comm, cp_comm_overlap), DDP bucket size in bytes of
+    ``grad_elem_bytes``-byte gradients, an uneven pipeline
     split: the recipe's layout, else the embedding / loss-aware split). recipe_workload and the
     published-row path (validation/analysis/published_compare) both take them from here."""
     upd: dict[str, Any] = {}
@@ -322,7 +323,7 @@ def recipe_parallel(par: Mapping[str, Any], s: Mapping[str, Any], n_layers: int,
     sp = par.get("sp", upd.get("sp", False))
     if "tp_comm_overlap" in s:
         upd["tp_comm_overlap"] = sp if s["tp_comm_overlap"] == "with_sp" else bool(s["tp_comm_overlap"])
-    upd.update({k: s[k] for k in ("zero", "etp") if k in s})
+    upd.update({k: s[k] for k in ("zero", "etp", "cp_comm", "cp_comm_overlap") if k in s})
     zero, dp = par.get("zero", upd.get("zero", 0)), par.get("dp", 1)
     if "bucket_elements" in s and zero in (1, 2) and dp > 1 and "bucket_bytes" not in par:
         upd["bucket_bytes"] = s["bucket_elements"] * grad_elem_bytes

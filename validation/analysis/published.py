@@ -234,7 +234,8 @@ class PublishedRow(_Row):
         vals = {k: getattr(self, k, None) for k in names}
         vals["tp_comm_overlap"] = fill.pop("tp_comm_overlap", False)   # a recipe setting, never in the tables
         etp = fill.pop("etp", None)      # expert tensor parallel: a recipe setting, never in the tables
-        extra = {k: fill.pop(k) for k in ("fsdp_param_dtype", "fsdp_keep_unsharded", "bucket_bytes") if k in fill}   # FSDP / DDP settings of the recipe
+        extra = {k: fill.pop(k) for k in ("fsdp_param_dtype", "fsdp_keep_unsharded", "bucket_bytes", "cp_comm",
+                                          "cp_comm_overlap") if k in fill}   # FSDP / DDP / CP settings of the recipe
         for k, v in fill.items():
             if k not in vals or vals[k] is not None:
                 raise ValueError(f"{self.path}: row {self.id!r}: field {k}: published (or unknown); not overridable")

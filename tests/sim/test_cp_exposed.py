@@ -48,3 +48,32 @@ def test_unknown_cp_comm_is_refused(tmp_path):
                                      'source = "s"\n[recipe."x".set]\ncp_comm = "ring"\n')
     with pytest.raises(ValueError, match="cp_comm"):
         r._all.__wrapped__(tmp_path)
+
+
+def test_parallelism_cp_comm_reaches_the_op_list_and_the_exposure():
+    """A plan's cp_comm builds that method's calls (model/ops_layer -> comm.cp_ring) and an estimate exposes
+    them by overlap.cp_exposed_s: waited where issued exposes at least the overlapped all_gather, which
+    exposes at least the overlapped ring; the default plan is the p2p ring."""
+    import mechsim
+    from mechsim.model import TrainingWorkload, build_ops, preset
+    from mechsim.model.parallel import Parallelism
+
+    def est(**kw):
+        w = TrainingWorkload(model=preset("llama3.1-8b"), mbs=1, seq=65536,
+                             parallel=Parallelism(tp=1, cp=8, dp=1, **kw))
+        return w, mechsim.estimate(w, "hgx_h100")
+
+    (w_ring, ring), (w_ag, ag), (_, ag_waited) = est(), est(cp_comm="allgather"), \
+        est(cp_comm="allgather", cp_comm_overlap=False)
+    names = {o.name for o in build_ops(w_ag)}
+    assert any("kv_allgather" in n for n in names)
+    assert not any("kv_allgather" in n for n in {o.name for o in build_ops(w_ring)})
+    assert ag_waited.step_time_s >= ag.step_time_s > 0 and ring.step_time_s > 0
+
+
+def test_unknown_plan_cp_comm_names_the_field():
+    from pydantic import ValidationError
+
+    from mechsim.model.parallel import Parallelism
+    with pytest.raises(ValidationError, match="cp_comm"):
+        Parallelism(cp=2, cp_comm="ring")
