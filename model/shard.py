@@ -54,7 +54,7 @@ def stage_layer_counts(L: int, p: Parallelism) -> tuple[int, ...]:
     pp, vp = p.pp, p.vp
     if p.layout is not None:
         if sum(p.layout) != L:
-            raise ValueError(f"layout: {sum(p.layout)} layers, the model has n_layers={L}")
+            raise ValueError(f"layout: {sum(p.layout)} layers, the model has n_layers={L}{_proposal(L, p)}")
         return tuple(sum(p.layout[r::pp]) for r in range(pp))
     if p.first_stage_layers is not None or p.last_stage_layers is not None:
         return _first_last_counts(L, p)
@@ -62,7 +62,7 @@ def stage_layer_counts(L: int, p: Parallelism) -> tuple[int, ...]:
     if n % (pp * vp):
         extra = " (+1 embedding +1 loss)" if p.pp_split_embedding and p.pp_split_loss else \
             " (+1 embedding)" if p.pp_split_embedding else " (+1 loss)" if p.pp_split_loss else ""
-        raise ValueError(f"n_layers={L}{extra} is not divisible by pp*vp={pp}*{vp}")
+        raise ValueError(f"n_layers={L}{extra} is not divisible by pp*vp={pp}*{vp}{_proposal(L, p)}")
     counts = [n // pp] * pp
     counts[0] -= p.pp_split_embedding
     counts[-1] -= p.pp_split_loss
@@ -76,7 +76,7 @@ def _first_last_counts(L: int, p: Parallelism) -> tuple[int, ...]:
             rest, left = rest - x, left - 1
     if rest < 0 or (left > 0 and rest % left) or (left == 0 and rest):
         raise ValueError(f"n_layers={L} less first_stage_layers={first}, last_stage_layers={last} "
-                         f"does not split evenly over the other {left} pipeline stages")
+                         f"does not split evenly over the other {left} pipeline stages{_proposal(L, p)}")
     mid = rest // left if left else 0
     counts = [mid] * p.pp
     if first is not None:
@@ -85,8 +85,18 @@ def _first_last_counts(L: int, p: Parallelism) -> tuple[int, ...]:
         counts[-1] = last
     if p.vp > 1 and any(c % p.vp for c in counts):
         raise ValueError(f"stage layer counts {counts} must each be divisible by vp={p.vp} "
-                         "(Megatron-Core interleaving with first/last_stage_layers)")
+                         f"(Megatron-Core interleaving with first/last_stage_layers){_proposal(L, p)}")
     return tuple(counts)
+
+
+def _proposal(L: int, p: Parallelism) -> str:
+    """The fix a refused split proposes: '; give layout=(...) ... e.g. layout=(8, 8, ..., 7)', the
+    balanced pipeline_model_parallel_layout of model/plan_check.py (always builds: a layout has no
+    divisibility rule)."""
+    from .plan_check import balanced_layout   # plan_check imports this module: imported at the call
+    n = p.pp * p.vp
+    return (f"; give layout=(...) ({n} virtual stages = pp*vp, summing to {L}) or first_stage_layers=/"
+            f"last_stage_layers=, e.g. layout={balanced_layout(L, n)}")
 
 
 @lru_cache(maxsize=4096)   # a plan search asks for it on every plan it estimates (a sum over the layers)

@@ -29,6 +29,7 @@ from typing import Any, Mapping
 from ..model import TrainingWorkload, preset
 from ..model.comm import CP_COMM
 from ..model.parallel import Parallelism
+from ..model.plan_check import balanced_layout
 from ._toml import load_toml
 from .calibration import DATA
 from .stacks import list_stacks
@@ -45,7 +46,7 @@ SETTINGS: dict[str, tuple[type, ...]] = {
     "cudnn": (str,), "batch": (str,), "fsdp_param_dtype": (str,), "bucket_elements": (int,), "cp": (int,),
     "packed_doc_len": (int,), "lora_targets": (list, tuple), "cp_comm": (str,), "cp_comm_overlap": (bool,),
 }
-_RULES = {"sequence_parallel": ("with_tp",), "tp_comm_overlap": ("with_sp",), "pipeline_split": ("embedding_loss",),
+_RULES = {"sequence_parallel": ("with_tp",), "tp_comm_overlap": ("with_sp",), "pipeline_split": ("embedding_loss", "layout"),
           "batch": ("local_batch_over_pp",), "grad_reduce_dtype": ("bf16", "fp32"),
           "dispatcher": ("alltoall", "flex", "allgather"), "cp_comm": CP_COMM}
 CONDITIONS = ("system", "ep", "pp", "vp", "precision", "fp8_recipe", "technique", "moe_token_drop", "zero", "schedule",
@@ -152,8 +153,20 @@ def _whens(where: str, raw: list) -> tuple[When, ...]:
         bad = set(match) - set(CONDITIONS)
         if bad or not match or "set" not in w or "source" not in w:
             raise ValueError(f"{at}: needs conditions from {CONDITIONS}, a 'set' table and a 'source' (got {sorted(w)})")
-        out.append(When(MappingProxyType(match), MappingProxyType(_settings(at, w["set"])), w["source"]))
+        settings = _settings(at, w["set"])
+        if "layout" in settings:
+            _check_layout(at, match, settings["layout"])
+        out.append(When(MappingProxyType(match), MappingProxyType(settings), w["source"]))
     return tuple(out)
+
+
+def _check_layout(where: str, match: Mapping[str, Any], layout: tuple) -> None:
+    """A layout is one plan's: its entry names pp and vp, and it lists pp*vp virtual stages of whole layers."""
+    if "pp" not in match or "vp" not in match:
+        raise ValueError(f"{where}: a layout needs conditions pp and vp (the plan it was written for)")
+    n = match["pp"] * match["vp"]
+    if len(layout) != n or not all(isinstance(x, int) and not isinstance(x, bool) and x >= 0 for x in layout):
+        raise ValueError(f"{where}: layout {list(layout)} must list pp*vp = {n} layer counts >= 0")
 
 
 def _models(where: str, raw: Mapping) -> dict[str, ModelRecipe]:
@@ -162,6 +175,8 @@ def _models(where: str, raw: Mapping) -> dict[str, ModelRecipe]:
         at = f"{where} models.{name}"
         if not m.get("models") or not m.get("source"):
             raise ValueError(f"{at}: needs 'models' (mechsim model names) and 'source'")
+        if "layout" in m.get("set", {}):
+            raise ValueError(f"{at}: a layout is one plan's: set it in a [[when]] with pp and vp")
         out[name] = ModelRecipe(name, tuple(m["models"]), MappingProxyType(_settings(at, m.get("set", {}))),
                                 _whens(at, m.get("when", [])), m["source"])
     return out
@@ -327,13 +342,29 @@ def recipe_parallel(par: Mapping[str, Any], s: Mapping[str, Any], n_layers: int,
     zero, dp = par.get("zero", upd.get("zero", 0)), par.get("dp", 1)
     if "bucket_elements" in s and zero in (1, 2) and dp > 1 and "bucket_bytes" not in par:
         upd["bucket_bytes"] = s["bucket_elements"] * grad_elem_bytes
-    given = {"layout", "pp_split_embedding", "pp_split_loss", "first_stage_layers", "last_stage_layers"} & set(par)
-    if pp > 1 and n_layers % (pp * vp) and not given:
-        if "layout" in s:
-            upd["layout"] = tuple(s["layout"])
-        elif s.get("pipeline_split") == "embedding_loss":
-            upd.update(pp_split_embedding=True, pp_split_loss=True)
+    upd.update(_pipeline_split(par, s, n_layers, pp, vp))
     return upd
+
+
+def _pipeline_split(par: Mapping[str, Any], s: Mapping[str, Any], n_layers: int, pp: int, vp: int) -> dict:
+    """The uneven split of a plan whose pp*vp does not divide n_layers and that gives none: the
+    recipe's ``layout`` for this (pp, vp), else the embedding / loss-aware split its
+    ``pipeline_split = "embedding_loss"`` asks for. ``pipeline_split = "layout"``: the model recipe
+    states layouts per (pp, vp) only (Megatron-Bridge's deepseek_v3 / kimi_k2 recipes set
+    account_for_embedding/loss_in_pipeline_split False and pick pipeline_model_parallel_layout from a
+    (pp, vp) table), so a (pp, vp) it has no layout for is an UnstatedFact naming that layout."""
+    given = {"layout", "pp_split_embedding", "pp_split_loss", "first_stage_layers", "last_stage_layers"} & set(par)
+    if pp == 1 or not n_layers % (pp * vp) or given:
+        return {}
+    if "layout" in s:
+        return {"layout": tuple(s["layout"])}
+    if s.get("pipeline_split") == "embedding_loss":
+        return {"pp_split_embedding": True, "pp_split_loss": True}
+    if s.get("pipeline_split") == "layout":
+        raise UnstatedFact(f"layout: the model recipe has no pipeline layout for pp={pp}, vp={vp} (n_layers={n_layers} "
+                           f"is not divisible by pp*vp={pp * vp}); give layout=, e.g. "
+                           f"layout={balanced_layout(n_layers, pp * vp)}")
+    return {}
 
 
 def recipe_model(cfg, s: Mapping[str, Any]):
