@@ -102,3 +102,17 @@ def test_loader_refuses_a_layout_without_its_plan_or_of_the_wrong_length(tmp_pat
         _load(tmp_path, '[recipe."x".models.m]\nmodels = ["deepseek-v3"]\nsource = "s"\nset = { layout = [1, 2] }\n')
     with pytest.raises(ValueError, match="pipeline_split"):
         _load(tmp_path, '[recipe."x".set]\npipeline_split = "guess"\n')
+
+
+def test_v0_5_0_mxfp8_full_iteration_graph_is_per_model_not_kimi_k2():
+    """v0.5.0's GB200 / GB300 MXFP8 full-iteration graphs and a2a overlap are the Qwen3, DeepSeek-V3 and
+    GPT-OSS configs'; KIMI_K2_PRETRAIN_CONFIG_GB300_FP8_MX stays the BF16 config (moe_a2a_overlap=False)."""
+    for rel in ("26.06", "26.06.01", "26.08"):
+        for system in ("gb200_nvl72", "gb300_nvl72"):
+            r = recipe(f"megatron-bridge-{rel}")
+            k = r.resolve("kimi-k2", system=system, fp8_recipe="mxfp8", pp=4, vp=4)
+            assert not k.get("sync_free") and not k.get("a2a_overlap"), (rel, system)
+            for m in ("deepseek-v3", "qwen3-30b-a3b", "qwen3-235b-a22b", "gpt-oss-120b"):
+                s = r.resolve(m, system=system, fp8_recipe="mxfp8")
+                assert s["sync_free"] and s["a2a_overlap"], (rel, system, m)
+    assert recipe("megatron-bridge-26.06").model_recipe("gpt-oss-120b").source == "te_sink_attention"
