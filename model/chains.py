@@ -262,6 +262,40 @@ def cross_entropy_ops(c: Ctx, T: int, V: int, p: int | None = None) -> Pair:
     return Pair(cast_f + ce_f, ce_b + cast_b)
 
 
+def mcore_native_cross_entropy_ops(c: Ctx, T: int, V: int) -> Pair:
+    """Megatron-Core's own fused vocab-parallel cross-entropy (TransformerConfig
+    cross_entropy_loss_fusion=True with cross_entropy_fusion_impl 'native', the default; the only
+    implementation before TE's Triton one), per micro-batch over T rows of the V local logits (a B).
+    Source: NVIDIA/Megatron-LM megatron/core/fusions/fused_cross_entropy.py (added 2024-06-14,
+    7b4a6d76c9; unchanged in structure through core_r0.11 and the 2026-08 main) on
+    tensor_parallel/cross_entropy.py VocabParallelCrossEntropy; every step is a function under
+    megatron/core/jit.py jit_fuser = torch.compile (torch >= 2.2), so each is one Inductor graph:
+
+      calculate_logits_max         .float() copy + row max: R a, W 4 B per element
+      calculate_predicted_logits   in-place ``-= max``, target gather, ``exp(out=)`` and the row sum in
+                                   one graph: R 4, W 4; the mutated input is also reduced over, so
+                                   Inductor writes the new value to a fresh T x V buffer and copies
+                                   it back (R 4, W 4; the revision of the same file at 0cb4a9c817
+                                   splits the graph for this reason: 'an extra read/write pass')
+      calculate_cross_entropy_loss ``exp_logits.div_(sum)``: pointwise in place, R 4, W 4
+      backward calculate_gradients scatter ``-= 1`` at the targets, ``mul_(grad_output)`` and
+                                   ``.to(bfloat16)`` in one graph: R 4, W 4 + a; the scatter into
+                                   the mutated input copies back too (R 4, W 4)
+
+    Per element: forward a + 28 B (30 at a = 2), backward 16 + a B (18), against 3a (6) for the
+    one-kernel ``cross_entropy`` form. The tp all-reduces (max, then predicted logit and sum of
+    exponentials in one call) are comm.tp_cross_entropy's. Not wired into a stack yet: which loss a
+    release runs (native here; TE's Triton kernel from Megatron-Bridge's performance scripts,
+    scripts/performance utils/overrides.py cross_entropy_fusion_impl = "te", 2025-08-28 on) is a
+    recipe fact (docs/published.md, 2026-12-06)."""
+    e, a, cnt = T * V, c.act, c.mb
+    fwd_k = [Kern(e, a * e, 4 * e + 4 * T), Kern(2 * e, 4 * e + 8 * T, 4 * e + 4 * T), Kern(0, 4 * e, 4 * e),
+             Kern(e, 4 * e + 8 * T, 4 * e + 4 * T)]
+    bwd_k = [Kern(2 * e, 4 * e + 12 * T, (4 + a) * e), Kern(0, 4 * e, 4 * e)]
+    return Pair(chain("loss/cross_entropy", "softmax", "fwd", fwd_k, cnt, e),
+                chain("loss/cross_entropy", "softmax", "bwd", bwd_k, cnt, e))
+
+
 def embedding(c: Ctx, T: int) -> Pair:
     """``embedding_ops``, kept per everything but T (ops_common.affine_in_rows: every term a product
     of T) without learned positions (whose table rows are c.S, not T)."""
