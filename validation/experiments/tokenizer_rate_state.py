@@ -44,15 +44,20 @@ def schedstat() -> tuple[float, float]:
         return time.thread_time(), 0.0
 
 
+def unit_ms() -> float:
+    """Milliseconds of a fixed pure-Python work unit (the CPU speed probe)."""
+    t0 = time.perf_counter()
+    x = 0
+    for i in range(100_000):
+        x += i * i % 7
+    return (time.perf_counter() - t0) * 1e3
+
+
 def speed(seconds: float) -> dict:
-    """A fixed pure-Python work unit timed back to back: its median ms and its spread over ``seconds``."""
+    """The work unit timed back to back: its median ms and its spread over ``seconds``."""
     out, end = [], time.perf_counter() + seconds
     while time.perf_counter() < end:
-        t0 = time.perf_counter()
-        x = 0
-        for i in range(100_000):
-            x += i * i % 7
-        out.append((time.perf_counter() - t0) * 1e3)
+        out.append(unit_ms())
     a = np.array(out)
     return {"at_s": round(time.monotonic() - T0, 2), "unit_ms_median": float(np.median(a)),
             "unit_ms_p10": float(np.percentile(a, 10)), "unit_ms_p90": float(np.percentile(a, 90)), "n": len(a)}
@@ -119,11 +124,7 @@ def _speed_series(seconds: float, q) -> None:
     """The work unit timed back to back in another process: [monotonic s, ms] pairs."""
     out, end = [], time.perf_counter() + seconds
     while time.perf_counter() < end:
-        t0 = time.perf_counter()
-        x = 0
-        for i in range(100_000):
-            x += i * i % 7
-        out.append([time.monotonic(), (time.perf_counter() - t0) * 1e3])
+        out.append([time.monotonic(), unit_ms()])
     q.put(out)
 
 
