@@ -21,6 +21,8 @@ UNFUSED_FORMS (also accepted in ``fused``; the opposite of a fusion, so not in F
                  1.8; ops_layer.MEGATRON_2021_FORM): the q/k/v bias as its own add, the q/k/v split's
                  backward copies, hidden and embedding dropout, apex's 3-kernel LayerNorm backward,
                  Float16OptimizerWithFloat16Params' passes around the update; any attention form
+  mcore_native_ce  with cross_entropy: Megatron-Core's own fused vocab-parallel loss (four torch.compile graphs
+                 over fp32 logits, chains.mcore_native_cross_entropy_ops) instead of TE's one-kernel loss
   grad_hooks_16bit  Megatron-LM 2021 fp16 --DDP-impl local: 16-bit wgrad outputs added into a
                  16-bit grad buffer by one hook kernel per tensor per micro-batch, 16-bit DP
                  all-reduce (ops_train.GRAD_HOOKS_16BIT)
@@ -67,7 +69,8 @@ FUSION_GROUPS: frozenset[str] = frozenset({
 })
 UNFUSED_FORMS: frozenset[str] = frozenset({"math_attention", "te_unfused_attention", "expert_streams",
                                             "megatron_2021_kernels", "grad_hooks_16bit", "grads_16bit", "ac_early_stop",
-                                            "loss_parallel", "mcore_ddp_buckets", "torch_ring_cp", "repeat_kv"})
+                                            "loss_parallel", "mcore_ddp_buckets", "torch_ring_cp", "repeat_kv",
+                                            "mcore_native_ce"})
 
 
 def build_ops(w: TrainingWorkload | InferenceWorkload, fused=frozenset(), split_below: int = 0) -> tuple[Op, ...]:

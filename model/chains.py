@@ -248,6 +248,8 @@ def cross_entropy_ops(c: Ctx, T: int, V: int, p: int | None = None) -> Pair:
     (sim/rowkernels.py); the backward is a block-per-row reduction kernel, timed as one.
     """
     e, a, cnt = T * V, c.act, c.mb
+    if c.f("cross_entropy") and c.f("mcore_native_ce"):
+        return mcore_native_cross_entropy_ops(c, T, V)
     if c.f("cross_entropy"):
         fwd = chain("loss/cross_entropy", "softmax", "fwd", [Kern(5 * e, a * e + 8 * T, 8 * T)], cnt, e)
         bwd = chain("loss/cross_entropy", "softmax", "bwd", [Kern(3 * e, a * e + 16 * T, a * e)], cnt, e)
@@ -284,10 +286,10 @@ def mcore_native_cross_entropy_ops(c: Ctx, T: int, V: int) -> Pair:
 
     Per element: forward a + 28 B (30 at a = 2), backward 16 + a B (18), against 3a (6) for the
     one-kernel ``cross_entropy`` form. The tp all-reduces (max, then predicted logit and sum of
-    exponentials in one call) are comm.tp_cross_entropy's. Not wired into a stack yet: which loss a
-    release runs (native here; TE's Triton kernel from Megatron-Bridge's performance scripts,
-    scripts/performance utils/overrides.py cross_entropy_fusion_impl = "te", 2025-08-28 on) is a
-    recipe fact (docs/published.md, 2026-12-06)."""
+    exponentials in one call) are comm.tp_cross_entropy's. The stack form ``mcore_native_ce`` (with
+    ``cross_entropy``) selects it; which loss a release runs (native in NeMo 24.07 / 25.02; TE's Triton
+    kernel from NeMo 25.04's and Megatron-Bridge's performance scripts, cross_entropy_fusion_impl = "te")
+    is recipe data (sim/data/recipes/nemo.toml; docs/published.md, 2026-12-06)."""
     e, a, cnt = T * V, c.act, c.mb
     fwd_k = [Kern(e, a * e, 4 * e + 4 * T), Kern(2 * e, 4 * e + 8 * T, 4 * e + 4 * T), Kern(0, 4 * e, 4 * e),
              Kern(e, 4 * e + 8 * T, 4 * e + 4 * T)]

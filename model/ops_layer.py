@@ -80,7 +80,7 @@ def gqa_attention(c: Ctx, n: int) -> list[Pair]:
 def qkv_bias_add(c: Ctx, T: int, N: int, n: int) -> Pair:
     """The q/k/v bias added by its own kernel (Megatron-LM 2021): ColumnParallelLinear calls
     F.linear on the 3-D [s, b, h] input, and PyTorch 1.8's at::linear fuses the bias into addmm only
-    for 2-D input; otherwise matmul, then output.add_(bias) (pytorch/pytorch issue 39661, "F.linear goes
+    for 2-D input; otherwise matmul, then output.add_(bias) (pytorch/pytorch GitHub #39661, "F.linear goes
     down to addmm for 2d tensors and to matmul + add_ for other cases"; the fused 3-D path is PR 72728,
     2022). The broadcast bias makes TensorIterator take its non-vectorised path (ops_common NV_NOCAST_2B
     at 16-bit): reads the T x N output and the bias, writes the output. Backward: nothing more (the

@@ -1,7 +1,8 @@
 """Megatron-Core's native fused vocab-parallel cross-entropy (megatron/core/fusions/fused_cross_entropy.py,
 each step a torch.compile graph): the fp32 logits copy, the max / exp / sum pass that Inductor writes to a
 fresh buffer and copies back, the in-place normalisation, and the backward's scaled, bf16-cast gradient with
-its copy-back. Not wired into a stack: the one-kernel ``cross_entropy`` form stays what stacks emit."""
+its copy-back. The stack form ``mcore_native_ce`` (stacks megatron_te_native_ce / megatron_te_fa2_native_ce,
+the NeMo 24.07 and 25.02 recipes) selects it; the one-kernel ``cross_entropy`` form is the rest's."""
 
 import pytest
 
@@ -52,3 +53,18 @@ def test_not_wired_stacks_keep_the_one_kernel_form():
     ops = build_ops(TrainingWorkload(model=CFG, mbs=2, seq=1024, precision="bf16"), {"cross_entropy"})
     f = next(o for o in ops if o.name == "loss/cross_entropy" and o.phase == "fwd")
     assert f.kernels == 1 and f.bytes_read == pytest.approx(2 * E + 8 * T)
+
+
+def test_the_form_selects_the_native_loss_and_the_releases_run_it():
+    from mechsim.sim.recipes import recipe
+    native = cross_entropy_ops(_c(frozenset({"cross_entropy", "mcore_native_ce"})), T, V)
+    assert native == mcore_native_cross_entropy_ops(_c(), T, V)
+    assert cross_entropy_ops(_c(), T, V) != native                      # without the form: the one-kernel loss
+    w = TrainingWorkload(model=CFG, mbs=2, seq=1024, precision="bf16", stack="megatron_te_native_ce")
+    assert sum(o.bytes_read + o.bytes_written for o in build_ops(w, frozenset({"cross_entropy", "mcore_native_ce"}))
+               if o.name.startswith("loss/")) > \
+        sum(o.bytes_read + o.bytes_written for o in build_ops(w, frozenset({"cross_entropy"})) if o.name.startswith("loss/"))
+    assert recipe("nemo-24.07").resolve("llama3-8b")["stack"] == "megatron_te_fa2_native_ce"
+    assert recipe("nemo-25.02").resolve("llama3-8b")["stack"] == "megatron_te_native_ce"
+    assert recipe("nemo-25.04").resolve("llama3-8b")["stack"] == "megatron_te"       # TE's Triton loss from 25.04
+    assert recipe("nemo-24.03").resolve("llama3-8b")["stack"] == "megatron_te_fa2"   # older Megatron-Core

@@ -37,7 +37,7 @@ def test_recipe_fills_only_fields_the_caller_left():
     assert (w.stack, w.recompute, w.seq) == ("eager", "full", 8192)         # the caller's
     assert (w.grad_reduce_dtype, w.parallel.sp, w.parallel.zero, w.parallel.tp_comm_overlap) == ("bf16", True, 1, True)
     w = with_recipe(TrainingWorkload(model=preset("llama3-8b"), parallel=Parallelism(tp=2, sp=False)), "nemo-24.07")
-    assert w.parallel.sp is False and w.stack == "megatron_te_fa2" and w.parallel.zero == 1
+    assert w.parallel.sp is False and w.stack == "megatron_te_fa2_native_ce" and w.parallel.zero == 1
 
 
 def test_recipe_system_facts():

@@ -92,13 +92,15 @@ def test_a_user_gets_the_published_rows_workload_from_the_recipe():
 def test_settings_come_from_the_release_not_the_row():
     rows = {r.id: r for r in load_published()}
     # the 24.x launcher turns TE's cuDNN attention off (NVTE_FUSED_ATTN: 0): FlashAttention-2 for every model
-    for rid in ("nemo2407-pretrain-llama3-8b-8g", "nemo2407-sft-llama2-7b-8g", "nemo-longseq-h100-llama2-7b-4k"):
-        assert settings_for(rows[rid])["stack"] == "megatron_te_fa2", rid
-    assert settings_for(rows["nemo2407-pretrain-gpt3-175b-512g"])["stack"] == "megatron_te"  # its example sets NVTE_FUSED_ATTN=1
+    # (24.07: with Megatron-Core's native fused loss; 24.03's older Megatron-Core has none: mcore_native_ce)
+    for rid in ("nemo2407-pretrain-llama3-8b-8g", "nemo2407-sft-llama2-7b-8g"):
+        assert settings_for(rows[rid])["stack"] == "megatron_te_fa2_native_ce", rid
+    assert settings_for(rows["nemo-longseq-h100-llama2-7b-4k"])["stack"] == "megatron_te_fa2"
+    assert settings_for(rows["nemo2407-pretrain-gpt3-175b-512g"])["stack"] == "megatron_te_native_ce"  # NVTE_FUSED_ATTN=1
     # the launcher's PEFT examples: virtual stages on the SFT pipelines only
     assert [settings_for(rows[f"nemo2407-{k}"])["vp"] for k in ("sft-llama2-13b-8g", "sft-llama2-70b-16g",
                                                                 "lora-llama2-70b-8g", "sft-llama2-7b-8g")] == [10, 20, 1, 1]
-    assert settings_for(rows["nemo25.02-h100-gpt3-175b-512g"])["stack"] == "megatron_te"    # NeMo 2.0, no launcher
+    assert settings_for(rows["nemo25.02-h100-gpt3-175b-512g"])["stack"] == "megatron_te_native_ce"  # NeMo 2.0, no launcher
     # LoRA targets: NeMo 1.x / 2.0rc adapts linear_qkv only (nemo_lora_qkv_only), and so do Megatron-Bridge's
     # Llama 3 70B performance configs (mbridge_lora_qkv_perf); NeMo 2.0's LoRA class default is all four
     four = ("linear_qkv", "linear_proj", "linear_fc1", "linear_fc2")

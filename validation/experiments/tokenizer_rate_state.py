@@ -14,7 +14,7 @@ machine starts, the Python BPE's did not (docs/storage.md). Candidates this sepa
   wall time against this thread's CPU time and run-queue delay (/proc/thread-self/schedstat): a descheduled
   thread shows wall > CPU, a slower core shows CPU = wall.
 
-    python3 validation/experiments/tokenizer_rate_state.py --out $OUT/tokenizer_rate_state.json
+    cd validation && python3 -m experiments.tokenizer_rate_state --out $OUT/tokenizer_rate_state.json
 """
 
 from __future__ import annotations
@@ -23,13 +23,11 @@ import argparse
 import json
 import multiprocessing as mp
 import os
-import sys
 import time
 from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "runners"))
 os.environ["TOKENIZERS_PARALLELISM"] = "false"
 
 T0 = time.monotonic()
@@ -70,7 +68,7 @@ def probe(tok_path: str, docs: list[str], kind: str = "hf_bpe", merges=None) -> 
         t = Tokenizer.from_file(tok_path)
         enc = lambda s: t.encode(s).ids  # noqa: E731
     else:
-        from storage_loader import PythonBPE
+        from runners.storage_loader import PythonBPE
         enc = PythonBPE(merges).encode
     per, c0, w0, t0 = [], *schedstat(), time.perf_counter()
     for d in docs:
@@ -176,7 +174,7 @@ def main() -> int:
     ap.add_argument("--out", required=True)
     ap.add_argument("--dir", default="/tmp/tokenizer_rate_state")
     a = ap.parse_args()
-    from storage_loader import MiB, TextDataset, gather_corpus, rate, train_bpe, train_python_bpe
+    from runners.storage_loader import MiB, TextDataset, gather_corpus, rate, train_bpe, train_python_bpe
     work = Path(a.dir)
     work.mkdir(parents=True, exist_ok=True)
     out: dict = {"kind": "tokenizer_rate_state", "cpu_count": os.cpu_count(), "steps": []}
