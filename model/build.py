@@ -50,6 +50,9 @@ UNFUSED_FORMS (also accepted in ``fused``; the opposite of a fusion, so not in F
                  ring in fp32 (ops_common.torch_ring_merge / torch_ring_grad_acc, comm.cp_ring)
   repeat_kv      GQA K/V expanded to the query heads by a copy before SDPA (torchtitan's 2024-12
                  llama model; ops_layer.repeat_kv): the attention and a CP ring carry H K/V heads
+  vocab_pad_128  training: the vocabulary padded to a multiple of 128*tp at tp = 1 too (Megatron-LM /
+                 Megatron-Core / NeMo / Megatron-DeepSpeed _vocab_size_with_padding; shard.VOCAB_PAD_128):
+                 embedding, lm_head and loss run at the padded width (without it tp = 1 keeps the HF vocabulary)
 llama_ref.py (the "eager" stack) uses AdamW(fused=True): its stack lists "optimizer".
 """
 
@@ -70,7 +73,7 @@ FUSION_GROUPS: frozenset[str] = frozenset({
 UNFUSED_FORMS: frozenset[str] = frozenset({"math_attention", "te_unfused_attention", "expert_streams",
                                             "megatron_2021_kernels", "grad_hooks_16bit", "grads_16bit", "ac_early_stop",
                                             "loss_parallel", "mcore_ddp_buckets", "torch_ring_cp", "repeat_kv",
-                                            "mcore_native_ce"})
+                                            "mcore_native_ce", "vocab_pad_128"})
 
 
 def build_ops(w: TrainingWorkload | InferenceWorkload, fused=frozenset(), split_below: int = 0) -> tuple[Op, ...]:

@@ -30,7 +30,7 @@ from .ops_dp import (MCORE_DDP_BUCKETS, ddp_bucket_copies, dp_bucket_counts, dp_
                      grad_sync, param_gather)
 from .ops_layer import layer_norm, layer_pairs, megatron_2021_layer
 from .quant import recipe_of, training_casts, weight_cast_bytes
-from .shard import timed_stage, train_local_config
+from .shard import VOCAB_PAD_128, timed_stage, train_local_config
 from .workload import TrainingWorkload, fsdp_gather_bytes, train_dtypes_of
 
 
@@ -94,7 +94,7 @@ def _ctx(w: TrainingWorkload, fused: frozenset, stage: int | None = None, split_
     dt, p = step_dtypes(w, fused), w.parallel
     gb = STORED_BYTES[dt.gemm]    # fp4 operands carry block scales
     stage = timed_stage(w.model, p) if stage is None else stage
-    return Ctx(cfg=train_local_config(w.model, p, stage), B=w.mbs, S=w.seq // p.cp, Skv=w.seq, act=dt.act, resid=dt.resid,
+    return Ctx(cfg=train_local_config(w.model, p, stage, VOCAB_PAD_128 in fused), B=w.mbs, S=w.seq // p.cp, Skv=w.seq, act=dt.act, resid=dt.resid,
                gemm=dt.gemm, gin=gb, wb=gb, pw=dt.param, mb=w.grad_accum, train=True, autocast=dt.autocast,
                main_grad=dt.main_grad, grad_out=dt.act, fused=fused, tp=p.tp, sp=p.sp, cp=p.cp, cp_comm=p.cp_comm, ep=p.ep, etp=p.etp,
                embed=stage == 0, head=stage == p.pp - 1, split_below=split_below)

@@ -27,12 +27,22 @@ from .config import TransformerConfig
 from .parallel import Parallelism
 
 VOCAB_ALIGN = 128  # Megatron make_vocab_size_divisible_by
+# Stack form (model/build.UNFUSED_FORMS): the stack pads the vocabulary at tp = 1 too. Megatron-LM,
+# Megatron-Core / NeMo and Megatron-DeepSpeed build it with _vocab_size_with_padding (megatron/training/
+# tokenizer/tokenizer.py; megatron/tokenizer/tokenizer.py of 2021 and of microsoft/Megatron-DeepSpeed):
+# after = orig, multiple = make_vocab_size_divisible_by (default 128) * tensor_model_parallel_size, rounded
+# up at any tp. Eager HF modules and torchtitan keep the tokenizer's size (torchtitan models/llama3/model/
+# args.py update_from_config: vocab_size = tokenizer.get_vocab_size()).
+VOCAB_PAD_128 = "vocab_pad_128"
 
 
-def padded_vocab(V: int, tp: int) -> int:
-    """Megatron pads the vocabulary to a multiple of 128*tp (tp > 1; the single-GPU reference
-    keeps the HF vocabulary). The padded rows cost lm_head FLOPs and bytes like real ones."""
-    if tp == 1:
+def padded_vocab(V: int, tp: int, pad_tp1: bool = False) -> int:
+    """The vocabulary rounded up to a multiple of 128*tp (Megatron's _vocab_size_with_padding).
+    At tp = 1 only with ``pad_tp1`` (a stack with the VOCAB_PAD_128 form); the single-GPU
+    reference keeps the HF vocabulary. At tp > 1 every stack pads here (torchtitan's uneven
+    DTensor shards do not: not modelled). The padded rows cost lm_head FLOPs and bytes like
+    real ones."""
+    if tp == 1 and not pad_tp1:
         return V
     m = VOCAB_ALIGN * tp
     return -(-V // m) * m
@@ -135,14 +145,16 @@ def mtp_stage(cfg: TransformerConfig, p: Parallelism) -> int | None:
     return p.pp - 1 if cfg.mtp_layers else None
 
 
-def train_local_config(cfg: TransformerConfig, p: Parallelism, stage: int | None = None) -> TransformerConfig:
+def train_local_config(cfg: TransformerConfig, p: Parallelism, stage: int | None = None,
+                       pad_vocab: bool = False) -> TransformerConfig:
     """``local_config`` for a training step: on the stage holding MTP (``mtp_stage``) n_layers
     also counts each MTP module's transformer layer (a layer of the model's last layer's kind:
     Megatron-Core builds it from the decoder's layer spec), with the MoE/dense split kept
     exactly (first_k_dense_layers = dense count, moe_layer_freq 1, as a local shard). The
-    module's embedding, norms, eh_proj and second head are ops of their own (ops_train._mtp)."""
+    module's embedding, norms, eh_proj and second head are ops of their own (ops_train._mtp).
+    ``pad_vocab``: as local_config."""
     s = p.pp - 1 if stage is None else stage
-    loc = local_config(cfg, p, s)
+    loc = local_config(cfg, p, s, pad_vocab)
     if s != mtp_stage(cfg, p):
         return loc
     return _with_mtp_layers(loc, cfg.mtp_layers, cfg.is_moe_layer(cfg.n_layers - 1))
@@ -183,25 +195,34 @@ def _local_moe(cfg: TransformerConfig, p: Parallelism, n_layers: int, n_moe: int
                                 "moe_layer_freq": 1})
 
 
-def local_config(cfg: TransformerConfig, p: Parallelism, stage: int | None = None) -> TransformerConfig:
-    """The piece of ``cfg`` one GPU of pipeline stage ``stage`` (default last) holds."""
+def local_config(cfg: TransformerConfig, p: Parallelism, stage: int | None = None,
+                 pad_vocab: bool = False) -> TransformerConfig:
+    """The piece of ``cfg`` one GPU of pipeline stage ``stage`` (default last) holds.
+    ``pad_vocab``: the stack pads the vocabulary at tp = 1 too (VOCAB_PAD_128; padded_vocab)."""
+    pad = pad_vocab and p.tp == 1 and cfg.vocab % VOCAB_ALIGN != 0
     if p == _ONE_GPU:
-        return cfg
-    return _local(cfg, p, p.pp - 1 if stage is None else stage)
+        return _with_vocab(cfg, padded_vocab(cfg.vocab, 1, True)) if pad else cfg
+    return _local(cfg, p, p.pp - 1 if stage is None else stage, pad)
+
+
+@lru_cache(maxsize=64)
+def _with_vocab(cfg: TransformerConfig, vocab: int) -> TransformerConfig:
+    # a multiple of 128 stays within MAX_VOCAB (2**24); model_copy skips re-validating the rest
+    return cfg.model_copy(update={"vocab": vocab})
 
 
 _ONE_GPU = Parallelism()   # built once: a Parallelism() per call is a pydantic validation
 
 
 @lru_cache(maxsize=64)
-def _local(cfg: TransformerConfig, p: Parallelism, stage: int) -> TransformerConfig:
+def _local(cfg: TransformerConfig, p: Parallelism, stage: int, pad_vocab: bool = False) -> TransformerConfig:
     n_layers = len(stage_layers(cfg, p, stage))
     n_moe = stage_moe_layers(cfg, p, stage)
     H = cfg.n_heads // p.tp
     kv = max(1, cfg.n_kv_heads // p.tp) if not (cfg.mla and cfg.n_kv_heads == cfg.n_heads) else H
     data = cfg.model_dump(exclude={"moe"})
     data.update(n_layers=n_layers, n_heads=H, n_kv_heads=kv, head_dim=cfg.head_dim,
-                ffn=max(1, cfg.ffn // p.tp), vocab=padded_vocab(cfg.vocab, p.tp) // p.tp)
+                ffn=max(1, cfg.ffn // p.tp), vocab=padded_vocab(cfg.vocab, p.tp, pad_vocab) // p.tp)
     # the local MoE is set without re-validation: E/ep local experts may be fewer than top_k
     # (a token still picks top_k of all E); pydantic re-validates a nested instance otherwise
     return TransformerConfig(**data).model_copy(update={"moe": _local_moe(cfg, p, n_layers, n_moe)})
