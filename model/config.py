@@ -26,6 +26,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PositiveInt, model_validator
 
+from .mamba import MambaConfig, check_pattern
+
 _FROZEN = ConfigDict(frozen=True, extra="forbid")
 
 # Input limits (far above any model built; they keep every count finite and every op list small):
@@ -152,6 +154,11 @@ class TransformerConfig(BaseModel):
     mtp_layers: int = Field(0, ge=0)
     sliding_window: PositiveInt | None = None   # keys a windowed-layer query attends (itself included)
     sliding_window_layers: float = 1.0          # fraction of the layers that use the window, (0, 1]
+    # Hybrid models (Megatron-Core hybrid_override_pattern, model/mamba.py): one symbol per layer,
+    # M = Mamba-2 mixer, * = attention, E = MoE, - = dense MLP, each layer one pre-norm + that block.
+    # None: every layer is attention + MLP/MoE (the op lists of every other model are unchanged).
+    layer_pattern: str | None = None
+    mamba: MambaConfig | None = None
 
     @model_validator(mode="before")
     @classmethod
@@ -178,7 +185,13 @@ class TransformerConfig(BaseModel):
             raise ValueError(f"sliding_window_layers: a fraction of the layers in (0, 1], got {self.sliding_window_layers}")
         if self.sliding_window is None and self.sliding_window_layers != 1.0:
             raise ValueError("sliding_window_layers is set but sliding_window is None: give the window size")
+        if self.layer_pattern is not None:
+            check_pattern(self.layer_pattern, self.n_layers, self.mamba is not None, self.moe is not None)
         return self
+
+    def pattern_count(self, kind: str) -> int:
+        """Layers of one layer_pattern symbol (0 without a pattern)."""
+        return self.layer_pattern.count(kind) if self.layer_pattern else 0
 
     @property
     def moe_block(self) -> MoEConfig:
@@ -200,6 +213,8 @@ class TransformerConfig(BaseModel):
         return self.mla.qk_rope_head_dim if self.mla else self.head_dim
 
     def is_moe_layer(self, i: int) -> bool:
+        if self.layer_pattern is not None:
+            return self.layer_pattern[i] == "E"
         m = self.moe
         return m is not None and i >= m.first_k_dense_layers and i % m.moe_layer_freq == 0
 
@@ -208,6 +223,8 @@ class TransformerConfig(BaseModel):
         """Layers i in [first_k_dense_layers, n_layers) with i % moe_layer_freq == 0 (closed form;
         not cached: a cached value would survive model_copy(update={"n_layers": ...}))."""
         m = self.moe
+        if self.layer_pattern is not None:
+            return self.pattern_count("E")
         if not m or m.first_k_dense_layers >= self.n_layers:
             return 0
         f = m.moe_layer_freq
@@ -264,8 +281,22 @@ class TransformerConfig(BaseModel):
         return router + n * self.mlp_params(m.expert_ffn) + shared
 
     def layer_params(self, i: int, active: bool = False) -> int:
+        if self.layer_pattern is not None:
+            return self._hybrid_layer_params(self.layer_pattern[i], active)
         ffn = self.moe_params(active) if self.is_moe_layer(i) else self.mlp_params(self.ffn)
         return self.attn_params() + ffn + 2 * self.norm_params()
+
+    def _hybrid_layer_params(self, kind: str, active: bool = False) -> int:
+        """One layer of a hybrid pattern: its pre-norm + its one block."""
+        if kind == "M":
+            block = self.mamba.params(self.d_model) if self.mamba else 0
+        elif kind == "*":
+            block = self.attn_params()
+        elif kind == "E":
+            block = self.moe_params(active)
+        else:
+            block = self.mlp_params(self.ffn)
+        return block + self.norm_params()
 
     def embedding_param_count(self) -> int:
         """Input embedding (+ learned positions) + untied lm_head."""
@@ -276,6 +307,8 @@ class TransformerConfig(BaseModel):
     def layers_params(self, active: bool = False) -> int:
         """Parameters of all transformer layers: sum of layer_params(i, active), by kind (every
         dense layer is alike, and every MoE layer)."""
+        if self.layer_pattern is not None:
+            return sum(self.pattern_count(k) * self._hybrid_layer_params(k, active) for k in set(self.layer_pattern))
         dense = self.attn_params() + self.mlp_params(self.ffn) + 2 * self.norm_params()
         body = self.n_dense_layers * dense
         if self.n_moe_layers:
@@ -308,6 +341,8 @@ class TransformerConfig(BaseModel):
     def matmul_params_per_token(self) -> int:
         """Weights a token multiplies in the transformer body (attention + active FFN +
         router), excluding embeddings and lm_head: the N of 6*N*tokens for the body."""
+        if self.layer_pattern is not None:
+            return self._hybrid_matmul_params()
         attn, nm = self.attn_matmul_params(), self.n_moe_layers   # every layer of a kind is alike
         total = (self.n_layers - nm) * (attn + self.mlp_matmul_params(self.ffn))
         if nm:
@@ -316,6 +351,22 @@ class TransformerConfig(BaseModel):
             ffn += self.mlp_matmul_params(m.shared_ffn_total) if m.n_shared_experts else 0
             total += nm * (attn + ffn)
         return total
+
+    def _hybrid_matmul_params(self) -> int:
+        n = self.pattern_count
+        total = n("*") * self.attn_matmul_params() + n("-") * self.mlp_matmul_params(self.ffn)
+        if n("M") and self.mamba:
+            total += n("M") * self.mamba.matmul_params(self.d_model)
+        if n("E"):
+            m = self.moe_block
+            ffn = m.n_experts * self.d_model + m.top_k * self.mlp_matmul_params(m.expert_ffn)
+            total += n("E") * (ffn + (self.mlp_matmul_params(m.shared_ffn_total) if m.n_shared_experts else 0))
+        return total
+
+    @property
+    def n_kv_layers(self) -> int:
+        """Layers holding a KV cache: the attention layers of a hybrid pattern, else all."""
+        return self.pattern_count("*") if self.layer_pattern is not None else self.n_layers
 
     @property
     def window_share(self) -> float:
@@ -339,9 +390,9 @@ class TransformerConfig(BaseModel):
         kv_tokens_held(context) / context (a sliding window caps its layers at W tokens);
         None: per token of a short sequence (every layer holds every token)."""
         if self.mla:
-            full = self.n_layers * (self.mla.kv_lora_rank + self.mla.qk_rope_head_dim) * dtype_bytes
+            full = self.n_kv_layers * (self.mla.kv_lora_rank + self.mla.qk_rope_head_dim) * dtype_bytes
         else:
-            full = 2 * self.n_layers * self.n_kv_heads * self.head_dim * dtype_bytes
+            full = 2 * self.n_kv_layers * self.n_kv_heads * self.head_dim * dtype_bytes
         if context is None or not self.sliding_window:
             return full
         if context <= 0:

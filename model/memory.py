@@ -177,6 +177,8 @@ def activation_bytes_per_layer(w: TrainingWorkload, fused=frozenset(), moe_layer
         return train_dtypes_of(w).resid * T * cfg.d_model
     if w.recompute == "op_sac":
         return _op_sac_saved(w, T)
+    if cfg.layer_pattern is not None:
+        return _hybrid_saved(w, T, fused, moe_layer)
     fn = "norm" in fused
     cat = "concat_proj" in fused
     k_attn = 1 if cat else (2 if cfg.mla else 3)
@@ -184,6 +186,37 @@ def activation_bytes_per_layer(w: TrainingWorkload, fused=frozenset(), moe_layer
     norms = _norm_saved(w, T, cfg.d_model, k_attn, fn) + _norm_saved(w, T, cfg.d_model, k_mlp, fn)
     dense, moe = _ffn_saved(w, T, fused)
     return norms + _attn_saved(w, T, fused) + (moe if moe_layer else dense)
+
+
+def _mamba_saved(w: TrainingWorkload, T: int) -> float:
+    """One Mamba-2 mixer (model/ops_mamba.py): in_proj's output (z x B C dt), the conv1d output,
+    the SSD output y and its fp32 dt / dA_cumsum (the chunk states are recomputed in the
+    backward: mamba_chunk_scan_combined_bwd), the gated norm's rstd and out_proj's input."""
+    m, dt = w.model.mamba, train_dtypes_of(w)
+    if m is None:
+        return 0.0
+    a, gin = dt.act, DTYPE_BYTES[dt.gemm]
+    return a * T * (m.in_proj_out + m.conv_dim + m.d_inner) + 8.0 * T * m.n_heads + 4.0 * T * m.n_groups \
+        + gin * T * m.d_inner
+
+
+def _hybrid_saved(w: TrainingWorkload, T: int, fused: frozenset, moe_layer: bool) -> float:
+    """A hybrid pattern's layers (TransformerConfig.layer_pattern): each one pre-norm + one block.
+    moe_layer: an E layer; else the MEAN over the pattern's other layers (M, *, -), so the callers'
+    n_dense_layers x this is their exact sum."""
+    cfg, fn = w.model, "norm" in fused
+    k_attn = 1 if "concat_proj" in fused else (2 if cfg.mla else 3)
+    dense, moe = _ffn_saved(w, T, fused)
+    if moe_layer:
+        return _norm_saved(w, T, cfg.d_model, 2 + (1 if cfg.moe and cfg.moe.n_shared_experts else 0), fn) + moe
+    n = cfg.pattern_count
+    others = n("M") + n("*") + n("-")
+    if not others:
+        return 0.0
+    total = n("M") * (_norm_saved(w, T, cfg.d_model, 1, fn) + _mamba_saved(w, T))
+    total += n("*") * (_norm_saved(w, T, cfg.d_model, k_attn, fn) + _attn_saved(w, T, fused))
+    total += n("-") * (_norm_saved(w, T, cfg.d_model, 1 if cfg.gated is False else 2, fn) + dense)
+    return total / others
 
 
 def _op_sac_saved(w: TrainingWorkload, T: int) -> float:

@@ -35,6 +35,8 @@ OpKind = Literal[
                     # streaming pass plus a combine across thread blocks
     "strided",      # pointwise kernels on TensorIterator's non-vectorised path (a broadcast or
                     # non-contiguous operand) and torch.cat copies: StridedShape(elements, strided_class)
+    "ssm_scan",     # Mamba-2 SSD chunked scan (mamba_chunk_scan_combined: Triton kernels with tl.dot
+                    # on the chunk blocks): roofline at an assumed tensor-core fraction (docs/mamba.md)
     "copy_engine",  # cudaMemcpyAsync device-to-device (Tensor.copy_ of contiguous same-dtype
                     # tensors): the driver's "Memcpy DtoD", not an SM kernel
 ]

@@ -24,6 +24,7 @@ from .chains import act, norm, residual, rope
 from .comm import cp_ring, ep_a2a, etp_gather, tp_in, tp_out, tp_regather
 from .moe_impl import (LOOP_IMPLS, loop_act_kernels, modules_combine, modules_route, stacked_combine, stacked_route,
                        stacked_slices_bwd, stacked_weight_grads)
+from .ops_mamba import mamba_layers
 from .ops_common import Ctx, Kern, Pair, attention, chain, linear, nv, nv_class, recompute, times
 
 # Megatron-LM 2021 layer code (megatron/model/transformer.py ParallelTransformerLayer of the SC21 release,
@@ -388,6 +389,8 @@ def layer_pairs(c: Ctx) -> list[Pair]:
     the tp all-reduces like a dense MLP (no wgrad re-gather). With "residual_norm" fused the adds live in the next norm: layer 0's
     norm_attn stands in for head/norm so the total count of folded adds stays 2L."""
     cfg, L = c.cfg, c.cfg.n_layers
+    if cfg.layer_pattern is not None:
+        return hybrid_layer_pairs(c)
     attn = mla_attention(c, L) if cfg.mla else gqa_attention(c, L)
     out = attn + [layer_norm(c, "layer/norm_mlp", c.Tn, cfg.d_model, L, _mlp_consumers(c), resid_in=True)]
     nd, nm = cfg.n_dense_layers, cfg.n_moe_layers
@@ -403,6 +406,29 @@ def layer_pairs(c: Ctx) -> list[Pair]:
     else:
         out.append(residual(c, "layer/residual", c.Tn * cfg.d_model, 2 * L))
     return out
+
+
+def hybrid_layer_pairs(c: Ctx) -> list[Pair]:
+    """A hybrid pattern (TransformerConfig.layer_pattern; Megatron-Core MambaStack): each layer is
+    one pre-norm + one block: Mamba-2 mixer (M, model/ops_mamba.py), attention (*), MoE (E) or
+    dense MLP (-), and one residual add, so L adds in all. Ops of a kind carry that kind's count."""
+    cfg, L, n = c.cfg, c.cfg.n_layers, c.cfg.pattern_count
+    na, nd, ne, nm = n("*"), n("-"), n("E"), n("M")
+    out: list[Pair] = []
+    if na:
+        out += mla_attention(c, na) if cfg.mla else gqa_attention(c, na)
+    if nd + ne:
+        out.append(layer_norm(c, "layer/norm_mlp", c.Tn, cfg.d_model, nd + ne, _mlp_consumers(c), resid_in=True))
+    if nd:
+        up, *rest = mlp(c, "layer/mlp", c.T, cfg.ffn, nd)
+        out += [tp_in(c, "mlp_in", nd), up, tp_regather(c, "mlp_in", nd), *rest, tp_out(c, "mlp_out", nd)]
+    if ne and c.sp:
+        out += moe(c, ne)
+    elif ne:
+        out += [tp_in(c, "moe_in", ne)] + moe(c, ne) + [tp_out(c, "moe_out", ne)]
+    if nm:
+        out += mamba_layers(c, nm, layer_norm(c, "layer/norm_mamba", c.Tn, cfg.d_model, nm, 1, resid_in=True))
+    return out + [residual(c, "layer/residual", c.Tn * cfg.d_model, L)]
 
 
 def _mlp_consumers(c: Ctx) -> int:

@@ -36,6 +36,9 @@ from .workload import TrainingWorkload, fsdp_gather_bytes, train_dtypes_of
 
 def linear_weight_params(cfg: TransformerConfig, layers_only: bool = False) -> int:
     """Elements of every linear weight matrix (all experts; + lm_head unless layers_only)."""
+    if cfg.layer_pattern is not None:
+        body = hybrid_linear_params(cfg)
+        return body if layers_only else body + cfg.vocab * cfg.d_model
     attn, nm = cfg.attn_matmul_params(), cfg.n_moe_layers    # every layer of a kind is alike
     body = (cfg.n_layers - nm) * (attn + cfg.mlp_matmul_params(cfg.ffn))
     if nm:
@@ -46,6 +49,22 @@ def linear_weight_params(cfg: TransformerConfig, layers_only: bool = False) -> i
     return body if layers_only else body + cfg.vocab * cfg.d_model
 
 
+MAMBA_SMALL_TENSORS = 5   # conv1d weight, conv1d bias, A_log, D, dt_bias (model/mamba.py)
+
+
+def hybrid_linear_params(cfg: TransformerConfig) -> int:
+    """Linear weights of a hybrid pattern's layers (all experts): attention, MLP, MoE (router +
+    experts + shared) and Mamba in_proj + out_proj."""
+    n, d = cfg.pattern_count, cfg.d_model
+    body = n("*") * cfg.attn_matmul_params() + n("-") * cfg.mlp_matmul_params(cfg.ffn)
+    body += n("M") * cfg.mamba.matmul_params(d) if cfg.mamba else 0
+    if n("E"):
+        m = cfg.moe_block
+        ffn = m.n_experts * (d + cfg.mlp_matmul_params(m.expert_ffn))
+        body += n("E") * (ffn + (cfg.mlp_matmul_params(m.shared_ffn_total) if m.n_shared_experts else 0))
+    return body
+
+
 def linear_weight_tensors(cfg: TransformerConfig) -> int:
     """Number of linear weight tensors (one cast kernel each in eager autocast)."""
     attn = (5 if cfg.mla.q_lora_rank else 4) if cfg.mla else 4
@@ -53,12 +72,20 @@ def linear_weight_tensors(cfg: TransformerConfig) -> int:
     moe = 0
     if cfg.moe:
         moe = 1 + cfg.moe.n_experts * mlp + (mlp if cfg.moe.n_shared_experts else 0)
+    if cfg.layer_pattern is not None:   # one block a layer; a Mamba mixer: in_proj, out_proj
+        n = cfg.pattern_count
+        return n("*") * attn + n("-") * mlp + n("E") * moe + n("M") * 2 + 1
     return cfg.n_layers * attn + cfg.n_dense_layers * mlp + cfg.n_moe_layers * moe + 1
 
 
 def param_tensors(cfg: TransformerConfig) -> int:
     """All parameter tensors (linear weights, norm weights/biases, embeddings)."""
     norms = cfg.n_layers * (2 + 2 * cfg.qk_norm + (2 if cfg.mla else 0)) + 1
+    if cfg.layer_pattern is not None:   # one pre-norm a layer; a Mamba mixer's gated-norm weight
+        na = cfg.pattern_count("*")
+        norms = cfg.n_layers + na * (2 * cfg.qk_norm + (2 if cfg.mla else 0)) + cfg.pattern_count("M") + 1
+        return linear_weight_tensors(cfg) + norms * (2 if cfg.norm == "layernorm" else 1) + 1 \
+            - (1 if cfg.tie_embeddings else 0) + MAMBA_SMALL_TENSORS * cfg.pattern_count("M")
     tied = 1 if cfg.tie_embeddings else 0    # lm_head shares the embedding's tensor
     return linear_weight_tensors(cfg) + norms * (2 if cfg.norm == "layernorm" else 1) + 1 - tied
 
@@ -260,6 +287,8 @@ def param_tensor_sizes(cfg: TransformerConfig) -> list[int]:
         ups = ([d * F] + ([F] if cfg.linear_bias else [])) * (2 if cfg.gated else 1)
         return ups + [F * d] + ([d] if cfg.linear_bias else [])
 
+    if cfg.layer_pattern is not None:
+        return out + _hybrid_tensor_sizes(cfg, nrm, attn, mlp) + nrm + ([] if cfg.tie_embeddings else [cfg.vocab * d])
     for i in range(cfg.n_layers):
         out += nrm + attn + nrm
         if cfg.is_moe_layer(i):
@@ -269,6 +298,28 @@ def param_tensor_sizes(cfg: TransformerConfig) -> list[int]:
         else:
             out += mlp(cfg.ffn)
     return out + nrm + ([] if cfg.tie_embeddings else [cfg.vocab * d])
+
+
+def _hybrid_tensor_sizes(cfg: TransformerConfig, nrm: list[int], attn: list[int], mlp) -> list[int]:
+    """The layers of a hybrid pattern in module order (Megatron-Core MambaStack): per layer its
+    pre-norm and its block; a Mamba mixer (model/mamba.py): in_proj, conv1d weight and bias,
+    A_log, D, dt_bias, the gated norm, out_proj."""
+    d, out = cfg.d_model, []
+    for k in cfg.layer_pattern or "":
+        out += nrm
+        if k == "M" and cfg.mamba:
+            m = cfg.mamba
+            out += [d * m.in_proj_out, m.conv_dim * m.d_conv, m.conv_dim, m.n_heads, m.n_heads, m.n_heads,
+                    m.d_inner, m.d_inner * d]
+        elif k == "*":
+            out += attn
+        elif k == "E":
+            mo = cfg.moe_block
+            out += [mo.n_experts * d] + ([mo.n_experts] if mo.router_bias else [])
+            out += mlp(mo.expert_ffn) * mo.n_experts + (mlp(mo.shared_ffn_total) if mo.n_shared_experts else [])
+        else:
+            out += mlp(cfg.ffn)
+    return out
 
 
 def multi_tensor_launches(sizes: list[int], depth: int) -> int:

@@ -24,6 +24,7 @@ from __future__ import annotations
 from functools import lru_cache
 
 from .config import TransformerConfig
+from .mamba import local_hybrid
 from .parallel import Parallelism
 
 VOCAB_ALIGN = 128  # Megatron make_vocab_size_divisible_by
@@ -220,12 +221,14 @@ def _local(cfg: TransformerConfig, p: Parallelism, stage: int, pad_vocab: bool =
     n_moe = stage_moe_layers(cfg, p, stage)
     H = cfg.n_heads // p.tp
     kv = max(1, cfg.n_kv_heads // p.tp) if not (cfg.mla and cfg.n_kv_heads == cfg.n_heads) else H
-    data = cfg.model_dump(exclude={"moe"})
+    data = cfg.model_dump(exclude={"moe", "layer_pattern", "mamba"})
     data.update(n_layers=n_layers, n_heads=H, n_kv_heads=kv, head_dim=cfg.head_dim,
                 ffn=max(1, cfg.ffn // p.tp), vocab=padded_vocab(cfg.vocab, p.tp, pad_vocab) // p.tp)
     # the local MoE is set without re-validation: E/ep local experts may be fewer than top_k
-    # (a token still picks top_k of all E); pydantic re-validates a nested instance otherwise
-    return TransformerConfig(**data).model_copy(update={"moe": _local_moe(cfg, p, n_layers, n_moe)})
+    # (a token still picks top_k of all E); pydantic re-validates a nested instance otherwise.
+    # A hybrid pattern (model/mamba.py): the stage's slice of it and the tp rank's Mamba mixer.
+    hybrid = local_hybrid(cfg.layer_pattern, cfg.mamba, p.tp, stage_layers(cfg, p, stage))
+    return TransformerConfig(**data).model_copy(update={"moe": _local_moe(cfg, p, n_layers, n_moe), **hybrid})
 
 
 def kv_replicated_weight_bytes(cfg: TransformerConfig, p: Parallelism, param_bytes: float,

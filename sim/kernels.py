@@ -25,7 +25,7 @@ from .rowkernels import softmax_fwd_s
 
 MATMUL, ATTENTION, REDUCTION = KINDS.index("matmul"), KINDS.index("attention"), KINDS.index("reduction")
 COPY_ENGINE, NORM = KINDS.index("copy_engine"), KINDS.index("norm")
-OPTIMIZER = KINDS.index("optimizer")
+OPTIMIZER, SSM_SCAN = KINDS.index("optimizer"), KINDS.index("ssm_scan")
 FWD, BWD = 0, 1
 
 
@@ -360,6 +360,10 @@ def kernel_times(t: OpTable, hw: HwRates, eff: Efficiency, attention_impl: str) 
         efficiency[is_at] = attention_efficiency(attn, ph, hw.sm_count, eff, attention_impl, la)
     peak = np.where(is_mm, hw.tensor_peak[t.dtype], hw.vector_peak)
     peak = np.where(is_at, hw.tensor_peak[DTYPES.index("bf16")], peak) * hw.clock_fraction
+    ssm = t.kind == SSM_SCAN
+    if ssm.any():   # Mamba-2 SSD chunk scan: roofline on the bf16 tensor peak at an ASSUMED fraction
+        peak[ssm] = hw.tensor_peak[DTYPES.index("bf16")] * hw.clock_fraction
+        efficiency[ssm] = eff.get("ssm_scan.tensor_fraction")
     compute = t.flops / (peak * efficiency)
     memory = streaming_memory_s(t, hw, eff)
     # a forward attention op's fixed cost is per call: the standalone decode records calibrate it with

@@ -17,7 +17,7 @@ from ..model.ops import (DTYPE_BYTES, AttentionShape, CollectiveShape, GemmShape
                          StridedShape)
 
 KINDS = ("matmul", "attention", "elementwise", "norm", "softmax", "cast",
-         "embedding", "optimizer", "collective", "memcpy", "reduction", "copy_engine", "strided")
+         "embedding", "optimizer", "collective", "memcpy", "reduction", "copy_engine", "strided", "ssm_scan")
 PHASES = ("fwd", "bwd", "optimizer")
 DTYPES = tuple(DTYPE_BYTES)
 

@@ -80,7 +80,7 @@ def test_unmodelled_rows_are_listed_with_the_missing_layer_type():
     _, unused = compare_published()
     why = dict(unused)
     refs = {r.id: r.model_ref for r in load_published() if r.model_ref in _unmodelled()}
-    assert len(refs) >= 50
+    assert len(refs) >= 30   # Nemotron-3 Super (30) and Ultra, DeepSeek-V4; Nano is modelled (model/mamba.py)
     for rid, ref in refs.items():
         assert _unmodelled()[ref]["reason"] in why[rid], rid
         assert "no architecture" not in why[rid]
