@@ -103,10 +103,11 @@ A8_MODELS = {  # Megatron-Bridge model name -> (preset, models.toml key)
     "LLAMA3.1_405B": ("llama3.1-405b", None), "DeepSeekV3": ("deepseek-v3", None),
     "Qwen3_30B_a3B": ("qwen3-30b-a3b", None), "Qwen3_235B_a22B": (None, "qwen3-235b-a22b"),
     "GPT OSS 120B": (None, "gpt-oss-120b"), "Kimi_K2": (None, "kimi-k2"),
+    "Nemotron_3_Nano": (None, "nemotron-3-nano"),   # hybrid Mamba-2 (TransformerConfig.layer_pattern)
 }
 # Published architectures mechsim cannot express: their rows point at [unmodelled.<slug>] of
 # models.toml, which names the source and the missing layer type.
-UNMODELLED_MODELS = {"Nemotron_3_Nano", "Nemotron_3_Super", "Nemotron_3_Ultra", "DeepSeekV4 Flash"}
+UNMODELLED_MODELS = {"Nemotron_3_Super", "Nemotron_3_Ultra", "DeepSeekV4 Flash"}
 MOE_MODELS = {"DeepSeekV3", "Qwen3_30B_a3B", "Qwen3_235B_a22B", "GPT OSS 120B", "Kimi_K2", "DeepSeekV4 Flash",
               "Nemotron_3_Nano", "Nemotron_3_Super", "Nemotron_3_Ultra", "Nemotron_3_5_Lightning"}
 
