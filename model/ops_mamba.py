@@ -30,6 +30,11 @@ def mamba_layers(c: Ctx, n: int, norm_pair: Pair) -> list[Pair]:
     m, d, T = cfg.mamba, cfg.d_model, c.T
     if m is None:
         raise ValueError(f"{cfg.name}: mamba: the pattern has Mamba layers but mamba is None")
+    if not c.train and c.S == 1:
+        # decode runs the recurrent step (selective_state_update) on a per-sequence state cache
+        # (nh P N per layer), neither of which is built here: refuse rather than mis-time it
+        raise ValueError(f"{cfg.name}: layer_pattern: Mamba-2 decode (the recurrent state step and its state "
+                         "cache) is not modelled; training and prefill are")
     out = [norm_pair, tp_in(c, "mamba_in", n),
            linear(c, "layer/mamba/in_proj", T, m.in_proj_out, d, n),
            tp_regather(c, "mamba_in", n),

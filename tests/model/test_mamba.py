@@ -103,3 +103,11 @@ def test_presets_have_no_pattern():
         cfg = preset(name)
         assert cfg.layer_pattern is None and cfg.mamba is None
         assert not any(o.kind == "ssm_scan" for o in build_ops(TrainingWorkload(model=cfg, mbs=1, seq=128)))
+
+
+def test_decode_refused_prefill_built():
+    from mechsim.model import InferenceWorkload
+    cfg = _nano()
+    assert build_ops(InferenceWorkload(model=cfg, batch=1, phase="prefill", prompt_len=512))
+    with pytest.raises(ValueError, match="decode"):
+        build_ops(InferenceWorkload(model=cfg, batch=1, phase="decode", context_len=512))
