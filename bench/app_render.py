@@ -23,8 +23,11 @@ First views (``--first-view``): the Procurement page at its defaults (Llama 3 70
 - **in a fresh AppTest** (the figure this script printed before): the page's AppTest is the
   process's first, so the harness's start-up is in it.
 
-Interpreters ``--python`` (default this one) run children in ``--tree`` (default this checkout);
-``--against DIR --against-python PY`` times an older checkout in the same rounds, interleaved.
+The children run this file with this interpreter in this checkout; ``--against DIR
+--against-python PY`` also runs it in an older checkout (PY: an interpreter whose ``mechsim`` is
+that checkout's) in the same rounds, interleaved. Neither figure counts importing the app's data
+calls and the sim (timed apart and printed): a ``--no-warm`` server imports them in its first
+session's run; the default ``mechsim app`` while it computes the default views.
 ``--flops`` adds the old single-process comparison with the FLOP bound alone (run second, with the
 first run's GPU-independent caches warm, so its figure flatters it). The machine is a shared
 2-core box: compare figures of one run only.
@@ -44,10 +47,12 @@ from unittest import mock
 
 from streamlit.testing.v1 import AppTest
 
-import mechsim.app
-from mechsim.app import cached, jobs
-from mechsim.sim import procure, search
+_T0 = (time.perf_counter(), time.process_time())
+import mechsim.app  # noqa: E402 -- timed: the app's data calls and the sim they import
+from mechsim.app import cached, jobs  # noqa: E402
+from mechsim.sim import procure, search  # noqa: E402
 
+IMPORTS = (time.perf_counter() - _T0[0], time.process_time() - _T0[1])
 APP = Path(mechsim.app.__file__).parent
 
 # page, URL query, widget kind, widget key, two values to alternate between
@@ -150,7 +155,7 @@ def one(mode: str) -> None:
     elif mode == "server":
         h, registry = harness_start()
         v = first_view("page_procure.py", {}, registry=registry)
-        print(json.dumps({"harness": h, "view": v}))
+        print(json.dumps({"harness": h, "view": v, "imports": IMPORTS}))
     else:
         print(json.dumps({"view": first_view("page_procure.py", {})}))
 
@@ -170,7 +175,9 @@ def first_views(rounds: int, trees: list[tuple[str, str, str]]) -> None:
         s, f = got[(name, "server")], got[(name, "fresh")]
         print(f"  {name}: as a server session {med(s, 'view', 1):.2f} s ({med(s, 'view', 0):.2f} s wall), after the "
               f"harness start-up of {med(s, 'harness', 1):.2f} s ({med(s, 'harness', 0):.2f} s wall); in a fresh "
-              f"AppTest (harness start-up included) {med(f, 'view', 1):.2f} s ({med(f, 'view', 0):.2f} s wall)")
+              f"AppTest (harness start-up included) {med(f, 'view', 1):.2f} s ({med(f, 'view', 0):.2f} s wall); "
+              f"in neither: importing the app's data calls and the sim {med(s, 'imports', 1):.2f} s (a --no-warm "
+              f"server's first visitor waits for it too; the default `mechsim app` imports it before it listens)")
         q = got[(name, "parts")]
         print(f"    in parts: the comparison job {med(q, 'job', 1):.2f} s, the page's first render with it cached "
               f"{med(q, 'render_first', 1):.2f} s (the first import of pandas / pyarrow / plotly / Streamlit's "
