@@ -55,7 +55,7 @@ def test_rows_whose_ep_cannot_fold_into_a_stage_are_marked():
 def test_a_row_without_an_architecture_says_so_before_its_plan_is_checked():
     rows = {r.id: r for r in load_published()}
     row = rows["mbridge-26.04-pretrain-gb200-nemotron-3-super-64g-nvfp4"]    # tp 2, ep 64: etp*ep > 64
-    with pytest.raises(ValueError, match="field model: Nemotron_3_Super: Mamba-2 layers .* not modelled"):
+    with pytest.raises(ValueError, match="field model: Nemotron_3_Super: LatentMoE is not modelled"):
         predict_row(row)
 
 
