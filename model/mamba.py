@@ -24,8 +24,12 @@ N = d_state, nh heads, g groups (B and C shared by the heads of a group):
   state_pass   h_c = a_c h_{c-1} + s_c          2*N*P/Q   per head (negligible, counted)
 so ssd_fwd_flops = T * (g*2QN + nh*(2QP + 4NP + 2NP/Q)). The full Q x Q blocks are counted (the
 kernels compute them; the causal mask halves only the useful part). The backward
-(mamba_chunk_scan_combined_bwd) runs each product twice (the grads of both operands):
-2 x the forward.
+(_mamba_chunk_scan_combined_bwd) recomputes _bmm_chunk, _chunk_state and _state_passing
+(g 2QN + nh (2NP + 2NP/Q)), then: _chunk_scan_bwd_dstates 2NP, _state_passing_bwd 2NP/Q,
+_chunk_scan_chunk_state_bwd_dx 2QP + 2NP, _chunk_state_bwd_db 2NP, _chunk_scan_bwd_dC 2NP,
+_chunk_scan_bwd_dcb 2QP, _chunk_scan_bwd_ddAcs_stable 2QP (per head), two _bmm_chunk_bwd 2QN each
+(per group): ssd_bwd_flops = T * (g*6QN + nh*(6QP + 10NP + 4NP/Q)), 2.7x the forward at
+Nemotron-H's shapes (Q = N = 128, P = 64, 8 heads a group), not 2x.
 """
 
 from __future__ import annotations
@@ -74,6 +78,11 @@ class MambaConfig(BaseModel):
         """SSD chunked-scan forward FLOPs per token (module docstring)."""
         Q, N, P = self.chunk_size, self.d_state, self.head_dim
         return self.n_groups * 2 * Q * N + self.n_heads * (2 * Q * P + 4 * N * P + 2 * N * P / Q)
+
+    def ssd_bwd_flops_per_token(self) -> float:
+        """SSD chunked-scan backward FLOPs per token, recomputation included (module docstring)."""
+        Q, N, P = self.chunk_size, self.d_state, self.head_dim
+        return self.n_groups * 6 * Q * N + self.n_heads * (6 * Q * P + 10 * N * P + 4 * N * P / Q)
 
     def tp_shard(self, tp: int) -> "MambaConfig":
         """The mixer one tp rank holds: Megatron-Core shards heads and groups over tp

@@ -61,7 +61,12 @@ def test_mamba_layer_forward_flops_by_hand():
     assert fwd["layer/mamba/ssd"].flops == T * per_token
     assert fwd["layer/mamba/ssd"].kind == "ssm_scan"
     bwd = [o for o in ops if o.phase == "bwd" and o.name == "layer/mamba/ssd"]
-    assert bwd[0].flops == 2 * T * per_token
+    # backward (mamba_ssm _mamba_chunk_scan_combined_bwd, recomputation included):
+    # groups 6*Q*N + heads (6*Q*P + 10*N*P + 4*N*P/Q)
+    bwd_per_token = 8 * 6 * 128 * 128 + 64 * (6 * 128 * 64 + 10 * 128 * 64 + 4 * 128 * 64 / 128)
+    assert bwd_per_token == 9_191_424
+    assert bwd[0].flops == T * bwd_per_token
+    assert bwd[0].kernels == 15 and fwd["layer/mamba/ssd"].kernels == 5
     assert fwd["layer/mamba/conv1d"].flops == (2 * 4 + 5) * T * 6144
     attn = [o for o in ops if o.name.startswith("layer/attn/")]
     assert not attn                                                   # a pure Mamba layer has no attention
@@ -111,3 +116,23 @@ def test_decode_refused_prefill_built():
     assert build_ops(InferenceWorkload(model=cfg, batch=1, phase="prefill", prompt_len=512))
     with pytest.raises(ValueError, match="decode"):
         build_ops(InferenceWorkload(model=cfg, batch=1, phase="decode", context_len=512))
+
+
+def test_ssd_bytes_by_hand_and_layout_copies():
+    # T tokens of one Nano layer, bf16: x / z / y 4096 x 2 B, B / C 1024 x 2 B, dt 64 x 2 B, dt / dA fp32
+    # 64 x 4 B; states 64*64*128 per chunk of 128 tokens = 4096 a token (fp32 16 KiB, bf16 8 KiB);
+    # C B^T 8 x 128 fp32 a token
+    T = 2 * 4096
+    x, bc, dt, h32, s32, s16, cb = 8192, 2048, 128, 256, 16384, 8192, 4096
+    fwd_read = dt + (bc + x + 2 * h32) + (s32 + h32) + 2 * bc + (cb + 2 * x + 2 * h32 + bc + s16)
+    fwd_write = 2 * h32 + s32 + s16 + cb + 2 * x
+    ops = build_ops(TrainingWorkload(model=_one_mamba_layer(), mbs=2, seq=4096))
+    ssd = next(o for o in ops if o.phase == "fwd" and o.name == "layer/mamba/ssd")
+    assert (ssd.bytes_read, ssd.bytes_written) == (T * fwd_read, T * fwd_write)
+    # two sequences a micro-batch: zxBCdt (10304 wide) and y (4096) copied forward, dzxBCdt backward
+    lay = {o.phase: o for o in ops if o.name == "layer/mamba/layout"}
+    assert lay["fwd"].bytes_read == T * 2 * (10304 + 4096) and lay["bwd"].bytes_read == T * 2 * 10304
+    conv_bwd = next(o for o in ops if o.phase == "bwd" and o.name == "layer/mamba/conv1d")
+    assert conv_bwd.kernels == 2                                     # the forward recomputed + causal_conv1d_bwd
+    one = build_ops(TrainingWorkload(model=_one_mamba_layer(), mbs=1, seq=4096))
+    assert not [o for o in one if o.name == "layer/mamba/layout"]   # one sequence: the rearranges are views
