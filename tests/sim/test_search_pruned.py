@@ -24,6 +24,8 @@ def _counts_add_up(res):
     ("llama3-8b", C.Cluster(system="hgx_h100", nodes=2), 64, 4096, 10, SearchSpace(mbs=(1, 2))),
     ("llama3-8b", C.Cluster(system="hgx_b200", nodes=2), 128, 8192, 1, SearchSpace(zero=(0, 1))),
     ("mixtral-8x7b", C.Cluster(system="hgx_h100", nodes=2), 32, 4096, 5, SearchSpace(mbs=(1, 2), max_pp=4)),
+    # heavy GEMMs with the clock throttled (1,530-1,780 MHz against the 1,980 boost the bound allows)
+    ("llama3-70b", C.Cluster(system="hgx_h200", nodes=4), 64, 8192, 3, SearchSpace(mbs=(1, 2), zero=(1,))),
 ])
 def test_pruned_search_equals_estimating_every_plan(model, cluster, gbs, seq, top, space):
     """Exhaustive (bound="none": every plan that fits estimated) vs pruned by the FLOP bound, the
@@ -67,6 +69,27 @@ def test_pruned_search_equals_exhaustive_on_random_spaces(seed):
     pruned = search_plans(model, cluster, gbs, seq, stack=stack, top=top, constraints=space)
     assert _rows(pruned) == _rows(full), (model, cluster, gbs, seq, top, space, stack)
     assert pruned.counts.estimated <= full.counts.estimated
+    _counts_add_up(pruned)
+
+
+CLOCKED = (("hgx_h100", 8), ("hgx_h100", 16), ("hgx_h200", 4), ("hgx_h200", 8))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("seed", range(4))
+def test_pruned_search_equals_exhaustive_where_the_clock_matters(seed):
+    """The same property on spaces where the power model throttles the clock: 8B and 70B on 32-128
+    H100s and H200s at long sequences (GEMM-heavy steps, sustained clocks well below the boost
+    clock the bounds let GEMMs run at)."""
+    r = random.Random(1000 + seed)
+    system, nodes = r.choice(CLOCKED)
+    cluster = C.Cluster(system=system, nodes=nodes)
+    space = SearchSpace(mbs=(r.choice((1, 2)),), zero=tuple(sorted(r.sample((0, 1, 3), r.randint(1, 2)))),
+                        max_pp=r.choice((4, 8)), recompute=("none", "selective"))
+    model, gbs, seq, top = r.choice(("llama3-8b", "llama3-70b")), r.choice((2, 4)) * 8 * nodes, r.choice((4096, 8192)), r.randint(1, 5)
+    full = search_plans(model, cluster, gbs, seq, top=top, constraints=space, bound="none")
+    pruned = search_plans(model, cluster, gbs, seq, top=top, constraints=space)
+    assert _rows(pruned) == _rows(full), (model, cluster, gbs, seq, top, space)
     _counts_add_up(pruned)
 
 
