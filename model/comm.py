@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from .ops import CollectiveOp, CollectiveShape, DType, GroupKind, Op, Phase
 from .ops_common import Ctx, Pair
+from .parallel import CP_COMM
 
 NONE = Pair([], [])
 
@@ -74,7 +75,8 @@ def tp_cross_entropy(c: Ctx, T: int) -> Pair:
 #   allgather  one all_gather of every rank's K/V before the attention (torch context_parallel's
 #              _AllGatherRotater, rotate_method "allgather"; TE AttnFuncWithCPAndKVAllGather)
 #   a2a        torch context_parallel's _AllToAllRotater: a ring of all_to_all permutes (one peer each)
-CP_COMM = ("p2p_ring", "allgather", "a2a")
+# (model/parallel.CP_COMM, the plan field Parallelism.cp_comm)
+CP_GATHER_CALLS = ("kv_allgather", "dkv_reduce_scatter")   # cp_ring's all_gather / reduce_scatter call names
 
 
 def cp_ring(c: Ctx, Hkv: int, dqk: int, dv: int, n: int, method: str = "p2p_ring") -> Pair:
@@ -99,10 +101,10 @@ def cp_ring(c: Ctx, Hkv: int, dqk: int, dv: int, n: int, method: str = "p2p_ring
     dkv = kv * 4.0 / c.act if torch_ring else kv
     dt: DType = "fp32" if torch_ring else "bf16"
     if method == "allgather":
-        fwd = coll("kv_allgather", "all_gather", "cp", c.cp * kv, c.cp, "fwd", cnt)
+        fwd = coll(CP_GATHER_CALLS[0], "all_gather", "cp", c.cp * kv, c.cp, "fwd", cnt)
         grads = (coll("dkv_ring", "sendrecv", "cp", dkv, c.cp, "bwd", cnt * c.cp, dt) if torch_ring else
-                 coll("dkv_reduce_scatter", "reduce_scatter", "cp", c.cp * kv, c.cp, "bwd", cnt))
-        bwd = coll("kv_allgather", "all_gather", "cp", c.cp * kv, c.cp, "bwd", cnt) + grads
+                 coll(CP_GATHER_CALLS[1], "reduce_scatter", "cp", c.cp * kv, c.cp, "bwd", cnt))
+        bwd = coll(CP_GATHER_CALLS[0], "all_gather", "cp", c.cp * kv, c.cp, "bwd", cnt) + grads
         return Pair(fwd, bwd if c.train else [])
     steps = cnt * (c.cp - 1)
     dkv_steps = cnt * c.cp if method == "a2a" else steps

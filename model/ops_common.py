@@ -123,7 +123,7 @@ class Ctx:
     tp: int = 1
     sp: bool = False
     cp: int = 1
-    cp_comm: str = "p2p_ring"   # model/comm.CP_COMM: how the CP attention moves K/V
+    cp_comm: str = "p2p_ring"   # model/parallel.CP_COMM: how the CP attention moves K/V
     ep: int = 1
     etp: int | None = None
     embed: bool = True

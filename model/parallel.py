@@ -16,7 +16,7 @@ Collective Op convention (model/ops.py kind "collective"):
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, PositiveInt, model_validator
 
@@ -29,6 +29,11 @@ __all__ = ["COLLECTIVE_OPS", "GROUPS", "MAX_DEGREE", "Parallelism", "PipelineSch
 MAX_DEGREE = 2**20
 
 PipelineSchedule = Literal["gpipe", "1f1b", "interleaved", "zero_bubble", "dualpipe"]
+
+
+# How the CP attention moves K/V between the ranks (model/comm.cp_ring; sim/recipes.py: a release's cp_comm)
+CpComm = Literal["p2p_ring", "allgather", "a2a"]
+CP_COMM: tuple[str, ...] = get_args(CpComm)
 
 
 class Parallelism(BaseModel):
@@ -99,7 +104,7 @@ class Parallelism(BaseModel):
     fsdp_param_dtype: Literal["fp32", "bf16"] | None = None
     fsdp_keep_unsharded: bool = False
     tp_comm_overlap: bool = False   # TransformerEngine userbuffers: TP AG/RS pipelined with the GEMMs
-    cp_comm: Literal["p2p_ring", "allgather", "a2a"] = "p2p_ring"   # how CP attention moves K/V (model/comm.cp_ring)
+    cp_comm: CpComm = "p2p_ring"    # how CP attention moves K/V (model/comm.cp_ring)
     cp_comm_overlap: bool = True    # CP K/V calls in flight beside the attention (False: waited where issued)
     timed_stage: NonNegativeInt | None = None   # the pipeline stage an estimate times (None: shard.timed_stage)
 

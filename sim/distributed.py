@@ -25,6 +25,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from .. import hwdb
+from ..model.comm import CP_GATHER_CALLS
 from ..model.ops import CollectiveShape
 from ..model.parallel import GROUPS
 from . import netfast, overlap, pipeline, zero3_2021
@@ -101,13 +102,10 @@ def _group_phase(c: CommTimes, t: OpTable, group: str, phase: int) -> float:
     return _sum(c.total_s, (c.group == GROUPS.index(group)) & (t.phase == phase))
 
 
-CP_GATHER_OPS = ("kv_allgather", "dkv_reduce_scatter")     # model/comm.cp_ring's all_gather / reduce_scatter calls
-
-
 def _cp_gather_rows(t: OpTable) -> np.ndarray:
     """Rows of the CP all_gather / reduce_scatter calls (model/comm.cp_ring, method allgather): hidden behind
     step 0's attention only (overlap.cp_exposed_s), where the ring's send/recv steps hide behind the rest."""
-    return np.fromiter((any(g in op.name for g in CP_GATHER_OPS) for op in t.ops), bool, len(t.ops))
+    return np.fromiter((any(g in op.name for g in CP_GATHER_CALLS) for op in t.ops), bool, len(t.ops))
 
 
 def critical_comm(t: OpTable, c: CommTimes, k_total: np.ndarray, stack_key: str,
